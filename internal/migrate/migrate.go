@@ -1,0 +1,135 @@
+// Package migrate applies River's migrations and outboxd's own to one
+// Postgres schema. It is shared by "outboxd migrate", "outboxctl migrate",
+// the demo and the tests, so there is exactly one way a schema comes to be.
+package migrate
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/outboxd/outboxd/migrations"
+)
+
+// VersionTable is goose's bookkeeping table. It is not goose's default name so
+// that an application's own goose migrations can live in the same schema.
+const VersionTable = "outboxd_schema_version"
+
+// lockKey serialises concurrent migrators (several replicas starting at once).
+const lockKey = 0x6f7574626f7864 // "outboxd"
+
+// Result says what a run changed; an up-to-date schema gives zero counts.
+type Result struct {
+	RiverApplied  int
+	OutboxApplied int
+}
+
+// Up creates the schema if needed and applies every pending River and outboxd
+// migration. Running it again is a no-op.
+func Up(ctx context.Context, pool *pgxpool.Pool, schema string) (Result, error) {
+	var res Result
+	if schema == "" {
+		return res, errors.New("migrate: schema must not be empty")
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return res, fmt.Errorf("migrate: connect: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(lockKey)); err != nil {
+		return res, fmt.Errorf("migrate: take lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(lockKey)) //nolint:errcheck // released with the session anyway
+
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return res, fmt.Errorf("migrate: create schema %q: %w", schema, err)
+	}
+
+	rm, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema})
+	if err != nil {
+		return res, fmt.Errorf("migrate: river: %w", err)
+	}
+	rr, err := rm.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	if err != nil {
+		return res, fmt.Errorf("migrate: river migrations: %w", err)
+	}
+	res.RiverApplied = len(rr.Versions)
+
+	p, db, err := gooseProvider(pool, schema)
+	if err != nil {
+		return res, err
+	}
+	defer db.Close()
+	gr, err := p.Up(ctx)
+	if err != nil {
+		return res, fmt.Errorf("migrate: outboxd migrations: %w", err)
+	}
+	res.OutboxApplied = len(gr)
+	return res, nil
+}
+
+// ErrNotMigrated reports a schema whose migrations are missing or behind.
+var ErrNotMigrated = errors.New("migrations not applied: run `outboxd migrate`")
+
+// Check reports ErrNotMigrated unless both River's and outboxd's migrations
+// are fully applied to schema.
+func Check(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	rm, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema})
+	if err != nil {
+		return fmt.Errorf("migrate: river: %w", err)
+	}
+	existing, err := rm.ExistingVersions(ctx)
+	if err != nil || len(existing) == 0 {
+		return fmt.Errorf("%w (river tables in schema %q: %v)", ErrNotMigrated, schema, err)
+	}
+	all := rm.AllVersions()
+	if existing[len(existing)-1].Version < all[len(all)-1].Version {
+		return fmt.Errorf("%w (river schema %q at version %d of %d)", ErrNotMigrated, schema,
+			existing[len(existing)-1].Version, all[len(all)-1].Version)
+	}
+
+	p, db, err := gooseProvider(pool, schema)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	current, target, err := p.GetVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("%w (outboxd tables in schema %q: %v)", ErrNotMigrated, schema, err)
+	}
+	if current < target {
+		return fmt.Errorf("%w (outboxd schema %q at version %d of %d)", ErrNotMigrated, schema, current, target)
+	}
+	return nil
+}
+
+// gooseProvider runs goose on connections whose search_path is the target
+// schema, so the migration files need no schema name of their own.
+func gooseProvider(pool *pgxpool.Pool, schema string) (*goose.Provider, *sql.DB, error) {
+	cc := pool.Config().ConnConfig.Copy()
+	cc.RuntimeParams["search_path"] = schema
+	db := stdlib.OpenDB(*cc)
+	sub, err := fs.Sub(migrations.FS, ".")
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub,
+		goose.WithTableName(VersionTable),
+		goose.WithDisableGlobalRegistry(true),
+	)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("migrate: goose: %w", err)
+	}
+	return p, db, nil
+}

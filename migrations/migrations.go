@@ -1,0 +1,10 @@
+// Package migrations embeds outboxd's SQL migrations. They are applied by
+// "outboxd migrate" (see internal/schema) together with River's own.
+package migrations
+
+import "embed"
+
+// FS holds the goose migration files.
+//
+//go:embed *.sql
+var FS embed.FS

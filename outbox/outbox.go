@@ -1,0 +1,346 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+// Limits on what one Enqueue accepts.
+const (
+	// DefaultMaxPayloadBytes bounds each event and effect payload.
+	DefaultMaxPayloadBytes = 256 << 10
+	// MaxKindLength bounds an effect kind.
+	MaxKindLength = 128
+	// MaxEffects bounds the effects of one event.
+	MaxEffects = 100
+)
+
+var kindPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
+
+// Config configures an Outbox. The zero value is usable: tables found via
+// search_path, the built-in providers, 256 KiB payloads.
+type Config struct {
+	// Schema holds outboxd's and River's tables ("" uses search_path). It
+	// must be the schema outboxd migrate and outboxd run use.
+	Schema string
+	// Providers validate effect payloads by provider name. Default: the
+	// built-in providers' schemas.
+	Providers []providers.Validator
+	// MaxPayloadBytes bounds each payload. Default 256 KiB.
+	MaxPayloadBytes int
+	// River inserts the dispatch jobs. Default: an insert-only client for
+	// Schema. Pass the application's own client to share its settings.
+	River *river.Client[pgx.Tx]
+}
+
+// Outbox enqueues events and side effects. It is safe for concurrent use.
+type Outbox struct {
+	store      *sideeffects.Store
+	validators map[string]providers.Validator
+	maxPayload int
+	river      *river.Client[pgx.Tx]
+}
+
+// New builds an Outbox.
+func New(cfg Config) (*Outbox, error) {
+	if cfg.Providers == nil {
+		cfg.Providers = []providers.Validator{webhook.Schema{}}
+	}
+	if cfg.MaxPayloadBytes <= 0 {
+		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	o := &Outbox{
+		store:      sideeffects.NewStore(cfg.Schema),
+		validators: make(map[string]providers.Validator, len(cfg.Providers)),
+		maxPayload: cfg.MaxPayloadBytes,
+		river:      cfg.River,
+	}
+	for _, v := range cfg.Providers {
+		o.validators[v.Name()] = v
+	}
+	if o.river == nil {
+		rc, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: cfg.Schema})
+		if err != nil {
+			return nil, fmt.Errorf("outbox: river client: %w", err)
+		}
+		o.river = rc
+	}
+	return o, nil
+}
+
+// Event is a domain event: the cause of one or more side effects.
+type Event struct {
+	// ID identifies the event. Derive it with EventID from the command
+	// being handled, so a retry produces the same id.
+	ID uuid.UUID
+	// AggregateType and AggregateID name the entity the event is about,
+	// for example "order" and "ord_42". Optional.
+	AggregateType string
+	AggregateID   string
+	// Type is the event type, for example "order.paid". Required.
+	Type string
+	// Payload is a JSON object; nil is stored as {}.
+	Payload json.RawMessage
+}
+
+// Effect is one side effect an event implies.
+type Effect struct {
+	// Kind names the effect, unique within the event, for example
+	// "webhook.order_paid". Letters, digits and _ . : - only, at most 128.
+	Kind string
+	// Provider is the name of the provider that performs it ("webhook").
+	Provider string
+	// Payload is a JSON object in the provider's documented format.
+	Payload json.RawMessage
+}
+
+// Result reports what Enqueue did.
+type Result struct {
+	EventID uuid.UUID
+	// Duplicate is true when the event existed already with the same
+	// content.
+	Duplicate bool
+	Effects   []EffectResult
+}
+
+// EffectResult reports one effect.
+type EffectResult struct {
+	ID   uuid.UUID
+	Kind string
+	// Key is the idempotency key every attempt of this effect carries.
+	Key string
+	// Duplicate is true when the effect existed already with the same
+	// provider and payload; no second job was inserted for it.
+	Duplicate bool
+}
+
+// Enqueue records ev and its effects, and the River jobs that will dispatch
+// them, through tx. Nothing is visible to workers until tx commits.
+//
+// Invalid input returns a *ValidationError before anything is written. A
+// replay of the same content returns a Result with Duplicate set. Content
+// that differs from what is stored under the same event id, or the same
+// event and kind, returns a *ConflictError (errors.Is ErrConflict), with
+// nothing of this call written. Any other error comes from the database;
+// roll tx back.
+//
+// Two transactions enqueueing the same event at once are serialised by
+// Postgres: the second waits for the first and then reports duplicate or
+// conflict. Under REPEATABLE READ or SERIALIZABLE the second fails with a
+// serialization error instead; retrying its transaction then reports
+// duplicate.
+func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects ...Effect) (*Result, error) {
+	newEvent, newEffects, err := o.validate(tx, ev, effects)
+	if err != nil {
+		return nil, err
+	}
+	inserted, same, err := o.store.InsertEvent(ctx, tx, newEvent)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	if !inserted && !same {
+		return nil, &ConflictError{EventID: ev.ID}
+	}
+	res := &Result{EventID: ev.ID, Duplicate: !inserted, Effects: make([]EffectResult, len(effects))}
+	for i, e := range effects {
+		res.Effects[i] = EffectResult{
+			ID:        sideeffects.EffectID(ev.ID, e.Kind),
+			Kind:      e.Kind,
+			Key:       sideeffects.Key(ev.ID, e.Kind),
+			Duplicate: true,
+		}
+	}
+	if len(effects) == 0 {
+		return res, nil
+	}
+	if inserted {
+		// A new event cannot have effects yet: insert them all.
+		return res, o.insertEffects(ctx, tx, ev.ID, newEffects, res)
+	}
+
+	// A replayed event: compare before writing so a conflict writes nothing,
+	// inside a savepoint so a conflict found mid-way leaves tx as it was.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: savepoint: %w", err)
+	}
+	defer sp.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	existing, err := o.store.CompareEffects(ctx, sp, ev.ID, newEffects)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	var missing []sideeffects.NewEffect
+	for i, x := range existing {
+		if x.Exists && !x.Same {
+			return nil, &ConflictError{EventID: ev.ID, Kind: x.Kind}
+		}
+		if !x.Exists {
+			missing = append(missing, newEffects[i])
+		}
+	}
+	if err := o.insertEffects(ctx, sp, ev.ID, missing, res); err != nil {
+		return nil, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("outbox: release savepoint: %w", err)
+	}
+	return res, nil
+}
+
+// insertEffects inserts effects of event id and a dispatch job for each one
+// actually inserted, marking those in res as not duplicate.
+func (o *Outbox) insertEffects(ctx context.Context, tx pgx.Tx, id uuid.UUID, effects []sideeffects.NewEffect, res *Result) error {
+	if len(effects) == 0 {
+		return nil
+	}
+	inserted, err := o.store.InsertEffects(ctx, tx, id, effects)
+	if err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	if len(inserted) < len(effects) {
+		// Another transaction added some of these effects after our
+		// comparison; compare again so a difference is still a conflict.
+		existing, err := o.store.CompareEffects(ctx, tx, id, effects)
+		if err != nil {
+			return fmt.Errorf("outbox: %w", err)
+		}
+		for i, x := range existing {
+			if !inserted[sideeffects.EffectID(id, effects[i].Kind)] && !x.Same {
+				return &ConflictError{EventID: id, Kind: x.Kind}
+			}
+		}
+	}
+	params := make([]river.InsertManyParams, 0, len(inserted))
+	for i := range res.Effects {
+		if inserted[res.Effects[i].ID] {
+			res.Effects[i].Duplicate = false
+		}
+	}
+	for _, e := range effects {
+		if eid := sideeffects.EffectID(id, e.Kind); inserted[eid] {
+			params = append(params, sideeffects.JobParams(eid, e.Provider))
+		}
+	}
+	if len(params) == 0 {
+		return nil
+	}
+	if _, err := o.river.InsertManyTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("outbox: insert dispatch jobs: %w", err)
+	}
+	return nil
+}
+
+// validate checks everything it can before the first write.
+func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (sideeffects.NewEvent, []sideeffects.NewEffect, error) {
+	invalid := func(field, problem string, args ...any) error {
+		return &ValidationError{Field: field, Problem: fmt.Sprintf(problem, args...)}
+	}
+	var ne sideeffects.NewEvent
+	if tx == nil {
+		return ne, nil, invalid("tx", "nil: pass the application's open pgx.Tx")
+	}
+	if ev.ID == uuid.Nil {
+		return ne, nil, invalid("event.id", "required: derive one with outbox.EventID(scope, parts...)")
+	}
+	for field, v := range map[string]string{
+		"event.type": ev.Type, "event.aggregate_type": ev.AggregateType, "event.aggregate_id": ev.AggregateID,
+	} {
+		if strings.ContainsRune(v, 0) {
+			return ne, nil, invalid(field, "contains a NUL byte, which Postgres text cannot store")
+		}
+		if len(v) > 512 {
+			return ne, nil, invalid(field, "%d bytes, over the limit of 512", len(v))
+		}
+	}
+	if ev.Type == "" {
+		return ne, nil, invalid("event.type", "required, for example \"order.paid\"")
+	}
+	payload := ev.Payload
+	if payload == nil {
+		payload = json.RawMessage(`{}`)
+	}
+	if err := o.checkPayload(payload); err != nil {
+		return ne, nil, invalid("event.payload", "%s", err)
+	}
+	ne = sideeffects.NewEvent{ID: ev.ID, AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, EventType: ev.Type, Payload: payload}
+
+	if len(effects) > MaxEffects {
+		return ne, nil, invalid("effects", "%d effects, over the limit of %d per event", len(effects), MaxEffects)
+	}
+	out := make([]sideeffects.NewEffect, len(effects))
+	seen := make(map[string]int, len(effects))
+	for i, e := range effects {
+		field := fmt.Sprintf("effects[%d]", i)
+		switch {
+		case e.Kind == "":
+			return ne, nil, invalid(field+".kind", "required, for example \"webhook.order_paid\"")
+		case len(e.Kind) > MaxKindLength:
+			return ne, nil, invalid(field+".kind", "%d characters, over the limit of %d", len(e.Kind), MaxKindLength)
+		case !kindPattern.MatchString(e.Kind):
+			return ne, nil, invalid(field+".kind", "%q: use letters, digits and _ . : - only, starting with a letter or digit", e.Kind)
+		}
+		if j, dup := seen[e.Kind]; dup {
+			return ne, nil, invalid(field+".kind", "%q repeats effects[%d]: each kind at most once per event", e.Kind, j)
+		}
+		seen[e.Kind] = i
+		v, ok := o.validators[e.Provider]
+		if !ok {
+			return ne, nil, invalid(field+".provider", "unknown provider %q: use one of %s", e.Provider, o.providerNames())
+		}
+		if err := o.checkPayload(e.Payload); err != nil {
+			return ne, nil, invalid(field+".payload", "%s", err)
+		}
+		if err := v.ValidatePayload(e.Kind, e.Payload); err != nil {
+			return ne, nil, invalid(field+".payload", "%s", err)
+		}
+		out[i] = sideeffects.NewEffect{Kind: e.Kind, Provider: e.Provider, Payload: e.Payload}
+	}
+	return ne, out, nil
+}
+
+func (o *Outbox) checkPayload(p json.RawMessage) error {
+	if len(p) > o.maxPayload {
+		return fmt.Errorf("%d bytes, over the limit of %d", len(p), o.maxPayload)
+	}
+	trimmed := bytes.TrimSpace(p)
+	if len(trimmed) == 0 {
+		return errors.New("required: a JSON object")
+	}
+	if !json.Valid(trimmed) {
+		return errors.New("not valid JSON")
+	}
+	if trimmed[0] != '{' {
+		return errors.New("must be a JSON object, not an array, string, number or null")
+	}
+	if bytes.Contains(trimmed, []byte(`\u0000`)) {
+		return errors.New(`contains \u0000, which Postgres jsonb cannot store`)
+	}
+	return nil
+}
+
+func (o *Outbox) providerNames() string {
+	names := make([]string, 0, len(o.validators))
+	for n := range o.validators {
+		names = append(names, fmt.Sprintf("%q", n))
+	}
+	if len(names) == 0 {
+		return "(none configured)"
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,90 @@
+// Package providers defines what outboxd asks of the outside world: one small
+// Provider interface, the three error classes every provider must sort its
+// failures into, and the guarantees each provider declares about idempotency.
+//
+// Implementations live in sub-packages (webhook, and later stripe and
+// sendgrid). They import nothing else from outboxd, so a provider can be
+// read, tested and replaced on its own.
+package providers
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Request is one attempt to perform a side effect.
+type Request struct {
+	// EffectID is the side_effects row id, for logs and receivers.
+	EffectID string
+	// Kind is the effect's kind, for example "webhook.payment_captured".
+	Kind string
+	// Key is the idempotency key. It is the same on every attempt of one
+	// effect and differs between effects.
+	Key string
+	// Payload is the effect's JSON object, already validated at enqueue.
+	Payload json.RawMessage
+	// Attempt counts fires of this effect, starting at 1.
+	Attempt int
+}
+
+// Result is what a provider reports on acknowledgement.
+type Result struct {
+	// Ref is the provider's id for what it did (a Stripe object id, a
+	// SendGrid message id); empty when the provider has none.
+	Ref string
+	// Replayed is true when the provider said it answered from its
+	// idempotency cache rather than acting again.
+	Replayed bool
+}
+
+// InDoubtPolicy says what a worker does after an attempt whose outcome is
+// unknown (timeout, connection reset, crash).
+type InDoubtPolicy string
+
+const (
+	// AtLeastOnce re-sends with the same key. Right for providers that honour
+	// idempotency keys, where the re-send cannot become a second action.
+	AtLeastOnce InDoubtPolicy = "at_least_once"
+	// AtMostOnce parks the effect as failed for an operator to check, because
+	// a re-send could act twice.
+	AtMostOnce InDoubtPolicy = "at_most_once"
+)
+
+// Guarantees are what a provider promises about repeated requests.
+type Guarantees struct {
+	// IdempotencyKeys is true when the provider deduplicates requests that
+	// carry the same key.
+	IdempotencyKeys bool
+	// KeyWindow is how long after the first request the provider remembers a
+	// key. Workers never fire an effect later than KeyWindow minus
+	// KeyWindowMargin after its first fire. Zero means the provider has no
+	// window (it does not deduplicate, or remembers forever).
+	KeyWindow time.Duration
+	// KeyWindowMargin is kept back from KeyWindow to absorb clock skew and
+	// in-flight time.
+	KeyWindowMargin time.Duration
+	// InDoubt is the default policy for attempts whose outcome is unknown.
+	InDoubt InDoubtPolicy
+}
+
+// Validator checks an effect's payload. Enqueue calls it before writing, so
+// a payload a provider cannot send never reaches the database.
+type Validator interface {
+	// Name is the provider's name, as stored in side_effects.provider and
+	// used as its River queue.
+	Name() string
+	// ValidatePayload returns a descriptive error naming the offending field.
+	ValidatePayload(kind string, payload json.RawMessage) error
+}
+
+// Provider performs side effects.
+type Provider interface {
+	Validator
+	// Guarantees describes how the provider treats repeated keys.
+	Guarantees() Guarantees
+	// Send performs one attempt. A nil error means the provider acknowledged
+	// the effect. Any error should be classified with Permanent, Retryable or
+	// InDoubt; an unclassified error is treated as in doubt.
+	Send(ctx context.Context, req Request) (Result, error)
+}

@@ -1,0 +1,82 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+)
+
+// Extra non-public ranges that netip's predicates do not cover.
+var specialRanges = []struct {
+	prefix netip.Prefix
+	reason string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "unspecified"},
+	{netip.MustParsePrefix("100.64.0.0/10"), "carrier-grade NAT (cloud metadata)"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignment"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
+	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "NAT64"},
+}
+
+// blockedReason names why ip may not be dialled, or returns "" when it may.
+func blockedReason(ip netip.Addr, allowed []netip.Prefix) string {
+	for _, p := range allowed {
+		if p.Contains(ip) {
+			return ""
+		}
+	}
+	switch {
+	case ip.IsLoopback():
+		return "loopback"
+	case ip.IsPrivate():
+		return "private"
+	case ip.IsLinkLocalUnicast():
+		return "link-local (cloud metadata)"
+	case ip.IsUnspecified():
+		return "unspecified"
+	case ip.IsMulticast(), ip.IsLinkLocalMulticast(), ip.IsInterfaceLocalMulticast():
+		return "multicast"
+	}
+	if ip.Is4() && ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return "broadcast"
+	}
+	for _, r := range specialRanges {
+		if r.prefix.Contains(ip) {
+			return r.reason
+		}
+	}
+	return ""
+}
+
+// BlockedError reports a destination refused by the dial-time check.
+type BlockedError struct {
+	Addr   netip.Addr
+	Reason string
+}
+
+func (e *BlockedError) Error() string {
+	return fmt.Sprintf("destination %s is a %s address: refused (allow it with OUTBOXD_WEBHOOK_ALLOW_CIDRS if intended)", e.Addr, e.Reason)
+}
+
+// guardedDialer checks the address actually being connected to, after DNS
+// resolution, so a hostname that resolves (or re-resolves) to an internal
+// address is refused as surely as an IP literal.
+func guardedDialer(base *net.Dialer, allowed []netip.Prefix) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := *base
+	d.Control = func(network, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("webhook dial: parse %q: %w", address, err)
+		}
+		ip := ap.Addr().Unmap()
+		if reason := blockedReason(ip, allowed); reason != "" {
+			return &BlockedError{Addr: ip, Reason: reason}
+		}
+		return nil
+	}
+	return d.DialContext
+}

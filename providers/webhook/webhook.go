@@ -1,0 +1,244 @@
+// Package webhook delivers side effects as HTTP POSTs signed per the Standard
+// Webhooks specification (https://www.standardwebhooks.com).
+//
+// Every attempt of one effect carries the same webhook-id (the effect's
+// idempotency key) and an Idempotency-Key header with the same value, so a
+// receiver that remembers ids acts once however often outboxd retries.
+//
+// Outcomes: 2xx confirms. 410 Gone and 3xx (redirects are never followed)
+// are permanent. 429, 5xx and other 4xx are retried, honouring Retry-After.
+// A failure before any byte of the request was written (DNS, refused
+// connection, TLS) is retryable; a failure after (timeout, reset) is in
+// doubt and re-sent with the same id.
+//
+// Destinations that resolve to loopback, private, link-local (cloud
+// metadata), CGNAT and other non-public addresses are refused at dial time
+// unless Config.AllowedNetworks contains them.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/outboxd/outboxd/providers"
+)
+
+// Name is the provider name used in side_effects.provider and as River queue.
+const Name = "webhook"
+
+// Defaults for Config's zero values.
+const (
+	DefaultTimeout   = 15 * time.Second
+	DefaultKeyWindow = 24 * time.Hour
+	DefaultUserAgent = "outboxd-webhook/1"
+)
+
+// Config configures the webhook provider. The zero value is usable except
+// for Secret.
+type Config struct {
+	// Secret signs every request: "whsec_" followed by base64, as the
+	// Standard Webhooks libraries expect. Required.
+	Secret string
+	// Timeout bounds one attempt, connection included. Default 15s.
+	Timeout time.Duration
+	// AllowedNetworks are destinations allowed even though they are
+	// loopback, private or link-local, for example 10.0.0.0/8 for an
+	// internal receiver. Empty: only public addresses.
+	AllowedNetworks []netip.Prefix
+	// KeyWindow is how long receivers are expected to remember a
+	// webhook-id; no attempt is made later than that after the first.
+	// Default 24h.
+	KeyWindow time.Duration
+	// UserAgent is sent with every request. Default "outboxd-webhook/1".
+	UserAgent string
+}
+
+// Schema validates webhook payloads without being able to send them; it is
+// what the enqueue side needs. AllowedNetworks has Config's meaning and only
+// applies to IP literals (host names are checked when dialled).
+type Schema struct {
+	AllowedNetworks []netip.Prefix
+}
+
+// Name implements providers.Validator.
+func (Schema) Name() string { return Name }
+
+// ValidatePayload implements providers.Validator.
+func (s Schema) ValidatePayload(_ string, payload json.RawMessage) error {
+	_, _, err := parsePayload(payload, s.AllowedNetworks)
+	return err
+}
+
+// Provider sends signed webhooks. It is safe for concurrent use.
+type Provider struct {
+	Schema
+	cfg    Config
+	signer *standardwebhooks.Webhook
+	client *http.Client
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New checks cfg and builds a provider.
+func New(cfg Config) (*Provider, error) {
+	if cfg.Secret == "" {
+		return nil, errors.New("webhook: a signing secret is required (OUTBOXD_WEBHOOK_SECRET, whsec_<base64>)")
+	}
+	if !strings.HasPrefix(cfg.Secret, "whsec_") {
+		return nil, errors.New("webhook: the signing secret must start with whsec_ followed by base64 (OUTBOXD_WEBHOOK_SECRET)")
+	}
+	signer, err := standardwebhooks.NewWebhook(cfg.Secret)
+	if err != nil {
+		return nil, errors.New("webhook: the signing secret is not valid base64 after whsec_ (OUTBOXD_WEBHOOK_SECRET)")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.KeyWindow <= 0 {
+		cfg.KeyWindow = DefaultKeyWindow
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = DefaultUserAgent
+	}
+	dial := guardedDialer(&net.Dialer{Timeout: min(cfg.Timeout, 10*time.Second), KeepAlive: 30 * time.Second}, cfg.AllowedNetworks)
+	transport := &http.Transport{
+		// No proxy from the environment: the dial-time check must see the
+		// real destination.
+		Proxy:                 nil,
+		DialContext:           dial,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   min(cfg.Timeout, 10*time.Second),
+		ResponseHeaderTimeout: cfg.Timeout,
+	}
+	return &Provider{
+		Schema: Schema{AllowedNetworks: cfg.AllowedNetworks},
+		cfg:    cfg,
+		signer: signer,
+		client: &http.Client{
+			Transport: transport,
+			Timeout:   cfg.Timeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		},
+	}, nil
+}
+
+// Guarantees implements providers.Provider.
+func (p *Provider) Guarantees() providers.Guarantees {
+	return providers.Guarantees{
+		IdempotencyKeys: true,
+		KeyWindow:       p.cfg.KeyWindow,
+		KeyWindowMargin: 5 * time.Minute,
+		InDoubt:         providers.AtLeastOnce,
+	}
+}
+
+// Send implements providers.Provider.
+func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
+	pl, u, err := parsePayload(req.Payload, p.AllowedNetworks)
+	if err != nil {
+		return providers.Result{}, providers.Permanent(err)
+	}
+	body := []byte(pl.Body)
+	now := time.Now()
+	sig, err := p.signer.Sign(req.Key, now, body)
+	if err != nil {
+		return providers.Result{}, providers.Permanent(fmt.Errorf("sign: %w", err))
+	}
+
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteHeaderField: func(string, []string) { wrote.Store(true) },
+	})
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return providers.Result{}, providers.Permanent(fmt.Errorf("build request: %w", err))
+	}
+	for k, v := range pl.Headers {
+		hr.Header.Set(k, v)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("User-Agent", p.cfg.UserAgent)
+	hr.Header.Set(standardwebhooks.HeaderWebhookID, req.Key)
+	hr.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
+	hr.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	hr.Header.Set("Idempotency-Key", req.Key)
+
+	resp, err := p.client.Do(hr)
+	if err != nil {
+		var blocked *BlockedError
+		switch {
+		case errors.As(err, &blocked):
+			return providers.Result{}, providers.Permanent(blocked)
+		case !wrote.Load():
+			// Nothing reached the wire: the receiver cannot have acted.
+			return providers.Result{}, providers.Retryable(fmt.Errorf("not sent: %w", err), 0)
+		default:
+			return providers.Result{}, providers.InDoubt(fmt.Errorf("no response: %w", err))
+		}
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // lets the connection be reused
+
+	status := resp.StatusCode
+	switch {
+	case status >= 200 && status < 300:
+		return providers.Result{}, nil
+	case status == http.StatusGone:
+		return providers.Result{}, providers.Permanent(statusError(resp, snippet, "endpoint gone"))
+	case status >= 300 && status < 400:
+		return providers.Result{}, providers.Permanent(statusError(resp, snippet,
+			"redirect to "+resp.Header.Get("Location")+" not followed: update the URL"))
+	default:
+		return providers.Result{}, providers.Retryable(statusError(resp, snippet, ""), RetryAfter(resp.Header, time.Now()))
+	}
+}
+
+func statusError(resp *http.Response, snippet []byte, note string) error {
+	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
+	if note != "" {
+		msg += " (" + note + ")"
+	}
+	if s := strings.TrimSpace(strings.ToValidUTF8(string(snippet), "?")); s != "" {
+		msg += ": " + s
+	}
+	return errors.New(msg)
+}
+
+// RetryAfter parses a Retry-After header, in seconds or as an HTTP date.
+// It returns zero when the header is absent or malformed.
+func RetryAfter(h http.Header, now time.Time) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(v); err == nil {
+		if secs < 0 {
+			return 0
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

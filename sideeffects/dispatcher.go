@@ -1,0 +1,149 @@
+package sideeffects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/outboxd/outboxd/providers"
+)
+
+// Defaults for Config's zero values. Together they bound crash recovery: an
+// effect left fired by a killed process is rescued by River after
+// RescueAfter, noticed within River's 30s rescuer interval, and re-fired
+// after the first retry delay, about 3 minutes in all with the defaults.
+const (
+	DefaultConcurrency = 10
+	DefaultJobTimeout  = time.Minute
+	DefaultRescueAfter = 2 * time.Minute
+)
+
+// Config configures a Dispatcher.
+type Config struct {
+	// Schema holds outboxd's and River's tables ("" uses search_path).
+	Schema string
+	// Providers are the providers this process dispatches for; each gets its
+	// own River queue, named after it, so a slow provider cannot starve the
+	// others.
+	Providers []providers.Provider
+	// Concurrency is the number of workers per provider queue. A provider
+	// not listed gets DefaultConcurrency.
+	Concurrency map[string]int
+	// InDoubt overrides a provider's in-doubt policy for individual kinds.
+	InDoubt map[string]providers.InDoubtPolicy
+	// Retry is the retry schedule.
+	Retry RetryPolicy
+	// JobTimeout cancels an attempt that runs longer. It must exceed every
+	// provider's request timeout. Default 1m.
+	JobTimeout time.Duration
+	// RescueAfter is how long a job may stay running before River assumes
+	// its worker died and retries it. Must exceed JobTimeout. Default 2m.
+	RescueAfter time.Duration
+	// FetchCooldown and FetchPollInterval tune River's fetch loop; zero
+	// keeps River's defaults (100ms, 1s).
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+	// Logger receives outboxd's and River's logs. Default slog.Default().
+	Logger *slog.Logger
+	// TestOnly shortens River's start-up for tests.
+	TestOnly bool
+}
+
+// Dispatcher runs River workers that fire side effects.
+type Dispatcher struct {
+	client *river.Client[pgx.Tx]
+	worker *Worker
+}
+
+// NewDispatcher validates cfg and builds a dispatcher; Start runs it.
+func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
+	if len(cfg.Providers) == 0 {
+		return nil, errors.New("dispatcher: no providers configured")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.JobTimeout == 0 {
+		cfg.JobTimeout = DefaultJobTimeout
+	}
+	if cfg.RescueAfter == 0 {
+		cfg.RescueAfter = DefaultRescueAfter
+	}
+	if cfg.RescueAfter <= cfg.JobTimeout {
+		return nil, fmt.Errorf("dispatcher: rescue-after (%s) must exceed job-timeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
+	}
+	w := &Worker{
+		pool:      pool,
+		store:     NewStore(cfg.Schema),
+		providers: make(map[string]providers.Provider, len(cfg.Providers)),
+		inDoubt:   cfg.InDoubt,
+		retry:     cfg.Retry.withDefaults(),
+		logger:    cfg.Logger,
+	}
+	queues := make(map[string]river.QueueConfig, len(cfg.Providers))
+	for _, p := range cfg.Providers {
+		name := p.Name()
+		if _, dup := w.providers[name]; dup {
+			return nil, fmt.Errorf("dispatcher: provider %q configured twice", name)
+		}
+		w.providers[name] = p
+		n := cfg.Concurrency[name]
+		if n < 0 {
+			return nil, fmt.Errorf("dispatcher: concurrency for %q must be positive, got %d", name, n)
+		}
+		if n == 0 {
+			n = DefaultConcurrency
+		}
+		queues[name] = river.QueueConfig{MaxWorkers: n}
+	}
+	for name := range cfg.Concurrency {
+		if _, ok := w.providers[name]; !ok {
+			return nil, fmt.Errorf("dispatcher: concurrency set for unknown provider %q", name)
+		}
+	}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, w); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Schema:               cfg.Schema,
+		Queues:               queues,
+		Workers:              workers,
+		JobTimeout:           cfg.JobTimeout,
+		RescueStuckJobsAfter: cfg.RescueAfter,
+		FetchCooldown:        cfg.FetchCooldown,
+		FetchPollInterval:    cfg.FetchPollInterval,
+		Logger:               cfg.Logger,
+		TestOnly:             cfg.TestOnly,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: river client: %w", err)
+	}
+	return &Dispatcher{client: client, worker: w}, nil
+}
+
+// Start begins fetching and working dispatch jobs.
+func (d *Dispatcher) Start(ctx context.Context) error { return d.client.Start(ctx) }
+
+// Stop stops fetching and waits for in-flight attempts until ctx is done;
+// then it cancels them. A cancelled attempt leaves its effect fired, to be
+// re-fired with the same key by this or another replica.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	err := d.client.Stop(ctx)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		hardCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return d.client.StopAndCancel(hardCtx)
+	}
+	return err
+}
+
+// River is the underlying River client, for subscriptions and inserts.
+func (d *Dispatcher) River() *river.Client[pgx.Tx] { return d.client }

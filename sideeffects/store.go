@@ -1,0 +1,206 @@
+package sideeffects
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what Store needs from a connection: a pgx.Tx, *pgx.Conn or
+// *pgxpool.Pool.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ErrNotFound is returned when no effect has the given id or key.
+var ErrNotFound = errors.New("side effect not found")
+
+// Store runs outboxd's SQL against the tables of one schema.
+type Store struct {
+	schema string
+	q      queries
+}
+
+// NewStore returns a Store for the tables in schema ("" uses search_path).
+func NewStore(schema string) *Store {
+	return &Store{schema: schema, q: newQueries(schema)}
+}
+
+// Schema is the schema the store's queries name.
+func (s *Store) Schema() string { return s.schema }
+
+// NewEvent is an outbox_events row to insert.
+type NewEvent struct {
+	ID            uuid.UUID
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	Payload       json.RawMessage
+}
+
+// InsertEvent inserts ev. It reports inserted=false when a row with that id
+// exists already, and then whether that row has identical columns.
+func (s *Store) InsertEvent(ctx context.Context, db DB, ev NewEvent) (inserted, same bool, err error) {
+	tag, err := db.Exec(ctx, s.q.insertEvent, ev.ID, ev.AggregateType, ev.AggregateID, ev.EventType, ev.Payload)
+	if err != nil {
+		return false, false, fmt.Errorf("insert event %s: %w", ev.ID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return true, true, nil
+	}
+	if err := db.QueryRow(ctx, s.q.eventMatches, ev.ID, ev.AggregateType, ev.AggregateID, ev.EventType, ev.Payload).Scan(&same); err != nil {
+		return false, false, fmt.Errorf("compare event %s: %w", ev.ID, err)
+	}
+	return false, same, nil
+}
+
+// NewEffect is a side_effects row to insert.
+type NewEffect struct {
+	Kind     string
+	Provider string
+	Payload  json.RawMessage
+}
+
+// InsertEffects inserts the effects of event sourceID that do not exist yet
+// and returns the ids of those it inserted.
+func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, effects []NewEffect) (map[uuid.UUID]bool, error) {
+	ids := make([]uuid.UUID, len(effects))
+	kinds := make([]string, len(effects))
+	provs := make([]string, len(effects))
+	payloads := make([]json.RawMessage, len(effects))
+	for i, e := range effects {
+		ids[i], kinds[i], provs[i], payloads[i] = EffectID(sourceID, e.Kind), e.Kind, e.Provider, e.Payload
+	}
+	rows, err := db.Query(ctx, s.q.insertEffects, sourceID, ids, kinds, provs, payloads)
+	if err != nil {
+		return nil, fmt.Errorf("insert effects of event %s: %w", sourceID, err)
+	}
+	inserted := make(map[uuid.UUID]bool, len(effects))
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		inserted[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("insert effects of event %s: %w", sourceID, err)
+	}
+	return inserted, nil
+}
+
+// ExistingEffect says whether an effect of an event exists and matches.
+type ExistingEffect struct {
+	Kind   string
+	Exists bool
+	// Same is true when the existing row has the same provider and payload.
+	Same bool
+}
+
+// CompareEffects reports, in order, whether each effect of event sourceID
+// already exists and whether it matches.
+func (s *Store) CompareEffects(ctx context.Context, db DB, sourceID uuid.UUID, effects []NewEffect) ([]ExistingEffect, error) {
+	kinds := make([]string, len(effects))
+	provs := make([]string, len(effects))
+	payloads := make([]json.RawMessage, len(effects))
+	for i, e := range effects {
+		kinds[i], provs[i], payloads[i] = e.Kind, e.Provider, e.Payload
+	}
+	rows, err := db.Query(ctx, s.q.compareEffects, sourceID, kinds, provs, payloads)
+	if err != nil {
+		return nil, fmt.Errorf("compare effects of event %s: %w", sourceID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ExistingEffect, error) {
+		var e ExistingEffect
+		err := r.Scan(&e.Kind, &e.Exists, &e.Same)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("compare effects of event %s: %w", sourceID, err)
+	}
+	return out, nil
+}
+
+// Get returns the effect with the given id.
+func (s *Store) Get(ctx context.Context, db DB, id uuid.UUID) (*Effect, error) {
+	return s.getOne(ctx, db, s.q.getEffect, id)
+}
+
+// GetByKey returns the effect with the given idempotency key.
+func (s *Store) GetByKey(ctx context.Context, db DB, key string) (*Effect, error) {
+	return s.getOne(ctx, db, s.q.getEffectByKey, key)
+}
+
+func (s *Store) getOne(ctx context.Context, db DB, sql string, arg any) (*Effect, error) {
+	rows, err := db.Query(ctx, sql, arg)
+	if err != nil {
+		return nil, err
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Effect])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %v", ErrNotFound, arg)
+	}
+	return e, err
+}
+
+// Claim moves effect id from the state from (pending or fired) to fired and
+// counts the attempt. It returns nil and no error when the effect is no
+// longer in state from.
+func (s *Store) Claim(ctx context.Context, db DB, id uuid.UUID, from State) (*Effect, error) {
+	rows, err := db.Query(ctx, s.q.claim, id, from)
+	if err != nil {
+		return nil, fmt.Errorf("claim effect %s: %w", id, err)
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Effect])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim effect %s: %w", id, err)
+	}
+	return e, nil
+}
+
+// Confirm moves effect id from fired to confirmed, recording the provider's
+// reference. It reports whether the transition applied.
+func (s *Store) Confirm(ctx context.Context, db DB, id uuid.UUID, ref string) (bool, error) {
+	var refArg *string
+	if ref != "" {
+		refArg = &ref
+	}
+	return s.exec(ctx, db, "confirm", s.q.confirm, id, refArg)
+}
+
+// Release moves effect id from fired back to pending after an attempt the
+// provider did not act on.
+func (s *Store) Release(ctx context.Context, db DB, id uuid.UUID, lastError string, next time.Time) (bool, error) {
+	return s.exec(ctx, db, "release", s.q.release, id, lastError, next)
+}
+
+// RecordInDoubt keeps effect id fired and records why its last attempt is in
+// doubt.
+func (s *Store) RecordInDoubt(ctx context.Context, db DB, id uuid.UUID, lastError string, next time.Time) (bool, error) {
+	return s.exec(ctx, db, "record in-doubt", s.q.recordInDoubt, id, lastError, next)
+}
+
+// Fail moves a pending or fired effect to failed with reason.
+func (s *Store) Fail(ctx context.Context, db DB, id uuid.UUID, reason string) (bool, error) {
+	return s.exec(ctx, db, "fail", s.q.fail, id, reason)
+}
+
+func (s *Store) exec(ctx context.Context, db DB, what, sql string, id uuid.UUID, args ...any) (bool, error) {
+	tag, err := db.Exec(ctx, sql, append([]any{id}, args...)...)
+	if err != nil {
+		return false, fmt.Errorf("%s effect %s: %w", what, id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}

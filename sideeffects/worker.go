@@ -1,0 +1,192 @@
+package sideeffects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/outboxd/outboxd/providers"
+)
+
+// Failure reasons recorded in last_error when an effect ends failed.
+const (
+	ReasonKeyWindow = "key window expired: reconcile at provider"
+	ReasonInDoubt   = "in doubt: not re-sent"
+)
+
+// bookkeepingTimeout bounds the SQL that records an attempt's outcome. It
+// runs on a context detached from the job's, so a shutdown that cancels a
+// finished provider call still records the confirmation.
+const bookkeepingTimeout = 10 * time.Second
+
+// Worker is the River worker that fires one side effect per job.
+type Worker struct {
+	river.WorkerDefaults[DispatchArgs]
+
+	pool      *pgxpool.Pool
+	store     *Store
+	providers map[string]providers.Provider
+	inDoubt   map[string]providers.InDoubtPolicy
+	retry     RetryPolicy
+	logger    *slog.Logger
+
+	// retryAt hands the time chosen in Work to NextRetry, which River calls
+	// right after Work returns an error for the same job.
+	retryAt sync.Map // job id -> time.Time
+
+	// beforeConfirm, when set by tests, runs between the provider's
+	// acknowledgement and the confirming transaction.
+	beforeConfirm func(ctx context.Context) error
+}
+
+// Work implements river.Worker.
+func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
+	id := job.Args.EffectID
+	e, err := w.store.Get(ctx, w.pool, id)
+	if errors.Is(err, ErrNotFound) {
+		return river.JobCancel(err)
+	}
+	if err != nil {
+		return err
+	}
+	if e.State.Terminal() {
+		// Confirmed, failed and cancelled effects are never fired again.
+		return nil
+	}
+	p, ok := w.providers[e.Provider]
+	if !ok {
+		return fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, e.Provider)
+	}
+	g := p.Guarantees()
+	policy := g.InDoubt
+	if pol, ok := w.inDoubt[e.Kind]; ok {
+		policy = pol
+	}
+	log := w.logger.With("effect_id", id, "kind", e.Kind, "provider", e.Provider)
+
+	if e.State == StateFired && policy == providers.AtMostOnce {
+		// The previous attempt never reported back (a crash or a rescued job).
+		return w.fail(ctx, log, e, ReasonInDoubt+": previous attempt did not finish", nil)
+	}
+	deadline := keyDeadline(e, g)
+	now := time.Now()
+	if !deadline.IsZero() && !now.Before(deadline) {
+		return w.fail(ctx, log, e, ReasonKeyWindow, nil)
+	}
+
+	claimed, err := w.store.Claim(ctx, w.pool, id, e.State)
+	if err != nil {
+		return err
+	}
+	if claimed == nil {
+		log.Info("effect changed state before it was fired; not firing")
+		return nil
+	}
+	log = log.With("attempt", claimed.Attempts)
+
+	res, sendErr := p.Send(ctx, providers.Request{
+		EffectID: id.String(),
+		Kind:     claimed.Kind,
+		Key:      claimed.IdempotencyKey,
+		Payload:  claimed.Payload,
+		Attempt:  claimed.Attempts,
+	})
+
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+	defer cancel()
+	if sendErr == nil {
+		if err := w.confirm(bctx, job, claimed, res); err != nil {
+			// Still fired: the next attempt re-fires with the same key and
+			// the provider answers from its idempotency record.
+			log.Warn("provider acknowledged but confirm failed; will re-fire with the same key", "error", err)
+			return err
+		}
+		log.Debug("effect confirmed", "provider_ref", res.Ref, "replayed", res.Replayed)
+		return nil
+	}
+
+	class, after := providers.Classify(sendErr)
+	log = log.With("class", class.String(), "error", sendErr)
+	switch {
+	case class == providers.ClassPermanent:
+		return w.fail(bctx, log, claimed, sendErr.Error(), sendErr)
+	case class == providers.ClassInDoubt && policy == providers.AtMostOnce:
+		return w.fail(bctx, log, claimed, ReasonInDoubt+": "+sendErr.Error(), sendErr)
+	case claimed.Attempts >= w.retry.MaxAttempts:
+		return w.fail(bctx, log, claimed,
+			fmt.Sprintf("retries exhausted after %d attempts: %v", claimed.Attempts, sendErr), sendErr)
+	}
+
+	next := time.Now().Add(max(after, w.retry.Delay(claimed.Attempts)))
+	if deadline := keyDeadline(claimed, g); !deadline.IsZero() && next.After(deadline) {
+		return w.fail(bctx, log, claimed, fmt.Sprintf("%s (last error: %v)", ReasonKeyWindow, sendErr), sendErr)
+	}
+	if class == providers.ClassRetryable {
+		_, err = w.store.Release(bctx, w.pool, id, sendErr.Error(), next)
+	} else {
+		_, err = w.store.RecordInDoubt(bctx, w.pool, id, sendErr.Error(), next)
+	}
+	if err != nil {
+		log.Error("recording attempt failed", "record_error", err)
+	}
+	log.Warn("attempt failed; will retry", "next_attempt_at", next)
+	w.retryAt.Store(job.ID, next)
+	return sendErr
+}
+
+// confirm moves the effect to confirmed and completes the River job in one
+// transaction, so neither can happen without the other.
+func (w *Worker) confirm(ctx context.Context, job *river.Job[DispatchArgs], e *Effect, res providers.Result) error {
+	if w.beforeConfirm != nil {
+		if err := w.beforeConfirm(ctx); err != nil {
+			return err
+		}
+	}
+	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		if _, err := w.store.Confirm(ctx, tx, e.ID, res.Ref); err != nil {
+			return err
+		}
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+}
+
+// fail moves the effect to failed and cancels the River job: failure is
+// outboxd's decision, and River must not retry past it.
+func (w *Worker) fail(ctx context.Context, log *slog.Logger, e *Effect, reason string, cause error) error {
+	if _, err := w.store.Fail(ctx, w.pool, e.ID, reason); err != nil {
+		return err
+	}
+	log.Error("effect failed", "reason", reason)
+	if cause == nil {
+		cause = errors.New(reason)
+	}
+	return river.JobCancel(cause)
+}
+
+// NextRetry implements river.Worker: the time Work chose, or for a job River
+// rescued from a crashed worker, the first step of the schedule so that the
+// in-doubt effect is re-fired promptly.
+func (w *Worker) NextRetry(job *river.Job[DispatchArgs]) time.Time {
+	if t, ok := w.retryAt.LoadAndDelete(job.ID); ok {
+		return t.(time.Time)
+	}
+	return time.Now().Add(w.retry.Delay(1))
+}
+
+// keyDeadline is the last moment effect e may be fired, or zero when its
+// provider has no key window or it was never fired.
+func keyDeadline(e *Effect, g providers.Guarantees) time.Time {
+	if g.KeyWindow <= 0 || e.FirstFiredAt == nil {
+		return time.Time{}
+	}
+	return e.FirstFiredAt.Add(g.KeyWindow - g.KeyWindowMargin)
+}
