@@ -1,0 +1,78 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/internal/migrate"
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Example records an order payment and the webhook it implies in one
+// transaction: both commit together, or neither does.
+func Example() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testdb.URL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	// outboxd migrate does this once per database.
+	schema := "outboxd_example_" + uuid.NewString()[:8]
+	if _, err := migrate.Up(ctx, pool, schema); err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+schema+".orders (id text PRIMARY KEY, paid boolean)"); err != nil {
+		log.Fatal(err)
+	}
+
+	ob, err := outbox.New(outbox.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The application's own transaction.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+schema+".orders VALUES ('ord_42', true)"); err != nil {
+			return err
+		}
+		res, err := ob.Enqueue(ctx, tx, outbox.Event{
+			// The same command always derives the same id, so a retry replays.
+			ID:            outbox.EventID("order.paid", "ord_42"),
+			AggregateType: "order",
+			AggregateID:   "ord_42",
+			Type:          "order.paid",
+			Payload:       json.RawMessage(`{"amount": 4200, "currency": "eur"}`),
+		}, outbox.Effect{
+			Kind:     "webhook.order_paid",
+			Provider: "webhook",
+			Payload:  json.RawMessage(`{"url": "https://hooks.example.com/orders", "body": {"type": "order.paid", "order": "ord_42"}}`),
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("effect %s: key %s…\n", res.Effects[0].Kind, res.Effects[0].Key[:12])
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	var state string
+	if err := pool.QueryRow(ctx, "SELECT state FROM "+schema+".side_effects").Scan(&state); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("committed with the order; effect is", state)
+	// Output:
+	// effect webhook.order_paid: key 4bccfbccfcac…
+	// committed with the order; effect is pending
+}

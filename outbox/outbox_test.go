@@ -1,0 +1,309 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+type testBundle struct {
+	db *testdb.DB
+	ob *outbox.Outbox
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	db := testdb.New(t)
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	return &testBundle{db: db, ob: ob}
+}
+
+// counts returns the number of events, effects and dispatch jobs.
+func (b *testBundle) counts(t *testing.T) (events, effects, jobs int) {
+	t.Helper()
+	ctx := context.Background()
+	s := b.db.Schema
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM `+s+`.outbox_events),
+		(SELECT count(*) FROM `+s+`.side_effects),
+		(SELECT count(*) FROM `+s+`.river_job WHERE kind = $1)`, sideeffects.JobKind).Scan(&events, &effects, &jobs))
+	return
+}
+
+func webhookEffect(kind, body string) outbox.Effect {
+	return outbox.Effect{
+		Kind:     kind,
+		Provider: "webhook",
+		Payload:  json.RawMessage(`{"url": "https://hooks.example.com/in", "body": ` + body + `}`),
+	}
+}
+
+func orderPaid(id uuid.UUID, amount string) outbox.Event {
+	return outbox.Event{ID: id, AggregateType: "order", AggregateID: "ord_42", Type: "order.paid",
+		Payload: json.RawMessage(`{"amount": ` + amount + `}`)}
+}
+
+func (b *testBundle) enqueue(t *testing.T, ev outbox.Event, effects ...outbox.Effect) (*outbox.Result, error) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	res, err := b.ob.Enqueue(ctx, tx, ev, effects...)
+	if err != nil {
+		return nil, err
+	}
+	require.NoError(t, tx.Commit(ctx))
+	return res, nil
+}
+
+func TestEnqueueCommitAndRollback(t *testing.T) {
+	t.Parallel()
+
+	t.Run("commit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := outbox.EventID("order.paid", "ord_42")
+		res, err := b.enqueue(t, orderPaid(id, "100"),
+			webhookEffect("webhook.order_paid", `{"order": "ord_42"}`),
+			webhookEffect("webhook.ledger", `{"order": "ord_42"}`))
+		require.NoError(t, err)
+		require.False(t, res.Duplicate)
+		require.Len(t, res.Effects, 2)
+		for _, e := range res.Effects {
+			require.False(t, e.Duplicate)
+			require.Equal(t, sideeffects.Key(id, e.Kind), e.Key)
+		}
+		events, effects, jobs := b.counts(t)
+		require.Equal(t, [3]int{1, 2, 2}, [3]int{events, effects, jobs})
+
+		ctx := context.Background()
+		e, err := sideeffects.NewStore(b.db.Schema).Get(ctx, b.db.Pool, res.Effects[0].ID)
+		require.NoError(t, err)
+		require.Equal(t, sideeffects.StatePending, e.State)
+		require.Equal(t, res.Effects[0].Key, e.IdempotencyKey)
+		var queue string
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT queue FROM `+b.db.Schema+`.river_job
+			WHERE args->>'effect_id' = $1`, e.ID.String()).Scan(&queue))
+		require.Equal(t, "webhook", queue, "each provider has its own queue")
+	})
+
+	t.Run("rollback", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = b.ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`))
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback(ctx))
+		events, effects, jobs := b.counts(t)
+		require.Equal(t, [3]int{0, 0, 0}, [3]int{events, effects, jobs})
+	})
+}
+
+func TestEnqueueReplayAndConflict(t *testing.T) {
+	t.Parallel()
+
+	t.Run("same content is a duplicate without a second job", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := uuid.New()
+		_, err := b.enqueue(t, orderPaid(id, "100"), webhookEffect("webhook.a", `{"x": 1}`))
+		require.NoError(t, err)
+		// Key order and whitespace differ; the JSON is the same.
+		ev := orderPaid(id, "100")
+		ev.Payload = json.RawMessage(`{ "amount" : 100 }`)
+		res, err := b.enqueue(t, ev, webhookEffect("webhook.a", `{"x":1}`))
+		require.NoError(t, err)
+		require.True(t, res.Duplicate)
+		require.True(t, res.Effects[0].Duplicate)
+		events, effects, jobs := b.counts(t)
+		require.Equal(t, [3]int{1, 1, 1}, [3]int{events, effects, jobs})
+	})
+
+	t.Run("a new kind on a replayed event is added", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := uuid.New()
+		_, err := b.enqueue(t, orderPaid(id, "100"), webhookEffect("webhook.a", `{}`))
+		require.NoError(t, err)
+		res, err := b.enqueue(t, orderPaid(id, "100"), webhookEffect("webhook.a", `{}`), webhookEffect("webhook.b", `{}`))
+		require.NoError(t, err)
+		require.True(t, res.Duplicate)
+		require.True(t, res.Effects[0].Duplicate)
+		require.False(t, res.Effects[1].Duplicate)
+		_, effects, jobs := b.counts(t)
+		require.Equal(t, [2]int{2, 2}, [2]int{effects, jobs})
+	})
+
+	t.Run("changed event payload is a conflict", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := uuid.New()
+		_, err := b.enqueue(t, orderPaid(id, "100"), webhookEffect("webhook.a", `{}`))
+		require.NoError(t, err)
+		_, err = b.enqueue(t, orderPaid(id, "200"), webhookEffect("webhook.a", `{}`))
+		require.ErrorIs(t, err, outbox.ErrConflict)
+		var ce *outbox.ConflictError
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, id, ce.EventID)
+		require.Empty(t, ce.Kind)
+	})
+
+	t.Run("changed effect payload is a conflict that writes nothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		id := uuid.New()
+		_, err := b.enqueue(t, orderPaid(id, "100"), webhookEffect("webhook.a", `{"x": 1}`))
+		require.NoError(t, err)
+
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		_, err = b.ob.Enqueue(ctx, tx, orderPaid(id, "100"),
+			webhookEffect("webhook.new", `{}`), webhookEffect("webhook.a", `{"x": 2}`))
+		var ce *outbox.ConflictError
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, "webhook.a", ce.Kind)
+		// The caller's transaction is still usable and commits nothing of
+		// the rejected call.
+		require.NoError(t, tx.Commit(ctx))
+		_, effects, jobs := b.counts(t)
+		require.Equal(t, [2]int{1, 1}, [2]int{effects, jobs})
+	})
+}
+
+func TestEnqueueConcurrentSameEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	for round := range 20 {
+		id := uuid.New()
+		// Half the rounds race identical content, half differing content.
+		amounts := []string{"1", "1"}
+		if round%2 == 1 {
+			amounts[1] = "2"
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		results := make([]error, 2)
+		dups := make([]bool, 2)
+		for g := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tx, err := b.db.Pool.Begin(ctx)
+				if err != nil {
+					results[g] = err
+					return
+				}
+				defer tx.Rollback(ctx) //nolint:errcheck
+				<-start
+				res, err := b.ob.Enqueue(ctx, tx, orderPaid(id, amounts[g]),
+					webhookEffect("webhook.a", `{}`), webhookEffect("webhook.b", `{}`))
+				if err != nil {
+					results[g] = err
+					return
+				}
+				dups[g] = res.Duplicate
+				results[g] = tx.Commit(ctx)
+			}()
+		}
+		close(start)
+		wg.Wait()
+
+		var ok, dup, conflict int
+		for g, err := range results {
+			switch {
+			case err == nil && dups[g]:
+				dup++
+			case err == nil:
+				ok++
+			case errors.Is(err, outbox.ErrConflict):
+				conflict++
+			default:
+				t.Fatalf("round %d: unexpected error: %v", round, err)
+			}
+		}
+		require.Equal(t, 1, ok, "round %d: exactly one transaction writes the event", round)
+		require.Equal(t, 1, dup+conflict)
+		if round%2 == 0 {
+			require.Equal(t, 1, dup, "identical content is reported duplicate")
+		} else {
+			require.Equal(t, 1, conflict, "different content is reported as a conflict")
+		}
+	}
+	events, effects, jobs := b.counts(t)
+	require.Equal(t, [3]int{20, 40, 40}, [3]int{events, effects, jobs})
+}
+
+func TestEnqueueRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	good := webhookEffect("webhook.a", `{}`)
+	big := `{"url": "https://x.example", "body": "` + strings.Repeat("a", outbox.DefaultMaxPayloadBytes) + `"}`
+
+	cases := []struct {
+		name    string
+		event   outbox.Event
+		effects []outbox.Effect
+		field   string
+	}{
+		{"missing event id", outbox.Event{Type: "t"}, []outbox.Effect{good}, "event.id"},
+		{"missing event type", outbox.Event{ID: uuid.New()}, []outbox.Effect{good}, "event.type"},
+		{"event payload not an object", outbox.Event{ID: uuid.New(), Type: "t", Payload: json.RawMessage(`[1]`)}, nil, "event.payload"},
+		{"event payload invalid JSON", outbox.Event{ID: uuid.New(), Type: "t", Payload: json.RawMessage(`{"a":`)}, nil, "event.payload"},
+		{"NUL in event type", outbox.Event{ID: uuid.New(), Type: "a\x00b"}, nil, "event.type"},
+		{"empty kind", orderPaid(uuid.New(), "1"), []outbox.Effect{{Provider: "webhook", Payload: good.Payload}}, "effects[0].kind"},
+		{"kind too long", orderPaid(uuid.New(), "1"), []outbox.Effect{webhookEffect(strings.Repeat("k", 129), `{}`)}, "effects[0].kind"},
+		{"kind with odd characters", orderPaid(uuid.New(), "1"), []outbox.Effect{webhookEffect("drop table; --", `{}`)}, "effects[0].kind"},
+		{"unknown provider", orderPaid(uuid.New(), "1"), []outbox.Effect{{Kind: "x", Provider: "carrier-pigeon", Payload: good.Payload}}, "effects[0].provider"},
+		{"payload not an object", orderPaid(uuid.New(), "1"), []outbox.Effect{{Kind: "x", Provider: "webhook", Payload: json.RawMessage(`"hi"`)}}, "effects[0].payload"},
+		{"payload invalid JSON", orderPaid(uuid.New(), "1"), []outbox.Effect{{Kind: "x", Provider: "webhook", Payload: json.RawMessage(`{`)}}, "effects[0].payload"},
+		{"payload over the limit", orderPaid(uuid.New(), "1"), []outbox.Effect{{Kind: "x", Provider: "webhook", Payload: json.RawMessage(big)}}, "effects[0].payload"},
+		{"payload fails provider schema", orderPaid(uuid.New(), "1"), []outbox.Effect{{Kind: "x", Provider: "webhook", Payload: json.RawMessage(`{"url": "ftp://x"}`)}}, "effects[0].payload"},
+		{"duplicate kinds", orderPaid(uuid.New(), "1"), []outbox.Effect{good, good}, "effects[1].kind"},
+	}
+	for _, tc := range cases {
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = b.ob.Enqueue(ctx, tx, tc.event, tc.effects...)
+		require.ErrorIs(t, err, outbox.ErrInvalid, tc.name)
+		var ve *outbox.ValidationError
+		require.ErrorAs(t, err, &ve, tc.name)
+		require.Equal(t, tc.field, ve.Field, tc.name)
+		// The transaction is untouched: it still accepts the caller's work.
+		var one int
+		require.NoError(t, tx.QueryRow(ctx, "SELECT 1").Scan(&one), tc.name)
+		require.NoError(t, tx.Commit(ctx))
+	}
+	_, err := b.ob.Enqueue(ctx, nil, orderPaid(uuid.New(), "1"), good)
+	require.ErrorIs(t, err, outbox.ErrInvalid)
+
+	events, effects, jobs := b.counts(t)
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{events, effects, jobs})
+}
+
+func TestEventID(t *testing.T) {
+	t.Parallel()
+	a := outbox.EventID("order.paid", "ord_42", "1")
+	require.Equal(t, a, outbox.EventID("order.paid", "ord_42", "1"), "deterministic")
+	require.NotEqual(t, a, outbox.EventID("order.paid", "ord_42", "2"))
+	require.NotEqual(t, outbox.EventID("s", "a:b"), outbox.EventID("s", "a", "b"), "parts are unambiguous")
+	require.Equal(t, uuid.Version(5), a.Version())
+}
