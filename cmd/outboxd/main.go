@@ -1,0 +1,99 @@
+// Command outboxd dispatches the side effects recorded by package outbox:
+// River workers fire each effect at its provider with an idempotency key,
+// retry what can be retried, and record the outcome.
+//
+//	outboxd migrate   apply River's and outboxd's migrations
+//	outboxd run       dispatch until SIGTERM or SIGINT, then drain
+//	outboxd demo      show an effect's path end to end, locally
+//
+// Every flag can also be set by the environment variable shown in --help.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxd/outboxd/internal/envflag"
+)
+
+// DefaultDatabaseURL is the local Postgres a newcomer has.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// usageError marks a mistake in how the command was invoked (exit 2).
+type usageError struct{ error }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := newRootCmd().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "outboxd:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// globalConfig holds the settings every subcommand shares.
+type globalConfig struct {
+	DatabaseURL string
+	Schema      string
+	LogFormat   string
+	LogLevel    string
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globalConfig{}
+	root := &cobra.Command{
+		Use:           "outboxd",
+		Short:         "Dispatch outbox side effects effectively once",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := envflag.Apply(cmd); err != nil {
+				return usageError{err}
+			}
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.DatabaseURL, "database-url", DefaultDatabaseURL, "Postgres connection URL")
+	envflag.Bind(pf, "database-url", "DATABASE_URL")
+	pf.StringVar(&g.Schema, "schema", "public", "Postgres schema of outboxd's and River's tables")
+	envflag.Bind(pf, "schema", "OUTBOXD_SCHEMA")
+	pf.StringVar(&g.LogFormat, "log-format", "text", "log format: text or json")
+	envflag.Bind(pf, "log-format", "OUTBOXD_LOG_FORMAT")
+	pf.StringVar(&g.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	envflag.Bind(pf, "log-level", "OUTBOXD_LOG_LEVEL")
+
+	root.AddCommand(newMigrateCmd(g), newRunCmd(g), newDemoCmd(g))
+	return root
+}
+
+// logger builds the process logger from the global settings.
+func (g *globalConfig) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.LogLevel)); err != nil {
+		return nil, usageError{fmt.Errorf("--log-level (OUTBOXD_LOG_LEVEL): %q is not debug, info, warn or error", g.LogLevel)}
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(g.LogFormat) {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	default:
+		return nil, usageError{fmt.Errorf("--log-format (OUTBOXD_LOG_FORMAT): %q is not text or json", g.LogFormat)}
+	}
+}

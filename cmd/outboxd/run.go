@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxd/outboxd/internal/envflag"
+	"github.com/outboxd/outboxd/internal/migrate"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+// runConfig holds the settings of outboxd run.
+type runConfig struct {
+	HTTPAddr        string
+	ShutdownTimeout time.Duration
+	MaxConns        int32
+
+	Concurrency    map[string]int
+	MaxAttempts    int
+	RetryBaseDelay time.Duration
+	RetryMaxDelay  time.Duration
+	JobTimeout     time.Duration
+	RescueAfter    time.Duration
+
+	WebhookSecret     string
+	WebhookTimeout    time.Duration
+	WebhookAllowCIDRs []string
+	WebhookKeyWindow  time.Duration
+}
+
+func newRunCmd(g *globalConfig) *cobra.Command {
+	c := &runConfig{}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Dispatch side effects until SIGTERM or SIGINT, then drain",
+		Long: `Dispatch side effects until SIGTERM or SIGINT.
+
+On a signal, outboxd stops fetching, lets in-flight provider calls finish
+for up to --shutdown-timeout, then cancels them. A cancelled call leaves its
+effect fired; this or another replica re-fires it with the same key.
+
+Crash recovery bound: an effect left fired by a killed process is re-fired
+after --rescue-after plus River's 30s rescuer interval plus the first retry
+delay: about 3 minutes with the defaults.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), g, c) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.HTTPAddr, "http-addr", ":8080", "address of the /healthz and /readyz endpoints (empty: none)")
+	envflag.Bind(f, "http-addr", "OUTBOXD_HTTP_ADDR")
+	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight calls may finish after a signal")
+	envflag.Bind(f, "shutdown-timeout", "OUTBOXD_SHUTDOWN_TIMEOUT")
+	f.Int32Var(&c.MaxConns, "db-max-conns", 20, "maximum Postgres connections")
+	envflag.Bind(f, "db-max-conns", "OUTBOXD_DB_MAX_CONNS")
+	f.StringToIntVar(&c.Concurrency, "concurrency", map[string]int{}, fmt.Sprintf("workers per provider queue, e.g. webhook=20 (default %d each)", sideeffects.DefaultConcurrency))
+	envflag.Bind(f, "concurrency", "OUTBOXD_CONCURRENCY")
+	f.IntVar(&c.MaxAttempts, "max-attempts", sideeffects.DefaultMaxAttempts, "fires after which an effect fails")
+	envflag.Bind(f, "max-attempts", "OUTBOXD_MAX_ATTEMPTS")
+	f.DurationVar(&c.RetryBaseDelay, "retry-base-delay", sideeffects.DefaultBaseDelay, "delay after the first failed attempt (doubles each time, jittered)")
+	envflag.Bind(f, "retry-base-delay", "OUTBOXD_RETRY_BASE_DELAY")
+	f.DurationVar(&c.RetryMaxDelay, "retry-max-delay", sideeffects.DefaultMaxDelay, "longest delay between attempts")
+	envflag.Bind(f, "retry-max-delay", "OUTBOXD_RETRY_MAX_DELAY")
+	f.DurationVar(&c.JobTimeout, "job-timeout", sideeffects.DefaultJobTimeout, "cancel an attempt running longer (must exceed provider timeouts)")
+	envflag.Bind(f, "job-timeout", "OUTBOXD_JOB_TIMEOUT")
+	f.DurationVar(&c.RescueAfter, "rescue-after", sideeffects.DefaultRescueAfter, "re-run a job whose worker vanished after this long (must exceed --job-timeout)")
+	envflag.Bind(f, "rescue-after", "OUTBOXD_RESCUE_AFTER")
+	f.StringVar(&c.WebhookSecret, "webhook-secret", "", "Standard Webhooks signing secret, whsec_<base64> (required)")
+	envflag.Bind(f, "webhook-secret", "OUTBOXD_WEBHOOK_SECRET")
+	f.DurationVar(&c.WebhookTimeout, "webhook-timeout", webhook.DefaultTimeout, "timeout of one webhook request")
+	envflag.Bind(f, "webhook-timeout", "OUTBOXD_WEBHOOK_TIMEOUT")
+	f.StringSliceVar(&c.WebhookAllowCIDRs, "webhook-allow-cidrs", nil, "non-public networks webhooks may reach, e.g. 10.0.0.0/8 (default: none)")
+	envflag.Bind(f, "webhook-allow-cidrs", "OUTBOXD_WEBHOOK_ALLOW_CIDRS")
+	f.DurationVar(&c.WebhookKeyWindow, "webhook-key-window", webhook.DefaultKeyWindow, "how long receivers remember a webhook-id; no re-fire after it")
+	envflag.Bind(f, "webhook-key-window", "OUTBOXD_WEBHOOK_KEY_WINDOW")
+	return cmd
+}
+
+// providers builds the configured providers, naming the setting at fault.
+func (c *runConfig) providers() ([]providers.Provider, error) {
+	var allowed []netip.Prefix
+	for _, s := range c.WebhookAllowCIDRs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", s)}
+		}
+		allowed = append(allowed, p.Masked())
+	}
+	wh, err := webhook.New(webhook.Config{
+		Secret:          c.WebhookSecret,
+		Timeout:         c.WebhookTimeout,
+		AllowedNetworks: allowed,
+		KeyWindow:       c.WebhookKeyWindow,
+	})
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if c.WebhookTimeout >= c.JobTimeout {
+		return nil, usageError{fmt.Errorf("--job-timeout (%s) must exceed --webhook-timeout (%s)", c.JobTimeout, c.WebhookTimeout)}
+	}
+	return []providers.Provider{wh}, nil
+}
+
+func run(ctx context.Context, g *globalConfig, c *runConfig) error {
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	provs, err := c.providers()
+	if err != nil {
+		return err
+	}
+	pool, err := connect(ctx, g.DatabaseURL, c.MaxConns)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrate.Check(ctx, pool, g.Schema); err != nil {
+		return err
+	}
+	d, err := sideeffects.NewDispatcher(pool, sideeffects.Config{
+		Schema:      g.Schema,
+		Providers:   provs,
+		Concurrency: c.Concurrency,
+		Retry:       sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
+		JobTimeout:  c.JobTimeout,
+		RescueAfter: c.RescueAfter,
+		Logger:      log,
+	})
+	if err != nil {
+		return usageError{err}
+	}
+
+	var started atomic.Bool
+	var srv *http.Server
+	if c.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", c.HTTPAddr)
+		if err != nil {
+			return usageError{fmt.Errorf("--http-addr (OUTBOXD_HTTP_ADDR) %q: %w", c.HTTPAddr, err)}
+		}
+		srv = &http.Server{Handler: healthHandler(pool, g.Schema, &started), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("health server stopped", "error", err)
+			}
+		}()
+	}
+
+	// River's own context must outlive the signal so that Stop can drain.
+	if err := d.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start dispatcher: %w", err)
+	}
+	started.Store(true)
+	names := make([]string, len(provs))
+	for i, p := range provs {
+		names[i] = p.Name()
+	}
+	log.Info("outboxd running", "schema", g.Schema, "providers", names, "http_addr", c.HTTPAddr,
+		"job_timeout", c.JobTimeout, "rescue_after", c.RescueAfter)
+
+	<-ctx.Done()
+	log.Info("signal received: draining", "timeout", c.ShutdownTimeout)
+	started.Store(false)
+	stopCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	stopErr := d.Stop(stopCtx)
+	if srv != nil {
+		_ = srv.Shutdown(context.Background())
+	}
+	if stopErr != nil {
+		return fmt.Errorf("stop dispatcher: %w", stopErr)
+	}
+	log.Info("outboxd stopped")
+	return nil
+}
+
+// healthHandler serves /healthz (the process is alive) and /readyz (the
+// database answers, migrations are applied and the dispatcher is running).
+func healthHandler(pool *pgxpool.Pool, schema string, started *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if !started.Load() {
+			http.Error(w, "dispatcher not running", http.StatusServiceUnavailable)
+			return
+		}
+		if err := pool.Ping(ctx); err != nil {
+			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		if err := migrate.Check(ctx, pool, schema); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return mux
+}
+
