@@ -210,4 +210,3 @@ func healthHandler(pool *pgxpool.Pool, schema string, started *atomic.Bool) http
 	})
 	return mux
 }
-

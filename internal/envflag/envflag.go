@@ -37,8 +37,10 @@ func Apply(cmd *cobra.Command) error {
 		if f.Changed || len(envs) == 0 {
 			return
 		}
-		v, ok := os.LookupEnv(envs[0])
-		if !ok {
+		// An empty variable counts as unset, as compose files often pass
+		// empty values through.
+		v := os.Getenv(envs[0])
+		if v == "" {
 			return
 		}
 		if err := f.Value.Set(v); err != nil {

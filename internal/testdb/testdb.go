@@ -7,9 +7,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/internal/migrate"
@@ -50,7 +53,13 @@ func NewEmpty(tb testing.TB) *DB {
 	if err != nil {
 		tb.Fatalf("testdb: connect %s: %v", URL(), err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	err = pool.Ping(ctx)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
+		createDatabase(tb, pool.Config().ConnConfig)
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
 		pool.Close()
 		tb.Fatalf("testdb: Postgres unreachable at %s (set TEST_DATABASE_URL): %v", URL(), err)
 	}
@@ -62,4 +71,23 @@ func NewEmpty(tb testing.TB) *DB {
 		pool.Close()
 	})
 	return &DB{Pool: pool, Schema: schema}
+}
+
+// createDatabase creates the test database on a fresh server, through the
+// server's maintenance database. Packages racing to create it are fine.
+func createDatabase(tb testing.TB, cc *pgx.ConnConfig) {
+	tb.Helper()
+	ctx := context.Background()
+	admin := cc.Copy()
+	admin.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, admin)
+	if err != nil {
+		tb.Fatalf("testdb: connect to create database %q: %v", cc.Database, err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{cc.Database}.Sanitize())
+	var pgErr *pgconn.PgError
+	if err != nil && !(errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505")) { // created concurrently
+		tb.Fatalf("testdb: create database %q: %v", cc.Database, err)
+	}
 }

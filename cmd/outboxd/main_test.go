@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/testdb"
+)
+
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// execute runs outboxd with args in-process and returns its output.
+func execute(ctx context.Context, args ...string) (string, error) {
+	cmd := newRootCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+func TestMigrateTwiceIsANoOp(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewEmpty(t)
+	out, err := execute(context.Background(), "migrate", "--database-url", testdb.URL(), "--schema", db.Schema)
+	require.NoError(t, err)
+	require.Contains(t, out, "applied")
+	out, err = execute(context.Background(), "migrate", "--database-url", testdb.URL(), "--schema", db.Schema)
+	require.NoError(t, err)
+	require.Contains(t, out, "up to date")
+}
+
+func TestDemoConfirmsEveryEffect(t *testing.T) {
+	t.Parallel()
+	out, err := execute(context.Background(), "demo", "--database-url", testdb.URL())
+	require.NoError(t, err, out)
+	require.Contains(t, out, "all 4 effects confirmed")
+	require.Contains(t, out, "(HTTP 500) -> pending -> fired")
+	require.Contains(t, out, "duplicate=true")
+	require.Contains(t, out, "5 requests, 5 with valid signatures, 4 distinct webhook-ids for 4 effects")
+}
+
+func TestRunRejectsBadConfiguration(t *testing.T) {
+	t.Setenv("OUTBOXD_WEBHOOK_SECRET", "")
+	cases := []struct {
+		args    []string
+		env     map[string]string
+		mention string
+	}{
+		{[]string{"run"}, nil, "OUTBOXD_WEBHOOK_SECRET"},
+		{[]string{"run", "--webhook-secret", "nope"}, nil, "whsec_"},
+		{[]string{"run", "--webhook-secret", testSecret, "--webhook-allow-cidrs", "10.0.0.0"}, nil, "OUTBOXD_WEBHOOK_ALLOW_CIDRS"},
+		{[]string{"run", "--webhook-secret", testSecret, "--job-timeout", "5s"}, nil, "--job-timeout"},
+		{[]string{"run"}, map[string]string{"OUTBOXD_JOB_TIMEOUT": "soon"}, "invalid OUTBOXD_JOB_TIMEOUT"},
+		{[]string{"run", "--log-level", "loud"}, nil, "OUTBOXD_LOG_LEVEL"},
+		{[]string{"run", "--no-such-flag"}, nil, "unknown flag"},
+		{[]string{"run", "--webhook-secret", testSecret, "--database-url", "::not a url"}, nil, "DATABASE_URL"},
+	}
+	for _, tc := range cases {
+		for k, v := range tc.env {
+			t.Setenv(k, v)
+		}
+		_, err := execute(context.Background(), tc.args...)
+		require.Error(t, err, tc.args)
+		var ue usageError
+		require.True(t, errors.As(err, &ue), "%v: want a usage error (exit 2), got %v", tc.args, err)
+		require.Contains(t, err.Error(), tc.mention, tc.args)
+		for k := range tc.env {
+			t.Setenv(k, "")
+		}
+	}
+}
+
+func TestRunRefusesUnmigratedSchema(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewEmpty(t)
+	_, err := execute(context.Background(), "run", "--database-url", testdb.URL(), "--schema", db.Schema,
+		"--webhook-secret", testSecret, "--http-addr", "")
+	require.ErrorContains(t, err, "outboxd migrate")
+}
+
+func TestRunServesHealthAndDrainsOnSignal(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := execute(ctx, "run", "--database-url", testdb.URL(), "--schema", db.Schema,
+			"--webhook-secret", testSecret, "--http-addr", addr, "--log-level", "error")
+		done <- err
+	}()
+
+	// Wait until ready, as an orchestrator's readiness probe would.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://%s/readyz", addr))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "outboxd never became ready")
+		time.Sleep(50 * time.Millisecond)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://%s/healthz", addr))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	cancel() // what SIGTERM does through signal.NotifyContext
+	require.NoError(t, <-done)
+}
+
+func TestHelpListsEveryEnvironmentVariable(t *testing.T) {
+	t.Parallel()
+	out, err := execute(context.Background(), "run", "--help")
+	require.NoError(t, err)
+	for _, env := range []string{"DATABASE_URL", "OUTBOXD_SCHEMA", "OUTBOXD_WEBHOOK_SECRET", "OUTBOXD_WEBHOOK_ALLOW_CIDRS",
+		"OUTBOXD_CONCURRENCY", "OUTBOXD_JOB_TIMEOUT", "OUTBOXD_RESCUE_AFTER", "OUTBOXD_HTTP_ADDR", "OUTBOXD_SHUTDOWN_TIMEOUT"} {
+		require.True(t, strings.Contains(out, "$"+env+"]"), "--help lacks %s", env)
+	}
+}
