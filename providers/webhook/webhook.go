@@ -25,11 +25,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -164,10 +162,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 		return providers.Result{}, providers.Permanent(fmt.Errorf("sign: %w", err))
 	}
 
-	var wrote atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteHeaderField: func(string, []string) { wrote.Store(true) },
-	})
+	ctx, wrote := providers.WatchWrites(ctx)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return providers.Result{}, providers.Permanent(fmt.Errorf("build request: %w", err))
@@ -185,15 +180,10 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	resp, err := p.client.Do(hr)
 	if err != nil {
 		var blocked *BlockedError
-		switch {
-		case errors.As(err, &blocked):
+		if errors.As(err, &blocked) {
 			return providers.Result{}, providers.Permanent(blocked)
-		case !wrote.Load():
-			// Nothing reached the wire: the receiver cannot have acted.
-			return providers.Result{}, providers.Retryable(fmt.Errorf("not sent: %w", err), 0)
-		default:
-			return providers.Result{}, providers.InDoubt(fmt.Errorf("no response: %w", err))
 		}
+		return providers.Result{}, providers.TransportError(err, wrote())
 	}
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))

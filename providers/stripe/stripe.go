@@ -1,0 +1,233 @@
+// Package stripe performs side effects at Stripe with stripe-go (v79).
+//
+// Every request carries the effect's idempotency key as Stripe's
+// Idempotency-Key, so a retry after a timeout or a crash returns the first
+// result instead of charging twice. Stripe remembers keys for 24 hours:
+// outboxd never fires a Stripe effect later than 23 hours after its first
+// attempt (KeyWindow minus KeyWindowMargin); past that the effect fails with
+// "key window expired: reconcile at provider".
+//
+// stripe-go's own network retries are turned off. Every attempt goes through
+// outboxd's retry schedule instead, so it is counted in attempts, visible to
+// operators and bounded by the key window.
+//
+// Error classes:
+//
+//   - Stripe-Should-Retry: true or false on the response decides first.
+//   - 409 (idempotency key in use), 429 and 5xx: retryable.
+//   - card_error, invalid_request_error, idempotency_error, 401, 403 and any
+//     other 4xx: permanent.
+//   - no response (timeout, reset) after the request was written: in doubt,
+//     re-sent with the same key; nothing written (DNS, refused): retryable.
+package stripe
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	stripego "github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/client"
+
+	"github.com/outboxd/outboxd/providers"
+)
+
+// Name is the provider name used in side_effects.provider and as River queue.
+const Name = "stripe"
+
+// Defaults for Config's zero values.
+const (
+	DefaultAPIBase         = "https://api.stripe.com"
+	DefaultTimeout         = 30 * time.Second
+	DefaultKeyWindow       = 24 * time.Hour
+	DefaultKeyWindowMargin = time.Hour
+)
+
+// Config configures the Stripe provider.
+type Config struct {
+	// APIKey is the secret key (sk_live_..., sk_test_..., rk_...). Required.
+	APIKey string
+	// APIBase is Stripe's API URL; set it for stripe-mock or a proxy.
+	// Default https://api.stripe.com.
+	APIBase string
+	// Timeout bounds one request. Default 30s.
+	Timeout time.Duration
+	// KeyWindow is how long Stripe remembers idempotency keys. Default 24h.
+	KeyWindow time.Duration
+	// KeyWindowMargin is kept back from KeyWindow. Default 1h.
+	KeyWindowMargin time.Duration
+	// HTTPClient overrides the HTTP client (its Timeout is left as is).
+	HTTPClient *http.Client
+}
+
+// Schema validates Stripe payloads; it is what the enqueue side needs.
+type Schema struct{}
+
+// Name implements providers.Validator.
+func (Schema) Name() string { return Name }
+
+// ValidatePayload implements providers.Validator.
+func (Schema) ValidatePayload(_ string, payload json.RawMessage) error {
+	_, err := parsePayload(payload)
+	return err
+}
+
+// Provider calls Stripe. It is safe for concurrent use.
+type Provider struct {
+	Schema
+	cfg Config
+	api *client.API
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New checks cfg and builds a provider.
+func New(cfg Config) (*Provider, error) {
+	if cfg.APIKey == "" {
+		return nil, errors.New("stripe: an API key is required (STRIPE_API_KEY)")
+	}
+	if cfg.APIBase == "" {
+		cfg.APIBase = DefaultAPIBase
+	}
+	if !strings.HasPrefix(cfg.APIBase, "http://") && !strings.HasPrefix(cfg.APIBase, "https://") {
+		return nil, fmt.Errorf("stripe: API base %q must be an http(s) URL (STRIPE_API_BASE)", cfg.APIBase)
+	}
+	cfg.APIBase = strings.TrimRight(cfg.APIBase, "/")
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.KeyWindow <= 0 {
+		cfg.KeyWindow = DefaultKeyWindow
+	}
+	if cfg.KeyWindowMargin <= 0 {
+		cfg.KeyWindowMargin = DefaultKeyWindowMargin
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: cfg.Timeout}
+	}
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	hc = &http.Client{Transport: recordingTransport{base}, Timeout: hc.Timeout, CheckRedirect: hc.CheckRedirect, Jar: hc.Jar}
+	backend := stripego.GetBackendWithConfig(stripego.APIBackend, &stripego.BackendConfig{
+		URL:               stripego.String(cfg.APIBase),
+		HTTPClient:        hc,
+		MaxNetworkRetries: stripego.Int64(0),
+		LeveledLogger:     &stripego.LeveledLogger{Level: stripego.LevelNull},
+		EnableTelemetry:   stripego.Bool(false),
+	})
+	api := client.New(cfg.APIKey, &stripego.Backends{API: backend, Connect: backend, Uploads: backend})
+	return &Provider{cfg: cfg, api: api}, nil
+}
+
+// Guarantees implements providers.Provider.
+func (p *Provider) Guarantees() providers.Guarantees {
+	return providers.Guarantees{
+		IdempotencyKeys: true,
+		KeyWindow:       p.cfg.KeyWindow,
+		KeyWindowMargin: p.cfg.KeyWindowMargin,
+		InDoubt:         providers.AtLeastOnce,
+	}
+}
+
+// Send implements providers.Provider.
+func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
+	c, err := parsePayload(req.Payload)
+	if err != nil {
+		return providers.Result{}, providers.Permanent(err)
+	}
+	ctx, wrote := providers.WatchWrites(ctx)
+	rec := &lastResponse{}
+	ctx = context.WithValue(ctx, lastResponseKey{}, rec)
+	id, resp, err := c(p.api, stripego.Params{Context: ctx, IdempotencyKey: stripego.String(req.Key)})
+	if err != nil {
+		return providers.Result{}, classify(err, rec, wrote())
+	}
+	return providers.Result{Ref: id, Replayed: resp != nil && resp.Header.Get("Idempotent-Replayed") == "true"}, nil
+}
+
+// classify sorts a failed call into outboxd's error classes.
+func classify(err error, rec *lastResponse, wrote bool) error {
+	status, header := rec.get()
+	var se *stripego.Error
+	if errors.As(err, &se) {
+		status = se.HTTPStatusCode
+		if se.LastResponse != nil {
+			header = se.LastResponse.Header
+		}
+		err = fmt.Errorf("stripe %s (HTTP %d, %s): %s", se.Type, status, se.Code, se.Msg)
+	}
+	if status == 0 {
+		return providers.TransportError(err, wrote)
+	}
+	switch header.Get("Stripe-Should-Retry") {
+	case "true":
+		return providers.Retryable(err, retryAfter(header))
+	case "false":
+		return providers.Permanent(err)
+	}
+	if se != nil {
+		switch se.Type {
+		case stripego.ErrorTypeCard, stripego.ErrorTypeInvalidRequest, stripego.ErrorTypeIdempotency:
+			if status != http.StatusConflict && status != http.StatusTooManyRequests {
+				return providers.Permanent(err)
+			}
+		}
+	}
+	switch {
+	case status == http.StatusConflict, status == http.StatusTooManyRequests, status >= 500:
+		return providers.Retryable(err, retryAfter(header))
+	case status >= 200 && status < 300:
+		// Stripe acted but the response could not be read: the object
+		// exists, and a re-send with the same key returns it.
+		return providers.InDoubt(err)
+	default:
+		return providers.Permanent(err)
+	}
+}
+
+func retryAfter(h http.Header) time.Duration {
+	if h == nil {
+		return 0
+	}
+	var secs int
+	if _, err := fmt.Sscanf(h.Get("Retry-After"), "%d", &secs); err == nil && secs > 0 {
+		return time.Duration(secs) * time.Second
+	}
+	return 0
+}
+
+// lastResponse keeps the status and headers of the response to a call, so
+// that even an error body stripe-go cannot parse is classified by status.
+type lastResponse struct {
+	mu     sync.Mutex
+	status int
+	header http.Header
+}
+
+func (r *lastResponse) get() (int, http.Header) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status, r.header
+}
+
+type lastResponseKey struct{}
+
+type recordingTransport struct{ base http.RoundTripper }
+
+func (t recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if rec, ok := req.Context().Value(lastResponseKey{}).(*lastResponse); ok && resp != nil {
+		rec.mu.Lock()
+		rec.status, rec.header = resp.StatusCode, resp.Header.Clone()
+		rec.mu.Unlock()
+	}
+	return resp, err
+}
