@@ -35,6 +35,9 @@ CREATE TABLE side_effects (
     attempts        integer NOT NULL DEFAULT 0,
     last_error      text,
     provider_ref    text,
+    -- The provider answered a re-fire from its idempotency record
+    -- (Stripe's Idempotent-Replayed): evidence the key did its job.
+    replayed        boolean NOT NULL DEFAULT false,
     next_attempt_at timestamptz,
     created_at      timestamptz NOT NULL DEFAULT now(),
     updated_at      timestamptz NOT NULL DEFAULT now(),

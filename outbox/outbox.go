@@ -16,6 +16,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -39,7 +41,7 @@ type Config struct {
 	// must be the schema outboxd migrate and outboxd run use.
 	Schema string
 	// Providers validate effect payloads by provider name. Default: the
-	// built-in providers' schemas.
+	// built-in providers' schemas (webhook, stripe, sendgrid).
 	Providers []providers.Validator
 	// MaxPayloadBytes bounds each payload. Default 256 KiB.
 	MaxPayloadBytes int
@@ -59,7 +61,7 @@ type Outbox struct {
 // New builds an Outbox.
 func New(cfg Config) (*Outbox, error) {
 	if cfg.Providers == nil {
-		cfg.Providers = []providers.Validator{webhook.Schema{}}
+		cfg.Providers = []providers.Validator{webhook.Schema{}, stripe.Schema{}, sendgrid.Schema{}}
 	}
 	if cfg.MaxPayloadBytes <= 0 {
 		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes

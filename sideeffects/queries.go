@@ -10,7 +10,7 @@ import (
 // when a Store is built, by the quoted schema name and a dot.
 
 const effectColumns = `id, source_id, kind, provider, idempotency_key, payload, state, attempts,
-	last_error, provider_ref, next_attempt_at, created_at, updated_at, fired_at, first_fired_at, confirmed_at`
+	last_error, provider_ref, replayed, next_attempt_at, created_at, updated_at, fired_at, first_fired_at, confirmed_at`
 
 const (
 	sqlInsertEvent = `
@@ -56,7 +56,7 @@ RETURNING ` + effectColumns
 	// fired -> confirmed.
 	sqlConfirm = `
 UPDATE /*schema*/side_effects
-SET state = 'confirmed', confirmed_at = now(), provider_ref = $2, last_error = NULL,
+SET state = 'confirmed', confirmed_at = now(), provider_ref = $2, replayed = $3, last_error = NULL,
 	next_attempt_at = NULL, updated_at = now()
 WHERE id = $1 AND state = 'fired'`
 

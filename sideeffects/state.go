@@ -36,6 +36,7 @@ type Effect struct {
 	Attempts       int             `db:"attempts" json:"attempts"`
 	LastError      *string         `db:"last_error" json:"last_error"`
 	ProviderRef    *string         `db:"provider_ref" json:"provider_ref"`
+	Replayed       bool            `db:"replayed" json:"replayed"`
 	NextAttemptAt  *time.Time      `db:"next_attempt_at" json:"next_attempt_at"`
 	CreatedAt      time.Time       `db:"created_at" json:"created_at"`
 	UpdatedAt      time.Time       `db:"updated_at" json:"updated_at"`

@@ -171,13 +171,14 @@ func (s *Store) Claim(ctx context.Context, db DB, id uuid.UUID, from State) (*Ef
 }
 
 // Confirm moves effect id from fired to confirmed, recording the provider's
-// reference. It reports whether the transition applied.
-func (s *Store) Confirm(ctx context.Context, db DB, id uuid.UUID, ref string) (bool, error) {
+// reference and whether it answered from its idempotency record. It reports
+// whether the transition applied.
+func (s *Store) Confirm(ctx context.Context, db DB, id uuid.UUID, ref string, replayed bool) (bool, error) {
 	var refArg *string
 	if ref != "" {
 		refArg = &ref
 	}
-	return s.exec(ctx, db, "confirm", s.q.confirm, id, refArg)
+	return s.exec(ctx, db, "confirm", s.q.confirm, id, refArg, replayed)
 }
 
 // Release moves effect id from fired back to pending after an attempt the

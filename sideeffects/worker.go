@@ -151,7 +151,7 @@ func (w *Worker) confirm(ctx context.Context, job *river.Job[DispatchArgs], e *E
 		}
 	}
 	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		if _, err := w.store.Confirm(ctx, tx, e.ID, res.Ref); err != nil {
+		if _, err := w.store.Confirm(ctx, tx, e.ID, res.Ref, res.Replayed); err != nil {
 			return err
 		}
 		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)

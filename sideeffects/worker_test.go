@@ -21,6 +21,8 @@ import (
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -55,7 +57,9 @@ func setupWorker(t *testing.T, opts workerOpts) *workerBundle {
 	}
 	p, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: allowed, Timeout: cmpOr(opts.webhookLimit, 5*time.Second)})
 	require.NoError(t, err)
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema, Providers: []providers.Validator{webhook.Schema{AllowedNetworks: loopback}}})
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema, Providers: []providers.Validator{
+		webhook.Schema{AllowedNetworks: loopback}, stripe.Schema{}, sendgrid.Schema{},
+	}})
 	require.NoError(t, err)
 	return &workerBundle{
 		db: db, ob: ob, recv: recv, store: sideeffects.NewStore(db.Schema),
@@ -101,14 +105,19 @@ func (b *workerBundle) enqueue(t *testing.T, path string) outbox.EffectResult {
 
 func (b *workerBundle) enqueueURL(t *testing.T, url string) outbox.EffectResult {
 	t.Helper()
+	return b.enqueueEffect(t, outbox.Effect{Kind: "webhook.order_paid", Provider: webhook.Name,
+		Payload: json.RawMessage(`{"url": "` + url + `", "body": {"type": "order.paid"}}`)})
+}
+
+// enqueueEffect records one event with the given effect.
+func (b *workerBundle) enqueueEffect(t *testing.T, effect outbox.Effect) outbox.EffectResult {
+	t.Helper()
 	ctx := context.Background()
 	var res *outbox.Result
 	err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
 		var err error
 		res, err = b.ob.Enqueue(ctx, tx,
-			outbox.Event{ID: uuid.New(), Type: "order.paid", Payload: json.RawMessage(`{"order": "ord_42"}`)},
-			outbox.Effect{Kind: "webhook.order_paid", Provider: webhook.Name,
-				Payload: json.RawMessage(`{"url": "` + url + `", "body": {"type": "order.paid"}}`)})
+			outbox.Event{ID: uuid.New(), Type: "order.paid", Payload: json.RawMessage(`{"order": "ord_42"}`)}, effect)
 		return err
 	})
 	require.NoError(t, err)

@@ -25,6 +25,8 @@ import (
 	"github.com/outboxd/outboxd/internal/migrate"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -52,31 +54,39 @@ type fire struct {
 	outcome string
 }
 
-// recordingProvider wraps a provider to note when each effect was fired and
-// how each attempt ended, for the demo's report.
-type recordingProvider struct {
-	providers.Provider
+// recorder notes when each effect was fired and how each attempt ended,
+// for the demo's report.
+type recorder struct {
 	mu    sync.Mutex
 	fires map[string][]fire
 }
 
-func (r *recordingProvider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
+func (r *recorder) wrap(p providers.Provider) providers.Provider {
+	return &recordingProvider{Provider: p, rec: r}
+}
+
+func (r *recorder) firesOf(id uuid.UUID) []fire {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]fire(nil), r.fires[id.String()]...)
+}
+
+type recordingProvider struct {
+	providers.Provider
+	rec *recorder
+}
+
+func (p *recordingProvider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
 	start := time.Now()
-	res, err := r.Provider.Send(ctx, req)
+	res, err := p.Provider.Send(ctx, req)
 	outcome := "ok"
 	if err != nil {
 		outcome = err.Error()
 	}
-	r.mu.Lock()
-	r.fires[req.EffectID] = append(r.fires[req.EffectID], fire{at: start, outcome: outcome})
-	r.mu.Unlock()
+	p.rec.mu.Lock()
+	p.rec.fires[req.EffectID] = append(p.rec.fires[req.EffectID], fire{at: start, outcome: outcome})
+	p.rec.mu.Unlock()
 	return res, err
-}
-
-func (r *recordingProvider) firesOf(id uuid.UUID) []fire {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]fire(nil), r.fires[id.String()]...)
 }
 
 type demoEffect struct {
@@ -120,18 +130,35 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 	if err != nil {
 		return err
 	}
-	rec := &recordingProvider{Provider: wh, fires: map[string][]fire{}}
-	ob, err := outbox.New(outbox.Config{Schema: schema, Providers: []providers.Validator{webhook.Schema{AllowedNetworks: loopback}}})
+	stripeBase, stripeWhat, stopStripe := demoStripe()
+	defer stopStripe()
+	st, err := stripe.New(stripe.Config{APIKey: "sk_test_123", APIBase: stripeBase, Timeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	sgFake := fakes.NewFakeSendGrid()
+	defer sgFake.Close()
+	sg, err := sendgrid.New(sendgrid.Config{APIKey: "SG.outboxd_demo", APIHost: sgFake.URL, Timeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	rec := &recorder{fires: map[string][]fire{}}
+	ob, err := outbox.New(outbox.Config{Schema: schema, Providers: []providers.Validator{
+		webhook.Schema{AllowedNetworks: loopback}, stripe.Schema{}, sendgrid.Schema{},
+	}})
 	if err != nil {
 		return err
 	}
 
-	fmt.Fprintf(out, "outboxd demo: schema %s, webhook receiver %s\n\n", schema, recv.URL)
+	fmt.Fprintf(out, "outboxd demo in schema %s\n", schema)
+	fmt.Fprintf(out, "  webhook:  local receiver %s, verifying every signature\n", recv.URL)
+	fmt.Fprintf(out, "  stripe:   %s\n", stripeWhat)
+	fmt.Fprintf(out, "  sendgrid: local fake SendGrid %s (SendGrid has no test server)\n\n", sgFake.URL)
 
 	// Start dispatching first, as a running outboxd would be.
 	d, err := sideeffects.NewDispatcher(pool, sideeffects.Config{
 		Schema:            schema,
-		Providers:         []providers.Provider{rec},
+		Providers:         []providers.Provider{rec.wrap(wh), rec.wrap(st), rec.wrap(sg)},
 		Retry:             sideeffects.RetryPolicy{BaseDelay: 500 * time.Millisecond},
 		FetchCooldown:     20 * time.Millisecond,
 		FetchPollInterval: 200 * time.Millisecond,
@@ -152,7 +179,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 	orders := []struct {
 		id, path string
 		amount   int
-		ledger   bool
+		capture  bool
 	}{
 		{"ord_1001", "/orders", 4200, true},
 		{"ord_1002", "/orders", 1999, false},
@@ -166,7 +193,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 				return err
 			}
 			var err error
-			res, err = ob.Enqueue(ctx, tx, orderEvent(o.id, o.amount), orderEffects(recv.URL, o.id, o.path, o.ledger)...)
+			res, err = ob.Enqueue(ctx, tx, orderEvent(o.id, o.amount), orderEffects(recv.URL, o.id, o.path, o.capture)...)
 			return err
 		})
 		if err != nil {
@@ -216,12 +243,20 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ORDER\tEFFECT\tKEY\tPATH (time since commit)")
 	confirmed := 0
+	webhooks := 0
 	for i, e := range effects {
 		f := final[i]
 		if f.State == sideeffects.StateConfirmed {
 			confirmed++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s…\t%s\n", e.order, e.Kind, e.Key[:12], path(e, f, rec.firesOf(e.ID)))
+		if f.Provider == webhook.Name {
+			webhooks++
+		}
+		ref := ""
+		if f.ProviderRef != nil {
+			ref = " ref " + *f.ProviderRef
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s…\t%s%s\n", e.order, e.Kind, e.Key[:12], path(e, f, rec.firesOf(e.ID)), ref)
 	}
 	_ = tw.Flush()
 
@@ -232,8 +267,13 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 			verified++
 		}
 	}
-	fmt.Fprintf(out, "\nreceiver: %d requests, %d with valid signatures, %d distinct webhook-ids for %d effects\n",
-		len(ds), verified, len(recv.ByID()), len(effects))
+	fmt.Fprintf(out, "\nwebhook receiver: %d requests, %d with valid signatures, %d distinct webhook-ids for %d webhook effects\n",
+		len(ds), verified, len(recv.ByID()), webhooks)
+	sgKeys := map[string]bool{}
+	for _, r := range sgFake.Requests() {
+		sgKeys[r.Key] = true
+	}
+	fmt.Fprintf(out, "sendgrid: %d mails, each carrying its effect's key in custom_args (%d distinct)\n", len(sgFake.Requests()), len(sgKeys))
 	if confirmed != len(effects) {
 		return errors.New("not every effect was confirmed")
 	}
@@ -254,19 +294,39 @@ func orderEvent(id string, amount int) outbox.Event {
 	}
 }
 
-func orderEffects(base, id, path string, ledger bool) []outbox.Effect {
+func orderEffects(base, id, path string, capture bool) []outbox.Effect {
 	body := fmt.Sprintf(`{"type": "order.paid", "order": %q}`, id)
 	effs := []outbox.Effect{{
 		Kind: "webhook.order_paid", Provider: webhook.Name,
 		Payload: json.RawMessage(fmt.Sprintf(`{"url": %q, "body": %s}`, base+path, body)),
 	}}
-	if ledger {
+	if capture {
 		effs = append(effs, outbox.Effect{
-			Kind: "webhook.ledger_entry", Provider: webhook.Name,
-			Payload: json.RawMessage(fmt.Sprintf(`{"url": %q, "body": %s}`, base+"/ledger", body)),
+			Kind: "stripe.capture", Provider: stripe.Name,
+			Payload: json.RawMessage(fmt.Sprintf(`{"operation": "payment_intent.capture", "params": {"id": "pi_%s"}}`, strings.TrimPrefix(id, "ord_"))),
+		})
+	}
+	if path == "/orders" {
+		effs = append(effs, outbox.Effect{
+			Kind: "email.receipt", Provider: sendgrid.Name,
+			Payload: json.RawMessage(fmt.Sprintf(`{"from": {"email": "shop@example.com", "name": "Shop"},
+				"to": [{"email": "customer+%s@example.com"}], "subject": "Receipt for %s", "text": "Thank you for order %s."}`, id, id, id)),
 		})
 	}
 	return effs
+}
+
+// demoStripe runs stripe-mock when it is installed, else a local fake, and
+// says which.
+func demoStripe() (base, what string, stop func()) {
+	if bin, err := fakes.FindStripeMock(); err == nil {
+		if url, stop, err := fakes.RunStripeMock(bin); err == nil {
+			return url, "stripe-mock " + url + " (Stripe's API spec and fixtures)", stop
+		}
+	}
+	f := fakes.NewFakeStripe()
+	return f.URL, "local fake Stripe " + f.URL + " (stripe-mock not installed: go install github.com/stripe/stripe-mock@" +
+		fakes.StripeMockVersion + ")", f.Close
 }
 
 // path renders an effect's transitions, e.g.
@@ -287,6 +347,9 @@ func path(e demoEffect, f *sideeffects.Effect, fires []fire) string {
 			msg := fr.outcome
 			if i := strings.Index(msg, ": "); i >= 0 {
 				msg = msg[i+2:]
+			}
+			if len(msg) > 60 {
+				msg = msg[:57] + "..."
 			}
 			fmt.Fprintf(&b, " (%s)", msg)
 			if i < len(fires)-1 {

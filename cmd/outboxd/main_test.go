@@ -44,10 +44,12 @@ func TestDemoConfirmsEveryEffect(t *testing.T) {
 	t.Parallel()
 	out, err := execute(context.Background(), "demo", "--database-url", testdb.URL())
 	require.NoError(t, err, out)
-	require.Contains(t, out, "all 4 effects confirmed")
+	require.Contains(t, out, "all 6 effects confirmed")
 	require.Contains(t, out, "(HTTP 500) -> pending -> fired")
 	require.Contains(t, out, "duplicate=true")
-	require.Contains(t, out, "5 requests, 5 with valid signatures, 4 distinct webhook-ids for 4 effects")
+	require.Contains(t, out, "4 requests, 4 with valid signatures, 3 distinct webhook-ids for 3 webhook effects")
+	require.Contains(t, out, "sendgrid: 2 mails")
+	require.Regexp(t, `stripe\.capture .* confirmed .* ref pi_1001`, out)
 }
 
 func TestRunRejectsBadConfiguration(t *testing.T) {
@@ -63,6 +65,9 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--webhook-secret", testSecret, "--job-timeout", "5s"}, nil, "--job-timeout"},
 		{[]string{"run"}, map[string]string{"OUTBOXD_JOB_TIMEOUT": "soon"}, "invalid OUTBOXD_JOB_TIMEOUT"},
 		{[]string{"run", "--log-level", "loud"}, nil, "OUTBOXD_LOG_LEVEL"},
+		{[]string{"run", "--webhook-secret", testSecret, "--in-doubt-policy", "email.x=sometimes"}, nil, "OUTBOXD_IN_DOUBT_POLICY"},
+		{[]string{"run", "--stripe-api-key", "sk_test_1", "--stripe-api-base", "api.stripe.com"}, nil, "STRIPE_API_BASE"},
+		{[]string{"run", "--sendgrid-api-key", "SG.x", "--sendgrid-timeout", "2m"}, nil, "--sendgrid-timeout"},
 		{[]string{"run", "--no-such-flag"}, nil, "unknown flag"},
 		{[]string{"run", "--webhook-secret", testSecret, "--database-url", "::not a url"}, nil, "DATABASE_URL"},
 	}
@@ -132,7 +137,8 @@ func TestHelpListsEveryEnvironmentVariable(t *testing.T) {
 	out, err := execute(context.Background(), "run", "--help")
 	require.NoError(t, err)
 	for _, env := range []string{"DATABASE_URL", "OUTBOXD_SCHEMA", "OUTBOXD_WEBHOOK_SECRET", "OUTBOXD_WEBHOOK_ALLOW_CIDRS",
-		"OUTBOXD_CONCURRENCY", "OUTBOXD_JOB_TIMEOUT", "OUTBOXD_RESCUE_AFTER", "OUTBOXD_HTTP_ADDR", "OUTBOXD_SHUTDOWN_TIMEOUT"} {
+		"OUTBOXD_CONCURRENCY", "OUTBOXD_JOB_TIMEOUT", "OUTBOXD_RESCUE_AFTER", "OUTBOXD_HTTP_ADDR", "OUTBOXD_SHUTDOWN_TIMEOUT",
+		"STRIPE_API_KEY", "STRIPE_API_BASE", "SENDGRID_API_KEY", "SENDGRID_API_HOST", "OUTBOXD_IN_DOUBT_POLICY"} {
 		require.True(t, strings.Contains(out, "$"+env+"]"), "--help lacks %s", env)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/internal/migrate"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -33,10 +35,20 @@ type runConfig struct {
 	JobTimeout     time.Duration
 	RescueAfter    time.Duration
 
+	InDoubt map[string]string
+
 	WebhookSecret     string
 	WebhookTimeout    time.Duration
 	WebhookAllowCIDRs []string
 	WebhookKeyWindow  time.Duration
+
+	StripeAPIKey  string
+	StripeAPIBase string
+	StripeTimeout time.Duration
+
+	SendGridAPIKey  string
+	SendGridAPIHost string
+	SendGridTimeout time.Duration
 }
 
 func newRunCmd(g *globalConfig) *cobra.Command {
@@ -75,7 +87,9 @@ delay: about 3 minutes with the defaults.`,
 	envflag.Bind(f, "job-timeout", "OUTBOXD_JOB_TIMEOUT")
 	f.DurationVar(&c.RescueAfter, "rescue-after", sideeffects.DefaultRescueAfter, "re-run a job whose worker vanished after this long (must exceed --job-timeout)")
 	envflag.Bind(f, "rescue-after", "OUTBOXD_RESCUE_AFTER")
-	f.StringVar(&c.WebhookSecret, "webhook-secret", "", "Standard Webhooks signing secret, whsec_<base64> (required)")
+	f.StringToStringVar(&c.InDoubt, "in-doubt-policy", map[string]string{}, "per-kind policy after an attempt of unknown outcome, e.g. email.digest=at_least_once (at_least_once re-sends, at_most_once parks as failed)")
+	envflag.Bind(f, "in-doubt-policy", "OUTBOXD_IN_DOUBT_POLICY")
+	f.StringVar(&c.WebhookSecret, "webhook-secret", "", "Standard Webhooks signing secret, whsec_<base64>; enables the webhook provider")
 	envflag.Bind(f, "webhook-secret", "OUTBOXD_WEBHOOK_SECRET")
 	f.DurationVar(&c.WebhookTimeout, "webhook-timeout", webhook.DefaultTimeout, "timeout of one webhook request")
 	envflag.Bind(f, "webhook-timeout", "OUTBOXD_WEBHOOK_TIMEOUT")
@@ -83,32 +97,85 @@ delay: about 3 minutes with the defaults.`,
 	envflag.Bind(f, "webhook-allow-cidrs", "OUTBOXD_WEBHOOK_ALLOW_CIDRS")
 	f.DurationVar(&c.WebhookKeyWindow, "webhook-key-window", webhook.DefaultKeyWindow, "how long receivers remember a webhook-id; no re-fire after it")
 	envflag.Bind(f, "webhook-key-window", "OUTBOXD_WEBHOOK_KEY_WINDOW")
+	f.StringVar(&c.StripeAPIKey, "stripe-api-key", "", "Stripe secret key; enables the stripe provider")
+	envflag.Bind(f, "stripe-api-key", "STRIPE_API_KEY")
+	f.StringVar(&c.StripeAPIBase, "stripe-api-base", stripe.DefaultAPIBase, "Stripe API URL (stripe-mock, a proxy)")
+	envflag.Bind(f, "stripe-api-base", "STRIPE_API_BASE")
+	f.DurationVar(&c.StripeTimeout, "stripe-timeout", stripe.DefaultTimeout, "timeout of one Stripe request")
+	envflag.Bind(f, "stripe-timeout", "OUTBOXD_STRIPE_TIMEOUT")
+	f.StringVar(&c.SendGridAPIKey, "sendgrid-api-key", "", "SendGrid API key; enables the sendgrid provider")
+	envflag.Bind(f, "sendgrid-api-key", "SENDGRID_API_KEY")
+	f.StringVar(&c.SendGridAPIHost, "sendgrid-api-host", sendgrid.DefaultAPIHost, "SendGrid API host (EU region, a proxy)")
+	envflag.Bind(f, "sendgrid-api-host", "SENDGRID_API_HOST")
+	f.DurationVar(&c.SendGridTimeout, "sendgrid-timeout", sendgrid.DefaultTimeout, "timeout of one SendGrid request")
+	envflag.Bind(f, "sendgrid-timeout", "OUTBOXD_SENDGRID_TIMEOUT")
 	return cmd
 }
 
 // providers builds the configured providers, naming the setting at fault.
+// A provider is enabled by its credential.
 func (c *runConfig) providers() ([]providers.Provider, error) {
-	var allowed []netip.Prefix
-	for _, s := range c.WebhookAllowCIDRs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", s)}
+	var provs []providers.Provider
+	timeouts := map[string]time.Duration{}
+	if c.WebhookSecret != "" {
+		var allowed []netip.Prefix
+		for _, s := range c.WebhookAllowCIDRs {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return nil, usageError{fmt.Errorf("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", s)}
+			}
+			allowed = append(allowed, p.Masked())
 		}
-		allowed = append(allowed, p.Masked())
+		wh, err := webhook.New(webhook.Config{
+			Secret:          c.WebhookSecret,
+			Timeout:         c.WebhookTimeout,
+			AllowedNetworks: allowed,
+			KeyWindow:       c.WebhookKeyWindow,
+		})
+		if err != nil {
+			return nil, usageError{err}
+		}
+		provs = append(provs, wh)
+		timeouts["--webhook-timeout"] = c.WebhookTimeout
 	}
-	wh, err := webhook.New(webhook.Config{
-		Secret:          c.WebhookSecret,
-		Timeout:         c.WebhookTimeout,
-		AllowedNetworks: allowed,
-		KeyWindow:       c.WebhookKeyWindow,
-	})
-	if err != nil {
-		return nil, usageError{err}
+	if c.StripeAPIKey != "" {
+		st, err := stripe.New(stripe.Config{APIKey: c.StripeAPIKey, APIBase: c.StripeAPIBase, Timeout: c.StripeTimeout})
+		if err != nil {
+			return nil, usageError{err}
+		}
+		provs = append(provs, st)
+		timeouts["--stripe-timeout"] = c.StripeTimeout
 	}
-	if c.WebhookTimeout >= c.JobTimeout {
-		return nil, usageError{fmt.Errorf("--job-timeout (%s) must exceed --webhook-timeout (%s)", c.JobTimeout, c.WebhookTimeout)}
+	if c.SendGridAPIKey != "" {
+		sg, err := sendgrid.New(sendgrid.Config{APIKey: c.SendGridAPIKey, APIHost: c.SendGridAPIHost, Timeout: c.SendGridTimeout})
+		if err != nil {
+			return nil, usageError{err}
+		}
+		provs = append(provs, sg)
+		timeouts["--sendgrid-timeout"] = c.SendGridTimeout
 	}
-	return []providers.Provider{wh}, nil
+	if len(provs) == 0 {
+		return nil, usageError{errors.New("no provider configured: set OUTBOXD_WEBHOOK_SECRET, STRIPE_API_KEY or SENDGRID_API_KEY")}
+	}
+	for flag, t := range timeouts {
+		if t >= c.JobTimeout {
+			return nil, usageError{fmt.Errorf("--job-timeout (%s) must exceed %s (%s)", c.JobTimeout, flag, t)}
+		}
+	}
+	return provs, nil
+}
+
+// inDoubt parses the per-kind in-doubt policies.
+func (c *runConfig) inDoubt() (map[string]providers.InDoubtPolicy, error) {
+	out := make(map[string]providers.InDoubtPolicy, len(c.InDoubt))
+	for kind, v := range c.InDoubt {
+		p := providers.InDoubtPolicy(v)
+		if p != providers.AtLeastOnce && p != providers.AtMostOnce {
+			return nil, usageError{fmt.Errorf("--in-doubt-policy (OUTBOXD_IN_DOUBT_POLICY): %s=%q: use at_least_once or at_most_once", kind, v)}
+		}
+		out[kind] = p
+	}
+	return out, nil
 }
 
 func run(ctx context.Context, g *globalConfig, c *runConfig) error {
@@ -117,6 +184,10 @@ func run(ctx context.Context, g *globalConfig, c *runConfig) error {
 		return err
 	}
 	provs, err := c.providers()
+	if err != nil {
+		return err
+	}
+	inDoubt, err := c.inDoubt()
 	if err != nil {
 		return err
 	}
@@ -132,6 +203,7 @@ func run(ctx context.Context, g *globalConfig, c *runConfig) error {
 		Schema:      g.Schema,
 		Providers:   provs,
 		Concurrency: c.Concurrency,
+		InDoubt:     inDoubt,
 		Retry:       sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
 		JobTimeout:  c.JobTimeout,
 		RescueAfter: c.RescueAfter,

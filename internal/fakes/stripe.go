@@ -105,54 +105,76 @@ func (f *FakeStripe) Requests() []StripeRequest {
 // StripeMockVersion is the stripe-mock release .ci/run installs.
 const StripeMockVersion = "v0.203.0"
 
-// StartStripeMock runs stripe-mock on a free loopback port for the test and
-// returns its base URL. Without the binary the test is skipped, except in CI
-// (CI set), where .ci/run installs it and its absence is a failure.
-func StartStripeMock(t testing.TB) string {
-	t.Helper()
-	bin, err := exec.LookPath("stripe-mock")
-	if err != nil {
-		gobin := filepath.Join(os.Getenv("HOME"), "go", "bin", "stripe-mock")
-		if out, gerr := exec.Command("go", "env", "GOPATH").Output(); gerr == nil {
-			gobin = filepath.Join(strings.TrimSpace(string(out)), "bin", "stripe-mock")
-		}
-		if _, serr := os.Stat(gobin); serr != nil {
-			msg := "stripe-mock not installed: go install github.com/stripe/stripe-mock@" + StripeMockVersion
-			if os.Getenv("CI") != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-		bin = gobin
+// FindStripeMock returns the path of the stripe-mock binary: on PATH or in
+// GOPATH/bin, where go install puts it.
+func FindStripeMock() (string, error) {
+	if bin, err := exec.LookPath("stripe-mock"); err == nil {
+		return bin, nil
 	}
+	gopath := filepath.Join(os.Getenv("HOME"), "go")
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		gopath = strings.TrimSpace(string(out))
+	}
+	bin := filepath.Join(gopath, "bin", "stripe-mock")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("stripe-mock not installed: go install github.com/stripe/stripe-mock@%s", StripeMockVersion)
+	}
+	return bin, nil
+}
+
+// RunStripeMock starts stripe-mock on a free loopback port and returns its
+// base URL and a func that stops it.
+func RunStripeMock(bin string) (string, func(), error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "-http-addr", "127.0.0.1:")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		cancel()
-		t.Fatal(err)
+		return "", nil, err
 	}
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
 		cancel()
-		t.Fatalf("start stripe-mock: %v", err)
+		return "", nil, fmt.Errorf("start stripe-mock: %w", err)
 	}
-	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
-
+	stop := func() { cancel(); _ = cmd.Wait() }
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if a, ok := strings.CutPrefix(sc.Text(), "Listening for HTTP at address: "); ok {
-				addr <- a
+				select {
+				case addr <- a:
+				default:
+				}
 			}
 		}
 	}()
 	select {
 	case a := <-addr:
-		return "http://" + a
+		return "http://" + a, stop, nil
 	case <-time.After(30 * time.Second):
-		t.Fatal("stripe-mock did not start listening within 30s")
-		return ""
+		stop()
+		return "", nil, fmt.Errorf("stripe-mock did not start listening within 30s")
 	}
+}
+
+// StartStripeMock runs stripe-mock for the test and returns its base URL.
+// Without the binary the test is skipped, except in CI (CI set), where
+// .ci/run installs it and its absence is a failure.
+func StartStripeMock(t testing.TB) string {
+	t.Helper()
+	bin, err := FindStripeMock()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	url, stop, err := RunStripeMock(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return url
 }

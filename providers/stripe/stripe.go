@@ -148,7 +148,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	ctx = context.WithValue(ctx, lastResponseKey{}, rec)
 	id, resp, err := c(p.api, stripego.Params{Context: ctx, IdempotencyKey: stripego.String(req.Key)})
 	if err != nil {
-		return providers.Result{}, classify(err, rec, wrote())
+		return providers.Result{}, classify(redact(err, p.cfg.APIKey), rec, wrote())
 	}
 	return providers.Result{Ref: id, Replayed: resp != nil && resp.Header.Get("Idempotent-Replayed") == "true"}, nil
 }
@@ -162,7 +162,11 @@ func classify(err error, rec *lastResponse, wrote bool) error {
 		if se.LastResponse != nil {
 			header = se.LastResponse.Header
 		}
-		err = fmt.Errorf("stripe %s (HTTP %d, %s): %s", se.Type, status, se.Code, se.Msg)
+		code := ""
+		if se.Code != "" {
+			code = " " + string(se.Code)
+		}
+		err = fmt.Errorf("stripe %s%s (HTTP %d): %s", se.Type, code, status, se.Msg)
 	}
 	if status == 0 {
 		return providers.TransportError(err, wrote)
@@ -191,6 +195,20 @@ func classify(err error, rec *lastResponse, wrote bool) error {
 	default:
 		return providers.Permanent(err)
 	}
+}
+
+// redact keeps the API key out of error messages, which end up in logs
+// and last_error (some servers echo the Authorization header back).
+func redact(err error, apiKey string) error {
+	var se *stripego.Error
+	if errors.As(err, &se) {
+		se.Msg = strings.ReplaceAll(se.Msg, apiKey, "[redacted]")
+		return err
+	}
+	if strings.Contains(err.Error(), apiKey) {
+		return errors.New(strings.ReplaceAll(err.Error(), apiKey, "[redacted]"))
+	}
+	return err
 }
 
 func retryAfter(h http.Header) time.Duration {

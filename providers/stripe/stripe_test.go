@@ -187,3 +187,22 @@ func TestNewRequiresKey(t *testing.T) {
 	_, err = stripe.New(stripe.Config{APIKey: "sk_test_1", APIBase: "ftp://x"})
 	require.ErrorContains(t, err, "STRIPE_API_BASE")
 }
+
+func TestAPIKeyNeverInErrors(t *testing.T) {
+	t.Parallel()
+	f := fakes.NewFakeStripe()
+	defer f.Close()
+	f.Respond("/v1/refunds", func(w http.ResponseWriter, r *http.Request) int {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(401)
+		_, _ = w.Write([]byte(`{"error": {"type": "invalid_request_error", "message": "Invalid API Key provided: ` +
+			strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ") + `"}}`))
+		return 401
+	})
+	p, err := stripe.New(stripe.Config{APIKey: "sk_test_supersecret", APIBase: f.URL})
+	require.NoError(t, err)
+	_, err = p.Send(context.Background(), req(operationPayloads["refund.create"].payload))
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "sk_test_supersecret")
+	require.Contains(t, err.Error(), "[redacted]")
+}
