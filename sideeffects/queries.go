@@ -80,11 +80,171 @@ SET state = 'failed', last_error = $2, next_attempt_at = NULL, updated_at = now(
 WHERE id = $1 AND state IN ('pending', 'fired')`
 )
 
+// Operator transitions: each locks the row, checks the state it leaves from
+// and returns the row as it was, for the audit trail.
+const (
+	// pending|fired|failed -> cancelled.
+	sqlCancel = `
+WITH before AS (
+	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+	WHERE id = $1 AND state IN ('pending', 'fired', 'failed') FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
+SET state = 'cancelled', next_attempt_at = NULL, updated_at = now()
+FROM before WHERE e.id = before.id
+RETURNING ` + beforeColumns
+
+	// failed|cancelled (and, when $2, fired) -> pending: a fresh round of
+	// attempts and a fresh key window, with the same key.
+	sqlRedrive = `
+WITH before AS (
+	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+	WHERE id = $1 AND (state IN ('failed', 'cancelled') OR (state = 'fired' AND $2::boolean)) FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
+SET state = 'pending', attempts = 0, first_fired_at = NULL, next_attempt_at = NULL, updated_at = now()
+FROM before WHERE e.id = before.id
+RETURNING ` + beforeColumns
+
+	// any but confirmed -> confirmed, by hand after checking the provider.
+	sqlResolveConfirmed = `
+WITH before AS (
+	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+	WHERE id = $1 AND state IN ('pending', 'fired', 'failed', 'cancelled') FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
+SET state = 'confirmed', provider_ref = $2, confirmed_at = now(), next_attempt_at = NULL, updated_at = now()
+FROM before WHERE e.id = before.id
+RETURNING ` + beforeColumns
+
+	sqlInsertAudit = `
+INSERT INTO /*schema*/side_effect_audit (effect_id, action, actor, reason, from_state, to_state, details)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
+
+	sqlListAudit = `
+SELECT id, effect_id, action, actor, reason, from_state, to_state, details, created_at
+FROM /*schema*/side_effect_audit WHERE effect_id = $1 ORDER BY id`
+)
+
+const beforeColumns = `before.id, before.source_id, before.kind, before.provider, before.idempotency_key, before.payload,
+	before.state, before.attempts, before.last_error, before.provider_ref, before.replayed, before.next_attempt_at,
+	before.created_at, before.updated_at, before.fired_at, before.first_fired_at, before.confirmed_at`
+
+// Inspection: what operators and the stuck/stats commands read.
+const (
+	// Filters are NULL when unset. Newest first; ($7, $8) is the keyset
+	// cursor (created_at, id) of the last row of the previous page.
+	sqlListEffects = `
+SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+WHERE ($1::text[] IS NULL OR state = ANY($1))
+	AND ($2::text IS NULL OR kind = $2)
+	AND ($3::text IS NULL OR provider = $3)
+	AND ($4::uuid IS NULL OR source_id = $4)
+	AND ($5::timestamptz IS NULL OR created_at >= $5)
+	AND ($6::timestamptz IS NULL OR created_at < $6)
+	AND ($7::timestamptz IS NULL OR (created_at, id) < ($7, $8::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT $9`
+
+	// Live effects not updated since $1, and failed ones, with their newest
+	// live River job if any. The state predicates match the partial indexes.
+	sqlStuck = `
+SELECT ` + effectColumnsE + `, j.id, j.state, j.scheduled_at
+FROM /*schema*/side_effects e
+LEFT JOIN LATERAL (
+	SELECT id, state::text, scheduled_at FROM /*schema*/river_job
+	WHERE kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', e.id)
+		AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+	ORDER BY id DESC LIMIT 1
+) j ON true
+WHERE (e.state IN ('pending', 'fired') AND e.updated_at < $1)
+	OR (e.state = 'failed' AND e.updated_at < $1)
+ORDER BY e.updated_at
+LIMIT $2`
+
+	sqlEventOf = `
+SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at
+FROM /*schema*/outbox_events WHERE id = $1`
+
+	sqlJobsOf = `
+SELECT id, state::text, queue, attempt, max_attempts, created_at, scheduled_at, finalized_at, errors
+FROM /*schema*/river_job
+WHERE kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', $1::uuid)
+ORDER BY id`
+
+	// Counts of live and failed effects come from the partial indexes;
+	// confirmed and cancelled ones are counted over the window ($1), through
+	// the terminal index (a confirmed row's updated_at is its confirmed_at).
+	sqlStatsCounts = `
+SELECT state, kind, count(*) FROM /*schema*/side_effects
+WHERE state IN ('pending', 'fired', 'failed')
+GROUP BY state, kind
+UNION ALL
+SELECT state, kind, count(*) FROM /*schema*/side_effects
+WHERE state IN ('confirmed', 'cancelled') AND updated_at >= $1
+GROUP BY state, kind
+ORDER BY 1, 2`
+
+	sqlStatsOldest = `
+SELECT
+	(SELECT min(created_at) FROM /*schema*/side_effects WHERE state = 'pending'),
+	(SELECT min(fired_at) FROM /*schema*/side_effects WHERE state = 'fired')`
+
+	sqlStatsAttempts = `
+SELECT CASE WHEN attempts <= 3 THEN attempts::text WHEN attempts <= 5 THEN '4-5'
+	WHEN attempts <= 10 THEN '6-10' ELSE '>10' END AS bucket, count(*)
+FROM /*schema*/side_effects
+WHERE state = 'confirmed' AND updated_at >= $1
+GROUP BY 1 ORDER BY min(attempts)`
+
+	sqlStatsLatency = `
+SELECT count(*),
+	coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM confirmed_at - created_at)), 0),
+	coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM confirmed_at - created_at)), 0),
+	coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM confirmed_at - created_at)), 0)
+FROM /*schema*/side_effects
+WHERE state = 'confirmed' AND updated_at >= $1`
+
+	// Purge: terminal effects older than $1, in batches of $2; then events
+	// older than $1 left without effects.
+	sqlPurgeCount = `
+SELECT count(*) FROM /*schema*/side_effects
+WHERE state IN ('confirmed', 'failed', 'cancelled') AND updated_at < $1`
+
+	sqlPurgeEffects = `
+DELETE FROM /*schema*/side_effects WHERE id IN (
+	SELECT id FROM /*schema*/side_effects
+	WHERE state IN ('confirmed', 'failed', 'cancelled') AND updated_at < $1
+	LIMIT $2)`
+
+	// Events the purge would leave without effects.
+	sqlPurgeEventsCount = `
+SELECT count(*) FROM /*schema*/outbox_events ev
+WHERE ev.created_at < $1 AND NOT EXISTS (
+	SELECT 1 FROM /*schema*/side_effects e
+	WHERE e.source_id = ev.id AND NOT (e.state IN ('confirmed', 'failed', 'cancelled') AND e.updated_at < $1))`
+
+	sqlPurgeEvents = `
+DELETE FROM /*schema*/outbox_events WHERE id IN (
+	SELECT ev.id FROM /*schema*/outbox_events ev
+	WHERE ev.created_at < $1 AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = ev.id)
+	LIMIT $2)`
+)
+
+const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key, e.payload, e.state, e.attempts,
+	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at`
+
 // queries holds the statements with the schema filled in.
 type queries struct {
 	insertEvent, eventMatches, insertEffects, compareEffects string
 	getEffect, getEffectByKey                                string
 	claim, confirm, release, recordInDoubt, fail             string
+
+	cancel, redrive, resolveConfirmed, insertAudit, listAudit string
+
+	listEffects, stuck, eventOf, jobsOf                     string
+	statsCounts, statsOldest, statsAttempts, statsLatency   string
+	purgeCount, purgeEffects, purgeEventsCount, purgeEvents string
 }
 
 func newQueries(schema string) queries {
@@ -105,5 +265,24 @@ func newQueries(schema string) queries {
 		release:        r.Replace(sqlRelease),
 		recordInDoubt:  r.Replace(sqlRecordInDoubt),
 		fail:           r.Replace(sqlFail),
+
+		cancel:           r.Replace(sqlCancel),
+		redrive:          r.Replace(sqlRedrive),
+		resolveConfirmed: r.Replace(sqlResolveConfirmed),
+		insertAudit:      r.Replace(sqlInsertAudit),
+		listAudit:        r.Replace(sqlListAudit),
+
+		listEffects:      r.Replace(sqlListEffects),
+		stuck:            r.Replace(sqlStuck),
+		eventOf:          r.Replace(sqlEventOf),
+		jobsOf:           r.Replace(sqlJobsOf),
+		statsCounts:      r.Replace(sqlStatsCounts),
+		statsOldest:      r.Replace(sqlStatsOldest),
+		statsAttempts:    r.Replace(sqlStatsAttempts),
+		statsLatency:     r.Replace(sqlStatsLatency),
+		purgeCount:       r.Replace(sqlPurgeCount),
+		purgeEffects:     r.Replace(sqlPurgeEffects),
+		purgeEventsCount: r.Replace(sqlPurgeEventsCount),
+		purgeEvents:      r.Replace(sqlPurgeEvents),
 	}
 }

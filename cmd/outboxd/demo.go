@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/migrate"
 	"github.com/outboxd/outboxd/outbox"
@@ -96,7 +97,7 @@ type demoEffect struct {
 }
 
 func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error {
-	pool, err := connect(ctx, g.DatabaseURL, 10)
+	pool, err := cli.Connect(ctx, g.DatabaseURL, 10)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -21,14 +20,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/envflag"
 )
-
-// DefaultDatabaseURL is the local Postgres a newcomer has.
-const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-
-// usageError marks a mistake in how the command was invoked (exit 2).
-type usageError struct{ error }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -36,11 +30,7 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "outboxd:", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+		os.Exit(cli.ExitCode(err))
 	}
 }
 
@@ -61,14 +51,14 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := envflag.Apply(cmd); err != nil {
-				return usageError{err}
+				return cli.UsageError{Err: err}
 			}
 			return nil
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.UsageError{Err: err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.DatabaseURL, "database-url", DefaultDatabaseURL, "Postgres connection URL")
+	pf.StringVar(&g.DatabaseURL, "database-url", cli.DefaultDatabaseURL, "Postgres connection URL")
 	envflag.Bind(pf, "database-url", "DATABASE_URL")
 	pf.StringVar(&g.Schema, "schema", "public", "Postgres schema of outboxd's and River's tables")
 	envflag.Bind(pf, "schema", "OUTBOXD_SCHEMA")
@@ -85,7 +75,7 @@ func newRootCmd() *cobra.Command {
 func (g *globalConfig) logger() (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.LogLevel)); err != nil {
-		return nil, usageError{fmt.Errorf("--log-level (OUTBOXD_LOG_LEVEL): %q is not debug, info, warn or error", g.LogLevel)}
+		return nil, cli.Usagef("--log-level (OUTBOXD_LOG_LEVEL): %q is not debug, info, warn or error", g.LogLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(g.LogFormat) {
@@ -94,6 +84,6 @@ func (g *globalConfig) logger() (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	default:
-		return nil, usageError{fmt.Errorf("--log-format (OUTBOXD_LOG_FORMAT): %q is not text or json", g.LogFormat)}
+		return nil, cli.Usagef("--log-format (OUTBOXD_LOG_FORMAT): %q is not text or json", g.LogFormat)
 	}
 }

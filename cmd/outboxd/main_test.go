@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/testdb"
 )
 
@@ -77,7 +78,7 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		}
 		_, err := execute(context.Background(), tc.args...)
 		require.Error(t, err, tc.args)
-		var ue usageError
+		var ue cli.UsageError
 		require.True(t, errors.As(err, &ue), "%v: want a usage error (exit 2), got %v", tc.args, err)
 		require.Contains(t, err.Error(), tc.mention, tc.args)
 		for k := range tc.env {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/migrate"
 )
 
@@ -15,7 +16,7 @@ func newMigrateCmd(g *globalConfig) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			pool, err := connect(ctx, g.DatabaseURL, 4)
+			pool, err := cli.Connect(ctx, g.DatabaseURL, 4)
 			if err != nil {
 				return err
 			}

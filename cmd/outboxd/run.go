@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/internal/migrate"
 	"github.com/outboxd/outboxd/providers"
@@ -122,7 +123,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 		for _, s := range c.WebhookAllowCIDRs {
 			p, err := netip.ParsePrefix(s)
 			if err != nil {
-				return nil, usageError{fmt.Errorf("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", s)}
+				return nil, cli.Usagef("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", s)
 			}
 			allowed = append(allowed, p.Masked())
 		}
@@ -133,7 +134,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 			KeyWindow:       c.WebhookKeyWindow,
 		})
 		if err != nil {
-			return nil, usageError{err}
+			return nil, cli.UsageError{Err: err}
 		}
 		provs = append(provs, wh)
 		timeouts["--webhook-timeout"] = c.WebhookTimeout
@@ -141,7 +142,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 	if c.StripeAPIKey != "" {
 		st, err := stripe.New(stripe.Config{APIKey: c.StripeAPIKey, APIBase: c.StripeAPIBase, Timeout: c.StripeTimeout})
 		if err != nil {
-			return nil, usageError{err}
+			return nil, cli.UsageError{Err: err}
 		}
 		provs = append(provs, st)
 		timeouts["--stripe-timeout"] = c.StripeTimeout
@@ -149,17 +150,17 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 	if c.SendGridAPIKey != "" {
 		sg, err := sendgrid.New(sendgrid.Config{APIKey: c.SendGridAPIKey, APIHost: c.SendGridAPIHost, Timeout: c.SendGridTimeout})
 		if err != nil {
-			return nil, usageError{err}
+			return nil, cli.UsageError{Err: err}
 		}
 		provs = append(provs, sg)
 		timeouts["--sendgrid-timeout"] = c.SendGridTimeout
 	}
 	if len(provs) == 0 {
-		return nil, usageError{errors.New("no provider configured: set OUTBOXD_WEBHOOK_SECRET, STRIPE_API_KEY or SENDGRID_API_KEY")}
+		return nil, cli.UsageError{Err: errors.New("no provider configured: set OUTBOXD_WEBHOOK_SECRET, STRIPE_API_KEY or SENDGRID_API_KEY")}
 	}
 	for flag, t := range timeouts {
 		if t >= c.JobTimeout {
-			return nil, usageError{fmt.Errorf("--job-timeout (%s) must exceed %s (%s)", c.JobTimeout, flag, t)}
+			return nil, cli.Usagef("--job-timeout (%s) must exceed %s (%s)", c.JobTimeout, flag, t)
 		}
 	}
 	return provs, nil
@@ -171,7 +172,7 @@ func (c *runConfig) inDoubt() (map[string]providers.InDoubtPolicy, error) {
 	for kind, v := range c.InDoubt {
 		p := providers.InDoubtPolicy(v)
 		if p != providers.AtLeastOnce && p != providers.AtMostOnce {
-			return nil, usageError{fmt.Errorf("--in-doubt-policy (OUTBOXD_IN_DOUBT_POLICY): %s=%q: use at_least_once or at_most_once", kind, v)}
+			return nil, cli.Usagef("--in-doubt-policy (OUTBOXD_IN_DOUBT_POLICY): %s=%q: use at_least_once or at_most_once", kind, v)
 		}
 		out[kind] = p
 	}
@@ -191,7 +192,7 @@ func run(ctx context.Context, g *globalConfig, c *runConfig) error {
 	if err != nil {
 		return err
 	}
-	pool, err := connect(ctx, g.DatabaseURL, c.MaxConns)
+	pool, err := cli.Connect(ctx, g.DatabaseURL, c.MaxConns)
 	if err != nil {
 		return err
 	}
@@ -210,7 +211,7 @@ func run(ctx context.Context, g *globalConfig, c *runConfig) error {
 		Logger:      log,
 	})
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 
 	var started atomic.Bool
@@ -218,7 +219,7 @@ func run(ctx context.Context, g *globalConfig, c *runConfig) error {
 	if c.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", c.HTTPAddr)
 		if err != nil {
-			return usageError{fmt.Errorf("--http-addr (OUTBOXD_HTTP_ADDR) %q: %w", c.HTTPAddr, err)}
+			return cli.Usagef("--http-addr (OUTBOXD_HTTP_ADDR) %q: %w", c.HTTPAddr, err)
 		}
 		srv = &http.Server{Handler: healthHandler(pool, g.Schema, &started), ReadHeaderTimeout: 5 * time.Second}
 		go func() {

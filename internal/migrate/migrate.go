@@ -78,7 +78,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) (Result, error) 
 }
 
 // ErrNotMigrated reports a schema whose migrations are missing or behind.
-var ErrNotMigrated = errors.New("migrations not applied: run `outboxd migrate`")
+var ErrNotMigrated = errors.New("migrations not applied: run `outboxd migrate` (or `outboxctl migrate`)")
 
 // Check reports ErrNotMigrated unless both River's and outboxd's migrations
 // are fully applied to schema.

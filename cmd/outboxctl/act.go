@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/migrate"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+// actFlags are shared by retry and cancel.
+type actFlags struct {
+	filterFlags
+	reason string
+	dryRun bool
+	yes    bool
+	force  bool
+}
+
+// targets resolves explicit ids, or the filter, into effect ids.
+func (a *app) targets(ctx context.Context, args []string, f *actFlags, defaultStates []sideeffects.State) ([]uuid.UUID, bool, error) {
+	if len(args) > 0 && f.set() {
+		return nil, false, cli.Usagef("give effect ids or filters (--state, --kind, ...), not both")
+	}
+	if len(args) == 0 && !f.set() {
+		return nil, false, cli.Usagef("give effect ids (or idempotency keys), or filters such as --state failed --kind email.receipt")
+	}
+	if f.reason == "" {
+		return nil, false, cli.Usagef("--reason is required: it is recorded in the audit trail")
+	}
+	if err := a.open(ctx); err != nil {
+		return nil, false, err
+	}
+	if len(args) > 0 {
+		ids := make([]uuid.UUID, 0, len(args))
+		for _, ref := range args {
+			e, err := a.resolve(ctx, ref)
+			if err != nil {
+				return nil, false, err
+			}
+			ids = append(ids, e.ID)
+		}
+		return ids, len(ids) > 1, nil
+	}
+	filter, err := f.filter()
+	if err != nil {
+		return nil, false, err
+	}
+	if len(filter.States) == 0 {
+		filter.States = defaultStates
+	}
+	effects, err := a.store().List(ctx, a.pool, filter)
+	if err != nil {
+		return nil, false, err
+	}
+	ids := make([]uuid.UUID, len(effects))
+	for i, e := range effects {
+		ids[i] = e.ID
+	}
+	return ids, true, nil
+}
+
+func newRetryCmd(a *app) *cobra.Command {
+	var f actFlags
+	cmd := &cobra.Command{
+		Use:   "retry [effect id | key ...]",
+		Short: "Move failed or cancelled effects back to pending with a new River job (same key)",
+		Long: `Move failed or cancelled effects back to pending, with a fresh attempt count
+and key window, and insert a River job for each. The idempotency key never
+changes, so a provider that still remembers it will not act twice.
+
+With --force, fired effects are moved too (a call may still be in flight: use
+it for effects stuck beyond the crash-recovery bound). When an effect's key
+window has passed, the provider may have forgotten the key: check the
+provider first; retry warns.
+
+Select effects by id, or by filters (default --state failed).`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			ids, bulk, err := a.targets(ctx, args, &f, []sideeffects.State{sideeffects.StateFailed})
+			if err != nil {
+				return err
+			}
+			if bulk && !f.dryRun {
+				if err := a.confirmBulk(cmd.ErrOrStderr(), "retry", len(ids), f.yes); err != nil {
+					return err
+				}
+			}
+			changes, err := a.op.Retry(ctx, ids, a.opts(&f))
+			if err != nil {
+				return err
+			}
+			return a.report(cmd.OutOrStdout(), changes, f.dryRun, !bulk)
+		},
+	}
+	f.add(cmd, 100)
+	addActFlags(cmd, &f)
+	cmd.Flags().BoolVar(&f.force, "force", false, "also move fired effects (a call may be in flight)")
+	return cmd
+}
+
+func newCancelCmd(a *app) *cobra.Command {
+	var f actFlags
+	cmd := &cobra.Command{
+		Use:   "cancel [effect id | key ...]",
+		Short: "Cancel pending, fired or failed effects: no worker fires them again",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			ids, bulk, err := a.targets(ctx, args, &f, []sideeffects.State{sideeffects.StatePending, sideeffects.StateFired, sideeffects.StateFailed})
+			if err != nil {
+				return err
+			}
+			if bulk && !f.dryRun {
+				if err := a.confirmBulk(cmd.ErrOrStderr(), "cancel", len(ids), f.yes); err != nil {
+					return err
+				}
+			}
+			changes, err := a.op.Cancel(ctx, ids, a.opts(&f))
+			if err != nil {
+				return err
+			}
+			return a.report(cmd.OutOrStdout(), changes, f.dryRun, !bulk)
+		},
+	}
+	f.add(cmd, 100)
+	addActFlags(cmd, &f)
+	return cmd
+}
+
+func addActFlags(cmd *cobra.Command, f *actFlags) {
+	cmd.Flags().StringVar(&f.reason, "reason", "", "why, for the audit trail (required)")
+	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "show what would change; change nothing")
+	cmd.Flags().BoolVar(&f.yes, "yes", false, "do not ask before changing several effects")
+}
+
+func (a *app) opts(f *actFlags) sideeffects.ActionOpts {
+	return sideeffects.ActionOpts{Actor: a.actor(), Reason: f.reason, DryRun: f.dryRun, Force: f.force}
+}
+
+// report prints the changes. When the operator named the effects, one that
+// could not be changed makes the command fail.
+func (a *app) report(out io.Writer, changes []sideeffects.Change, dryRun, strict bool) error {
+	if a.JSON {
+		if err := printJSON(out, changes); err != nil {
+			return err
+		}
+	} else {
+		tw := table(out)
+		fmt.Fprintln(tw, "ID\tKIND\tFROM\tTO\tRESULT\tWARNING")
+		for _, c := range changes {
+			result := "done"
+			switch {
+			case !c.Applied:
+				result = "skipped: " + c.Skipped
+			case dryRun:
+				result = "would change (dry run)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Effect.ID, c.Effect.Kind, c.From, c.To, result, c.Warning)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	skipped := 0
+	for _, c := range changes {
+		if !c.Applied {
+			skipped++
+		}
+	}
+	if strict && skipped > 0 {
+		return fmt.Errorf("%d of %d effects not changed (see RESULT)", skipped, len(changes))
+	}
+	return nil
+}
+
+func newConfirmCmd(a *app) *cobra.Command {
+	var ref, reason string
+	cmd := &cobra.Command{
+		Use:   "confirm <effect id | key> --ref REF --reason TEXT",
+		Short: "Record by hand that an effect was performed, after checking the provider",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if ref == "" || reason == "" {
+				return cli.Usagef("--ref (the provider's id for what it did) and --reason are both required")
+			}
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			e, err := a.resolve(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			ch, err := a.op.Confirm(ctx, e.ID, sideeffects.ActionOpts{Actor: a.actor(), Reason: reason, Ref: ref})
+			if err != nil {
+				return err
+			}
+			return a.report(cmd.OutOrStdout(), []sideeffects.Change{ch}, false, true)
+		},
+	}
+	cmd.Flags().StringVar(&ref, "ref", "", "the provider's reference, e.g. re_3Pabc or a SendGrid message id")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit trail")
+	return cmd
+}
+
+// MinPurgeAge keeps purges from deleting effects whose key a provider may
+// still remember: a replayed command would then create a new effect.
+const MinPurgeAge = 24 * time.Hour
+
+func newPurgeCmd(a *app) *cobra.Command {
+	var olderThan time.Duration
+	var dryRun, yes, force bool
+	cmd := &cobra.Command{
+		Use:   "purge --older-than D",
+		Short: "Delete confirmed, failed and cancelled effects (never pending or fired)",
+		Long: `Delete terminal effects (confirmed, failed, cancelled) last changed more than
+--older-than ago, with their audit rows, and events left without effects.
+Pending and fired effects are never touched.
+
+A purged effect no longer deduplicates: the same event enqueued again
+creates it anew. --older-than below 24h (Stripe's key window) needs --force.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if olderThan <= 0 {
+				return cli.Usagef("--older-than is required, e.g. --older-than 720h")
+			}
+			if olderThan < MinPurgeAge && !force {
+				return cli.Usagef("--older-than %s is inside the providers' key windows (%s): pass --force if you mean it", olderThan, MinPurgeAge)
+			}
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			cutoff := time.Now().Add(-olderThan)
+			would, err := a.store().Purge(ctx, a.pool, cutoff, true)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if dryRun {
+				if a.JSON {
+					return printJSON(out, map[string]any{"dry_run": true, "would_delete": would})
+				}
+				fmt.Fprintf(out, "dry run: would delete %d effects and %d events last changed before %s\n", would.Effects, would.Events, cutoff.UTC().Format(time.RFC3339))
+				return nil
+			}
+			if err := a.confirmBulk(cmd.ErrOrStderr(), "delete", int(would.Effects+would.Events), yes); err != nil {
+				return err
+			}
+			res, err := a.store().Purge(ctx, a.pool, cutoff, false)
+			if err != nil {
+				return err
+			}
+			if a.JSON {
+				return printJSON(out, map[string]any{"deleted": res})
+			}
+			fmt.Fprintf(out, "deleted %d effects and %d events last changed before %s\n", res.Effects, res.Events, cutoff.UTC().Format(time.RFC3339))
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "delete terminal effects last changed before this long ago (required)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted; delete nothing")
+	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask before deleting")
+	cmd.Flags().BoolVar(&force, "force", false, "allow --older-than below 24h")
+	return cmd
+}
+
+func newMigrateCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply River's and outboxd's migrations to the schema (safe to repeat)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			pool, err := cli.Connect(ctx, a.DatabaseURL, 4)
+			if err != nil {
+				return err
+			}
+			a.pool = pool
+			res, err := migrate.Up(ctx, pool, a.Schema)
+			if err != nil {
+				return err
+			}
+			if res == (migrate.Result{}) {
+				fmt.Fprintf(cmd.OutOrStdout(), "schema %q is up to date\n", a.Schema)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "schema %q: applied %d River and %d outboxd migrations\n", a.Schema, res.RiverApplied, res.OutboxApplied)
+			return nil
+		},
+	}
+}

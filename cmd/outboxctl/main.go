@@ -1,0 +1,199 @@
+// Command outboxctl is the operator's view of outboxd: find stuck and failed
+// side effects, see why, and redrive, cancel or resolve them by hand, with
+// every action recorded in an audit trail.
+//
+//	outboxctl stuck | list | show | stats        read (tables, or --json)
+//	outboxctl retry | cancel | confirm | purge   act (--dry-run, audited)
+//	outboxctl migrate
+//
+// Exit status: 0 success, 1 operational error, 2 usage error.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"os/user"
+	"regexp"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/envflag"
+	"github.com/outboxd/outboxd/internal/migrate"
+	"github.com/outboxd/outboxd/providers/stripe"
+	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := newRootCmd(os.Stdin).ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "outboxctl:", err)
+		os.Exit(cli.ExitCode(err))
+	}
+}
+
+// app holds the global settings and what commands share.
+type app struct {
+	DatabaseURL string
+	Schema      string
+	JSON        bool
+	Actor       string
+	stdin       io.Reader
+
+	pool *pgxpool.Pool
+	op   *sideeffects.Operator
+}
+
+func newRootCmd(stdin io.Reader) *cobra.Command {
+	a := &app{stdin: stdin}
+	root := &cobra.Command{
+		Use:           "outboxctl",
+		Short:         "Inspect and repair outboxd side effects",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := envflag.Apply(cmd); err != nil {
+				return cli.UsageError{Err: err}
+			}
+			return nil
+		},
+		PersistentPostRun: func(*cobra.Command, []string) {
+			if a.pool != nil {
+				a.pool.Close()
+			}
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.UsageError{Err: err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.DatabaseURL, "database-url", cli.DefaultDatabaseURL, "Postgres connection URL")
+	envflag.Bind(pf, "database-url", "DATABASE_URL")
+	pf.StringVar(&a.Schema, "schema", "public", "Postgres schema of outboxd's and River's tables")
+	envflag.Bind(pf, "schema", "OUTBOXD_SCHEMA")
+	pf.BoolVar(&a.JSON, "json", false, "print JSON instead of a table")
+	pf.StringVar(&a.Actor, "actor", "", "who acts, for the audit trail (default: the OS user)")
+	envflag.Bind(pf, "actor", "OUTBOXCTL_ACTOR")
+
+	root.AddCommand(newStuckCmd(a), newListCmd(a), newShowCmd(a), newStatsCmd(a),
+		newRetryCmd(a), newCancelCmd(a), newConfirmCmd(a), newPurgeCmd(a), newMigrateCmd(a))
+	return root
+}
+
+// keyWindows are the providers' default key windows minus margins; they
+// drive the "key window" warnings and diagnoses.
+var keyWindows = map[string]time.Duration{
+	stripe.Name:  stripe.DefaultKeyWindow - stripe.DefaultKeyWindowMargin,
+	webhook.Name: webhook.DefaultKeyWindow - 5*time.Minute,
+}
+
+// open connects and checks that the schema is migrated.
+func (a *app) open(ctx context.Context) error {
+	pool, err := cli.Connect(ctx, a.DatabaseURL, 4)
+	if err != nil {
+		return err
+	}
+	a.pool = pool
+	if err := migrate.Check(ctx, pool, a.Schema); err != nil {
+		return fmt.Errorf("schema %q: %w (or pass the right --schema)", a.Schema, err)
+	}
+	op, err := sideeffects.NewOperator(pool, a.Schema, keyWindows)
+	if err != nil {
+		return err
+	}
+	a.op = op
+	return nil
+}
+
+func (a *app) store() *sideeffects.Store { return a.op.Store() }
+
+func (a *app) actor() string {
+	if a.Actor != "" {
+		return a.Actor
+	}
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "unknown"
+}
+
+var keyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// resolve turns an effect id or idempotency key into an effect.
+func (a *app) resolve(ctx context.Context, ref string) (*sideeffects.Effect, error) {
+	if id, err := uuid.Parse(ref); err == nil {
+		e, err := a.store().Get(ctx, a.pool, id)
+		if err != nil {
+			return nil, fmt.Errorf("no effect with id %s in schema %q: find ids with `outboxctl list`", id, a.Schema)
+		}
+		return e, nil
+	}
+	if keyRE.MatchString(strings.ToLower(ref)) {
+		e, err := a.store().GetByKey(ctx, a.pool, strings.ToLower(ref))
+		if err != nil {
+			return nil, fmt.Errorf("no effect with idempotency key %s in schema %q", ref, a.Schema)
+		}
+		return e, nil
+	}
+	return nil, cli.Usagef("%q is neither an effect id (UUID) nor an idempotency key (64 hex characters)", ref)
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func ago(t time.Time) string {
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < 48*time.Hour:
+		return d.Round(time.Minute).String()
+	default:
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+}
+
+func short(s *string, n int) string {
+	if s == nil {
+		return ""
+	}
+	v := strings.ReplaceAll(*s, "\n", " ")
+	if len(v) > n {
+		return v[:n-1] + "…"
+	}
+	return v
+}
+
+// confirmBulk asks before a change to many effects unless yes is set.
+func (a *app) confirmBulk(out io.Writer, what string, n int, yes bool) error {
+	if yes || n == 0 {
+		return nil
+	}
+	fmt.Fprintf(out, "About to %s %d effects. Type yes to continue: ", what, n)
+	line, _ := bufio.NewReader(a.stdin).ReadString('\n')
+	if strings.TrimSpace(line) != "yes" {
+		return cli.Usagef("not confirmed: nothing changed (pass --yes to skip the question)")
+	}
+	return nil
+}

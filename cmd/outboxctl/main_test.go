@@ -1,0 +1,408 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+type testBundle struct {
+	db    *testdb.DB
+	store *sideeffects.Store
+	// seeded effect ids by name
+	ids map[string]uuid.UUID
+}
+
+// setup seeds one effect in each situation an operator meets.
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	db := testdb.New(t)
+	b := &testBundle{db: db, store: sideeffects.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	ctx := context.Background()
+	names := []string{"pending", "pending_nojob", "fired_stale", "retrying", "failed", "failed_old_window", "confirmed", "confirmed_old", "cancelled", "window_closing"}
+	for i, name := range names {
+		kind := "webhook.order_paid"
+		if name == "confirmed" || name == "confirmed_old" {
+			kind = "email.receipt"
+		}
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			provider, payload := "webhook", `{"url": "https://hooks.example.com/o", "body": {"n": `+fmt.Sprint(i)+`}}`
+			if kind == "email.receipt" {
+				provider, payload = "sendgrid", `{"from": {"email": "s@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": "t"}`
+			}
+			res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid", AggregateType: "order", AggregateID: name},
+				outbox.Effect{Kind: kind, Provider: provider, Payload: json.RawMessage(payload)})
+			if err == nil {
+				b.ids[name] = res.Effects[0].ID
+			}
+			return err
+		})
+		require.NoError(t, err)
+	}
+	exec := func(sql string, name string) {
+		_, err := db.Pool.Exec(ctx, strings.ReplaceAll(sql, "S.", db.Schema+"."), b.ids[name])
+		require.NoError(t, err, name)
+	}
+	// Everything is an hour old, except what is set otherwise.
+	_, err = db.Pool.Exec(ctx, `UPDATE `+db.Schema+`.side_effects SET created_at = now() - interval '1 hour', updated_at = now() - interval '1 hour'`)
+	require.NoError(t, err)
+	exec(`DELETE FROM S.river_job WHERE args->>'effect_id' = $1::text`, "pending_nojob")
+	exec(`UPDATE S.side_effects SET state = 'fired', attempts = 1, fired_at = now() - interval '20 minutes', first_fired_at = now() - interval '20 minutes' WHERE id = $1`, "fired_stale")
+	exec(`UPDATE S.river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE args->>'effect_id' = $1::text`, "fired_stale")
+	exec(`UPDATE S.side_effects SET attempts = 2, last_error = 'HTTP 503', first_fired_at = now() - interval '1 hour', fired_at = now() - interval '50 minutes' WHERE id = $1`, "retrying")
+	exec(`UPDATE S.river_job SET state = 'retryable', attempt = 2, scheduled_at = now() + interval '10 minutes' WHERE args->>'effect_id' = $1::text`, "retrying")
+	for _, name := range []string{"failed", "failed_old_window"} {
+		exec(`UPDATE S.side_effects SET state = 'failed', attempts = 1, last_error = 'HTTP 410 (endpoint gone)', first_fired_at = now() - interval '1 hour' WHERE id = $1`, name)
+		exec(`UPDATE S.river_job SET state = 'cancelled', finalized_at = now() WHERE args->>'effect_id' = $1::text`, name)
+	}
+	exec(`UPDATE S.side_effects SET first_fired_at = now() - interval '30 hours' WHERE id = $1`, "failed_old_window")
+	exec(`UPDATE S.side_effects SET state = 'fired', attempts = 3, last_error = 'no response: timeout', first_fired_at = now() - interval '23 hours 30 minutes', fired_at = now() - interval '30 minutes' WHERE id = $1`, "window_closing")
+	exec(`UPDATE S.river_job SET state = 'retryable', attempt = 3, scheduled_at = now() + interval '5 minutes' WHERE args->>'effect_id' = $1::text`, "window_closing")
+	for _, name := range []string{"confirmed", "confirmed_old"} {
+		exec(`UPDATE S.side_effects SET state = 'confirmed', attempts = 1, first_fired_at = created_at, fired_at = created_at, confirmed_at = created_at + interval '2 seconds', updated_at = created_at + interval '2 seconds', provider_ref = 'msg_1' WHERE id = $1`, name)
+		exec(`UPDATE S.river_job SET state = 'completed', finalized_at = now() WHERE args->>'effect_id' = $1::text`, name)
+	}
+	exec(`UPDATE S.side_effects SET created_at = now() - interval '40 days', updated_at = now() - interval '40 days', confirmed_at = now() - interval '40 days' WHERE id = $1`, "confirmed_old")
+	exec(`UPDATE S.outbox_events SET created_at = now() - interval '40 days' WHERE id = (SELECT source_id FROM S.side_effects WHERE id = $1)`, "confirmed_old")
+	exec(`UPDATE S.side_effects SET state = 'cancelled' WHERE id = $1`, "cancelled")
+	exec(`UPDATE S.river_job SET state = 'cancelled', finalized_at = now() WHERE args->>'effect_id' = $1::text`, "cancelled")
+	return b
+}
+
+// run executes outboxctl in-process against the bundle's schema.
+func (b *testBundle) run(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
+	cmd := newRootCmd(strings.NewReader(stdin))
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(append(args, "--database-url", testdb.URL(), "--schema", b.db.Schema, "--actor", "oncall@example.com"))
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func (b *testBundle) effect(t *testing.T, name string) *sideeffects.Effect {
+	t.Helper()
+	e, err := b.store.Get(context.Background(), b.db.Pool, b.ids[name])
+	require.NoError(t, err)
+	return e
+}
+
+func (b *testBundle) jobCount(t *testing.T, name string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM `+b.db.Schema+`.river_job WHERE args->>'effect_id' = $1::text`, b.ids[name]).Scan(&n))
+	return n
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	out, err := b.run(t, "", "list")
+	require.NoError(t, err)
+	for name, id := range b.ids {
+		require.Contains(t, out, id.String(), name)
+	}
+	require.Regexp(t, `(?m)^ID\s+CREATED\s+KIND\s+PROVIDER\s+STATE\s+ATTEMPTS\s+LAST ERROR$`, out)
+
+	out, err = b.run(t, "", "list", "--state", "failed", "--json")
+	require.NoError(t, err)
+	var failed []sideeffects.Effect
+	require.NoError(t, json.Unmarshal([]byte(out), &failed))
+	require.Len(t, failed, 2)
+	for _, e := range failed {
+		require.Equal(t, sideeffects.StateFailed, e.State)
+	}
+
+	out, err = b.run(t, "", "list", "--provider", "sendgrid", "--json")
+	require.NoError(t, err)
+	var mails []sideeffects.Effect
+	require.NoError(t, json.Unmarshal([]byte(out), &mails))
+	require.Len(t, mails, 2)
+
+	out, err = b.run(t, "", "list", "--kind", "email.receipt", "--older-than", "720h", "--json")
+	require.NoError(t, err)
+	var old []sideeffects.Effect
+	require.NoError(t, json.Unmarshal([]byte(out), &old))
+	require.Len(t, old, 1)
+	require.Equal(t, b.ids["confirmed_old"], old[0].ID)
+
+	// Pages of 3 cover every effect exactly once, newest first.
+	seen := map[uuid.UUID]bool{}
+	after := ""
+	for page := 0; page < 10; page++ {
+		args := []string{"list", "--limit", "3", "--json"}
+		if after != "" {
+			args = append(args, "--after", after)
+		}
+		out, err := b.run(t, "", args...)
+		require.NoError(t, err)
+		var es []sideeffects.Effect
+		require.NoError(t, json.Unmarshal([]byte(out), &es))
+		for i, e := range es {
+			require.False(t, seen[e.ID], "effect %s on two pages", e.ID)
+			seen[e.ID] = true
+			if i > 0 {
+				require.False(t, e.CreatedAt.After(es[i-1].CreatedAt), "newest first")
+			}
+		}
+		if len(es) < 3 {
+			break
+		}
+		after = es[len(es)-1].ID.String()
+	}
+	require.Len(t, seen, len(b.ids))
+}
+
+func TestStuckExplainsWhy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out, err := b.run(t, "", "stuck", "--json")
+	require.NoError(t, err)
+	var rows []struct {
+		ID        uuid.UUID `json:"id"`
+		Diagnosis string    `json:"diagnosis"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	why := map[uuid.UUID]string{}
+	for _, r := range rows {
+		why[r.ID] = r.Diagnosis
+	}
+	require.Contains(t, why[b.ids["pending_nojob"]], "no live River job")
+	require.Contains(t, why[b.ids["fired_stale"]], "beyond the crash-recovery bound")
+	require.Contains(t, why[b.ids["retrying"]], "retrying: 2 attempts, last error: HTTP 503; next attempt in")
+	require.Contains(t, why[b.ids["failed"]], "failed, awaiting an operator: HTTP 410")
+	require.Contains(t, why[b.ids["window_closing"]], "key window closes in")
+	require.Contains(t, why[b.ids["pending"]], "waiting for a worker")
+	for _, name := range []string{"confirmed", "confirmed_old", "cancelled"} {
+		require.NotContains(t, why, b.ids[name], "%s is not stuck", name)
+	}
+
+	out, err = b.run(t, "", "stuck")
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^ID\s+KIND\s+PROVIDER\s+STATE\s+ATTEMPTS\s+UNCHANGED\s+WHY$`, out)
+	require.Contains(t, out, b.ids["fired_stale"].String())
+
+	// Nothing live is older than two hours.
+	out, err = b.run(t, "", "stuck", "--older-than", "2h", "--json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Empty(t, rows)
+}
+
+func TestRetry(t *testing.T) {
+	t.Parallel()
+
+	t.Run("failed effect gets exactly one new job and keeps its key", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		before := b.effect(t, "failed")
+		jobs := b.jobCount(t, "failed")
+		out, err := b.run(t, "", "retry", before.ID.String(), "--reason", "endpoint restored")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "done")
+		after := b.effect(t, "failed")
+		require.Equal(t, sideeffects.StatePending, after.State)
+		require.Equal(t, before.IdempotencyKey, after.IdempotencyKey)
+		require.Zero(t, after.Attempts, "a fresh round of attempts")
+		require.Equal(t, jobs+1, b.jobCount(t, "failed"))
+
+		// Retrying again is refused: it is pending now, with its job.
+		_, err = b.run(t, "", "retry", before.ID.String(), "--reason", "again")
+		require.Error(t, err)
+		require.Equal(t, jobs+1, b.jobCount(t, "failed"))
+
+		out, err = b.run(t, "", "show", before.IdempotencyKey)
+		require.NoError(t, err)
+		require.Regexp(t, `oncall@example\.com\s+retry\s+failed\s+pending\s+endpoint restored`, out)
+	})
+
+	t.Run("dry run changes nothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		out, err := b.run(t, "", "retry", "--state", "failed", "--reason", "r", "--dry-run")
+		require.NoError(t, err)
+		require.Equal(t, 2, strings.Count(out, "would change (dry run)"))
+		require.Equal(t, sideeffects.StateFailed, b.effect(t, "failed").State)
+		require.Equal(t, 1, b.jobCount(t, "failed"))
+	})
+
+	t.Run("bulk asks for confirmation", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.run(t, "", "retry", "--state", "failed", "--reason", "r")
+		require.Equal(t, 2, cli.ExitCode(err), "no answer: %v", err)
+		require.Equal(t, sideeffects.StateFailed, b.effect(t, "failed").State)
+
+		out, err := b.run(t, "yes\n", "retry", "--state", "failed", "--reason", "r")
+		require.NoError(t, err, out)
+		require.Equal(t, sideeffects.StatePending, b.effect(t, "failed").State)
+		require.Equal(t, sideeffects.StatePending, b.effect(t, "failed_old_window").State)
+	})
+
+	t.Run("key window passed warns", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		out, err := b.run(t, "", "retry", b.ids["failed_old_window"].String(), "--reason", "checked at provider: never arrived", "--json")
+		require.NoError(t, err)
+		var chs []sideeffects.Change
+		require.NoError(t, json.Unmarshal([]byte(out), &chs))
+		require.Contains(t, chs[0].Warning, "key window passed")
+	})
+
+	t.Run("fired needs --force", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.ids["fired_stale"].String()
+		out, err := b.run(t, "", "retry", id, "--reason", "r")
+		require.Equal(t, 1, cli.ExitCode(err))
+		require.Contains(t, out, "without --force")
+		require.Equal(t, sideeffects.StateFired, b.effect(t, "fired_stale").State)
+		_, err = b.run(t, "", "retry", id, "--reason", "worker host lost", "--force")
+		require.NoError(t, err)
+		require.Equal(t, sideeffects.StatePending, b.effect(t, "fired_stale").State)
+	})
+}
+
+func TestCancelAndConfirm(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.run(t, "", "cancel", b.ids["pending"].String(), "--reason", "order refunded by hand")
+	require.NoError(t, err)
+	require.Equal(t, sideeffects.StateCancelled, b.effect(t, "pending").State)
+
+	_, err = b.run(t, "", "confirm", b.ids["failed"].String(), "--reason", "found in the receiver's log")
+	require.Equal(t, 2, cli.ExitCode(err), "--ref is required")
+	out, err := b.run(t, "", "confirm", b.ids["failed"].String(), "--ref", "rcv-42", "--reason", "found in the receiver's log")
+	require.NoError(t, err, out)
+	e := b.effect(t, "failed")
+	require.Equal(t, sideeffects.StateConfirmed, e.State)
+	require.Equal(t, "rcv-42", *e.ProviderRef)
+
+	out, err = b.run(t, "", "show", e.ID.String(), "--json")
+	require.NoError(t, err)
+	var shown struct {
+		Effect sideeffects.Effect       `json:"effect"`
+		Event  sideeffects.Event        `json:"event"`
+		Jobs   []sideeffects.Job        `json:"jobs"`
+		Audit  []sideeffects.AuditEntry `json:"audit"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &shown))
+	require.Equal(t, "failed", shown.Event.AggregateID)
+	require.Len(t, shown.Jobs, 1)
+	require.Len(t, shown.Audit, 1)
+	require.Equal(t, "confirm", shown.Audit[0].Action)
+	require.Equal(t, "oncall@example.com", shown.Audit[0].Actor)
+	require.Equal(t, "failed", shown.Audit[0].FromState)
+	require.Equal(t, "confirmed", shown.Audit[0].ToState)
+}
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out, err := b.run(t, "", "stats", "--json")
+	require.NoError(t, err)
+	var st sideeffects.Stats
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	counts := map[string]int64{}
+	for _, c := range st.Counts {
+		counts[string(c.State)+"/"+c.Kind] = c.Count
+	}
+	require.Equal(t, map[string]int64{
+		"pending/webhook.order_paid":   3, // pending, pending_nojob, retrying
+		"fired/webhook.order_paid":     2,
+		"failed/webhook.order_paid":    2,
+		"confirmed/email.receipt":      1, // the 40-day-old one is outside the window
+		"cancelled/webhook.order_paid": 1,
+	}, counts)
+	require.NotNil(t, st.OldestPending)
+	require.NotNil(t, st.OldestFired)
+	require.Equal(t, int64(1), st.Confirmed)
+	require.InDelta(t, 2.0, st.LatencyP50, 0.01)
+
+	out, err = b.run(t, "", "stats")
+	require.NoError(t, err)
+	require.Contains(t, out, "p50 2s")
+}
+
+func TestPurge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out, err := b.run(t, "", "purge", "--older-than", "720h", "--dry-run")
+	require.NoError(t, err)
+	require.Contains(t, out, "would delete 1 effects and 1 events")
+	_, err = b.store.Get(context.Background(), b.db.Pool, b.ids["confirmed_old"])
+	require.NoError(t, err, "dry run deleted nothing")
+
+	_, err = b.run(t, "", "purge", "--older-than", "1h")
+	require.Equal(t, 2, cli.ExitCode(err), "inside the key window needs --force")
+
+	// Everything terminal goes; pending and fired stay, whatever their age.
+	_, err = b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.side_effects SET updated_at = now() - interval '60 days'`)
+	require.NoError(t, err)
+	out, err = b.run(t, "", "purge", "--older-than", "720h", "--yes")
+	require.NoError(t, err)
+	require.Contains(t, out, "deleted 5 effects")
+	var states []string
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT DISTINCT state FROM `+b.db.Schema+`.side_effects ORDER BY 1`)
+	require.NoError(t, err)
+	states, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"fired", "pending"}, states)
+}
+
+func TestErrorsSayWhatToDo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cases := []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"show", "not-an-id"}, 2, "neither an effect id"},
+		{[]string{"show", uuid.NewString()}, 1, "outboxctl list"},
+		{[]string{"retry", b.ids["failed"].String(), "--state", "failed", "--reason", "r"}, 2, "not both"},
+		{[]string{"retry", "--reason", "r"}, 2, "give effect ids"},
+		{[]string{"retry", b.ids["failed"].String()}, 2, "--reason is required"},
+		{[]string{"list", "--state", "stuck"}, 2, "use pending, fired"},
+		{[]string{"list", "--since", "1h", "--older-than", "2h"}, 2, "select nothing"},
+		{[]string{"list", "--bogus"}, 2, "unknown flag"},
+	}
+	for _, tc := range cases {
+		_, err := b.run(t, "", tc.args...)
+		require.Error(t, err, tc.args)
+		require.Equal(t, tc.code, cli.ExitCode(err), "%v: %v", tc.args, err)
+		require.Contains(t, err.Error(), tc.msg, tc.args)
+	}
+
+	// An unmigrated schema and an unreachable database.
+	cmd := newRootCmd(strings.NewReader(""))
+	cmd.SetArgs([]string{"list", "--database-url", testdb.URL(), "--schema", "outboxd_no_such_schema"})
+	cmd.SetOut(&bytes.Buffer{})
+	err := cmd.ExecuteContext(context.Background())
+	require.Equal(t, 1, cli.ExitCode(err))
+	require.ErrorContains(t, err, "outboxctl migrate")
+
+	cmd = newRootCmd(strings.NewReader(""))
+	cmd.SetArgs([]string{"list", "--database-url", "postgres://postgres@127.0.0.1:1/test?connect_timeout=2"})
+	cmd.SetOut(&bytes.Buffer{})
+	err = cmd.ExecuteContext(context.Background())
+	require.Equal(t, 1, cli.ExitCode(err))
+	require.ErrorContains(t, err, "database unreachable")
+}

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+func newStuckCmd(a *app) *cobra.Command {
+	var olderThan, firedBound time.Duration
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "stuck",
+		Short: "Effects that are not progressing, and why",
+		Long: `List pending and fired effects that have not changed for --older-than, and
+failed effects awaiting an operator, oldest first, each with a diagnosis:
+no live River job, fired beyond the crash-recovery bound, retrying (attempts,
+last error, next attempt), key window about to close, or failed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if olderThan < 0 || limit <= 0 {
+				return cli.Usagef("--older-than must be >= 0 and --limit positive")
+			}
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			stuck, err := a.store().Stuck(ctx, a.pool, time.Now().Add(-olderThan), limit)
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			type row struct {
+				sideeffects.StuckEffect
+				Diagnosis string `json:"diagnosis"`
+			}
+			rows := make([]row, len(stuck))
+			for i, s := range stuck {
+				rows[i] = row{s, s.Diagnosis(now, firedBound, keyWindows[s.Provider])}
+			}
+			out := cmd.OutOrStdout()
+			if a.JSON {
+				return printJSON(out, rows)
+			}
+			if len(rows) == 0 {
+				fmt.Fprintf(out, "nothing stuck: no live effect unchanged for %s, no failed effect\n", olderThan)
+				return nil
+			}
+			tw := table(out)
+			fmt.Fprintln(tw, "ID\tKIND\tPROVIDER\tSTATE\tATTEMPTS\tUNCHANGED\tWHY")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Kind, r.Provider, r.State, r.Attempts, ago(r.UpdatedAt), r.Diagnosis)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().DurationVar(&olderThan, "older-than", 5*time.Minute, "only live effects unchanged for at least this long")
+	cmd.Flags().DurationVar(&firedBound, "fired-bound", sideeffects.DefaultRescueAfter+time.Minute, "crash-recovery bound: fired longer than this is reported")
+	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many effects")
+	return cmd
+}
+
+// filterFlags are the selection flags list, retry and cancel share.
+type filterFlags struct {
+	states    []string
+	kind      string
+	provider  string
+	source    string
+	since     time.Duration
+	olderThan time.Duration
+	limit     int
+}
+
+func (f *filterFlags) add(cmd *cobra.Command, limit int) {
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.states, "state", nil, "pending, fired, confirmed, failed or cancelled (repeatable)")
+	fl.StringVar(&f.kind, "kind", "", "effect kind")
+	fl.StringVar(&f.provider, "provider", "", "provider name")
+	fl.StringVar(&f.source, "source", "", "event id the effects came from")
+	fl.DurationVar(&f.since, "since", 0, "created within this long, e.g. 1h")
+	fl.DurationVar(&f.olderThan, "older-than", 0, "created at least this long ago")
+	fl.IntVar(&f.limit, "limit", limit, "at most this many effects")
+}
+
+func (f *filterFlags) set() bool {
+	return len(f.states) > 0 || f.kind != "" || f.provider != "" || f.source != "" || f.since > 0 || f.olderThan > 0
+}
+
+func (f *filterFlags) filter() (sideeffects.Filter, error) {
+	var out sideeffects.Filter
+	for _, s := range f.states {
+		st := sideeffects.State(strings.ToLower(strings.TrimSpace(s)))
+		switch st {
+		case sideeffects.StatePending, sideeffects.StateFired, sideeffects.StateConfirmed, sideeffects.StateFailed, sideeffects.StateCancelled:
+			out.States = append(out.States, st)
+		default:
+			return out, cli.Usagef("--state %q: use pending, fired, confirmed, failed or cancelled", s)
+		}
+	}
+	if f.source != "" {
+		id, err := uuid.Parse(f.source)
+		if err != nil {
+			return out, cli.Usagef("--source %q is not an event id (UUID)", f.source)
+		}
+		out.Source = id
+	}
+	if f.since < 0 || f.olderThan < 0 {
+		return out, cli.Usagef("--since and --older-than must be positive durations")
+	}
+	if f.since > 0 && f.olderThan > 0 && f.olderThan >= f.since {
+		return out, cli.Usagef("--older-than %s and --since %s select nothing: --older-than must be shorter", f.olderThan, f.since)
+	}
+	if f.limit <= 0 {
+		return out, cli.Usagef("--limit must be positive")
+	}
+	now := time.Now()
+	if f.since > 0 {
+		out.Since = now.Add(-f.since)
+	}
+	if f.olderThan > 0 {
+		out.Before = now.Add(-f.olderThan)
+	}
+	out.Kind, out.Provider, out.Limit = f.kind, f.provider, f.limit
+	return out, nil
+}
+
+func newListCmd(a *app) *cobra.Command {
+	var ff filterFlags
+	var after string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "Effects matching filters, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := ff.filter()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			if after != "" {
+				if f.After, err = a.resolve(ctx, after); err != nil {
+					return err
+				}
+			}
+			effects, err := a.store().List(ctx, a.pool, f)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if a.JSON {
+				return printJSON(out, effects)
+			}
+			tw := table(out)
+			fmt.Fprintln(tw, "ID\tCREATED\tKIND\tPROVIDER\tSTATE\tATTEMPTS\tLAST ERROR")
+			for _, e := range effects {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, e.CreatedAt.UTC().Format(time.RFC3339), e.Kind, e.Provider, e.State, e.Attempts, short(e.LastError, 60))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if len(effects) == f.Limit {
+				fmt.Fprintf(out, "more: add --after %s\n", effects[len(effects)-1].ID)
+			}
+			return nil
+		},
+	}
+	ff.add(cmd, 50)
+	cmd.Flags().StringVar(&after, "after", "", "continue after this effect id (printed at the end of a page)")
+	return cmd
+}
+
+func newShowCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show <effect id | idempotency key>",
+		Short: "Everything about one effect: columns, event, River jobs, operator actions",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			e, err := a.resolve(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			ev, err := a.store().Event(ctx, a.pool, e.SourceID)
+			if err != nil {
+				return err
+			}
+			jobs, err := a.store().Jobs(ctx, a.pool, e.ID)
+			if err != nil {
+				return err
+			}
+			audit, err := a.store().Audit(ctx, a.pool, e.ID)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if a.JSON {
+				return printJSON(out, map[string]any{"effect": e, "event": ev, "jobs": jobs, "audit": audit})
+			}
+			tw := table(out)
+			ts := func(t *time.Time) string {
+				if t == nil {
+					return "-"
+				}
+				return t.UTC().Format(time.RFC3339Nano)
+			}
+			for _, kv := range [][2]string{
+				{"id", e.ID.String()}, {"kind", e.Kind}, {"provider", e.Provider}, {"state", string(e.State)},
+				{"idempotency_key", e.IdempotencyKey}, {"attempts", fmt.Sprint(e.Attempts)},
+				{"last_error", short(e.LastError, 400)}, {"provider_ref", short(e.ProviderRef, 200)},
+				{"replayed", fmt.Sprint(e.Replayed)}, {"next_attempt_at", ts(e.NextAttemptAt)},
+				{"created_at", ts(&e.CreatedAt)}, {"updated_at", ts(&e.UpdatedAt)}, {"first_fired_at", ts(e.FirstFiredAt)},
+				{"fired_at", ts(e.FiredAt)}, {"confirmed_at", ts(e.ConfirmedAt)}, {"payload", string(e.Payload)},
+			} {
+				fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
+			}
+			fmt.Fprintln(tw)
+			fmt.Fprintf(tw, "event\t%s %s (%s %s) at %s\n", ev.ID, ev.EventType, ev.AggregateType, ev.AggregateID, ev.CreatedAt.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "event payload\t%s\n", ev.Payload)
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "\nRiver jobs (%d):\n", len(jobs))
+			tw = table(out)
+			fmt.Fprintln(tw, "JOB\tSTATE\tQUEUE\tATTEMPT\tSCHEDULED\tFINALIZED\tLAST ERROR")
+			for _, j := range jobs {
+				lastErr := ""
+				if n := len(j.Errors); n > 0 {
+					lastErr = j.Errors[n-1].Error
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", j.ID, j.State, j.Queue, j.Attempt, j.MaxAttempts,
+					ts(&j.ScheduledAt), ts(j.FinalizedAt), short(&lastErr, 80))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "\nOperator actions (%d):\n", len(audit))
+			tw = table(out)
+			fmt.Fprintln(tw, "AT\tACTOR\tACTION\tFROM\tTO\tREASON")
+			for _, au := range audit {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", au.CreatedAt.UTC().Format(time.RFC3339), au.Actor, au.Action, au.FromState, au.ToState, au.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newStatsCmd(a *app) *cobra.Command {
+	var window time.Duration
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Counts by state and kind, oldest live effects, attempts, confirm latency",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if window <= 0 {
+				return cli.Usagef("--window must be positive")
+			}
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			st, err := a.store().Stats(ctx, a.pool, window)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if a.JSON {
+				return printJSON(out, st)
+			}
+			fmt.Fprintf(out, "Effects (pending, fired, failed: all; confirmed, cancelled: last %s):\n", window)
+			tw := table(out)
+			fmt.Fprintln(tw, "STATE\tKIND\tCOUNT")
+			for _, c := range st.Counts {
+				fmt.Fprintf(tw, "%s\t%s\t%d\n", c.State, c.Kind, c.Count)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			age := func(t *time.Time) string {
+				if t == nil {
+					return "none"
+				}
+				return ago(*t)
+			}
+			fmt.Fprintf(out, "\noldest pending: %s\noldest fired:   %s\n", age(st.OldestPending), age(st.OldestFired))
+			fmt.Fprintf(out, "\nAttempts of effects confirmed in the last %s:\n", window)
+			tw = table(out)
+			fmt.Fprintln(tw, "ATTEMPTS\tCOUNT")
+			for _, b := range st.Attempts {
+				fmt.Fprintf(tw, "%s\t%d\n", b.Attempts, b.Count)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "\nConfirm latency (commit to confirmed), %d effects in the last %s: p50 %s  p95 %s  p99 %s\n",
+				st.Confirmed, window, secs(st.LatencyP50), secs(st.LatencyP95), secs(st.LatencyP99))
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&window, "window", 24*time.Hour, "window for confirmed effects, attempts and latency")
+	return cmd
+}
+
+func secs(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+}

@@ -1,0 +1,74 @@
+// Package cli holds what outboxd's two binaries share: the usage-error type
+// behind exit status 2 and connecting to Postgres with errors that say which
+// setting to fix.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultDatabaseURL is the local Postgres a newcomer has.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// UsageError marks a mistake in how a command was invoked: a bad flag,
+// value or argument. The binaries exit with status 2 on it.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+// Usagef builds a UsageError.
+func Usagef(format string, args ...any) error {
+	return UsageError{fmt.Errorf(format, args...)}
+}
+
+// ExitCode is 0 for nil, 2 for a UsageError and 1 otherwise.
+func ExitCode(err error) int {
+	var ue UsageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		return 2
+	default:
+		return 1
+	}
+}
+
+// Connect opens a pool and checks that the database answers. The URL's
+// password is never printed.
+func Connect(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, Usagef("--database-url (DATABASE_URL) is not a valid Postgres URL: %s", Redact(databaseURL))
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", Redact(databaseURL), err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database unreachable at %s: %w (check DATABASE_URL and that Postgres is running)", Redact(databaseURL), err)
+	}
+	return pool, nil
+}
+
+// Redact hides the password of a connection URL.
+func Redact(databaseURL string) string {
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return u.Redacted()
+}
