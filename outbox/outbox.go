@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -48,6 +49,9 @@ type Config struct {
 	// River inserts the dispatch jobs. Default: an insert-only client for
 	// Schema. Pass the application's own client to share its settings.
 	River *river.Client[pgx.Tx]
+	// Registerer, when set, receives outboxd_enqueue_total{result}: calls
+	// that wrote (new), replayed (duplicate), conflicted or were invalid.
+	Registerer prometheus.Registerer
 }
 
 // Outbox enqueues events and side effects. It is safe for concurrent use.
@@ -56,6 +60,7 @@ type Outbox struct {
 	validators map[string]providers.Validator
 	maxPayload int
 	river      *river.Client[pgx.Tx]
+	calls      *prometheus.CounterVec
 }
 
 // New builds an Outbox.
@@ -74,6 +79,15 @@ func New(cfg Config) (*Outbox, error) {
 	}
 	for _, v := range cfg.Providers {
 		o.validators[v.Name()] = v
+	}
+	if cfg.Registerer != nil {
+		o.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outboxd_enqueue_total",
+			Help: "Enqueue calls by result: new (something written), duplicate (replay, nothing written), conflict, invalid.",
+		}, []string{"result"})
+		if err := cfg.Registerer.Register(o.calls); err != nil {
+			return nil, fmt.Errorf("outbox: register metrics: %w", err)
+		}
 	}
 	if o.river == nil {
 		rc, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: cfg.Schema})
@@ -147,6 +161,37 @@ type EffectResult struct {
 // serialization error instead; retrying its transaction then reports
 // duplicate.
 func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects ...Effect) (*Result, error) {
+	res, err := o.enqueue(ctx, tx, ev, effects)
+	if o.calls != nil {
+		switch {
+		case errors.Is(err, ErrInvalid):
+			o.calls.WithLabelValues("invalid").Inc()
+		case errors.Is(err, ErrConflict):
+			o.calls.WithLabelValues("conflict").Inc()
+		case err != nil:
+		case res.wroteNothing():
+			o.calls.WithLabelValues("duplicate").Inc()
+		default:
+			o.calls.WithLabelValues("new").Inc()
+		}
+	}
+	return res, err
+}
+
+// wroteNothing is true for a pure replay.
+func (r *Result) wroteNothing() bool {
+	if !r.Duplicate {
+		return false
+	}
+	for _, e := range r.Effects {
+		if !e.Duplicate {
+			return false
+		}
+	}
+	return true
+}
+
+func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Effect) (*Result, error) {
 	newEvent, newEffects, err := o.validate(tx, ev, effects)
 	if err != nil {
 		return nil, err

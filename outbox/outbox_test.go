@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/testdb"
@@ -311,4 +313,30 @@ func TestEventID(t *testing.T) {
 	require.NotEqual(t, a, outbox.EventID("order.paid", "ord_42", "2"))
 	require.NotEqual(t, outbox.EventID("s", "a:b"), outbox.EventID("s", "a", "b"), "parts are unambiguous")
 	require.Equal(t, uuid.Version(5), a.Version())
+}
+
+func TestEnqueueMetrics(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	reg := prometheus.NewRegistry()
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema, Registerer: reg})
+	require.NoError(t, err)
+	b := &testBundle{db: db, ob: ob}
+	id := uuid.New()
+	_, err = b.enqueue(t, orderPaid(id, "1"), webhookEffect("webhook.a", `{}`))
+	require.NoError(t, err)
+	_, err = b.enqueue(t, orderPaid(id, "1"), webhookEffect("webhook.a", `{}`))
+	require.NoError(t, err)
+	_, err = b.enqueue(t, orderPaid(id, "2"), webhookEffect("webhook.a", `{}`))
+	require.ErrorIs(t, err, outbox.ErrConflict)
+	_, err = b.enqueue(t, orderPaid(id, "1"), webhookEffect("", `{}`))
+	require.ErrorIs(t, err, outbox.ErrInvalid)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP outboxd_enqueue_total Enqueue calls by result: new (something written), duplicate (replay, nothing written), conflict, invalid.
+# TYPE outboxd_enqueue_total counter
+outboxd_enqueue_total{result="conflict"} 1
+outboxd_enqueue_total{result="duplicate"} 1
+outboxd_enqueue_total{result="invalid"} 1
+outboxd_enqueue_total{result="new"} 1
+`), "outboxd_enqueue_total"))
 }

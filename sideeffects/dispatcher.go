@@ -1,6 +1,7 @@
 package sideeffects
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,19 @@ type Config struct {
 	// keeps River's defaults (100ms, 1s).
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
+	// SweepInterval is how often the leader looks for pending and fired
+	// effects without a dispatch job. Default 1m.
+	SweepInterval time.Duration
+	// SweepGrace leaves alone effects changed more recently than this.
+	// Default 1m.
+	SweepGrace time.Duration
+	// Retention is how long terminal effects are kept; it must exceed every
+	// provider's key window. Default 30 days; -1 disables the purge.
+	Retention time.Duration
+	// RetentionInterval is how often the purge runs. Default 1h.
+	RetentionInterval time.Duration
+	// Metrics, when set, receives the dispatcher's metrics.
+	Metrics *Metrics
 	// Logger receives outboxd's and River's logs. Default slog.Default().
 	Logger *slog.Logger
 	// TestOnly shortens River's start-up for tests.
@@ -79,13 +93,19 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if cfg.RescueAfter <= cfg.JobTimeout {
 		return nil, fmt.Errorf("dispatcher: rescue-after (%s) must exceed job-timeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
 	}
+	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, DefaultSweepInterval)
+	cfg.SweepGrace = cmp.Or(cfg.SweepGrace, DefaultSweepGrace)
+	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
+	cfg.RetentionInterval = cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval)
+	store := NewStore(cfg.Schema)
 	w := &Worker{
 		pool:      pool,
-		store:     NewStore(cfg.Schema),
+		store:     store,
 		providers: make(map[string]providers.Provider, len(cfg.Providers)),
 		inDoubt:   cfg.InDoubt,
 		retry:     cfg.Retry.withDefaults(),
 		logger:    cfg.Logger,
+		metrics:   cfg.Metrics,
 	}
 	queues := make(map[string]river.QueueConfig, len(cfg.Providers))
 	for _, p := range cfg.Providers {
@@ -108,9 +128,26 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 			return nil, fmt.Errorf("dispatcher: concurrency set for unknown provider %q", name)
 		}
 	}
+	for _, p := range cfg.Providers {
+		g := p.Guarantees()
+		if cfg.Retention > 0 && g.KeyWindow > 0 && cfg.Retention <= g.KeyWindow {
+			return nil, fmt.Errorf("dispatcher: retention (%s) must exceed the %s key window (%s): a purged effect no longer deduplicates", cfg.Retention, p.Name(), g.KeyWindow)
+		}
+	}
+	queues[MaintenanceQueue] = river.QueueConfig{MaxWorkers: 1}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, w); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	if err := river.AddWorkerSafely[SweepArgs](workers, &sweepWorker{pool: pool, store: store, grace: cfg.SweepGrace, logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	periodicJobs := []*river.PeriodicJob{periodic(cfg.SweepInterval, SweepArgs{})}
+	if err := river.AddWorkerSafely[RetentionArgs](workers, &retentionWorker{pool: pool, store: store, retention: cfg.Retention, logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	if cfg.Retention > 0 {
+		periodicJobs = append(periodicJobs, periodic(cfg.RetentionInterval, RetentionArgs{}))
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Schema:               cfg.Schema,
@@ -121,6 +158,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		FetchCooldown:        cfg.FetchCooldown,
 		FetchPollInterval:    cfg.FetchPollInterval,
 		Logger:               cfg.Logger,
+		PeriodicJobs:         periodicJobs,
 		TestOnly:             cfg.TestOnly,
 	})
 	if err != nil {

@@ -231,6 +231,27 @@ DELETE FROM /*schema*/outbox_events WHERE id IN (
 	LIMIT $2)`
 )
 
+// Pending and fired effects without a live dispatch job, unchanged for $1:
+// rows written by plain SQL, or whose job was discarded or cleaned up.
+const sqlSweep = `
+SELECT e.id, e.provider FROM /*schema*/side_effects e
+WHERE e.state IN ('pending', 'fired') AND e.updated_at < $1
+	AND NOT EXISTS (
+		SELECT 1 FROM /*schema*/river_job j
+		WHERE j.kind = 'outboxd.dispatch' AND j.args @> jsonb_build_object('effect_id', e.id)
+			AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+ORDER BY e.updated_at
+LIMIT $2`
+
+// Gauges for /metrics: live and failed effects by state and kind, with the
+// age of the oldest.
+const sqlStateGauges = `
+SELECT state, kind, count(*),
+	extract(epoch FROM now() - min(CASE WHEN state = 'fired' THEN coalesce(fired_at, created_at) ELSE created_at END))::float8
+FROM /*schema*/side_effects
+WHERE state IN ('pending', 'fired', 'failed')
+GROUP BY state, kind`
+
 const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key, e.payload, e.state, e.attempts,
 	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at`
 
@@ -245,6 +266,7 @@ type queries struct {
 	listEffects, stuck, eventOf, jobsOf                     string
 	statsCounts, statsOldest, statsAttempts, statsLatency   string
 	purgeCount, purgeEffects, purgeEventsCount, purgeEvents string
+	stateGauges, sweep                                      string
 }
 
 func newQueries(schema string) queries {
@@ -284,5 +306,7 @@ func newQueries(schema string) queries {
 		purgeEffects:     r.Replace(sqlPurgeEffects),
 		purgeEventsCount: r.Replace(sqlPurgeEventsCount),
 		purgeEvents:      r.Replace(sqlPurgeEvents),
+		stateGauges:      r.Replace(sqlStateGauges),
+		sweep:            r.Replace(sqlSweep),
 	}
 }

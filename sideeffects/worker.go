@@ -37,6 +37,7 @@ type Worker struct {
 	inDoubt   map[string]providers.InDoubtPolicy
 	retry     RetryPolicy
 	logger    *slog.Logger
+	metrics   *Metrics
 
 	// retryAt hands the time chosen in Work to NextRetry, which River calls
 	// right after Work returns an error for the same job.
@@ -74,12 +75,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 
 	if e.State == StateFired && policy == providers.AtMostOnce {
 		// The previous attempt never reported back (a crash or a rescued job).
-		return w.fail(ctx, log, e, ReasonInDoubt+": previous attempt did not finish", nil)
+		return w.fail(ctx, log.With("attempt", e.Attempts), e, ReasonInDoubt+": previous attempt did not finish", nil)
 	}
 	deadline := keyDeadline(e, g)
 	now := time.Now()
 	if !deadline.IsZero() && !now.Before(deadline) {
-		return w.fail(ctx, log, e, ReasonKeyWindow, nil)
+		return w.fail(ctx, log.With("attempt", e.Attempts), e, ReasonKeyWindow, nil)
 	}
 
 	claimed, err := w.store.Claim(ctx, w.pool, id, e.State)
@@ -91,7 +92,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		return nil
 	}
 	log = log.With("attempt", claimed.Attempts)
+	w.metrics.transition(claimed, StateFired)
 
+	start := time.Now()
 	res, sendErr := p.Send(ctx, providers.Request{
 		EffectID: id.String(),
 		Kind:     claimed.Kind,
@@ -99,6 +102,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		Payload:  claimed.Payload,
 		Attempt:  claimed.Attempts,
 	})
+	w.metrics.call(claimed, time.Since(start), sendErr, res)
 
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
@@ -109,6 +113,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 			log.Warn("provider acknowledged but confirm failed; will re-fire with the same key", "error", err)
 			return err
 		}
+		w.metrics.transition(claimed, StateConfirmed)
 		log.Debug("effect confirmed", "provider_ref", res.Ref, "replayed", res.Replayed)
 		return nil
 	}
@@ -130,7 +135,11 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		return w.fail(bctx, log, claimed, fmt.Sprintf("%s (last error: %v)", ReasonKeyWindow, sendErr), sendErr)
 	}
 	if class == providers.ClassRetryable {
-		_, err = w.store.Release(bctx, w.pool, id, sendErr.Error(), next)
+		var released bool
+		released, err = w.store.Release(bctx, w.pool, id, sendErr.Error(), next)
+		if released {
+			w.metrics.transition(claimed, StatePending)
+		}
 	} else {
 		_, err = w.store.RecordInDoubt(bctx, w.pool, id, sendErr.Error(), next)
 	}
@@ -162,8 +171,12 @@ func (w *Worker) confirm(ctx context.Context, job *river.Job[DispatchArgs], e *E
 // fail moves the effect to failed and cancels the River job: failure is
 // outboxd's decision, and River must not retry past it.
 func (w *Worker) fail(ctx context.Context, log *slog.Logger, e *Effect, reason string, cause error) error {
-	if _, err := w.store.Fail(ctx, w.pool, e.ID, reason); err != nil {
+	failed, err := w.store.Fail(ctx, w.pool, e.ID, reason)
+	if err != nil {
 		return err
+	}
+	if failed {
+		w.metrics.transition(e, StateFailed)
 	}
 	log.Error("effect failed", "reason", reason)
 	if cause == nil {

@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -72,7 +73,7 @@ func newRootCmd() *cobra.Command {
 }
 
 // logger builds the process logger from the global settings.
-func (g *globalConfig) logger() (*slog.Logger, error) {
+func (g *globalConfig) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.LogLevel)); err != nil {
 		return nil, cli.Usagef("--log-level (OUTBOXD_LOG_LEVEL): %q is not debug, info, warn or error", g.LogLevel)
@@ -80,9 +81,9 @@ func (g *globalConfig) logger() (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(g.LogFormat) {
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	default:
 		return nil, cli.Usagef("--log-format (OUTBOXD_LOG_FORMAT): %q is not text or json", g.LogFormat)
 	}

@@ -3,18 +3,25 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -78,8 +85,7 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		}
 		_, err := execute(context.Background(), tc.args...)
 		require.Error(t, err, tc.args)
-		var ue cli.UsageError
-		require.True(t, errors.As(err, &ue), "%v: want a usage error (exit 2), got %v", tc.args, err)
+		require.Equal(t, 2, cli.ExitCode(err), "%v: want a usage error (exit 2), got %v", tc.args, err)
 		require.Contains(t, err.Error(), tc.mention, tc.args)
 		for k := range tc.env {
 			t.Setenv(k, "")
@@ -129,6 +135,14 @@ func TestRunServesHealthAndDrainsOnSignal(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
+	resp, err = http.Get(fmt.Sprintf("http://%s/metrics", addr))
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(body), "outboxd_effects_scrape_ok 1")
+	require.Contains(t, string(body), "go_goroutines")
+
 	cancel() // what SIGTERM does through signal.NotifyContext
 	require.NoError(t, <-done)
 }
@@ -142,4 +156,122 @@ func TestHelpListsEveryEnvironmentVariable(t *testing.T) {
 		"STRIPE_API_KEY", "STRIPE_API_BASE", "SENDGRID_API_KEY", "SENDGRID_API_HOST", "OUTBOXD_IN_DOUBT_POLICY"} {
 		require.True(t, strings.Contains(out, "$"+env+"]"), "--help lacks %s", env)
 	}
+}
+
+func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	const stripeKey, sendgridKey = "sk_test_4eC39HqLyjWDarjtT1zdp7dc", "SG.secret-sendgrid-key"
+
+	recv, err := fakes.NewReceiver(testSecret)
+	require.NoError(t, err)
+	defer recv.Close()
+	fs := fakes.NewFakeStripe()
+	defer fs.Close()
+	fs.Respond("/v1/refunds", func(w http.ResponseWriter, r *http.Request) int {
+		// Echo the credential back, as some servers do in errors.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(401)
+		fmt.Fprintf(w, `{"error": {"type": "invalid_request_error", "message": "bad key %s"}}`, r.Header.Get("Authorization"))
+		return 401
+	})
+	sg := fakes.NewFakeSendGrid()
+	defer sg.Close()
+
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	var effects []outbox.EffectResult
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		port := recv.URL[strings.LastIndex(recv.URL, ":")+1:]
+		res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"},
+			outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
+				Payload: json.RawMessage(`{"url": "http://localhost:` + port + `/o", "body": {}}`)},
+			outbox.Effect{Kind: "stripe.refund", Provider: "stripe",
+				Payload: json.RawMessage(`{"operation": "refund.create", "params": {"payment_intent": "pi_1"}}`)},
+			outbox.Effect{Kind: "email.receipt", Provider: "sendgrid",
+				Payload: json.RawMessage(`{"from": {"email": "s@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": "t"}`)})
+		if err == nil {
+			effects = res.Effects
+		}
+		return err
+	})
+	require.NoError(t, err)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var logs lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		cmd := newRootCmd()
+		cmd.SetOut(&logs)
+		cmd.SetErr(&logs)
+		cmd.SetArgs([]string{"run", "--database-url", testdb.URL(), "--schema", db.Schema, "--http-addr", "",
+			"--log-format", "json", "--log-level", "debug",
+			"--webhook-secret", testSecret, "--webhook-allow-cidrs", "127.0.0.0/8",
+			"--stripe-api-key", stripeKey, "--stripe-api-base", fs.URL,
+			"--sendgrid-api-key", sendgridKey, "--sendgrid-api-host", sg.URL})
+		done <- cmd.ExecuteContext(runCtx)
+	}()
+
+	store := sideeffects.NewStore(db.Schema)
+	want := map[string]sideeffects.State{"webhook.order_paid": sideeffects.StateConfirmed,
+		"stripe.refund": sideeffects.StateFailed, "email.receipt": sideeffects.StateConfirmed}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, e := range effects {
+		for {
+			got, err := store.Get(ctx, db.Pool, e.ID)
+			require.NoError(t, err)
+			if got.State == want[e.Kind] {
+				require.NotContains(t, deref(got.LastError), stripeKey)
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "%s: %s", e.Kind, got.State)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	cancel()
+	require.NoError(t, <-done)
+
+	out := logs.String()
+	for _, secret := range []string{testSecret, strings.TrimPrefix(testSecret, "whsec_"), stripeKey, sendgridKey} {
+		require.NotContains(t, out, secret, "a secret reached the logs")
+	}
+	effectLines := 0
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), "every log line is JSON: %s", line)
+		if _, ok := rec["effect_id"]; ok {
+			effectLines++
+			require.Contains(t, rec, "kind", line)
+			require.Contains(t, rec, "attempt", line)
+		}
+	}
+	require.GreaterOrEqual(t, effectLines, 3, "each effect's outcome is logged")
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// lockedBuffer is a bytes.Buffer safe for the concurrent writes of a
+// running outboxd.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

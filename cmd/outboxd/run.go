@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
@@ -35,6 +39,8 @@ type runConfig struct {
 	RetryMaxDelay  time.Duration
 	JobTimeout     time.Duration
 	RescueAfter    time.Duration
+	SweepInterval  time.Duration
+	Retention      time.Duration
 
 	InDoubt map[string]string
 
@@ -67,10 +73,10 @@ Crash recovery bound: an effect left fired by a killed process is re-fired
 after --rescue-after plus River's 30s rescuer interval plus the first retry
 delay: about 3 minutes with the defaults.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), g, c) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), cmd.ErrOrStderr(), g, c) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&c.HTTPAddr, "http-addr", ":8080", "address of the /healthz and /readyz endpoints (empty: none)")
+	f.StringVar(&c.HTTPAddr, "http-addr", ":8080", "address of /healthz, /readyz and /metrics (empty: none)")
 	envflag.Bind(f, "http-addr", "OUTBOXD_HTTP_ADDR")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight calls may finish after a signal")
 	envflag.Bind(f, "shutdown-timeout", "OUTBOXD_SHUTDOWN_TIMEOUT")
@@ -88,6 +94,10 @@ delay: about 3 minutes with the defaults.`,
 	envflag.Bind(f, "job-timeout", "OUTBOXD_JOB_TIMEOUT")
 	f.DurationVar(&c.RescueAfter, "rescue-after", sideeffects.DefaultRescueAfter, "re-run a job whose worker vanished after this long (must exceed --job-timeout)")
 	envflag.Bind(f, "rescue-after", "OUTBOXD_RESCUE_AFTER")
+	f.DurationVar(&c.SweepInterval, "sweep-interval", sideeffects.DefaultSweepInterval, "how often the leader re-inserts jobs for pending/fired effects that have none")
+	envflag.Bind(f, "sweep-interval", "OUTBOXD_SWEEP_INTERVAL")
+	f.DurationVar(&c.Retention, "retention", sideeffects.DefaultRetention, "keep terminal effects this long, then purge them (must exceed every key window; 0 disables)")
+	envflag.Bind(f, "retention", "OUTBOXD_RETENTION")
 	f.StringToStringVar(&c.InDoubt, "in-doubt-policy", map[string]string{}, "per-kind policy after an attempt of unknown outcome, e.g. email.digest=at_least_once (at_least_once re-sends, at_most_once parks as failed)")
 	envflag.Bind(f, "in-doubt-policy", "OUTBOXD_IN_DOUBT_POLICY")
 	f.StringVar(&c.WebhookSecret, "webhook-secret", "", "Standard Webhooks signing secret, whsec_<base64>; enables the webhook provider")
@@ -179,10 +189,13 @@ func (c *runConfig) inDoubt() (map[string]providers.InDoubtPolicy, error) {
 	return out, nil
 }
 
-func run(ctx context.Context, g *globalConfig, c *runConfig) error {
-	log, err := g.logger()
+func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) error {
+	log, err := g.logger(stderr)
 	if err != nil {
 		return err
+	}
+	if c.SweepInterval <= 0 {
+		return cli.Usagef("--sweep-interval (OUTBOXD_SWEEP_INTERVAL) must be positive")
 	}
 	provs, err := c.providers()
 	if err != nil {
@@ -200,15 +213,25 @@ func run(ctx context.Context, g *globalConfig, c *runConfig) error {
 	if err := migrate.Check(ctx, pool, g.Schema); err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		sideeffects.NewStateCollector(pool, sideeffects.NewStore(g.Schema)))
+	retention := c.Retention
+	if retention <= 0 {
+		retention = -1 // disabled
+	}
 	d, err := sideeffects.NewDispatcher(pool, sideeffects.Config{
-		Schema:      g.Schema,
-		Providers:   provs,
-		Concurrency: c.Concurrency,
-		InDoubt:     inDoubt,
-		Retry:       sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
-		JobTimeout:  c.JobTimeout,
-		RescueAfter: c.RescueAfter,
-		Logger:      log,
+		Schema:        g.Schema,
+		SweepInterval: c.SweepInterval,
+		Retention:     retention,
+		Metrics:       sideeffects.NewMetrics(reg),
+		Providers:     provs,
+		Concurrency:   c.Concurrency,
+		InDoubt:       inDoubt,
+		Retry:         sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
+		JobTimeout:    c.JobTimeout,
+		RescueAfter:   c.RescueAfter,
+		Logger:        log,
 	})
 	if err != nil {
 		return cli.UsageError{Err: err}
@@ -221,7 +244,9 @@ func run(ctx context.Context, g *globalConfig, c *runConfig) error {
 		if err != nil {
 			return cli.Usagef("--http-addr (OUTBOXD_HTTP_ADDR) %q: %w", c.HTTPAddr, err)
 		}
-		srv = &http.Server{Handler: healthHandler(pool, g.Schema, &started), ReadHeaderTimeout: 5 * time.Second}
+		mux := healthHandler(pool, g.Schema, &started)
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("health server stopped", "error", err)
@@ -239,7 +264,7 @@ func run(ctx context.Context, g *globalConfig, c *runConfig) error {
 		names[i] = p.Name()
 	}
 	log.Info("outboxd running", "schema", g.Schema, "providers", names, "http_addr", c.HTTPAddr,
-		"job_timeout", c.JobTimeout, "rescue_after", c.RescueAfter)
+		"job_timeout", c.JobTimeout, "rescue_after", c.RescueAfter, "retention", c.Retention)
 
 	<-ctx.Done()
 	log.Info("signal received: draining", "timeout", c.ShutdownTimeout)
@@ -259,7 +284,7 @@ func run(ctx context.Context, g *globalConfig, c *runConfig) error {
 
 // healthHandler serves /healthz (the process is alive) and /readyz (the
 // database answers, migrations are applied and the dispatcher is running).
-func healthHandler(pool *pgxpool.Pool, schema string, started *atomic.Bool) http.Handler {
+func healthHandler(pool *pgxpool.Pool, schema string, started *atomic.Bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))

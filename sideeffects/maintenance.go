@@ -1,0 +1,130 @@
+package sideeffects
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// MaintenanceQueue runs the sweeper and retention jobs, one at a time.
+const MaintenanceQueue = "outboxd_maintenance"
+
+// Defaults for the maintenance settings of Config.
+const (
+	DefaultSweepInterval     = time.Minute
+	DefaultSweepGrace        = time.Minute
+	DefaultRetention         = 30 * 24 * time.Hour
+	DefaultRetentionInterval = time.Hour
+	sweepBatch               = 1000
+)
+
+// SweepArgs are the arguments of the periodic sweep job.
+type SweepArgs struct{}
+
+// Kind implements river.JobArgs.
+func (SweepArgs) Kind() string { return "outboxd.sweep" }
+
+// sweepWorker re-inserts dispatch jobs for pending and fired effects that
+// have none: rows written by plain SQL, or whose job River discarded or
+// cleaned up. It runs on the leader only, as River's periodic jobs do.
+type sweepWorker struct {
+	river.WorkerDefaults[SweepArgs]
+	pool   *pgxpool.Pool
+	store  *Store
+	grace  time.Duration
+	logger *slog.Logger
+}
+
+func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
+	n, err := w.store.Sweep(ctx, w.pool, river.ClientFromContext[pgx.Tx](ctx), time.Now().Add(-w.grace))
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		w.logger.Info("sweeper inserted dispatch jobs for effects that had none", "effects", n)
+	}
+	return nil
+}
+
+// Sweep inserts a dispatch job for every pending or fired effect unchanged
+// since notSince that has no live job, in batches, and returns how many it
+// inserted.
+func (s *Store) Sweep(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], notSince time.Time) (int, error) {
+	total := 0
+	for {
+		var inserted int
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, s.q.sweep, notSince, sweepBatch)
+			if err != nil {
+				return err
+			}
+			params, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (river.InsertManyParams, error) {
+				var id uuid.UUID
+				var provider string
+				err := r.Scan(&id, &provider)
+				return JobParams(id, provider), err
+			})
+			if err != nil || len(params) == 0 {
+				return err
+			}
+			res, err := client.InsertManyTx(ctx, tx, params)
+			for _, r := range res {
+				if !r.UniqueSkippedAsDuplicate {
+					inserted++
+				}
+			}
+			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("sweep: %w", err)
+		}
+		total += inserted
+		if inserted < sweepBatch {
+			return total, nil
+		}
+	}
+}
+
+// RetentionArgs are the arguments of the periodic retention job.
+type RetentionArgs struct{}
+
+// Kind implements river.JobArgs.
+func (RetentionArgs) Kind() string { return "outboxd.retention" }
+
+// retentionWorker purges terminal effects older than the retention period
+// and events left without effects. Pending and fired effects are never
+// touched.
+type retentionWorker struct {
+	river.WorkerDefaults[RetentionArgs]
+	pool      *pgxpool.Pool
+	store     *Store
+	retention time.Duration
+	logger    *slog.Logger
+}
+
+func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs]) error {
+	res, err := w.store.Purge(ctx, w.pool, time.Now().Add(-w.retention), false)
+	if err != nil {
+		return err
+	}
+	if res.Effects > 0 || res.Events > 0 {
+		w.logger.Info("retention purged terminal effects", "effects", res.Effects, "events", res.Events, "older_than", w.retention)
+	}
+	return nil
+}
+
+// Timeout lets a large purge run longer than a dispatch attempt.
+func (w *retentionWorker) Timeout(*river.Job[RetentionArgs]) time.Duration { return 30 * time.Minute }
+
+func periodic(interval time.Duration, args river.JobArgs) *river.PeriodicJob {
+	return river.NewPeriodicJob(river.PeriodicInterval(interval),
+		func() (river.JobArgs, *river.InsertOpts) {
+			return args, &river.InsertOpts{Queue: MaintenanceQueue, UniqueOpts: river.UniqueOpts{ByPeriod: interval}}
+		}, &river.PeriodicJobOpts{ID: args.Kind(), RunOnStart: true})
+}

@@ -1,0 +1,136 @@
+package sideeffects_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+func TestSweeperDispatchesRowsWrittenBySQL(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.cfg.SweepGrace = time.Millisecond
+	ctx := context.Background()
+	s := b.db.Schema
+	// A system without Go records an event and an effect with plain SQL,
+	// and no River job.
+	eventID := uuid.New()
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO `+s+`.outbox_events (id, event_type, payload) VALUES ($1, 'order.paid', '{}')`, eventID)
+	require.NoError(t, err)
+	var effectID uuid.UUID
+	var sqlKey string
+	err = b.db.Pool.QueryRow(ctx, `INSERT INTO `+s+`.side_effects (id, source_id, kind, provider, payload)
+		VALUES (gen_random_uuid(), $1, 'webhook.legacy', 'webhook', jsonb_build_object('url', $2::text, 'body', '{"from": "sql"}'::jsonb))
+		RETURNING id, `+s+`.outboxd_idempotency_key(source_id, kind)`, eventID, b.recv.URL+"/legacy").Scan(&effectID, &sqlKey)
+	require.NoError(t, err)
+
+	b.start(t)
+	got := b.waitFor(t, effectID, sideeffects.StateConfirmed)
+	require.Equal(t, sqlKey, got.IdempotencyKey)
+	ds := b.recv.Deliveries()
+	require.Len(t, ds, 1)
+	require.Equal(t, sqlKey, ds[0].ID, "the SQL form of the key is what the receiver sees")
+	require.Equal(t, sideeffects.Key(eventID, "webhook.legacy"), ds[0].ID)
+}
+
+func TestSweeperRecoversDiscardedJob(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.cfg.SweepGrace = time.Millisecond
+	e := b.enqueue(t, "/orders")
+	// River gave up on the job (discarded) while the effect was pending.
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.river_job SET state = 'discarded', finalized_at = now()
+		WHERE args->>'effect_id' = $1::text`, e.ID)
+	require.NoError(t, err)
+	b.start(t)
+	b.waitFor(t, e.ID, sideeffects.StateConfirmed)
+	require.Len(t, b.recv.Deliveries(), 1)
+}
+
+func TestRetentionPurgesOnlyTerminalEffects(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.cfg.Retention = 48 * time.Hour
+	ctx := context.Background()
+	s := b.db.Schema
+	confirmed := b.enqueue(t, "/orders")
+	failed := b.enqueue(t, "/orders")
+	pending := b.enqueue(t, "/orders")
+	fired := b.enqueue(t, "/orders")
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+s+`.river_job SET state = 'completed', finalized_at = now()`)
+	require.NoError(t, err)
+	for id, state := range map[uuid.UUID]string{confirmed.ID: "confirmed", failed.ID: "failed", pending.ID: "pending", fired.ID: "fired"} {
+		_, err := b.db.Pool.Exec(ctx, `UPDATE `+s+`.side_effects SET state = $2, created_at = now() - interval '3 days',
+			updated_at = now() - interval '3 days' WHERE id = $1`, id, state)
+		require.NoError(t, err)
+	}
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+s+`.outbox_events SET created_at = now() - interval '3 days'`)
+	require.NoError(t, err)
+
+	b.start(t)
+	// The old pending and fired effects are swept and dispatched, never purged.
+	b.waitFor(t, pending.ID, sideeffects.StateConfirmed)
+	b.waitFor(t, fired.ID, sideeffects.StateConfirmed)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.side_effects WHERE id = ANY($1)`,
+			[]uuid.UUID{confirmed.ID, failed.ID}).Scan(&n))
+		if n == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "retention never purged the terminal effects")
+		time.Sleep(50 * time.Millisecond)
+	}
+	var events int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.outbox_events`).Scan(&events))
+	require.Equal(t, 2, events, "events of purged effects go too; events of live ones stay")
+}
+
+func TestRetentionMustExceedKeyWindows(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.cfg.Retention = time.Hour
+	_, err := sideeffects.NewDispatcher(b.db.Pool, b.cfg)
+	require.ErrorContains(t, err, "must exceed the webhook key window")
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	reg := prometheus.NewRegistry()
+	b.cfg.Metrics = sideeffects.NewMetrics(reg)
+	reg.MustRegister(sideeffects.NewStateCollector(b.db.Pool, b.store))
+	b.recv.Respond("/flaky", fakes.Status(500))
+	// One effect waits, unfired, for a queue nobody serves.
+	stalled := b.enqueueEffect(t, emailEffect("email.receipt"))
+	b.start(t)
+	e1 := b.enqueue(t, "/orders")
+	e2 := b.enqueue(t, "/flaky")
+	b.waitFor(t, e1.ID, sideeffects.StateConfirmed)
+	b.waitFor(t, e2.ID, sideeffects.StateConfirmed)
+
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP outboxd_transitions_total State transitions made by workers, by provider, kind and the state entered.
+# TYPE outboxd_transitions_total counter
+outboxd_transitions_total{kind="webhook.order_paid",provider="webhook",to="confirmed"} 2
+outboxd_transitions_total{kind="webhook.order_paid",provider="webhook",to="fired"} 3
+outboxd_transitions_total{kind="webhook.order_paid",provider="webhook",to="pending"} 1
+`), "outboxd_transitions_total"))
+	require.Equal(t, 2, testutil.CollectAndCount(reg, "outboxd_provider_call_duration_seconds"), "an ok and a retryable series")
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP outboxd_effects Effects in a live or failed state, by state and kind.
+# TYPE outboxd_effects gauge
+outboxd_effects{kind="email.receipt",state="pending"} 1
+`), "outboxd_effects"))
+	_ = stalled
+}
