@@ -1,7 +1,7 @@
 # outboxd — the two commands a newcomer needs are `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test vet build
+.PHONY: demo test vet build bench
 
 ## demo: run outboxd end to end against the local Postgres (DATABASE_URL)
 demo:
@@ -17,3 +17,7 @@ vet:
 ## build: binaries into ./bin
 build:
 	$(GO) build -o bin/ ./cmd/...
+
+## bench: outboxd against River and Postgres baselines, same run (~3 min)
+bench:
+	$(GO) run ./cmd/outboxbench

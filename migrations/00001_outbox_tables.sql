@@ -49,7 +49,7 @@ CREATE TABLE side_effects (
 
 -- "Stuck" questions only ever look at live effects; a partial index keeps
 -- them index scans however many confirmed rows pile up.
-CREATE INDEX side_effects_live_idx ON side_effects (state, updated_at)
+CREATE INDEX side_effects_live_idx ON side_effects (updated_at)
     WHERE state IN ('pending', 'fired');
 CREATE INDEX side_effects_failed_idx ON side_effects (updated_at)
     WHERE state = 'failed';

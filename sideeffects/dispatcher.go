@@ -24,6 +24,12 @@ const (
 	DefaultConcurrency = 10
 	DefaultJobTimeout  = time.Minute
 	DefaultRescueAfter = 2 * time.Minute
+	// DefaultFetchCooldown and DefaultFetchPollInterval are tighter than
+	// River's (100ms, 1s): an effect is usually fired within tens of
+	// milliseconds of its commit, and within the poll interval when its
+	// insert notification was coalesced with another.
+	DefaultFetchCooldown     = 20 * time.Millisecond
+	DefaultFetchPollInterval = 250 * time.Millisecond
 )
 
 // Config configures a Dispatcher.
@@ -47,8 +53,8 @@ type Config struct {
 	// RescueAfter is how long a job may stay running before River assumes
 	// its worker died and retries it. Must exceed JobTimeout. Default 2m.
 	RescueAfter time.Duration
-	// FetchCooldown and FetchPollInterval tune River's fetch loop; zero
-	// keeps River's defaults (100ms, 1s).
+	// FetchCooldown and FetchPollInterval tune River's fetch loop. Defaults
+	// 20ms and 250ms.
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
 	// SweepInterval is how often the leader looks for pending and fired
@@ -93,6 +99,8 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if cfg.RescueAfter <= cfg.JobTimeout {
 		return nil, fmt.Errorf("dispatcher: rescue-after (%s) must exceed job-timeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
 	}
+	cfg.FetchCooldown = cmp.Or(cfg.FetchCooldown, DefaultFetchCooldown)
+	cfg.FetchPollInterval = cmp.Or(cfg.FetchPollInterval, DefaultFetchPollInterval)
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, DefaultSweepInterval)
 	cfg.SweepGrace = cmp.Or(cfg.SweepGrace, DefaultSweepGrace)
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
@@ -114,6 +122,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 			return nil, fmt.Errorf("dispatcher: provider %q configured twice", name)
 		}
 		w.providers[name] = p
+		w.providerNames = append(w.providerNames, name)
 		n := cfg.Concurrency[name]
 		if n < 0 {
 			return nil, fmt.Errorf("dispatcher: concurrency for %q must be positive, got %d", name, n)

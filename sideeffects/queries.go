@@ -18,6 +18,20 @@ INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_typ
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (id) DO NOTHING`
 
+	// A new event and its effects in one statement: the effects are
+	// inserted only if the event was. $6.. are the effects' arrays.
+	sqlInsertEventWithEffects = `
+WITH ev AS (
+	INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
+	VALUES ($1, $2, $3, $4, $5)
+	ON CONFLICT (id) DO NOTHING
+	RETURNING id
+)
+INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload)
+SELECT u.id, ev.id, u.kind, u.provider, u.payload
+FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[]) AS u(id, kind, provider, payload)
+RETURNING id`
+
 	sqlEventMatches = `
 SELECT aggregate_type = $2 AND aggregate_id = $3 AND event_type = $4 AND payload = $5::jsonb
 FROM /*schema*/outbox_events WHERE id = $1`
@@ -51,6 +65,16 @@ UPDATE /*schema*/side_effects
 SET state = 'fired', attempts = attempts + 1, fired_at = now(),
 	first_fired_at = coalesce(first_fired_at, now()), next_attempt_at = NULL, updated_at = now()
 WHERE id = $1 AND state = $2 AND state IN ('pending', 'fired')
+RETURNING ` + effectColumns
+
+	// pending -> fired for an effect never fired before, of a provider this
+	// process has ($2): the common first attempt, which needs no in-doubt or
+	// key-window decision.
+	sqlClaimFirst = `
+UPDATE /*schema*/side_effects
+SET state = 'fired', attempts = attempts + 1, fired_at = now(), first_fired_at = now(),
+	next_attempt_at = NULL, updated_at = now()
+WHERE id = $1 AND state = 'pending' AND first_fired_at IS NULL AND provider = ANY($2)
 RETURNING ` + effectColumns
 
 	// fired -> confirmed.
@@ -147,20 +171,25 @@ ORDER BY created_at DESC, id DESC
 LIMIT $9`
 
 	// Live effects not updated since $1, and failed ones, with their newest
-	// live River job if any. The state predicates match the partial indexes.
+	// live River job if any. Each branch matches one partial index.
 	sqlStuck = `
+WITH stuck AS (
+	(SELECT * FROM /*schema*/side_effects
+	 WHERE state IN ('pending', 'fired') AND updated_at < $1 ORDER BY updated_at LIMIT $2)
+	UNION ALL
+	(SELECT * FROM /*schema*/side_effects
+	 WHERE state = 'failed' AND updated_at < $1 ORDER BY updated_at LIMIT $2)
+	ORDER BY updated_at LIMIT $2
+)
 SELECT ` + effectColumnsE + `, j.id, j.state, j.scheduled_at
-FROM /*schema*/side_effects e
+FROM stuck e
 LEFT JOIN LATERAL (
 	SELECT id, state::text, scheduled_at FROM /*schema*/river_job
 	WHERE kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', e.id)
 		AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
 	ORDER BY id DESC LIMIT 1
 ) j ON true
-WHERE (e.state IN ('pending', 'fired') AND e.updated_at < $1)
-	OR (e.state = 'failed' AND e.updated_at < $1)
-ORDER BY e.updated_at
-LIMIT $2`
+ORDER BY e.updated_at`
 
 	sqlEventOf = `
 SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at
@@ -177,7 +206,11 @@ ORDER BY id`
 	// the terminal index (a confirmed row's updated_at is its confirmed_at).
 	sqlStatsCounts = `
 SELECT state, kind, count(*) FROM /*schema*/side_effects
-WHERE state IN ('pending', 'fired', 'failed')
+WHERE state IN ('pending', 'fired')
+GROUP BY state, kind
+UNION ALL
+SELECT state, kind, count(*) FROM /*schema*/side_effects
+WHERE state = 'failed'
 GROUP BY state, kind
 UNION ALL
 SELECT state, kind, count(*) FROM /*schema*/side_effects
@@ -249,7 +282,12 @@ const sqlStateGauges = `
 SELECT state, kind, count(*),
 	extract(epoch FROM now() - min(CASE WHEN state = 'fired' THEN coalesce(fired_at, created_at) ELSE created_at END))::float8
 FROM /*schema*/side_effects
-WHERE state IN ('pending', 'fired', 'failed')
+WHERE state IN ('pending', 'fired')
+GROUP BY state, kind
+UNION ALL
+SELECT state, kind, count(*), extract(epoch FROM now() - min(created_at))::float8
+FROM /*schema*/side_effects
+WHERE state = 'failed'
 GROUP BY state, kind`
 
 const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key, e.payload, e.state, e.attempts,
@@ -257,9 +295,10 @@ const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key
 
 // queries holds the statements with the schema filled in.
 type queries struct {
-	insertEvent, eventMatches, insertEffects, compareEffects string
+	insertEvent, insertEventWithEffects, eventMatches        string
+	insertEffects, compareEffects                            string
 	getEffect, getEffectByKey                                string
-	claim, confirm, release, recordInDoubt, fail             string
+	claim, claimFirst, confirm, release, recordInDoubt, fail string
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit string
 
@@ -276,17 +315,19 @@ func newQueries(schema string) queries {
 	}
 	r := strings.NewReplacer("/*schema*/", prefix)
 	return queries{
-		insertEvent:    r.Replace(sqlInsertEvent),
-		eventMatches:   r.Replace(sqlEventMatches),
-		insertEffects:  r.Replace(sqlInsertEffects),
-		compareEffects: r.Replace(sqlCompareEffects),
-		getEffect:      r.Replace(sqlGetEffect),
-		getEffectByKey: r.Replace(sqlGetEffectByKey),
-		claim:          r.Replace(sqlClaim),
-		confirm:        r.Replace(sqlConfirm),
-		release:        r.Replace(sqlRelease),
-		recordInDoubt:  r.Replace(sqlRecordInDoubt),
-		fail:           r.Replace(sqlFail),
+		insertEvent:            r.Replace(sqlInsertEvent),
+		insertEventWithEffects: r.Replace(sqlInsertEventWithEffects),
+		eventMatches:           r.Replace(sqlEventMatches),
+		insertEffects:          r.Replace(sqlInsertEffects),
+		compareEffects:         r.Replace(sqlCompareEffects),
+		getEffect:              r.Replace(sqlGetEffect),
+		getEffectByKey:         r.Replace(sqlGetEffectByKey),
+		claim:                  r.Replace(sqlClaim),
+		claimFirst:             r.Replace(sqlClaimFirst),
+		confirm:                r.Replace(sqlConfirm),
+		release:                r.Replace(sqlRelease),
+		recordInDoubt:          r.Replace(sqlRecordInDoubt),
+		fail:                   r.Replace(sqlFail),
 
 		cancel:           r.Replace(sqlCancel),
 		redrive:          r.Replace(sqlRedrive),

@@ -98,6 +98,26 @@ func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, ef
 	return inserted, nil
 }
 
+// InsertEventWithEffects inserts a new event and all its effects in one
+// statement. When an event with that id exists already it inserts nothing
+// and reports inserted=false; compare with InsertEvent and CompareEffects.
+// effects must not be empty.
+func (s *Store) InsertEventWithEffects(ctx context.Context, db DB, ev NewEvent, effects []NewEffect) (inserted bool, err error) {
+	ids := make([]uuid.UUID, len(effects))
+	kinds := make([]string, len(effects))
+	provs := make([]string, len(effects))
+	payloads := make([]json.RawMessage, len(effects))
+	for i, e := range effects {
+		ids[i], kinds[i], provs[i], payloads[i] = EffectID(ev.ID, e.Kind), e.Kind, e.Provider, e.Payload
+	}
+	tag, err := db.Exec(ctx, s.q.insertEventWithEffects, ev.ID, ev.AggregateType, ev.AggregateID, ev.EventType, ev.Payload,
+		ids, kinds, provs, payloads)
+	if err != nil {
+		return false, fmt.Errorf("insert event %s: %w", ev.ID, err)
+	}
+	return tag.RowsAffected() == int64(len(effects)), nil
+}
+
 // ExistingEffect says whether an effect of an event exists and matches.
 type ExistingEffect struct {
 	Kind   string
@@ -150,6 +170,24 @@ func (s *Store) getOne(ctx context.Context, db DB, sql string, arg any) (*Effect
 		return nil, fmt.Errorf("%w: %v", ErrNotFound, arg)
 	}
 	return e, err
+}
+
+// ClaimFirst moves effect id to fired if it is pending, was never fired and
+// belongs to one of providers: the common first attempt. It returns nil and
+// no error otherwise.
+func (s *Store) ClaimFirst(ctx context.Context, db DB, id uuid.UUID, providers []string) (*Effect, error) {
+	rows, err := db.Query(ctx, s.q.claimFirst, id, providers)
+	if err != nil {
+		return nil, fmt.Errorf("claim effect %s: %w", id, err)
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Effect])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim effect %s: %w", id, err)
+	}
+	return e, nil
 }
 
 // Claim moves effect id from the state from (pending or fired) to fired and

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -34,10 +35,12 @@ type Worker struct {
 	pool      *pgxpool.Pool
 	store     *Store
 	providers map[string]providers.Provider
-	inDoubt   map[string]providers.InDoubtPolicy
-	retry     RetryPolicy
-	logger    *slog.Logger
-	metrics   *Metrics
+	// providerNames are the keys of providers, for SQL.
+	providerNames []string
+	inDoubt       map[string]providers.InDoubtPolicy
+	retry         RetryPolicy
+	logger        *slog.Logger
+	metrics       *Metrics
 
 	// retryAt hands the time chosen in Work to NextRetry, which River calls
 	// right after Work returns an error for the same job.
@@ -51,47 +54,23 @@ type Worker struct {
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	id := job.Args.EffectID
-	e, err := w.store.Get(ctx, w.pool, id)
-	if errors.Is(err, ErrNotFound) {
-		return river.JobCancel(err)
-	}
-	if err != nil {
-		return err
-	}
-	if e.State.Terminal() {
-		// Confirmed, failed and cancelled effects are never fired again.
-		return nil
-	}
-	p, ok := w.providers[e.Provider]
-	if !ok {
-		return fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, e.Provider)
-	}
-	g := p.Guarantees()
-	policy := g.InDoubt
-	if pol, ok := w.inDoubt[e.Kind]; ok {
-		policy = pol
-	}
-	log := w.logger.With("effect_id", id, "kind", e.Kind, "provider", e.Provider)
-
-	if e.State == StateFired && policy == providers.AtMostOnce {
-		// The previous attempt never reported back (a crash or a rescued job).
-		return w.fail(ctx, log.With("attempt", e.Attempts), e, ReasonInDoubt+": previous attempt did not finish", nil)
-	}
-	deadline := keyDeadline(e, g)
-	now := time.Now()
-	if !deadline.IsZero() && !now.Before(deadline) {
-		return w.fail(ctx, log.With("attempt", e.Attempts), e, ReasonKeyWindow, nil)
-	}
-
-	claimed, err := w.store.Claim(ctx, w.pool, id, e.State)
+	// Most jobs are an effect's first attempt: claim it in one statement.
+	claimed, err := w.store.ClaimFirst(ctx, w.pool, id, w.providerNames)
 	if err != nil {
 		return err
 	}
 	if claimed == nil {
-		log.Info("effect changed state before it was fired; not firing")
-		return nil
+		if claimed, err = w.claimAgain(ctx, id); claimed == nil {
+			return err
+		}
 	}
-	log = log.With("attempt", claimed.Attempts)
+	p, ok := w.providers[claimed.Provider]
+	if !ok {
+		return fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, claimed.Provider)
+	}
+	g := p.Guarantees()
+	policy := w.policy(claimed.Kind, g)
+	log := w.logger.With("effect_id", id, "kind", claimed.Kind, "provider", claimed.Provider, "attempt", claimed.Attempts)
 	w.metrics.transition(claimed, StateFired)
 
 	start := time.Now()
@@ -149,6 +128,51 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	log.Warn("attempt failed; will retry", "next_attempt_at", next)
 	w.retryAt.Store(job.ID, next)
 	return sendErr
+}
+
+// claimAgain handles every claim but the first: a retry, an in-doubt
+// re-fire, or an effect that must not be fired. It returns the claimed
+// effect, or nil with the error Work should return.
+func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (*Effect, error) {
+	e, err := w.store.Get(ctx, w.pool, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, river.JobCancel(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if e.State.Terminal() {
+		// Confirmed, failed and cancelled effects are never fired again.
+		return nil, nil
+	}
+	p, ok := w.providers[e.Provider]
+	if !ok {
+		return nil, fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, e.Provider)
+	}
+	g := p.Guarantees()
+	log := w.logger.With("effect_id", id, "kind", e.Kind, "provider", e.Provider, "attempt", e.Attempts)
+	if e.State == StateFired && w.policy(e.Kind, g) == providers.AtMostOnce {
+		// The previous attempt never reported back (a crash or a rescued job).
+		return nil, w.fail(ctx, log, e, ReasonInDoubt+": previous attempt did not finish", nil)
+	}
+	if deadline := keyDeadline(e, g); !deadline.IsZero() && !time.Now().Before(deadline) {
+		return nil, w.fail(ctx, log, e, ReasonKeyWindow, nil)
+	}
+	claimed, err := w.store.Claim(ctx, w.pool, id, e.State)
+	if err != nil {
+		return nil, err
+	}
+	if claimed == nil {
+		log.Info("effect changed state before it was fired; not firing")
+	}
+	return claimed, nil
+}
+
+func (w *Worker) policy(kind string, g providers.Guarantees) providers.InDoubtPolicy {
+	if pol, ok := w.inDoubt[kind]; ok {
+		return pol
+	}
+	return g.InDoubt
 }
 
 // confirm moves the effect to confirmed and completes the River job in one

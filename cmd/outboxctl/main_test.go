@@ -316,7 +316,7 @@ func TestCancelAndConfirm(t *testing.T) {
 func TestStats(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	out, err := b.run(t, "", "stats", "--json")
+	out, err := b.run(t, "", "stats", "--json", "--window", "24h")
 	require.NoError(t, err)
 	var st sideeffects.Stats
 	require.NoError(t, json.Unmarshal([]byte(out), &st))
@@ -336,7 +336,7 @@ func TestStats(t *testing.T) {
 	require.Equal(t, int64(1), st.Confirmed)
 	require.InDelta(t, 2.0, st.LatencyP50, 0.01)
 
-	out, err = b.run(t, "", "stats")
+	out, err = b.run(t, "", "stats", "--window", "24h")
 	require.NoError(t, err)
 	require.Contains(t, out, "p50 2s")
 }

@@ -308,7 +308,7 @@ func newStatsCmd(a *app) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&window, "window", 24*time.Hour, "window for confirmed effects, attempts and latency")
+	cmd.Flags().DurationVar(&window, "window", time.Hour, "window for confirmed effects, attempts and latency")
 	return cmd
 }
 

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+type dispatchResult struct {
+	Name      string  `json:"name"`
+	N         int     `json:"n"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"per_second"`
+	// VsRiver is this rate over River's no-op rate; 0 for River itself.
+	VsRiver float64 `json:"vs_river,omitempty"`
+}
+
+// noopProvider acknowledges every effect at once, counting calls.
+type noopProvider struct {
+	calls  atomic.Int64
+	onSend func(req providers.Request)
+}
+
+func (p *noopProvider) Name() string                                  { return "noop" }
+func (p *noopProvider) ValidatePayload(string, json.RawMessage) error { return nil }
+func (p *noopProvider) Guarantees() providers.Guarantees {
+	return providers.Guarantees{IdempotencyKeys: true, InDoubt: providers.AtLeastOnce}
+}
+
+func (p *noopProvider) Send(_ context.Context, req providers.Request) (providers.Result, error) {
+	if p.onSend != nil {
+		p.onSend(req)
+	}
+	p.calls.Add(1)
+	return providers.Result{}, nil
+}
+
+// noopArgs and noopWorker are River's floor: a job that does nothing.
+type noopArgs struct{}
+
+func (noopArgs) Kind() string { return "bench.noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+	done atomic.Int64
+}
+
+func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
+	w.done.Add(1)
+	return nil
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// dispatchThroughput burns down the same number of River no-op jobs and of
+// outboxd effects with a no-op provider, with the same River settings; then,
+// optionally, effects through the real webhook provider.
+func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dispatchResult, error) {
+	n := b.s.Effects
+	riverRes, err := b.riverNoop(ctx, n)
+	if err != nil {
+		return nil, fmt.Errorf("river baseline: %w", err)
+	}
+	noop := &noopProvider{}
+	ours, err := b.burnDown(ctx, "outboxd, no-op provider", n, noop, `{}`, func() int { return int(noop.calls.Load()) })
+	if err != nil {
+		return nil, err
+	}
+	ours.VsRiver = ours.PerSecond / riverRes.PerSecond
+	out := []dispatchResult{riverRes, ours}
+	if withWebhook && b.s.WebhookEffects > 0 {
+		wh, err := b.webhookBurnDown(ctx, riverRes.PerSecond)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, wh)
+	}
+	return out, nil
+}
+
+func (b *bench) riverConfig(workers *river.Workers, queue string) *river.Config {
+	return &river.Config{
+		Schema:            b.schema,
+		Queues:            map[string]river.QueueConfig{queue: {MaxWorkers: b.s.Workers}},
+		Workers:           workers,
+		FetchCooldown:     b.s.FetchCooldown,
+		FetchPollInterval: b.s.FetchPollInterval,
+		Logger:            quiet,
+	}
+}
+
+func (b *bench) riverNoop(ctx context.Context, n int) (dispatchResult, error) {
+	w := &noopWorker{}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	client, err := river.NewClient(riverpgxv5.New(b.pool), b.riverConfig(workers, "noop_river"))
+	if err != nil {
+		return dispatchResult{}, err
+	}
+	for i := 0; i < n; i += 5000 {
+		params := make([]river.InsertManyParams, 0, 5000)
+		for j := i; j < min(i+5000, n); j++ {
+			params = append(params, river.InsertManyParams{Args: noopArgs{}, InsertOpts: &river.InsertOpts{Queue: "noop_river"}})
+		}
+		if _, err := client.InsertMany(ctx, params); err != nil {
+			return dispatchResult{}, err
+		}
+	}
+	done := make(chan struct{})
+	go progress("River, no-op jobs", n, func() int { return int(w.done.Load()) }, done)
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return dispatchResult{}, err
+	}
+	err = b.waitFor(ctx, "SELECT count(*) FROM "+b.schema+".river_job WHERE kind = 'bench.noop' AND state <> 'completed'")
+	elapsed := time.Since(start)
+	close(done)
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = client.Stop(stopCtx)
+	if err != nil {
+		return dispatchResult{}, err
+	}
+	_, err = b.pool.Exec(ctx, "TRUNCATE "+b.schema+".river_job")
+	return dispatchResult{Name: "River, no-op jobs", N: n, Seconds: elapsed.Seconds(), PerSecond: float64(n) / elapsed.Seconds()}, err
+}
+
+// burnDown seeds n effects of provider p with payload and their jobs, then
+// dispatches them all and reports the rate.
+func (b *bench) burnDown(ctx context.Context, name string, n int, p providers.Provider, payload string, current func() int) (dispatchResult, error) {
+	if err := b.seedEffects(ctx, n, p.Name(), payload); err != nil {
+		return dispatchResult{}, err
+	}
+	d, err := b.dispatcher(p)
+	if err != nil {
+		return dispatchResult{}, err
+	}
+	done := make(chan struct{})
+	go progress(name, n, current, done)
+	start := time.Now()
+	if err := d.Start(ctx); err != nil {
+		return dispatchResult{}, err
+	}
+	err = b.waitFor(ctx, "SELECT count(*) FROM "+b.schema+".side_effects WHERE state IN ('pending', 'fired')")
+	elapsed := time.Since(start)
+	close(done)
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = d.Stop(stopCtx)
+	if err != nil {
+		return dispatchResult{}, err
+	}
+	var confirmed int
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".side_effects WHERE state = 'confirmed'").Scan(&confirmed); err != nil {
+		return dispatchResult{}, err
+	}
+	if confirmed != n {
+		return dispatchResult{}, fmt.Errorf("%s: %d of %d effects confirmed", name, confirmed, n)
+	}
+	if _, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job CASCADE"); err != nil {
+		return dispatchResult{}, err
+	}
+	return dispatchResult{Name: name, N: n, Seconds: elapsed.Seconds(), PerSecond: float64(n) / elapsed.Seconds()}, nil
+}
+
+func (b *bench) dispatcher(p providers.Provider) (*sideeffects.Dispatcher, error) {
+	return sideeffects.NewDispatcher(b.pool, sideeffects.Config{
+		Schema:            b.schema,
+		Providers:         []providers.Provider{p},
+		Concurrency:       map[string]int{p.Name(): b.s.Workers},
+		FetchCooldown:     b.s.FetchCooldown,
+		FetchPollInterval: b.s.FetchPollInterval,
+		Logger:            quiet,
+	})
+}
+
+func (b *bench) webhookBurnDown(ctx context.Context, riverRate float64) (dispatchResult, error) {
+	var received atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return dispatchResult{}, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		received.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	p, err := webhook.New(webhook.Config{
+		Secret:          "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+	})
+	if err != nil {
+		return dispatchResult{}, err
+	}
+	payload := `{"url": "http://` + ln.Addr().String() + `/hook", "body": {"type": "order.paid", "order": "ord_42"}}`
+	res, err := b.burnDown(ctx, "outboxd, webhook provider", b.s.WebhookEffects, p, payload, func() int { return int(received.Load()) })
+	if err != nil {
+		return res, err
+	}
+	res.VsRiver = res.PerSecond / riverRate
+	return res, nil
+}
+
+// seedEffects writes n events and effects with SQL and their dispatch jobs
+// with River, outside the timed part.
+func (b *bench) seedEffects(ctx context.Context, n int, provider, payload string) error {
+	rows, err := b.pool.Query(ctx, `
+WITH ev AS (
+	INSERT INTO `+b.schema+`.outbox_events (id, event_type, payload)
+	SELECT gen_random_uuid(), 'bench', '{}' FROM generate_series(1, $1)
+	RETURNING id)
+INSERT INTO `+b.schema+`.side_effects (id, source_id, kind, provider, payload)
+SELECT gen_random_uuid(), id, 'bench.effect', $2, $3::jsonb FROM ev
+RETURNING id`, n, provider, payload)
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return err
+	}
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: b.schema, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	for i := 0; i < len(ids); i += 5000 {
+		params := make([]river.InsertManyParams, 0, 5000)
+		for _, id := range ids[i:min(i+5000, len(ids))] {
+			params = append(params, sideeffects.JobParams(id, provider))
+		}
+		if _, err := client.InsertMany(ctx, params); err != nil {
+			return err
+		}
+	}
+	_, err = b.pool.Exec(ctx, "ANALYZE "+b.schema+".side_effects, "+b.schema+".river_job")
+	return err
+}
+
+// waitFor polls a count query until it returns zero.
+func (b *bench) waitFor(ctx context.Context, countSQL string) error {
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		var left int
+		if err := b.pool.QueryRow(ctx, countSQL).Scan(&left); err != nil {
+			return err
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d left after 10 minutes", left)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

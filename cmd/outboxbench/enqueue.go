@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+type enqueueResult struct {
+	Name        string        `json:"name"`
+	Concurrency int           `json:"concurrency"`
+	Txs         int           `json:"transactions"`
+	TPS         float64       `json:"tx_per_second"`
+	P50         time.Duration `json:"p50_ns"`
+	P99         time.Duration `json:"p99_ns"`
+	// CostRatio is the bare transaction's rate over this one's (1.3 means
+	// enqueueing makes the transaction 30% more expensive); 0 for the bare
+	// baseline itself.
+	CostRatio float64 `json:"cost_ratio,omitempty"`
+}
+
+// enqueueCost compares a domain transaction inserting one row with the same
+// transaction plus Enqueue of one event and three effects.
+func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
+	if _, err := b.pool.Exec(ctx, "CREATE TABLE "+b.schema+".bench_orders (id bigserial PRIMARY KEY, customer text NOT NULL, amount int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"); err != nil {
+		return nil, err
+	}
+	ob, err := outbox.New(outbox.Config{Schema: b.schema})
+	if err != nil {
+		return nil, err
+	}
+	insertOrder := "INSERT INTO " + b.schema + ".bench_orders (customer, amount) VALUES ($1, $2)"
+	var seq atomic.Int64
+	bare := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, insertOrder, "cus_42", 4200)
+		return err
+	}
+	withEnqueue := func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insertOrder, "cus_42", 4200); err != nil {
+			return err
+		}
+		n := strconv.FormatInt(seq.Add(1), 10)
+		_, err := ob.Enqueue(ctx, tx, outbox.Event{
+			ID: outbox.EventID("bench.order_paid", n), AggregateType: "order", AggregateID: n, Type: "order.paid",
+			Payload: json.RawMessage(`{"amount": 4200, "currency": "eur"}`),
+		},
+			outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/orders", "body": {"order": "` + n + `"}}`)},
+			outbox.Effect{Kind: "stripe.capture", Provider: "stripe", Payload: json.RawMessage(`{"operation": "payment_intent.capture", "params": {"id": "pi_` + n + `"}}`)},
+			outbox.Effect{Kind: "email.receipt", Provider: "sendgrid", Payload: json.RawMessage(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "Receipt", "text": "Thanks"}`)},
+		)
+		return err
+	}
+
+	var out []enqueueResult
+	for _, conc := range []int{1, 8} {
+		base, err := b.runTxs(ctx, "bare domain tx", conc, bare)
+		if err != nil {
+			return nil, err
+		}
+		full, err := b.runTxs(ctx, "domain tx + Enqueue(1+3)", conc, withEnqueue)
+		if err != nil {
+			return nil, err
+		}
+		full.CostRatio = base.TPS / full.TPS
+		out = append(out, base, full)
+	}
+	_, err = b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".bench_orders CASCADE")
+	return out, err
+}
+
+// runTxs runs fn in transactions from conc goroutines for the configured
+// duration and reports rate and latency percentiles.
+func (b *bench) runTxs(ctx context.Context, name string, conc int, fn func(context.Context, pgx.Tx) error) (enqueueResult, error) {
+	deadline := time.Now().Add(b.s.EnqueueDuration)
+	var mu sync.Mutex
+	var lat []time.Duration
+	var firstErr error
+	var count atomic.Int64
+	done := make(chan struct{})
+	go progress(fmt.Sprintf("%s x%d", name, conc), int(b.s.EnqueueDuration/time.Second),
+		func() int { return int(time.Since(deadline.Add(-b.s.EnqueueDuration)) / time.Second) }, done)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				t0 := time.Now()
+				if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return fn(ctx, tx) }); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+				mine = append(mine, time.Since(t0))
+				count.Add(1)
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(done)
+	if firstErr != nil {
+		return enqueueResult{}, firstErr
+	}
+	slices.Sort(lat)
+	return enqueueResult{
+		Name: name, Concurrency: conc, Txs: len(lat), TPS: float64(len(lat)) / elapsed.Seconds(),
+		P50: percentile(lat, 0.50), P99: percentile(lat, 0.99),
+	}, nil
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)-1) * p)
+	return sorted[i]
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers"
+)
+
+type latencyResult struct {
+	Rate       int           `json:"offered_per_second"`
+	Achieved   float64       `json:"achieved_per_second"`
+	N          int           `json:"n"`
+	CallP50    time.Duration `json:"commit_to_call_p50_ns"`
+	CallP95    time.Duration `json:"commit_to_call_p95_ns"`
+	CallP99    time.Duration `json:"commit_to_call_p99_ns"`
+	ConfirmP50 time.Duration `json:"commit_to_confirmed_p50_ns"`
+	ConfirmP95 time.Duration `json:"commit_to_confirmed_p95_ns"`
+	ConfirmP99 time.Duration `json:"commit_to_confirmed_p99_ns"`
+}
+
+// latency offers effects at a fixed rate, one per application transaction,
+// to a running dispatcher with a no-op provider, and measures commit to
+// provider call and commit to confirmed.
+func (b *bench) latency(ctx context.Context) ([]latencyResult, error) {
+	var out []latencyResult
+	for _, rate := range b.s.Rates {
+		r, err := b.latencyAt(ctx, rate)
+		if err != nil {
+			return nil, fmt.Errorf("at %d/s: %w", rate, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (b *bench) latencyAt(ctx context.Context, rate int) (latencyResult, error) {
+	var calls sync.Map // effect id -> time of the provider call
+	noop := &noopProvider{onSend: func(req providers.Request) { calls.LoadOrStore(req.EffectID, time.Now()) }}
+	ob, err := outbox.New(outbox.Config{Schema: b.schema, Providers: []providers.Validator{noop}})
+	if err != nil {
+		return latencyResult{}, err
+	}
+	d, err := b.dispatcher(noop)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	if err := d.Start(ctx); err != nil {
+		return latencyResult{}, err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Stop(stopCtx)
+	}()
+
+	var mu sync.Mutex
+	committed := map[uuid.UUID]time.Time{}
+	var firstErr error
+	var seq atomic.Int64
+	work := make(chan struct{}, rate)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range work {
+				n := strconv.FormatInt(seq.Add(1), 10)
+				var id uuid.UUID
+				err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+					res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("bench.latency", strconv.Itoa(rate), n), Type: "bench"},
+						outbox.Effect{Kind: "noop.effect", Provider: "noop", Payload: json.RawMessage(`{}`)})
+					if err == nil {
+						id = res.Effects[0].ID
+					}
+					return err
+				})
+				t := time.Now()
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				if err == nil {
+					committed[id] = t
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+
+	total := int(float64(rate) * b.s.RateDuration.Seconds())
+	done := make(chan struct{})
+	go progress(fmt.Sprintf("latency at %d/s", rate), total, func() int { return int(noop.calls.Load()) }, done)
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; i < total && ctx.Err() == nil; i++ {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		work <- struct{}{}
+	}
+	close(work)
+	wg.Wait()
+	achieved := float64(total) / time.Since(start).Seconds()
+	if firstErr != nil {
+		close(done)
+		return latencyResult{}, firstErr
+	}
+	err = b.waitFor(ctx, "SELECT count(*) FROM "+b.schema+".side_effects WHERE state IN ('pending', 'fired')")
+	close(done)
+	if err != nil {
+		return latencyResult{}, err
+	}
+
+	rows, err := b.pool.Query(ctx, "SELECT id, confirmed_at FROM "+b.schema+".side_effects WHERE state = 'confirmed'")
+	if err != nil {
+		return latencyResult{}, err
+	}
+	confirmedAt := map[uuid.UUID]time.Time{}
+	for rows.Next() {
+		var id uuid.UUID
+		var t time.Time
+		if err := rows.Scan(&id, &t); err != nil {
+			return latencyResult{}, err
+		}
+		confirmedAt[id] = t
+	}
+	if err := rows.Err(); err != nil {
+		return latencyResult{}, err
+	}
+	var toCall, toConfirm []time.Duration
+	for id, c := range committed {
+		if v, ok := calls.Load(id.String()); ok {
+			// A worker may pick the job up before the producer's Commit
+			// returns; that counts as zero.
+			toCall = append(toCall, max(0, v.(time.Time).Sub(c)))
+		}
+		if t, ok := confirmedAt[id]; ok {
+			toConfirm = append(toConfirm, max(0, t.Sub(c)))
+		}
+	}
+	slices.Sort(toCall)
+	slices.Sort(toConfirm)
+	if _, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job CASCADE"); err != nil {
+		return latencyResult{}, err
+	}
+	return latencyResult{
+		Rate: rate, Achieved: achieved, N: len(committed),
+		CallP50: percentile(toCall, .5), CallP95: percentile(toCall, .95), CallP99: percentile(toCall, .99),
+		ConfirmP50: percentile(toConfirm, .5), ConfirmP95: percentile(toConfirm, .95), ConfirmP99: percentile(toConfirm, .99),
+	}, nil
+}

@@ -1,0 +1,256 @@
+// Command outboxbench measures what outboxd costs an application and how
+// fast it dispatches, against the floor it stands on (Postgres and River),
+// on the same machine in the same run. Every figure that matters is a ratio
+// against a baseline measured in the same process.
+//
+//	go run ./cmd/outboxbench              # about 3 minutes on 2 cores
+//	go run ./cmd/outboxbench -effects 5000 -admin-rows 100000   # a quick look
+//
+// It works in a schema of its own in DATABASE_URL and drops it at the end,
+// prints a table and writes the same figures as JSON (-out).
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/migrate"
+)
+
+// settings are the benchmark's knobs; River settings are shared by outboxd's
+// dispatcher and the River baseline so the comparison is like for like.
+type settings struct {
+	DatabaseURL       string        `json:"-"`
+	EnqueueDuration   time.Duration `json:"enqueue_duration"`
+	Effects           int           `json:"effects"`
+	WebhookEffects    int           `json:"webhook_effects"`
+	Workers           int           `json:"workers"`
+	PoolSize          int           `json:"pool_size"`
+	FetchCooldown     time.Duration `json:"fetch_cooldown"`
+	FetchPollInterval time.Duration `json:"fetch_poll_interval"`
+	Rates             []int         `json:"rates"`
+	RateDuration      time.Duration `json:"rate_duration"`
+	AdminRows         int           `json:"admin_rows"`
+	Out               string        `json:"-"`
+	Skip              string        `json:"-"`
+}
+
+// report is everything measured, as written to JSON.
+type report struct {
+	Machine  machine          `json:"machine"`
+	Settings settings         `json:"settings"`
+	Enqueue  []enqueueResult  `json:"enqueue,omitempty"`
+	Dispatch []dispatchResult `json:"dispatch,omitempty"`
+	Latency  []latencyResult  `json:"latency,omitempty"`
+	Admin    []adminResult    `json:"admin,omitempty"`
+}
+
+type machine struct {
+	CPU      string `json:"cpu"`
+	Cores    int    `json:"cores"`
+	Go       string `json:"go"`
+	Postgres string `json:"postgres"`
+	When     string `json:"when"`
+}
+
+func main() {
+	var s settings
+	var rates string
+	flag.StringVar(&s.DatabaseURL, "database-url", envOr("DATABASE_URL", cli.DefaultDatabaseURL), "Postgres URL [$DATABASE_URL]")
+	flag.DurationVar(&s.EnqueueDuration, "enqueue-duration", 5*time.Second, "duration of each enqueue-cost run (4 runs)")
+	flag.IntVar(&s.Effects, "effects", 50000, "effects (and River jobs) burnt down in the dispatch comparison")
+	flag.IntVar(&s.WebhookEffects, "webhook-effects", 50000, "effects burnt down through the webhook provider")
+	flag.IntVar(&s.Workers, "workers", 50, "River workers for the queue under test (outboxd and River alike)")
+	flag.IntVar(&s.PoolSize, "pool", 60, "Postgres pool size")
+	flag.DurationVar(&s.FetchCooldown, "fetch-cooldown", 5*time.Millisecond, "River FetchCooldown (both sides)")
+	flag.DurationVar(&s.FetchPollInterval, "fetch-poll-interval", 100*time.Millisecond, "River FetchPollInterval (both sides)")
+	flag.StringVar(&rates, "rates", "200,1000", "offered rates for the latency runs, effects per second")
+	flag.DurationVar(&s.RateDuration, "rate-duration", 10*time.Second, "duration of each latency run")
+	flag.IntVar(&s.AdminRows, "admin-rows", 1_000_000, "effects in the table for the admin-query timings")
+	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
+	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,dispatch,webhook,latency,admin")
+	flag.Parse()
+	for _, r := range strings.Split(rates, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(r), &n); err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "outboxbench: -rates %q: want positive integers\n", rates)
+			os.Exit(2)
+		}
+		s.Rates = append(s.Rates, n)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Stdout, s); err != nil {
+		fmt.Fprintln(os.Stderr, "outboxbench:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// bench holds a run's shared state.
+type bench struct {
+	s      settings
+	pool   *pgxpool.Pool
+	schema string
+}
+
+func run(ctx context.Context, out io.Writer, s settings) error {
+	pool, err := cli.Connect(ctx, s.DatabaseURL, int32(s.PoolSize))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	schema := "outboxd_bench_" + hex.EncodeToString(b[:])
+	if _, err := migrate.Up(ctx, pool, schema); err != nil {
+		return err
+	}
+	defer pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
+	bn := &bench{s: s, pool: pool, schema: schema}
+
+	rep := report{Settings: s, Machine: describeMachine(ctx, pool)}
+	fmt.Fprintf(out, "outboxbench: %s, %d cores, %s, %s\n\n", rep.Machine.CPU, rep.Machine.Cores, rep.Machine.Go, rep.Machine.Postgres)
+	skip := map[string]bool{}
+	for _, p := range strings.Split(s.Skip, ",") {
+		skip[strings.TrimSpace(p)] = true
+	}
+	if !skip["enqueue"] {
+		if rep.Enqueue, err = bn.enqueueCost(ctx); err != nil {
+			return fmt.Errorf("enqueue cost: %w", err)
+		}
+	}
+	if !skip["dispatch"] {
+		if rep.Dispatch, err = bn.dispatchThroughput(ctx, !skip["webhook"]); err != nil {
+			return fmt.Errorf("dispatch: %w", err)
+		}
+	}
+	if !skip["latency"] {
+		if rep.Latency, err = bn.latency(ctx); err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+	}
+	if !skip["admin"] {
+		if rep.Admin, err = bn.adminQueries(ctx); err != nil {
+			return fmt.Errorf("admin queries: %w", err)
+		}
+	}
+	printReport(out, rep)
+	if s.Out != "" {
+		f, err := os.Create(s.Out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		enc := json.NewEncoder(f)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nfigures written to %s\n", s.Out)
+	}
+	return nil
+}
+
+func describeMachine(ctx context.Context, pool *pgxpool.Pool) machine {
+	m := machine{Cores: runtime.NumCPU(), Go: runtime.Version(), When: time.Now().UTC().Format(time.RFC3339), CPU: "unknown CPU"}
+	if raw, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if name, ok := strings.CutPrefix(line, "model name"); ok {
+				m.CPU = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(name), ":"))
+				break
+			}
+		}
+	}
+	var v string
+	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&v); err == nil {
+		m.Postgres = "PostgreSQL " + strings.Fields(v)[0]
+	}
+	return m
+}
+
+func printReport(out io.Writer, rep report) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	if len(rep.Enqueue) > 0 {
+		fmt.Fprintln(tw, "\nENQUEUE COST\tCONC\tTX/S\tP50\tP99\tCOST VS BARE (TX/S RATIO)")
+		for _, r := range rep.Enqueue {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\n", r.Name, r.Concurrency, r.TPS, ms(r.P50), ms(r.P99), ratioStr(r.CostRatio, "target <= 1.3 at 8"))
+		}
+	}
+	if len(rep.Dispatch) > 0 {
+		fmt.Fprintln(tw, "\nDISPATCH\tN\tPER SECOND\tSECONDS\tVS RIVER NO-OP")
+		for _, r := range rep.Dispatch {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%s\n", r.Name, r.N, r.PerSecond, r.Seconds, ratioStr(r.VsRiver, "target >= 0.5"))
+		}
+	}
+	if len(rep.Latency) > 0 {
+		fmt.Fprintln(tw, "\nLATENCY\tOFFERED/S\tACHIEVED/S\tCOMMIT->CALL P50/P95/P99\tCOMMIT->CONFIRMED P50/P95/P99")
+		for _, r := range rep.Latency {
+			fmt.Fprintf(tw, "noop provider\t%d\t%.0f\t%s / %s / %s\t%s / %s / %s\n", r.Rate, r.Achieved,
+				ms(r.CallP50), ms(r.CallP95), ms(r.CallP99), ms(r.ConfirmP50), ms(r.ConfirmP95), ms(r.ConfirmP99))
+		}
+	}
+	if len(rep.Admin) > 0 {
+		fmt.Fprintln(tw, "\nADMIN QUERY\tROWS\tMEDIAN\tINTENDED INDEX USED\tPLAN")
+		for _, r := range rep.Admin {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%t\t%s\n", r.Name, r.Rows, ms(r.Median), r.IndexUsed, r.Plan)
+		}
+	}
+	_ = tw.Flush()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
+
+func ratioStr(r float64, target string) string {
+	if r == 0 {
+		return "baseline"
+	}
+	return fmt.Sprintf("%.2fx (%s)", r, target)
+}
+
+// progress draws a progress bar on stderr until done is closed.
+func progress(label string, total int, current func() int, done <-chan struct{}) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	draw := func() {
+		n := min(current(), total)
+		width := 30
+		filled := 0
+		if total > 0 {
+			filled = n * width / total
+		}
+		fmt.Fprintf(os.Stderr, "\r  %-28s [%s%s] %d/%d", label, strings.Repeat("#", filled), strings.Repeat("-", width-filled), n, total)
+	}
+	for {
+		select {
+		case <-done:
+			draw()
+			fmt.Fprintln(os.Stderr)
+			return
+		case <-t.C:
+			draw()
+		}
+	}
+}

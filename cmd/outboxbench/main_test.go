@@ -1,0 +1,46 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/testdb"
+)
+
+// TestBenchRuns runs every phase at a tiny size: it checks that the
+// benchmark works end to end and reports every figure, not how fast anything
+// is.
+func TestBenchRuns(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "bench.json")
+	var buf bytes.Buffer
+	err := run(context.Background(), &buf, settings{
+		DatabaseURL: testdb.URL(), EnqueueDuration: 300 * time.Millisecond, Effects: 200, WebhookEffects: 200,
+		Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
+		Rates: []int{100}, RateDuration: 500 * time.Millisecond, AdminRows: 5000, Out: out,
+	})
+	require.NoError(t, err, buf.String())
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var rep report
+	require.NoError(t, json.Unmarshal(raw, &rep))
+	require.Len(t, rep.Enqueue, 4)
+	require.Len(t, rep.Dispatch, 3)
+	require.Len(t, rep.Latency, 1)
+	require.Len(t, rep.Admin, 3)
+	require.Equal(t, 200, rep.Dispatch[1].N)
+	require.Positive(t, rep.Dispatch[1].VsRiver)
+	require.Positive(t, rep.Enqueue[1].CostRatio)
+	require.Equal(t, 50, rep.Latency[0].N)
+	for _, a := range rep.Admin {
+		require.True(t, a.IndexUsed, "%s: %s", a.Name, a.Plan)
+	}
+	require.Contains(t, buf.String(), "DISPATCH")
+}
