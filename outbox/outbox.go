@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -322,6 +323,9 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (sideeffects.Ne
 	if tx == nil {
 		return ne, nil, invalid("tx", "nil: pass the application's open pgx.Tx")
 	}
+	if conn := tx.Conn(); conn != nil && conn.PgConn().TxStatus() == 'E' {
+		return ne, nil, invalid("tx", "aborted by an earlier error in it: roll it back and retry the whole transaction")
+	}
 	if ev.ID == uuid.Nil {
 		return ne, nil, invalid("event.id", "required: derive one with outbox.EventID(scope, parts...)")
 	}
@@ -391,6 +395,9 @@ func (o *Outbox) checkPayload(p json.RawMessage) error {
 	}
 	if !json.Valid(trimmed) {
 		return errors.New("not valid JSON")
+	}
+	if !utf8.Valid(trimmed) {
+		return errors.New("not valid UTF-8")
 	}
 	if trimmed[0] != '{' {
 		return errors.New("must be a JSON object, not an array, string, number or null")

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -339,4 +341,146 @@ outboxd_enqueue_total{result="duplicate"} 1
 outboxd_enqueue_total{result="invalid"} 1
 outboxd_enqueue_total{result="new"} 1
 `), "outboxd_enqueue_total"))
+}
+
+func TestEnqueueHostileInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	t.Run("rejected with a typed error and no rows", func(t *testing.T) {
+		tenMB := `{"url": "https://x.example", "body": "` + strings.Repeat("a", 10<<20) + `"}`
+		cases := map[string]outbox.Effect{
+			"10 MB payload":          {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(tenMB)},
+			"unparseable URL":        {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://[::1", "body": {}}`)},
+			"non-http URL":           {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "file:///etc/passwd", "body": {}}`)},
+			"URL with credentials":   {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://admin:pw@x.example/", "body": {}}`)},
+			"private address URL":    {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://192.168.1.10/hook", "body": {}}`)},
+			"metadata address URL":   {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://169.254.169.254/latest/meta-data", "body": {}}`)},
+			"NUL in payload":         {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": "a\u0000b"}`)},
+			"NUL in kind":            {Kind: "webhook.\x00", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": {}}`)},
+			"unicode in kind":        {Kind: "webhook.ordér", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": {}}`)},
+			"SQL in provider":        {Kind: "webhook.a", Provider: "webhook'; DROP TABLE side_effects; --", Payload: json.RawMessage(`{}`)},
+			"payload is JSON string": {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`"{\"url\": \"https://x.example\"}"`)},
+			"payload trailing bytes": {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": {}} {}`)},
+			"payload invalid UTF-8":  {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage("{\"url\": \"https://x.example\", \"body\": \"\xff\"}")},
+		}
+		for name, eff := range cases {
+			tx, err := b.db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			_, err = b.ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), eff)
+			require.ErrorIs(t, err, outbox.ErrInvalid, name)
+			require.NoError(t, tx.Commit(ctx), "%s: the transaction stays usable", name)
+		}
+		events, effects, jobs := b.counts(t)
+		require.Equal(t, [3]int{0, 0, 0}, [3]int{events, effects, jobs})
+	})
+
+	t.Run("SQL metacharacters and odd Unicode are stored verbatim", func(t *testing.T) {
+		odd := "Robert'); DROP TABLE side_effects; -- \u202e\u0301🧾 \\x00 $1"
+		body, _ := json.Marshal(map[string]string{"note": odd})
+		ev := outbox.Event{ID: uuid.New(), Type: "order.paid", AggregateType: "order'--", AggregateID: odd,
+			Payload: json.RawMessage(body)}
+		res, err := b.enqueue(t, ev, webhookEffect("webhook.odd", string(body)))
+		require.NoError(t, err)
+		var gotAggregate, gotNote string
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT e.aggregate_id, s.payload->'body'->>'note'
+			FROM `+b.db.Schema+`.outbox_events e JOIN `+b.db.Schema+`.side_effects s ON s.source_id = e.id
+			WHERE s.id = $1`, res.Effects[0].ID).Scan(&gotAggregate, &gotNote))
+		require.Equal(t, odd, gotAggregate)
+		require.Equal(t, odd, gotNote)
+		// A replay with the same odd content is still a duplicate.
+		again, err := b.enqueue(t, ev, webhookEffect("webhook.odd", string(body)))
+		require.NoError(t, err)
+		require.True(t, again.Duplicate)
+	})
+
+	t.Run("aborted or finished transaction", func(t *testing.T) {
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "SELECT 1/0")
+		require.Error(t, err)
+		_, err = b.ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`))
+		var ve *outbox.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Equal(t, "tx", ve.Field)
+		require.Contains(t, ve.Problem, "roll it back")
+		require.NoError(t, tx.Rollback(ctx))
+
+		tx, err = b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		_, err = b.ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`))
+		require.Error(t, err, "a committed transaction cannot take an enqueue")
+	})
+}
+
+func TestEnqueueFiftyGoroutinesOverlapping(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const goroutines, perGoroutine, events = 50, 20, 10
+	ids := make([]uuid.UUID, events)
+	for i := range ids {
+		ids[i] = outbox.EventID("overlap", fmt.Sprint(i))
+	}
+	type call struct {
+		event  int
+		amount string
+		new    bool
+		dup    bool
+		err    error
+	}
+	calls := make(chan call, goroutines*perGoroutine)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perGoroutine {
+				c := call{event: (g + i) % events, amount: "1"}
+				if g%5 == 0 {
+					c.amount = "2" // a fifth of the callers change the payload
+				}
+				err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+					res, err := b.ob.Enqueue(ctx, tx, orderPaid(ids[c.event], c.amount),
+						webhookEffect("webhook.a", `{"n": 1}`), webhookEffect("webhook.b", `{"n": 2}`))
+					if err == nil {
+						c.new, c.dup = !res.Duplicate, res.Duplicate
+					}
+					return err
+				})
+				c.err = err
+				calls <- c
+			}
+		}()
+	}
+	wg.Wait()
+	close(calls)
+
+	stored := map[int]string{}
+	for i, id := range ids {
+		var amount string
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT payload->>'amount' FROM `+b.db.Schema+`.outbox_events WHERE id = $1`, id).Scan(&amount))
+		stored[i] = amount
+	}
+	created := map[int]int{}
+	for c := range calls {
+		switch {
+		case c.err == nil && c.new:
+			created[c.event]++
+			require.Equal(t, stored[c.event], c.amount, "the writer's content is what is stored")
+		case c.err == nil && c.dup:
+			require.Equal(t, stored[c.event], c.amount, "a duplicate has the stored content")
+		case errors.Is(c.err, outbox.ErrConflict):
+			require.NotEqual(t, stored[c.event], c.amount, "a conflict has different content")
+		default:
+			t.Fatalf("event %d: unexpected outcome %+v", c.event, c)
+		}
+	}
+	for i := range ids {
+		require.Equal(t, 1, created[i], "event %d written exactly once", i)
+	}
+	events_, effects, jobs := b.counts(t)
+	require.Equal(t, [3]int{events, 2 * events, 2 * events}, [3]int{events_, effects, jobs})
 }

@@ -72,15 +72,15 @@ func main() {
 	var s settings
 	var rates string
 	flag.StringVar(&s.DatabaseURL, "database-url", envOr("DATABASE_URL", cli.DefaultDatabaseURL), "Postgres URL [$DATABASE_URL]")
-	flag.DurationVar(&s.EnqueueDuration, "enqueue-duration", 5*time.Second, "duration of each enqueue-cost run (4 runs)")
+	flag.DurationVar(&s.EnqueueDuration, "enqueue-duration", 3*time.Second, "duration of each enqueue-cost run (4 runs)")
 	flag.IntVar(&s.Effects, "effects", 50000, "effects (and River jobs) burnt down in the dispatch comparison")
-	flag.IntVar(&s.WebhookEffects, "webhook-effects", 50000, "effects burnt down through the webhook provider")
+	flag.IntVar(&s.WebhookEffects, "webhook-effects", 20000, "effects burnt down through the webhook provider")
 	flag.IntVar(&s.Workers, "workers", 50, "River workers for the queue under test (outboxd and River alike)")
 	flag.IntVar(&s.PoolSize, "pool", 60, "Postgres pool size")
 	flag.DurationVar(&s.FetchCooldown, "fetch-cooldown", 5*time.Millisecond, "River FetchCooldown (both sides)")
 	flag.DurationVar(&s.FetchPollInterval, "fetch-poll-interval", 100*time.Millisecond, "River FetchPollInterval (both sides)")
 	flag.StringVar(&rates, "rates", "200,1000", "offered rates for the latency runs, effects per second")
-	flag.DurationVar(&s.RateDuration, "rate-duration", 10*time.Second, "duration of each latency run")
+	flag.DurationVar(&s.RateDuration, "rate-duration", 5*time.Second, "duration of each latency run")
 	flag.IntVar(&s.AdminRows, "admin-rows", 1_000_000, "effects in the table for the admin-query timings")
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,dispatch,webhook,latency,admin")

@@ -23,6 +23,8 @@ type SendGridRequest struct {
 // and answers 202 with an X-Message-Id unless scripted with Respond.
 type FakeSendGrid struct {
 	*httptest.Server
+	// Delay, set before use, is waited before every answer.
+	Delay    time.Duration
 	mu       sync.Mutex
 	requests []SendGridRequest
 	script   []Response
@@ -48,6 +50,7 @@ func (f *FakeSendGrid) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw, _ := io.ReadAll(r.Body)
+	time.Sleep(f.Delay)
 	var body map[string]any
 	_ = json.Unmarshal(raw, &body)
 	key := ""

@@ -31,6 +31,8 @@ type StripeRequest struct {
 // choose status codes and headers (Stripe-Should-Retry, Idempotent-Replayed).
 type FakeStripe struct {
 	*httptest.Server
+	// Delay, set before use, is waited before every answer.
+	Delay    time.Duration
 	mu       sync.Mutex
 	requests []StripeRequest
 	script   map[string][]Response
@@ -77,6 +79,7 @@ func StripeObject(id string, headers ...string) Response {
 
 func (f *FakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	time.Sleep(f.Delay)
 	form, _ := url.ParseQuery(string(body))
 	f.mu.Lock()
 	f.requests = append(f.requests, StripeRequest{

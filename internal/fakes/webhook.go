@@ -27,6 +27,8 @@ type Delivery struct {
 // unless scripted with Respond.
 type Receiver struct {
 	*httptest.Server
+	// Delay, set before use, is waited before every answer.
+	Delay    time.Duration
 	verifier *standardwebhooks.Webhook
 
 	mu         sync.Mutex
@@ -70,6 +72,7 @@ func Status(code int, headers ...string) Response {
 
 func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
+	time.Sleep(r.Delay)
 	d := Delivery{
 		Path: req.URL.Path, ID: req.Header.Get("webhook-id"), Key: req.Header.Get("Idempotency-Key"),
 		Body: body, Verified: r.verifier.Verify(body, req.Header) == nil, At: time.Now(),

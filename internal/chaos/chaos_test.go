@@ -1,0 +1,202 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// world is a schema, recording fake providers and a built outboxd binary.
+type world struct {
+	db     *testdb.DB
+	bin    string
+	recv   *fakes.Receiver
+	stripe *fakes.FakeStripe
+	sg     *fakes.FakeSendGrid
+	// effects by idempotency key, with the marker each request must carry
+	marker map[string]string
+	ids    map[string]uuid.UUID
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "outboxd")
+	build := exec.Command("go", "build", "-o", bin, "github.com/outboxd/outboxd/cmd/outboxd")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run(), "build outboxd")
+	recv, err := fakes.NewReceiver(secret)
+	require.NoError(t, err)
+	t.Cleanup(recv.Close)
+	w := &world{db: testdb.New(t), bin: bin, recv: recv, stripe: fakes.NewFakeStripe(), sg: fakes.NewFakeSendGrid(),
+		marker: map[string]string{}, ids: map[string]uuid.UUID{}}
+	t.Cleanup(w.stripe.Close)
+	t.Cleanup(w.sg.Close)
+	// Every provider takes a little while, so kills land mid-call.
+	w.recv.Delay, w.stripe.Delay, w.sg.Delay = 10*time.Millisecond, 10*time.Millisecond, 10*time.Millisecond
+	return w
+}
+
+// enqueue records n orders, each with a webhook, a Stripe refund and an
+// email, each carrying a marker that identifies the order.
+func (w *world) enqueue(t *testing.T, n int) {
+	t.Helper()
+	ctx := context.Background()
+	ob, err := outbox.New(outbox.Config{Schema: w.db.Schema})
+	require.NoError(t, err)
+	port := w.recv.URL[strings.LastIndex(w.recv.URL, ":")+1:]
+	for batch := 0; batch < n; batch += 100 {
+		err := pgx.BeginFunc(ctx, w.db.Pool, func(tx pgx.Tx) error {
+			for i := batch; i < min(batch+100, n); i++ {
+				order := fmt.Sprintf("o%05d", i)
+				res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("chaos", order), Type: "order.paid"},
+					outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
+						Payload: json.RawMessage(`{"url": "http://localhost:` + port + `/hook", "body": {"order": "` + order + `"}}`)},
+					outbox.Effect{Kind: "stripe.refund", Provider: "stripe",
+						Payload: json.RawMessage(`{"operation": "refund.create", "params": {"payment_intent": "pi_` + order + `"}}`)},
+					outbox.Effect{Kind: "email.receipt", Provider: "sendgrid",
+						Payload: json.RawMessage(`{"from": {"email": "shop@example.com"}, "to": [{"email": "` + order + `@example.com"}], "subject": "s", "text": "t"}`)})
+				if err != nil {
+					return err
+				}
+				for _, e := range res.Effects {
+					w.marker[e.Key] = order
+					w.ids[e.Key] = e.ID
+				}
+			}
+			return nil
+		})
+		require.NoError(t, err)
+	}
+}
+
+// start runs outboxd as a process with short crash-recovery settings.
+func (w *world) start(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(w.bin, "run",
+		"--database-url", testdb.URL(), "--schema", w.db.Schema, "--http-addr", "", "--log-level", "error",
+		"--webhook-secret", secret, "--webhook-allow-cidrs", "127.0.0.0/8", "--webhook-timeout", "2s",
+		"--stripe-api-key", "sk_test_chaos", "--stripe-api-base", w.stripe.URL, "--stripe-timeout", "2s",
+		"--sendgrid-api-key", "SG.chaos", "--sendgrid-api-host", w.sg.URL, "--sendgrid-timeout", "2s",
+		// Under SIGKILL an email can be in doubt; this suite proves keys, so
+		// emails are re-sent (at_most_once is proven in sideeffects).
+		"--in-doubt-policy", "email.receipt=at_least_once",
+		"--job-timeout", "5s", "--rescue-after", "8s", "--retry-base-delay", "100ms", "--retry-max-delay", "2s",
+		"--concurrency", "webhook=10,stripe=10,sendgrid=10", "--shutdown-timeout", "5s")
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	return cmd
+}
+
+func (w *world) waitAllConfirmed(t *testing.T, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var left int
+		require.NoError(t, w.db.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM `+w.db.Schema+`.side_effects WHERE state <> 'confirmed'`).Scan(&left))
+		if left == 0 {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "%d effects not confirmed after %s", left, within)
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// checkKeys asserts what the providers saw: every request carried the key
+// of the effect whose content it had, every effect was sent, and it reports
+// how often keys were repeated (in-doubt re-fires).
+func (w *world) checkKeys(t *testing.T) {
+	t.Helper()
+	type seen struct{ key, marker string }
+	var reqs []seen
+	for _, d := range w.recv.Deliveries() {
+		var body struct{ Order string }
+		require.NoError(t, json.Unmarshal(d.Body, &body))
+		reqs = append(reqs, seen{d.ID, body.Order})
+	}
+	for _, r := range w.stripe.Requests() {
+		reqs = append(reqs, seen{r.IdempotencyKey, strings.TrimPrefix(r.Form.Get("payment_intent"), "pi_")})
+	}
+	for _, r := range w.sg.Requests() {
+		to := r.Body["personalizations"].([]any)[0].(map[string]any)["to"].([]any)[0].(map[string]any)["email"].(string)
+		reqs = append(reqs, seen{r.Key, strings.TrimSuffix(to, "@example.com")})
+	}
+	perKey := map[string]int{}
+	for _, r := range reqs {
+		want, ok := w.marker[r.key]
+		require.True(t, ok, "a request carried key %s, which is no effect's", r.key)
+		require.Equal(t, want, r.marker, "a request for %s carried the key of %s", r.marker, want)
+		perKey[r.key]++
+	}
+	repeated, extra := 0, 0
+	for key := range w.marker {
+		require.Positive(t, perKey[key], "effect %s was never sent", w.ids[key])
+		if perKey[key] > 1 {
+			repeated++
+			extra += perKey[key] - 1
+		}
+	}
+	t.Logf("%d requests for %d effects; %d effects sent more than once (%d repeats), always with their own key",
+		len(reqs), len(w.marker), repeated, extra)
+}
+
+func TestChaosSIGKILL(t *testing.T) {
+	w := newWorld(t)
+	w.enqueue(t, 1000)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	cmd := w.start(t)
+	const kills = 8
+	for i := range kills {
+		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
+		t.Logf("kill %d/%d", i+1, kills)
+		cmd = w.start(t)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	// Jobs orphaned by the last kill are rescued after --rescue-after plus
+	// River's 30s rescuer interval.
+	w.waitAllConfirmed(t, 3*time.Minute)
+	w.checkKeys(t)
+}
+
+func TestChaosPostgresRestart(t *testing.T) {
+	ctl, err := exec.LookPath("pg_ctlcluster")
+	if err != nil {
+		t.Skip("pg_ctlcluster not available: cannot restart Postgres")
+	}
+	versions, _ := filepath.Glob("/etc/postgresql/*")
+	require.NotEmpty(t, versions)
+	w := newWorld(t)
+	w.enqueue(t, 500)
+	cmd := w.start(t)
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	time.Sleep(time.Second)
+	restart := exec.Command(ctl, "--skip-systemctl-redirect", filepath.Base(versions[len(versions)-1]), "main", "restart")
+	out, err := restart.CombinedOutput()
+	require.NoError(t, err, "restart Postgres: %s", out)
+	t.Log("Postgres restarted")
+	w.waitAllConfirmed(t, 3*time.Minute)
+	w.checkKeys(t)
+	require.NoError(t, cmd.Process.Signal(syscall.Signal(0)), "outboxd survived the restart and reconnected by itself")
+}
