@@ -1,7 +1,7 @@
 # outboxd — the two commands a newcomer needs are `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test vet build bench
+.PHONY: demo test vet build bench test-chaos fuzz
 
 ## demo: run outboxd end to end against the local Postgres (DATABASE_URL)
 demo:
@@ -21,3 +21,16 @@ build:
 ## bench: outboxd against River and Postgres baselines, same run (~3 min)
 bench:
 	$(GO) run ./cmd/outboxbench
+
+## test-chaos: SIGKILL a real outboxd again and again, restart Postgres mid-dispatch
+## (restarts the local Postgres cluster: run it alone, never beside other tests)
+test-chaos:
+	$(GO) test -tags chaos -count=1 -timeout 15m -v -run Chaos ./internal/chaos/
+
+FUZZTIME ?= 10s
+## fuzz: each fuzz target for FUZZTIME, starting from the committed seed corpus
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzValidatePayload$$' -fuzztime $(FUZZTIME) ./providers/webhook/
+	$(GO) test -run '^$$' -fuzz '^FuzzSignVerifyRoundTrip$$' -fuzztime $(FUZZTIME) ./providers/webhook/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidatePayload$$' -fuzztime $(FUZZTIME) ./providers/stripe/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidatePayload$$' -fuzztime $(FUZZTIME) ./providers/sendgrid/

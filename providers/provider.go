@@ -8,8 +8,10 @@
 package providers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 )
 
@@ -87,4 +89,20 @@ type Provider interface {
 	// the effect. Any error should be classified with Permanent, Retryable or
 	// InDoubt; an unclassified error is treated as in doubt.
 	Send(ctx context.Context, req Request) (Result, error)
+}
+
+// DecodeStrict decodes a JSON payload into v, rejecting unknown fields and
+// anything after the first JSON value, so that what a validator accepts is
+// exactly what Send will read.
+func DecodeStrict(raw json.RawMessage, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if rest := bytes.TrimSpace(raw[dec.InputOffset():]); len(rest) > 0 {
+		return errors.New("unexpected data after the JSON object")
+	}
+	return nil
 }

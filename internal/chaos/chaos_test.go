@@ -165,7 +165,7 @@ func TestChaosSIGKILL(t *testing.T) {
 	w.enqueue(t, 1000)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	cmd := w.start(t)
-	const kills = 8
+	const kills = 10
 	for i := range kills {
 		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))

@@ -49,7 +49,10 @@ func (f *FakeSendGrid) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"errors": [{"message": "not found"}]}`, http.StatusNotFound)
 		return
 	}
-	raw, _ := io.ReadAll(r.Body)
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // the client went away mid-request: nothing to act on
+	}
 	time.Sleep(f.Delay)
 	var body map[string]any
 	_ = json.Unmarshal(raw, &body)

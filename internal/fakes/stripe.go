@@ -78,7 +78,10 @@ func StripeObject(id string, headers ...string) Response {
 }
 
 func (f *FakeStripe) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // the client went away mid-request: nothing to act on
+	}
 	time.Sleep(f.Delay)
 	form, _ := url.ParseQuery(string(body))
 	f.mu.Lock()

@@ -71,7 +71,10 @@ func Status(code int, headers ...string) Response {
 }
 
 func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
-	body, _ := io.ReadAll(req.Body)
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return // the client went away mid-request: nothing to act on
+	}
 	time.Sleep(r.Delay)
 	d := Delivery{
 		Path: req.URL.Path, ID: req.Header.Get("webhook-id"), Key: req.Header.Get("Idempotency-Key"),

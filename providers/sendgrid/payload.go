@@ -1,7 +1,6 @@
 package sendgrid
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 	"strings"
 
 	sgmail "github.com/sendgrid/sendgrid-go/helpers/mail"
+
+	"github.com/outboxd/outboxd/providers"
 )
 
 // Address is a mailbox.
@@ -53,10 +54,7 @@ const (
 
 func parsePayload(raw json.RawMessage) (Payload, error) {
 	var p Payload
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(&p); err != nil {
+	if err := providers.DecodeStrict(raw, &p); err != nil {
 		return p, fmt.Errorf("payload: %w", err)
 	}
 	var errs []string

@@ -12,6 +12,8 @@ import (
 
 	stripego "github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
+
+	"github.com/outboxd/outboxd/providers"
 )
 
 // Payload is the JSON object a Stripe effect carries: an operation from the
@@ -72,17 +74,7 @@ func parsePayload(raw json.RawMessage) (call, error) {
 	return c, nil
 }
 
-func strictDecode(raw json.RawMessage, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after the JSON object")
-	}
-	return nil
-}
+func strictDecode(raw json.RawMessage, v any) error { return providers.DecodeStrict(raw, v) }
 
 // decodeParams decodes params strictly, naming the field at fault.
 func decodeParams(raw json.RawMessage, v any) error {

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+
+	"github.com/outboxd/outboxd/providers"
 )
 
 // Payload is the JSON object a webhook effect carries:
@@ -41,9 +43,7 @@ var reservedHeaders = map[string]bool{
 // networks an IP-literal URL may point into besides public addresses.
 func parsePayload(raw json.RawMessage, allowed []netip.Prefix) (Payload, *url.URL, error) {
 	var p Payload
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
+	if err := providers.DecodeStrict(raw, &p); err != nil {
 		return p, nil, fmt.Errorf("payload: %w (want {\"url\": ..., \"body\": ..., \"headers\": {...}})", err)
 	}
 	if p.URL == "" {
