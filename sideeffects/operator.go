@@ -80,7 +80,7 @@ func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts ActionOpts) 
 		allowed = append(allowed, StateFired)
 	}
 	return o.each(ctx, ids, opts, ActionRetry, StatePending, allowed, func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (*Effect, error) {
-		before, err := o.transition(ctx, tx, o.store.q.redrive, e.ID, opts.Force)
+		before, err := o.store.transitionReturning(ctx, tx, ActionRetry, o.store.q.redrive, e.ID, opts.Force)
 		if err != nil || before == nil {
 			return before, err
 		}
@@ -98,7 +98,7 @@ func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts ActionOpts) 
 func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
 	return o.each(ctx, ids, opts, ActionCancel, StateCancelled, []State{StatePending, StateFired, StateFailed},
 		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
-			return o.transition(ctx, tx, o.store.q.cancel, e.ID)
+			return o.store.transitionReturning(ctx, tx, ActionCancel, o.store.q.cancel, e.ID)
 		})
 }
 
@@ -111,7 +111,7 @@ func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts ActionOpts) (
 	chs, err := o.each(ctx, []uuid.UUID{id}, opts, ActionConfirm, StateConfirmed,
 		[]State{StatePending, StateFired, StateFailed, StateCancelled},
 		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
-			return o.transition(ctx, tx, o.store.q.resolveConfirmed, e.ID, opts.Ref)
+			return o.store.transitionReturning(ctx, tx, ActionConfirm, o.store.q.resolveConfirmed, e.ID, opts.Ref)
 		})
 	if err != nil {
 		return Change{}, err
@@ -183,20 +183,6 @@ func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts ActionOpts, a
 }
 
 var errConcurrentChange = errors.New("state changed concurrently")
-
-// transition runs an operator statement and returns the row as it was, or
-// nil when the row no longer was in a state the statement leaves from.
-func (o *Operator) transition(ctx context.Context, tx pgx.Tx, sql string, id uuid.UUID, args ...any) (*Effect, error) {
-	rows, err := tx.Query(ctx, sql, append([]any{id}, args...)...)
-	if err != nil {
-		return nil, err
-	}
-	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Effect])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	return e, err
-}
 
 func (o *Operator) windowWarning(e *Effect) string {
 	w := o.keyWindows[e.Provider]

@@ -176,34 +176,30 @@ func (s *Store) getOne(ctx context.Context, db DB, sql string, arg any) (*Effect
 // belongs to one of providers: the common first attempt. It returns nil and
 // no error otherwise.
 func (s *Store) ClaimFirst(ctx context.Context, db DB, id uuid.UUID, providers []string) (*Effect, error) {
-	rows, err := db.Query(ctx, s.q.claimFirst, id, providers)
-	if err != nil {
-		return nil, fmt.Errorf("claim effect %s: %w", id, err)
-	}
-	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Effect])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("claim effect %s: %w", id, err)
-	}
-	return e, nil
+	return s.transitionReturning(ctx, db, "claim", s.q.claimFirst, id, providers)
 }
 
 // Claim moves effect id from the state from (pending or fired) to fired and
 // counts the attempt. It returns nil and no error when the effect is no
 // longer in state from.
 func (s *Store) Claim(ctx context.Context, db DB, id uuid.UUID, from State) (*Effect, error) {
-	rows, err := db.Query(ctx, s.q.claim, id, from)
+	return s.transitionReturning(ctx, db, "claim", s.q.claim, id, from)
+}
+
+// transitionReturning runs a guarded transition that returns a row: the
+// effect after (or, for operator transitions, before) the change, or nil
+// when the transition no longer applies.
+func (s *Store) transitionReturning(ctx context.Context, db DB, what, sql string, id uuid.UUID, args ...any) (*Effect, error) {
+	rows, err := db.Query(ctx, sql, append([]any{id}, args...)...)
 	if err != nil {
-		return nil, fmt.Errorf("claim effect %s: %w", id, err)
+		return nil, fmt.Errorf("%s effect %s: %w", what, id, err)
 	}
 	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Effect])
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("claim effect %s: %w", id, err)
+		return nil, fmt.Errorf("%s effect %s: %w", what, id, err)
 	}
 	return e, nil
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/migrate"
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
@@ -277,22 +276,7 @@ func newMigrateCmd(a *app) *cobra.Command {
 		Short: "Apply River's and outboxd's migrations to the schema (safe to repeat)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			pool, err := cli.Connect(ctx, a.DatabaseURL, 4)
-			if err != nil {
-				return err
-			}
-			a.pool = pool
-			res, err := migrate.Up(ctx, pool, a.Schema)
-			if err != nil {
-				return err
-			}
-			if res == (migrate.Result{}) {
-				fmt.Fprintf(cmd.OutOrStdout(), "schema %q is up to date\n", a.Schema)
-				return nil
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "schema %q: applied %d River and %d outboxd migrations\n", a.Schema, res.RiverApplied, res.OutboxApplied)
-			return nil
+			return cli.Migrate(cmd.Context(), cmd.OutOrStdout(), a.DatabaseURL, a.Schema)
 		},
 	}
 }

@@ -7,10 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/internal/migrate"
 )
 
 // DefaultDatabaseURL is the local Postgres a newcomer has.
@@ -71,4 +74,24 @@ func Redact(databaseURL string) string {
 		return "(unparseable URL)"
 	}
 	return u.Redacted()
+}
+
+// Migrate applies River's and outboxd's migrations to schema and says what
+// it did on out; both binaries' migrate commands run it.
+func Migrate(ctx context.Context, out io.Writer, databaseURL, schema string) error {
+	pool, err := Connect(ctx, databaseURL, 4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	res, err := migrate.Up(ctx, pool, schema)
+	if err != nil {
+		return err
+	}
+	if res == (migrate.Result{}) {
+		fmt.Fprintf(out, "schema %q is up to date\n", schema)
+		return nil
+	}
+	fmt.Fprintf(out, "schema %q: applied %d River and %d outboxd migrations\n", schema, res.RiverApplied, res.OutboxApplied)
+	return nil
 }
