@@ -47,11 +47,14 @@ CREATE TABLE side_effects (
     UNIQUE (source_id, kind)
 );
 
--- "Stuck" questions only ever look at live effects; a partial index keeps
--- them index scans however many confirmed rows pile up.
+-- "Stuck" questions only ever look at live and failed effects; partial
+-- indexes keep them index scans however many confirmed rows pile up, and the
+-- included columns let counts and ages be read from the index alone.
 CREATE INDEX side_effects_live_idx ON side_effects (updated_at)
+    INCLUDE (state, kind, created_at, fired_at)
     WHERE state IN ('pending', 'fired');
 CREATE INDEX side_effects_failed_idx ON side_effects (updated_at)
+    INCLUDE (kind, created_at)
     WHERE state = 'failed';
 CREATE INDEX side_effects_created_at_idx ON side_effects (created_at DESC, id DESC);
 

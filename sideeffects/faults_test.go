@@ -135,7 +135,10 @@ func TestProviderFaultsEndConfirmedOrFailedWithReason(t *testing.T) {
 		sent := recv.seen[key]
 		recv.mu.Unlock()
 		require.Positive(t, sent, "effect %s was never sent", id)
-		require.LessOrEqual(t, sent, policy.MaxAttempts, "effect %s sent more often than its attempts allow", id)
+		// Go's HTTP client re-sends a request carrying an Idempotency-Key
+		// once by itself when a reused connection dies before the answer;
+		// the re-send has the same key, so an attempt is at most two sends.
+		require.LessOrEqual(t, sent, 2*policy.MaxAttempts, "effect %s sent more often than its attempts allow", id)
 	}
 	recv.mu.Lock()
 	defer recv.mu.Unlock()

@@ -209,9 +209,9 @@ SELECT state, kind, count(*) FROM /*schema*/side_effects
 WHERE state IN ('pending', 'fired')
 GROUP BY state, kind
 UNION ALL
-SELECT state, kind, count(*) FROM /*schema*/side_effects
+SELECT 'failed', kind, count(*) FROM /*schema*/side_effects
 WHERE state = 'failed'
-GROUP BY state, kind
+GROUP BY kind
 UNION ALL
 SELECT state, kind, count(*) FROM /*schema*/side_effects
 WHERE state IN ('confirmed', 'cancelled') AND updated_at >= $1
@@ -285,10 +285,10 @@ FROM /*schema*/side_effects
 WHERE state IN ('pending', 'fired')
 GROUP BY state, kind
 UNION ALL
-SELECT state, kind, count(*), extract(epoch FROM now() - min(created_at))::float8
+SELECT 'failed', kind, count(*), extract(epoch FROM now() - min(created_at))::float8
 FROM /*schema*/side_effects
 WHERE state = 'failed'
-GROUP BY state, kind`
+GROUP BY kind`
 
 const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key, e.payload, e.state, e.attempts,
 	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at`
