@@ -36,7 +36,7 @@ func TestStripeEffectRetriedWithSameKeyAndReplayRecorded(t *testing.T) {
 		fakes.StripeError(409, "idempotency_error", "idempotency_key_in_use"),
 		func(w http.ResponseWriter, r *http.Request) int { <-r.Context().Done(); return 0 }, // times out: in doubt
 		fakes.StripeObject("re_1", "Idempotent-Replayed", "true"))
-	p, err := stripe.New(stripe.Config{APIKey: "sk_test_1", APIBase: f.URL, Timeout: 300 * time.Millisecond})
+	p, err := stripe.New(stripe.Config{APIKey: "sk_test_1", APIBase: f.URL, Timeout: time.Second})
 	require.NoError(t, err)
 	b.cfg.Providers = []providers.Provider{p}
 	b.start(t)
@@ -79,7 +79,7 @@ func TestSendGridInDoubtPolicies(t *testing.T) {
 		f := fakes.NewFakeSendGrid()
 		t.Cleanup(f.Close)
 		f.Respond(hang)
-		p, err := sendgrid.New(sendgrid.Config{APIKey: "SG.x", APIHost: f.URL, Timeout: 300 * time.Millisecond})
+		p, err := sendgrid.New(sendgrid.Config{APIKey: "SG.x", APIHost: f.URL, Timeout: time.Second})
 		require.NoError(t, err)
 		b.cfg.Providers = []providers.Provider{p}
 		b.start(t)
@@ -96,7 +96,7 @@ func TestSendGridInDoubtPolicies(t *testing.T) {
 		f := fakes.NewFakeSendGrid()
 		t.Cleanup(f.Close)
 		f.Respond(hang)
-		p, err := sendgrid.New(sendgrid.Config{APIKey: "SG.x", APIHost: f.URL, Timeout: 300 * time.Millisecond})
+		p, err := sendgrid.New(sendgrid.Config{APIKey: "SG.x", APIHost: f.URL, Timeout: time.Second})
 		require.NoError(t, err)
 		b.cfg.Providers = []providers.Provider{p}
 		b.cfg.InDoubt = map[string]providers.InDoubtPolicy{"email.digest": providers.AtLeastOnce}

@@ -140,7 +140,7 @@ func TestTimeoutThenRetryWithSameKey(t *testing.T) {
 		<-r.Context().Done() // Stripe acted, but the answer never arrives
 		return 0
 	})
-	p := newProvider(t, f.URL, 300*time.Millisecond)
+	p := newProvider(t, f.URL, time.Second)
 	r := req(operationPayloads["refund.create"].payload)
 	_, err := p.Send(context.Background(), r)
 	class, _ := providers.Classify(err)
