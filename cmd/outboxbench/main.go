@@ -30,6 +30,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/migrate"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // settings are the benchmark's knobs; River settings are shared by outboxd's
@@ -77,8 +78,8 @@ func main() {
 	flag.IntVar(&s.WebhookEffects, "webhook-effects", 20000, "effects burnt down through the webhook provider")
 	flag.IntVar(&s.Workers, "workers", 50, "River workers for the queue under test (outboxd and River alike)")
 	flag.IntVar(&s.PoolSize, "pool", 60, "Postgres pool size")
-	flag.DurationVar(&s.FetchCooldown, "fetch-cooldown", 5*time.Millisecond, "River FetchCooldown (both sides)")
-	flag.DurationVar(&s.FetchPollInterval, "fetch-poll-interval", 100*time.Millisecond, "River FetchPollInterval (both sides)")
+	flag.DurationVar(&s.FetchCooldown, "fetch-cooldown", sideeffects.DefaultFetchCooldown, "River FetchCooldown (both sides; outboxd's default)")
+	flag.DurationVar(&s.FetchPollInterval, "fetch-poll-interval", sideeffects.DefaultFetchPollInterval, "River FetchPollInterval (both sides; outboxd's default)")
 	flag.StringVar(&rates, "rates", "200,1000", "offered rates for the latency runs, effects per second")
 	flag.DurationVar(&s.RateDuration, "rate-duration", 5*time.Second, "duration of each latency run")
 	flag.IntVar(&s.AdminRows, "admin-rows", 1_000_000, "effects in the table for the admin-query timings")
