@@ -276,7 +276,7 @@ func newMigrateCmd(a *app) *cobra.Command {
 		Short: "Apply River's and outboxd's migrations to the schema (safe to repeat)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cli.Migrate(cmd.Context(), cmd.OutOrStdout(), a.DatabaseURL, a.Schema)
+			return cli.Migrate(cmd.Context(), cmd.OutOrStdout(), a.URL, a.Schema)
 		},
 	}
 }

@@ -16,11 +16,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"os/user"
 	"regexp"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -36,53 +34,28 @@ import (
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := newRootCmd(os.Stdin).ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "outboxctl:", err)
-		os.Exit(cli.ExitCode(err))
-	}
-}
+func main() { cli.Main("outboxctl", newRootCmd(os.Stdin)) }
 
 // app holds the global settings and what commands share.
 type app struct {
-	DatabaseURL string
-	Schema      string
-	JSON        bool
-	Actor       string
-	stdin       io.Reader
+	*cli.Database
+	JSON  bool
+	Actor string
+	stdin io.Reader
 
 	pool *pgxpool.Pool
 	op   *sideeffects.Operator
 }
 
 func newRootCmd(stdin io.Reader) *cobra.Command {
-	a := &app{stdin: stdin}
-	root := &cobra.Command{
-		Use:           "outboxctl",
-		Short:         "Inspect and repair outboxd side effects",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := envflag.Apply(cmd); err != nil {
-				return cli.UsageError{Err: err}
-			}
-			return nil
-		},
-		PersistentPostRun: func(*cobra.Command, []string) {
-			if a.pool != nil {
-				a.pool.Close()
-			}
-		},
+	root, db := cli.NewRoot("outboxctl", "Inspect and repair outboxd side effects")
+	a := &app{Database: db, stdin: stdin}
+	root.PersistentPostRun = func(*cobra.Command, []string) {
+		if a.pool != nil {
+			a.pool.Close()
+		}
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.UsageError{Err: err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.DatabaseURL, "database-url", cli.DefaultDatabaseURL, "Postgres connection URL")
-	envflag.Bind(pf, "database-url", "DATABASE_URL")
-	pf.StringVar(&a.Schema, "schema", "public", "Postgres schema of outboxd's and River's tables")
-	envflag.Bind(pf, "schema", "OUTBOXD_SCHEMA")
 	pf.BoolVar(&a.JSON, "json", false, "print JSON instead of a table")
 	pf.StringVar(&a.Actor, "actor", "", "who acts, for the audit trail (default: the OS user)")
 	envflag.Bind(pf, "actor", "OUTBOXCTL_ACTOR")
@@ -101,7 +74,7 @@ var keyWindows = map[string]time.Duration{
 
 // open connects and checks that the schema is migrated.
 func (a *app) open(ctx context.Context) error {
-	pool, err := cli.Connect(ctx, a.DatabaseURL, 4)
+	pool, err := cli.Connect(ctx, a.URL, 4)
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ type demoEffect struct {
 }
 
 func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error {
-	pool, err := cli.Connect(ctx, g.DatabaseURL, 10)
+	pool, err := cli.Connect(ctx, g.URL, 10)
 	if err != nil {
 		return err
 	}

@@ -10,14 +10,9 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -25,49 +20,23 @@ import (
 	"github.com/outboxd/outboxd/internal/envflag"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := newRootCmd().ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "outboxd:", err)
-		os.Exit(cli.ExitCode(err))
-	}
-}
+func main() { cli.Main("outboxd", newRootCmd()) }
 
 // globalConfig holds the settings every subcommand shares.
 type globalConfig struct {
-	DatabaseURL string
-	Schema      string
-	LogFormat   string
-	LogLevel    string
+	*cli.Database
+	LogFormat string
+	LogLevel  string
 }
 
 func newRootCmd() *cobra.Command {
-	g := &globalConfig{}
-	root := &cobra.Command{
-		Use:           "outboxd",
-		Short:         "Dispatch outbox side effects effectively once",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := envflag.Apply(cmd); err != nil {
-				return cli.UsageError{Err: err}
-			}
-			return nil
-		},
-	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.UsageError{Err: err} })
+	root, db := cli.NewRoot("outboxd", "Dispatch outbox side effects effectively once")
+	g := &globalConfig{Database: db}
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.DatabaseURL, "database-url", cli.DefaultDatabaseURL, "Postgres connection URL")
-	envflag.Bind(pf, "database-url", "DATABASE_URL")
-	pf.StringVar(&g.Schema, "schema", "public", "Postgres schema of outboxd's and River's tables")
-	envflag.Bind(pf, "schema", "OUTBOXD_SCHEMA")
 	pf.StringVar(&g.LogFormat, "log-format", "text", "log format: text or json")
 	envflag.Bind(pf, "log-format", "OUTBOXD_LOG_FORMAT")
 	pf.StringVar(&g.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	envflag.Bind(pf, "log-level", "OUTBOXD_LOG_LEVEL")
-
 	root.AddCommand(newMigrateCmd(g), newRunCmd(g), newDemoCmd(g))
 	return root
 }

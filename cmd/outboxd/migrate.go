@@ -12,7 +12,7 @@ func newMigrateCmd(g *globalConfig) *cobra.Command {
 		Short: "Apply River's and outboxd's migrations to the schema (safe to repeat)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cli.Migrate(cmd.Context(), cmd.OutOrStdout(), g.DatabaseURL, g.Schema)
+			return cli.Migrate(cmd.Context(), cmd.OutOrStdout(), g.URL, g.Schema)
 		},
 	}
 }

@@ -205,7 +205,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if err != nil {
 		return err
 	}
-	pool, err := cli.Connect(ctx, g.DatabaseURL, c.MaxConns)
+	pool, err := cli.Connect(ctx, g.URL, c.MaxConns)
 	if err != nil {
 		return err
 	}

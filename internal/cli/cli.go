@@ -9,10 +9,15 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
+	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/internal/migrate"
 )
 
@@ -94,4 +99,48 @@ func Migrate(ctx context.Context, out io.Writer, databaseURL, schema string) err
 	}
 	fmt.Fprintf(out, "schema %q: applied %d River and %d outboxd migrations\n", schema, res.RiverApplied, res.OutboxApplied)
 	return nil
+}
+
+// Database holds the settings every command of both binaries shares.
+type Database struct {
+	URL    string
+	Schema string
+}
+
+// NewRoot builds a binary's root command: errors silenced for main to
+// print, flag mistakes as UsageErrors, environment variables applied to
+// unset flags before any command runs, and --database-url and --schema.
+func NewRoot(use, short string) (*cobra.Command, *Database) {
+	db := &Database{}
+	root := &cobra.Command{
+		Use:           use,
+		Short:         short,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := envflag.Apply(cmd); err != nil {
+				return UsageError{Err: err}
+			}
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return UsageError{Err: err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&db.URL, "database-url", DefaultDatabaseURL, "Postgres connection URL")
+	envflag.Bind(pf, "database-url", "DATABASE_URL")
+	pf.StringVar(&db.Schema, "schema", "public", "Postgres schema of outboxd's and River's tables")
+	envflag.Bind(pf, "schema", "OUTBOXD_SCHEMA")
+	return root, db
+}
+
+// Main runs root until SIGINT or SIGTERM and exits with ExitCode, printing
+// any error prefixed by the binary's name.
+func Main(name string, root *cobra.Command) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := root.ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(ExitCode(err))
+	}
 }
