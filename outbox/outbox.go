@@ -49,7 +49,9 @@ type Config struct {
 	// MaxPayloadBytes bounds each payload. Default 256 KiB.
 	MaxPayloadBytes int
 	// River inserts the dispatch jobs. Default: an insert-only client for
-	// Schema. Pass the application's own client to share its settings.
+	// Schema that wakes dispatchers at most every 20ms per queue. An
+	// application's own client may be passed instead; its FetchCooldown then
+	// bounds how often inserts wake the dispatchers.
 	River *river.Client[pgx.Tx]
 	// Registerer, when set, receives outboxd_enqueue_total{result}: calls
 	// that wrote (new), replayed (duplicate), conflicted or were invalid.

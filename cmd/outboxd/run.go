@@ -284,7 +284,10 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 
 // healthHandler serves /healthz (the process is alive) and /readyz (the
 // database answers, migrations are applied and the dispatcher is running).
+// The migration check opens its own connection, so a passing result is
+// reused for 30 seconds rather than repeated on every probe.
 func healthHandler(pool *pgxpool.Pool, schema string, started *atomic.Bool) *http.ServeMux {
+	var migratedAt atomic.Int64 // unix nanoseconds of the last passing check
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -300,9 +303,12 @@ func healthHandler(pool *pgxpool.Pool, schema string, started *atomic.Bool) *htt
 			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
 			return
 		}
-		if err := migrate.Check(ctx, pool, schema); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
+		if time.Since(time.Unix(0, migratedAt.Load())) > 30*time.Second {
+			if err := migrate.Check(ctx, pool, schema); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			migratedAt.Store(time.Now().UnixNano())
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
