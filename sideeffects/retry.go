@@ -19,8 +19,8 @@ type RetryPolicy struct {
 	MaxDelay time.Duration
 }
 
-// Defaults for RetryPolicy's zero values. With them, 20 attempts span about
-// six hours, well inside Stripe's 24h key window.
+// Defaults for RetryPolicy's zero values. With them, 20 attempts span three
+// to five hours (jitter), well inside Stripe's 24h key window.
 const (
 	DefaultMaxAttempts = 20
 	DefaultBaseDelay   = time.Second
