@@ -353,3 +353,31 @@ func TestTerminalEffectsAreNeverFired(t *testing.T) {
 	require.Zero(t, got.Attempts)
 	require.Empty(t, b.recv.Deliveries())
 }
+
+func TestShutdownDrainsInFlightCalls(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	inFlight := make(chan struct{})
+	b.recv.Respond("/slow", func(w http.ResponseWriter, _ *http.Request) int {
+		close(inFlight)
+		time.Sleep(300 * time.Millisecond) // a slow but healthy receiver
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	d, err := sideeffects.NewDispatcher(b.db.Pool, b.cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	e := b.enqueue(t, "/slow")
+	<-inFlight
+
+	// SIGTERM with a grace period: the call in flight finishes and is
+	// confirmed before Stop returns.
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, d.Stop(stopCtx))
+	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, sideeffects.StateConfirmed, got.State)
+	require.Equal(t, 1, got.Attempts)
+	require.Len(t, b.recv.Deliveries(), 1)
+}
