@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -48,6 +49,7 @@ type settings struct {
 	RateDuration      time.Duration `json:"rate_duration"`
 	AdminRows         int           `json:"admin_rows"`
 	Out               string        `json:"-"`
+	CPUProfile        string        `json:"-"`
 	Skip              string        `json:"-"`
 }
 
@@ -84,6 +86,7 @@ func main() {
 	flag.DurationVar(&s.RateDuration, "rate-duration", 5*time.Second, "duration of each latency run")
 	flag.IntVar(&s.AdminRows, "admin-rows", 1_000_000, "effects in the table for the admin-query timings")
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
+	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
 	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,dispatch,webhook,latency,admin")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
@@ -97,7 +100,20 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if s.CPUProfile != "" {
+		f, err := os.Create(s.CPUProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "outboxbench:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "outboxbench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(ctx, os.Stdout, s); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "outboxbench:", err)
 		os.Exit(1)
 	}
