@@ -25,17 +25,13 @@ var ErrNotFound = errors.New("side effect not found")
 
 // Store runs outboxd's SQL against the tables of one schema.
 type Store struct {
-	schema string
-	q      queries
+	q queries
 }
 
 // NewStore returns a Store for the tables in schema ("" uses search_path).
 func NewStore(schema string) *Store {
-	return &Store{schema: schema, q: newQueries(schema)}
+	return &Store{q: newQueries(schema)}
 }
-
-// Schema is the schema the store's queries name.
-func (s *Store) Schema() string { return s.schema }
 
 // NewEvent is an outbox_events row to insert.
 type NewEvent struct {
