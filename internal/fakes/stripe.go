@@ -98,7 +98,19 @@ func (f *FakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 		respond(w, r)
 		return
 	}
-	StripeObject(fmt.Sprintf("obj_%d", n))(w, r)
+	StripeObject(fmt.Sprintf("%s%d", idPrefix(r.URL.Path), n))(w, r)
+}
+
+// idPrefix gives the fake's objects ids shaped like Stripe's.
+func idPrefix(path string) string {
+	for _, p := range []struct{ path, prefix string }{
+		{"/v1/payment_intents", "pi_"}, {"/v1/refunds", "re_"}, {"/v1/customers", "cus_"}, {"/v1/transfers", "tr_"},
+	} {
+		if strings.HasPrefix(path, p.path) {
+			return p.prefix
+		}
+	}
+	return "obj_"
 }
 
 // Requests returns a copy of every request seen so far.
