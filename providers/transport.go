@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptrace"
+	"strings"
 	"sync/atomic"
 )
 
@@ -26,4 +27,16 @@ func TransportError(err error, wrote bool) error {
 		return Retryable(fmt.Errorf("not sent: %w", err), 0)
 	}
 	return InDoubt(fmt.Errorf("no response: %w", err))
+}
+
+// BaseURL returns raw (or def when empty) without a trailing slash, or an
+// error naming setting when it is not an http(s) URL.
+func BaseURL(raw, def, setting string) (string, error) {
+	if raw == "" {
+		raw = def
+	}
+	if !strings.HasPrefix(raw, "http://") && !strings.HasPrefix(raw, "https://") {
+		return "", fmt.Errorf("%q must be an http(s) URL (%s)", raw, setting)
+	}
+	return strings.TrimRight(raw, "/"), nil
 }

@@ -86,13 +86,11 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.APIKey == "" {
 		return nil, errors.New("sendgrid: an API key is required (SENDGRID_API_KEY)")
 	}
-	if cfg.APIHost == "" {
-		cfg.APIHost = DefaultAPIHost
+	host, err := providers.BaseURL(cfg.APIHost, DefaultAPIHost, "SENDGRID_API_HOST")
+	if err != nil {
+		return nil, fmt.Errorf("sendgrid: API host %w", err)
 	}
-	if !strings.HasPrefix(cfg.APIHost, "http://") && !strings.HasPrefix(cfg.APIHost, "https://") {
-		return nil, fmt.Errorf("sendgrid: API host %q must be an http(s) URL (SENDGRID_API_HOST)", cfg.APIHost)
-	}
-	cfg.APIHost = strings.TrimRight(cfg.APIHost, "/")
+	cfg.APIHost = host
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}

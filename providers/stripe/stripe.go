@@ -91,13 +91,11 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.APIKey == "" {
 		return nil, errors.New("stripe: an API key is required (STRIPE_API_KEY)")
 	}
-	if cfg.APIBase == "" {
-		cfg.APIBase = DefaultAPIBase
+	apiBase, err := providers.BaseURL(cfg.APIBase, DefaultAPIBase, "STRIPE_API_BASE")
+	if err != nil {
+		return nil, fmt.Errorf("stripe: API base %w", err)
 	}
-	if !strings.HasPrefix(cfg.APIBase, "http://") && !strings.HasPrefix(cfg.APIBase, "https://") {
-		return nil, fmt.Errorf("stripe: API base %q must be an http(s) URL (STRIPE_API_BASE)", cfg.APIBase)
-	}
-	cfg.APIBase = strings.TrimRight(cfg.APIBase, "/")
+	cfg.APIBase = apiBase
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
