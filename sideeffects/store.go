@@ -65,17 +65,33 @@ type NewEffect struct {
 	Payload  json.RawMessage
 }
 
+// effectArrays are new effects as the column arrays the unnest-based
+// statements take.
+type effectArrays struct {
+	ids       []uuid.UUID
+	kinds     []string
+	providers []string
+	payloads  []json.RawMessage
+}
+
+func columnsOf(sourceID uuid.UUID, effects []NewEffect) effectArrays {
+	c := effectArrays{
+		ids:       make([]uuid.UUID, len(effects)),
+		kinds:     make([]string, len(effects)),
+		providers: make([]string, len(effects)),
+		payloads:  make([]json.RawMessage, len(effects)),
+	}
+	for i, e := range effects {
+		c.ids[i], c.kinds[i], c.providers[i], c.payloads[i] = EffectID(sourceID, e.Kind), e.Kind, e.Provider, e.Payload
+	}
+	return c
+}
+
 // InsertEffects inserts the effects of event sourceID that do not exist yet
 // and returns the ids of those it inserted.
 func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, effects []NewEffect) (map[uuid.UUID]bool, error) {
-	ids := make([]uuid.UUID, len(effects))
-	kinds := make([]string, len(effects))
-	provs := make([]string, len(effects))
-	payloads := make([]json.RawMessage, len(effects))
-	for i, e := range effects {
-		ids[i], kinds[i], provs[i], payloads[i] = EffectID(sourceID, e.Kind), e.Kind, e.Provider, e.Payload
-	}
-	rows, err := db.Query(ctx, s.q.insertEffects, sourceID, ids, kinds, provs, payloads)
+	c := columnsOf(sourceID, effects)
+	rows, err := db.Query(ctx, s.q.insertEffects, sourceID, c.ids, c.kinds, c.providers, c.payloads)
 	if err != nil {
 		return nil, fmt.Errorf("insert effects of event %s: %w", sourceID, err)
 	}
@@ -99,15 +115,9 @@ func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, ef
 // and reports inserted=false; compare with InsertEvent and CompareEffects.
 // effects must not be empty.
 func (s *Store) InsertEventWithEffects(ctx context.Context, db DB, ev NewEvent, effects []NewEffect) (inserted bool, err error) {
-	ids := make([]uuid.UUID, len(effects))
-	kinds := make([]string, len(effects))
-	provs := make([]string, len(effects))
-	payloads := make([]json.RawMessage, len(effects))
-	for i, e := range effects {
-		ids[i], kinds[i], provs[i], payloads[i] = EffectID(ev.ID, e.Kind), e.Kind, e.Provider, e.Payload
-	}
+	c := columnsOf(ev.ID, effects)
 	tag, err := db.Exec(ctx, s.q.insertEventWithEffects, ev.ID, ev.AggregateType, ev.AggregateID, ev.EventType, ev.Payload,
-		ids, kinds, provs, payloads)
+		c.ids, c.kinds, c.providers, c.payloads)
 	if err != nil {
 		return false, fmt.Errorf("insert event %s: %w", ev.ID, err)
 	}
@@ -125,13 +135,8 @@ type ExistingEffect struct {
 // CompareEffects reports, in order, whether each effect of event sourceID
 // already exists and whether it matches.
 func (s *Store) CompareEffects(ctx context.Context, db DB, sourceID uuid.UUID, effects []NewEffect) ([]ExistingEffect, error) {
-	kinds := make([]string, len(effects))
-	provs := make([]string, len(effects))
-	payloads := make([]json.RawMessage, len(effects))
-	for i, e := range effects {
-		kinds[i], provs[i], payloads[i] = e.Kind, e.Provider, e.Payload
-	}
-	rows, err := db.Query(ctx, s.q.compareEffects, sourceID, kinds, provs, payloads)
+	c := columnsOf(sourceID, effects)
+	rows, err := db.Query(ctx, s.q.compareEffects, sourceID, c.kinds, c.providers, c.payloads)
 	if err != nil {
 		return nil, fmt.Errorf("compare effects of event %s: %w", sourceID, err)
 	}
