@@ -27,18 +27,39 @@ func emailEffect(kind string) outbox.Effect {
 		`{"from": {"email": "shop@example.com"}, "to": [{"email": "ada@example.com"}], "subject": "Receipt", "text": "Thanks"}`)}
 }
 
-func TestStripeEffectRetriedWithSameKeyAndReplayRecorded(t *testing.T) {
-	t.Parallel()
-	b := setupWorker(t, workerOpts{})
+// useFakeStripe makes a recording fake Stripe, answering /v1/refunds with
+// responses first, the bundle's only provider.
+func (b *workerBundle) useFakeStripe(t *testing.T, responses ...fakes.Response) *fakes.FakeStripe {
+	t.Helper()
 	f := fakes.NewFakeStripe()
 	t.Cleanup(f.Close)
-	f.Respond("/v1/refunds",
-		fakes.StripeError(409, "idempotency_error", "idempotency_key_in_use"),
-		func(w http.ResponseWriter, r *http.Request) int { <-r.Context().Done(); return 0 }, // times out: in doubt
-		fakes.StripeObject("re_1", "Idempotent-Replayed", "true"))
+	f.Respond("/v1/refunds", responses...)
 	p, err := stripe.New(stripe.Config{APIKey: "sk_test_1", APIBase: f.URL, Timeout: time.Second})
 	require.NoError(t, err)
 	b.cfg.Providers = []providers.Provider{p}
+	return f
+}
+
+// useFakeSendGrid makes a recording fake SendGrid, answering with responses
+// first, the bundle's only provider.
+func (b *workerBundle) useFakeSendGrid(t *testing.T, responses ...fakes.Response) *fakes.FakeSendGrid {
+	t.Helper()
+	f := fakes.NewFakeSendGrid()
+	t.Cleanup(f.Close)
+	f.Respond(responses...)
+	p, err := sendgrid.New(sendgrid.Config{APIKey: "SG.x", APIHost: f.URL, Timeout: time.Second})
+	require.NoError(t, err)
+	b.cfg.Providers = []providers.Provider{p}
+	return f
+}
+
+func TestStripeEffectRetriedWithSameKeyAndReplayRecorded(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	f := b.useFakeStripe(t,
+		fakes.StripeError(409, "idempotency_error", "idempotency_key_in_use"),
+		func(w http.ResponseWriter, r *http.Request) int { <-r.Context().Done(); return 0 }, // times out: in doubt
+		fakes.StripeObject("re_1", "Idempotent-Replayed", "true"))
 	b.start(t)
 
 	e := b.enqueueEffect(t, refundEffect())
@@ -56,12 +77,7 @@ func TestStripeEffectRetriedWithSameKeyAndReplayRecorded(t *testing.T) {
 func TestStripeCardErrorFails(t *testing.T) {
 	t.Parallel()
 	b := setupWorker(t, workerOpts{})
-	f := fakes.NewFakeStripe()
-	t.Cleanup(f.Close)
-	f.Respond("/v1/refunds", fakes.StripeError(402, "card_error", "card_declined"))
-	p, err := stripe.New(stripe.Config{APIKey: "sk_test_1", APIBase: f.URL})
-	require.NoError(t, err)
-	b.cfg.Providers = []providers.Provider{p}
+	f := b.useFakeStripe(t, fakes.StripeError(402, "card_error", "card_declined"))
 	b.start(t)
 	e := b.enqueueEffect(t, refundEffect())
 	got := b.waitFor(t, e.ID, sideeffects.StateFailed)
@@ -76,12 +92,7 @@ func TestSendGridInDoubtPolicies(t *testing.T) {
 	t.Run("at_most_once parks the effect and never re-sends", func(t *testing.T) {
 		t.Parallel()
 		b := setupWorker(t, workerOpts{})
-		f := fakes.NewFakeSendGrid()
-		t.Cleanup(f.Close)
-		f.Respond(hang)
-		p, err := sendgrid.New(sendgrid.Config{APIKey: "SG.x", APIHost: f.URL, Timeout: time.Second})
-		require.NoError(t, err)
-		b.cfg.Providers = []providers.Provider{p}
+		f := b.useFakeSendGrid(t, hang)
 		b.start(t)
 		e := b.enqueueEffect(t, emailEffect("email.receipt"))
 		got := b.waitFor(t, e.ID, sideeffects.StateFailed)
@@ -93,12 +104,7 @@ func TestSendGridInDoubtPolicies(t *testing.T) {
 	t.Run("at_least_once re-sends with the same key", func(t *testing.T) {
 		t.Parallel()
 		b := setupWorker(t, workerOpts{})
-		f := fakes.NewFakeSendGrid()
-		t.Cleanup(f.Close)
-		f.Respond(hang)
-		p, err := sendgrid.New(sendgrid.Config{APIKey: "SG.x", APIHost: f.URL, Timeout: time.Second})
-		require.NoError(t, err)
-		b.cfg.Providers = []providers.Provider{p}
+		f := b.useFakeSendGrid(t, hang)
 		b.cfg.InDoubt = map[string]providers.InDoubtPolicy{"email.digest": providers.AtLeastOnce}
 		b.start(t)
 		e := b.enqueueEffect(t, emailEffect("email.digest"))
@@ -114,16 +120,14 @@ func TestSendGridInDoubtPolicies(t *testing.T) {
 	t.Run("429 then accepted", func(t *testing.T) {
 		t.Parallel()
 		b := setupWorker(t, workerOpts{})
-		f := fakes.NewFakeSendGrid()
-		t.Cleanup(f.Close)
-		f.Respond(fakes.Status(429), fakes.Status(500))
-		p, err := sendgrid.New(sendgrid.Config{APIKey: "SG.x", APIHost: f.URL})
-		require.NoError(t, err)
-		b.cfg.Providers = []providers.Provider{p}
+		f := b.useFakeSendGrid(t, fakes.Status(429), fakes.Status(500))
 		b.start(t)
 		e := b.enqueueEffect(t, emailEffect("email.receipt"))
 		got := b.waitFor(t, e.ID, sideeffects.StateConfirmed)
 		require.Equal(t, 3, got.Attempts)
 		require.Equal(t, "msg_3", deref(got.ProviderRef))
+		for _, r := range f.Requests() {
+			require.Equal(t, e.Key, r.Key)
+		}
 	})
 }
