@@ -98,7 +98,19 @@ func (f *FakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 		respond(w, r)
 		return
 	}
-	StripeObject(fmt.Sprintf("%s%d", idPrefix(r.URL.Path), n))(w, r)
+	StripeObject(objectID(r.URL.Path, n))(w, r)
+}
+
+// objectID is the id a request acts on, as Stripe answers it: the id in the
+// path for an action on an existing object (/v1/payment_intents/pi_1/capture),
+// otherwise a new Stripe-shaped id numbered n.
+func objectID(path string, n int) string {
+	prefix := idPrefix(path)
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	if len(parts) >= 3 && strings.HasPrefix(parts[2], prefix) {
+		return parts[2]
+	}
+	return fmt.Sprintf("%s%d", prefix, n)
 }
 
 // idPrefix gives the fake's objects ids shaped like Stripe's.
