@@ -14,8 +14,9 @@ const (
 	// connection reset after sending). Retried with the same key, or parked,
 	// per the InDoubtPolicy.
 	ClassInDoubt Class = iota
-	// ClassRetryable: the provider did not act (it answered 429 or 5xx, or
-	// the request provably never left). Safe to retry.
+	// ClassRetryable: the provider proved it did not act (it refused the
+	// request before acting, e.g. 429, or the request never left). Safe to
+	// retry whatever the in-doubt policy. A 5xx is not such a proof.
 	ClassRetryable
 	// ClassPermanent: retrying cannot help (rejected card, invalid request,
 	// endpoint gone). The effect fails with the reason.
@@ -56,6 +57,12 @@ func Retryable(err error, after time.Duration) error {
 
 // InDoubt marks err as an attempt whose outcome is unknown.
 func InDoubt(err error) error { return &Error{Class: ClassInDoubt, Err: err} }
+
+// InDoubtAfter marks err as an attempt whose outcome is unknown, answered
+// with a requested delay before any re-send (a 5xx with Retry-After).
+func InDoubtAfter(err error, after time.Duration) error {
+	return &Error{Class: ClassInDoubt, RetryAfter: after, Err: err}
+}
 
 // Classify returns the class of err and the delay the provider asked for.
 // Errors a provider did not classify are in doubt: assuming "not sent" could

@@ -96,6 +96,22 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if cfg.RescueAfter == 0 {
 		cfg.RescueAfter = DefaultRescueAfter
 	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"job timeout", cfg.JobTimeout}, {"rescue-after", cfg.RescueAfter}, {"fetch cooldown", cfg.FetchCooldown},
+		{"fetch poll interval", cfg.FetchPollInterval}, {"sweep interval", cfg.SweepInterval}, {"sweep grace", cfg.SweepGrace},
+		{"retention interval", cfg.RetentionInterval}, {"retry base delay", cfg.Retry.BaseDelay}, {"retry max delay", cfg.Retry.MaxDelay}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("dispatcher: %s is %s: it must not be negative", d.name, d.v)
+		}
+	}
+	if cfg.Retry.MaxAttempts < 0 {
+		return nil, fmt.Errorf("dispatcher: retry max attempts is %d: it must not be negative", cfg.Retry.MaxAttempts)
+	}
+	if cfg.SweepInterval > 0 && cfg.SweepInterval < time.Second {
+		return nil, fmt.Errorf("dispatcher: sweep interval is %s: it must be at least 1s", cfg.SweepInterval)
+	}
 	if cfg.RescueAfter <= cfg.JobTimeout {
 		return nil, fmt.Errorf("dispatcher: rescue-after (%s) must exceed job-timeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
 	}
@@ -139,6 +155,9 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	}
 	for _, p := range cfg.Providers {
 		g := p.Guarantees()
+		if g.KeyWindow < 0 || g.KeyWindowMargin < 0 || (g.KeyWindow > 0 && g.KeyWindow <= g.KeyWindowMargin) {
+			return nil, fmt.Errorf("dispatcher: the %s key window (%s) must exceed its margin (%s): no retry could ever be made", p.Name(), g.KeyWindow, g.KeyWindowMargin)
+		}
 		if cfg.Retention > 0 && g.KeyWindow > 0 && cfg.Retention <= g.KeyWindow {
 			return nil, fmt.Errorf("dispatcher: retention (%s) must exceed the %s key window (%s): a purged effect no longer deduplicates", cfg.Retention, p.Name(), g.KeyWindow)
 		}

@@ -81,7 +81,8 @@ func (s *Store) Stuck(ctx context.Context, db DB, notSince time.Time, limit int)
 		st := StuckEffect{Effect: e}
 		err := r.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Provider, &e.IdempotencyKey, &e.Payload, &e.State, &e.Attempts,
 			&e.LastError, &e.ProviderRef, &e.Replayed, &e.NextAttemptAt, &e.CreatedAt, &e.UpdatedAt, &e.FiredAt,
-			&e.FirstFiredAt, &e.ConfirmedAt, &st.JobID, &st.JobState, &st.JobScheduledAt)
+			&e.FirstFiredAt, &e.ConfirmedAt, &e.InDoubt, &e.TotalAttempts, &e.Redrives, &e.KeyWindowFrom,
+			&st.JobID, &st.JobState, &st.JobScheduledAt)
 		return st, err
 	})
 }
@@ -98,10 +99,10 @@ func (s StuckEffect) Diagnosis(now time.Time, firedBound, window time.Duration) 
 	if e.State == StateFailed {
 		return fmt.Sprintf("failed, awaiting an operator: %s. Check the provider, then `outboxctl retry` or `outboxctl confirm --ref`", lastErr)
 	}
-	if window > 0 && e.FirstFiredAt != nil {
-		if closes := e.FirstFiredAt.Add(window); closes.Sub(now) < time.Hour {
-			return fmt.Sprintf("key window closes %s (first fired %s): if it passes, the effect fails for reconciliation",
-				relative(closes, now), relative(*e.FirstFiredAt, now))
+	if window > 0 && e.KeyWindowFrom != nil {
+		if closes := e.KeyWindowFrom.Add(window); closes.Sub(now) < time.Hour {
+			return fmt.Sprintf("key window closes %s (first request with the key %s): if it passes, the effect fails for reconciliation",
+				relative(closes, now), relative(*e.KeyWindowFrom, now))
 		}
 	}
 	if s.JobID == nil {

@@ -120,14 +120,30 @@ func TestSendGridInDoubtPolicies(t *testing.T) {
 	t.Run("429 then accepted", func(t *testing.T) {
 		t.Parallel()
 		b := setupWorker(t, workerOpts{})
-		f := b.useFakeSendGrid(t, fakes.Status(429), fakes.Status(500))
+		f := b.useFakeSendGrid(t, fakes.Status(429))
 		b.start(t)
 		e := b.enqueueEffect(t, emailEffect("email.receipt"))
 		got := b.waitFor(t, e.ID, sideeffects.StateConfirmed)
-		require.Equal(t, 3, got.Attempts)
-		require.Equal(t, "msg_3", deref(got.ProviderRef))
+		require.Equal(t, 2, got.Attempts, "a 429 proves SendGrid refused the mail: re-sent")
+		require.Equal(t, "msg_2", deref(got.ProviderRef))
 		for _, r := range f.Requests() {
 			require.Equal(t, e.Key, r.Key)
 		}
+	})
+
+	// A server (or proxy) that accepted the mail and then answered 500: the
+	// 500 proves nothing, so at_most_once parks the effect instead of
+	// sending the mail a second time.
+	t.Run("a 5xx is in doubt: at_most_once does not re-send", func(t *testing.T) {
+		t.Parallel()
+		b := setupWorker(t, workerOpts{})
+		f := b.useFakeSendGrid(t, fakes.Status(500))
+		b.start(t)
+		e := b.enqueueEffect(t, emailEffect("email.receipt"))
+		got := b.waitFor(t, e.ID, sideeffects.StateFailed)
+		require.True(t, strings.HasPrefix(deref(got.LastError), sideeffects.ReasonInDoubt), deref(got.LastError))
+		require.True(t, got.InDoubt)
+		b.waitForJob(t, e.ID, "cancelled")
+		require.Len(t, f.Requests(), 1, "sent once")
 	})
 }

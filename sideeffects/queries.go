@@ -10,7 +10,8 @@ import (
 // when a Store is built, by the quoted schema name and a dot.
 
 const effectColumns = `id, source_id, kind, provider, idempotency_key, payload, state, attempts,
-	last_error, provider_ref, replayed, next_attempt_at, created_at, updated_at, fired_at, first_fired_at, confirmed_at`
+	last_error, provider_ref, replayed, next_attempt_at, created_at, updated_at, fired_at, first_fired_at, confirmed_at,
+	in_doubt, total_attempts, redrives, key_window_from`
 
 const (
 	sqlInsertEvent = `
@@ -53,6 +54,13 @@ ORDER BY u.ord`
 
 	sqlGetEffect = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE id = $1`
 
+	sqlGetEffectForUpdate = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE id = $1 FOR UPDATE`
+
+	// The id of a running dispatch job of effect $1, if any.
+	sqlRunningJob = `
+SELECT coalesce(max(id), 0) FROM /*schema*/river_job
+WHERE kind = 'outboxd.dispatch' AND state = 'running' AND args @> jsonb_build_object('effect_id', $1::uuid)`
+
 	sqlGetEffectByKey = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE idempotency_key = $1`
 
 	// Transitions. Each names the states it leaves from; zero rows affected
@@ -62,8 +70,9 @@ ORDER BY u.ord`
 	// that an operator's action in between wins.
 	sqlClaim = `
 UPDATE /*schema*/side_effects
-SET state = 'fired', attempts = attempts + 1, fired_at = now(),
-	first_fired_at = coalesce(first_fired_at, now()), next_attempt_at = NULL, updated_at = now()
+SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 1, in_doubt = true,
+	fired_at = now(), first_fired_at = coalesce(first_fired_at, now()), key_window_from = coalesce(key_window_from, now()),
+	next_attempt_at = NULL, updated_at = now()
 WHERE id = $1 AND state = $2 AND state IN ('pending', 'fired')
 RETURNING ` + effectColumns
 
@@ -72,22 +81,42 @@ RETURNING ` + effectColumns
 	// key-window decision.
 	sqlClaimFirst = `
 UPDATE /*schema*/side_effects
-SET state = 'fired', attempts = attempts + 1, fired_at = now(), first_fired_at = now(),
+SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 1, in_doubt = true,
+	fired_at = now(), first_fired_at = now(), key_window_from = coalesce(key_window_from, now()),
 	next_attempt_at = NULL, updated_at = now()
-WHERE id = $1 AND state = 'pending' AND first_fired_at IS NULL AND provider = ANY($2)
+WHERE id = $1 AND state = 'pending' AND first_fired_at IS NULL AND NOT in_doubt AND provider = ANY($2)
 RETURNING ` + effectColumns
 
-	// fired -> confirmed.
+	// fired -> confirmed on the provider's acknowledgement. Also from
+	// pending and failed: an operator's action while the call was in flight
+	// does not undo what the provider did. Returns the state it left, with
+	// the error it clears; no row when the effect is cancelled, confirmed
+	// or gone (see sqlLateAck).
 	sqlConfirm = `
-UPDATE /*schema*/side_effects
+WITH before AS (
+	SELECT id, state, last_error FROM /*schema*/side_effects WHERE id = $1 FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
 SET state = 'confirmed', confirmed_at = now(), provider_ref = $2, replayed = $3, last_error = NULL,
-	next_attempt_at = NULL, updated_at = now()
-WHERE id = $1 AND state = 'fired'`
+	in_doubt = false, next_attempt_at = NULL, updated_at = now()
+FROM before WHERE e.id = before.id AND before.state IN ('fired', 'pending', 'failed')
+RETURNING before.state, before.last_error`
 
-	// fired -> pending: the provider did not act.
+	// An acknowledgement for an effect that an operator cancelled or
+	// confirmed meanwhile: kept on the row (when it has no ref yet) and in
+	// the audit trail, never dropped. $3 is the audit details.
+	sqlLateAck = `
+WITH upd AS (
+	UPDATE /*schema*/side_effects SET provider_ref = coalesce(provider_ref, $2)
+	WHERE id = $1 RETURNING state
+)
+INSERT INTO /*schema*/side_effect_audit (effect_id, action, actor, reason, from_state, to_state, details)
+SELECT $1, 'late_ack', 'outboxd', $4, upd.state, upd.state, $3 FROM upd`
+
+	// fired -> pending: the provider proved it did not act.
 	sqlRelease = `
 UPDATE /*schema*/side_effects
-SET state = 'pending', last_error = $2, next_attempt_at = $3, updated_at = now()
+SET state = 'pending', in_doubt = false, last_error = $2, next_attempt_at = $3, updated_at = now()
 WHERE id = $1 AND state = 'fired'`
 
 	// fired -> fired: outcome unknown; keep fired so the next attempt is
@@ -119,14 +148,19 @@ FROM before WHERE e.id = before.id
 RETURNING ` + beforeColumns
 
 	// failed|cancelled (and, when $2, fired) -> pending: a fresh round of
-	// attempts and a fresh key window, with the same key.
+	// attempts with the same key. The key window, the doubt about earlier
+	// requests and the total attempts carry over; $3 clears the doubt (the
+	// operator accepts the risk of a duplicate) and $4 restarts the key
+	// window (the operator checked the provider), each audited.
 	sqlRedrive = `
 WITH before AS (
 	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
 	WHERE id = $1 AND (state IN ('failed', 'cancelled') OR (state = 'fired' AND $2::boolean)) FOR UPDATE
 )
 UPDATE /*schema*/side_effects e
-SET state = 'pending', attempts = 0, first_fired_at = NULL, next_attempt_at = NULL, updated_at = now()
+SET state = 'pending', attempts = 0, redrives = e.redrives + 1, next_attempt_at = NULL, updated_at = now(),
+	in_doubt = e.in_doubt AND NOT $3::boolean,
+	key_window_from = CASE WHEN $4::boolean THEN NULL ELSE e.key_window_from END
 FROM before WHERE e.id = before.id
 RETURNING ` + beforeColumns
 
@@ -152,7 +186,8 @@ FROM /*schema*/side_effect_audit WHERE effect_id = $1 ORDER BY id`
 
 const beforeColumns = `before.id, before.source_id, before.kind, before.provider, before.idempotency_key, before.payload,
 	before.state, before.attempts, before.last_error, before.provider_ref, before.replayed, before.next_attempt_at,
-	before.created_at, before.updated_at, before.fired_at, before.first_fired_at, before.confirmed_at`
+	before.created_at, before.updated_at, before.fired_at, before.first_fired_at, before.confirmed_at,
+	before.in_doubt, before.total_attempts, before.redrives, before.key_window_from`
 
 // Inspection: what operators and the stuck/stats commands read.
 const (
@@ -291,14 +326,15 @@ WHERE state = 'failed'
 GROUP BY kind`
 
 const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key, e.payload, e.state, e.attempts,
-	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at`
+	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at,
+	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from`
 
 // queries holds the statements with the schema filled in.
 type queries struct {
-	insertEvent, insertEventWithEffects, eventMatches        string
-	insertEffects, compareEffects                            string
-	getEffect, getEffectByKey                                string
-	claim, claimFirst, confirm, release, recordInDoubt, fail string
+	insertEvent, insertEventWithEffects, eventMatches                 string
+	insertEffects, compareEffects                                     string
+	getEffect, getEffectByKey, getEffectForUpdate, runningJob         string
+	claim, claimFirst, confirm, lateAck, release, recordInDoubt, fail string
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit string
 
@@ -322,9 +358,12 @@ func newQueries(schema string) queries {
 		compareEffects:         r.Replace(sqlCompareEffects),
 		getEffect:              r.Replace(sqlGetEffect),
 		getEffectByKey:         r.Replace(sqlGetEffectByKey),
+		getEffectForUpdate:     r.Replace(sqlGetEffectForUpdate),
+		runningJob:             r.Replace(sqlRunningJob),
 		claim:                  r.Replace(sqlClaim),
 		claimFirst:             r.Replace(sqlClaimFirst),
 		confirm:                r.Replace(sqlConfirm),
+		lateAck:                r.Replace(sqlLateAck),
 		release:                r.Replace(sqlRelease),
 		recordInDoubt:          r.Replace(sqlRecordInDoubt),
 		fail:                   r.Replace(sqlFail),

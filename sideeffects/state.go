@@ -43,4 +43,17 @@ type Effect struct {
 	FiredAt        *time.Time      `db:"fired_at" json:"fired_at"`
 	FirstFiredAt   *time.Time      `db:"first_fired_at" json:"first_fired_at"`
 	ConfirmedAt    *time.Time      `db:"confirmed_at" json:"confirmed_at"`
+	// InDoubt is true while an earlier request may have reached the provider
+	// without an acknowledgement. It survives failed, cancelled and
+	// redrives: every later fire applies the in-doubt policy.
+	InDoubt bool `db:"in_doubt" json:"in_doubt"`
+	// TotalAttempts counts fires over the effect's life; Attempts counts
+	// those since the last redrive.
+	TotalAttempts int `db:"total_attempts" json:"total_attempts"`
+	// Redrives counts operator redrives.
+	Redrives int `db:"redrives" json:"redrives"`
+	// KeyWindowFrom starts the provider's key window: the first request
+	// that carried the key. Only a forced retry, after checking the
+	// provider, restarts it.
+	KeyWindowFrom *time.Time `db:"key_window_from" json:"key_window_from"`
 }

@@ -205,15 +205,62 @@ func (s *Store) transitionReturning(ctx context.Context, db DB, what, sql string
 	return e, nil
 }
 
-// Confirm moves effect id from fired to confirmed, recording the provider's
-// reference and whether it answered from its idempotency record. It reports
-// whether the transition applied.
-func (s *Store) Confirm(ctx context.Context, db DB, id uuid.UUID, ref string, replayed bool) (bool, error) {
+// Confirm records the provider's acknowledgement of effect id: its
+// reference and whether it answered from its idempotency record. The effect
+// moves to confirmed from fired, or from pending or failed when an operator
+// acted while the call was in flight; from reports the state it left (""
+// when it was cancelled, confirmed or gone, and nothing changed) and
+// lastError the error the confirmation cleared.
+func (s *Store) Confirm(ctx context.Context, db DB, id uuid.UUID, ref string, replayed bool) (from State, lastError *string, err error) {
 	var refArg *string
 	if ref != "" {
 		refArg = &ref
 	}
-	return s.exec(ctx, db, "confirm", s.q.confirm, id, refArg, replayed)
+	err = db.QueryRow(ctx, s.q.confirm, id, refArg, replayed).Scan(&from, &lastError)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("confirm effect %s: %w", id, err)
+	}
+	return from, lastError, nil
+}
+
+// RecordLateAck keeps an acknowledgement that arrived after the effect was
+// cancelled or confirmed by an operator: the ref goes on the row if it has
+// none, and an audit row (action late_ack) says what happened. It reports
+// whether the effect still exists.
+func (s *Store) RecordLateAck(ctx context.Context, db DB, id uuid.UUID, ref string, details map[string]any, note string) (bool, error) {
+	var refArg *string
+	if ref != "" {
+		refArg = &ref
+	}
+	d, err := json.Marshal(details)
+	if err != nil {
+		return false, err
+	}
+	return s.exec(ctx, db, "record late acknowledgement", s.q.lateAck, id, refArg, d, note)
+}
+
+// runningJob returns the id of a running dispatch job of effect id, or 0.
+func (s *Store) runningJob(ctx context.Context, db DB, id uuid.UUID) (int64, error) {
+	var job int64
+	if err := db.QueryRow(ctx, s.q.runningJob, id).Scan(&job); err != nil {
+		return 0, fmt.Errorf("running job of effect %s: %w", id, err)
+	}
+	return job, nil
+}
+
+// audit writes one side_effect_audit row.
+func (s *Store) audit(ctx context.Context, db DB, id uuid.UUID, action, actor, reason string, from, to State, details map[string]any) error {
+	d, err := json.Marshal(details)
+	if err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, s.q.insertAudit, id, action, actor, reason, string(from), string(to), d); err != nil {
+		return fmt.Errorf("audit %s of effect %s: %w", action, id, err)
+	}
+	return nil
 }
 
 // Release moves effect id from fired back to pending after an attempt the

@@ -86,14 +86,25 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
 	if sendErr == nil {
-		if err := w.confirm(bctx, job, claimed, res); err != nil {
+		from, err := w.confirm(bctx, job, claimed, res)
+		if err != nil {
 			// Still fired: the next attempt re-fires with the same key and
 			// the provider answers from its idempotency record.
 			log.Warn("provider acknowledged but confirm failed; will re-fire with the same key", "error", err)
 			return err
 		}
-		w.metrics.transition(claimed, StateConfirmed)
-		log.Debug("effect confirmed", "provider_ref", res.Ref, "replayed", res.Replayed)
+		switch from {
+		case StateFired:
+			w.metrics.transition(claimed, StateConfirmed)
+			log.Debug("effect confirmed", "provider_ref", res.Ref, "replayed", res.Replayed)
+		case "":
+			log.Warn("provider acknowledged an effect an operator had cancelled or confirmed meanwhile; acknowledgement recorded in its audit trail, state kept",
+				"provider_ref", res.Ref)
+		default:
+			w.metrics.transition(claimed, StateConfirmed)
+			log.Warn("provider acknowledged an effect an operator had moved meanwhile; confirmed, recorded in its audit trail",
+				"from", from, "provider_ref", res.Ref)
+		}
 		return nil
 	}
 
@@ -151,9 +162,14 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (*Effect, error) 
 	}
 	g := p.Guarantees()
 	log := w.logger.With("effect_id", id, "kind", e.Kind, "provider", e.Provider, "attempt", e.Attempts)
-	if e.State == StateFired && w.policy(e.Kind, g) == providers.AtMostOnce {
-		// The previous attempt never reported back (a crash or a rescued job).
-		return nil, w.fail(ctx, log, e, ReasonInDoubt+": previous attempt did not finish", nil)
+	if (e.State == StateFired || e.InDoubt) && w.policy(e.Kind, g) == providers.AtMostOnce {
+		// An earlier request never reported back (a crash, a rescued job, or
+		// an operator's redrive of an effect in doubt).
+		why := "previous attempt did not finish"
+		if e.State != StateFired {
+			why = "an earlier request's outcome is unknown"
+		}
+		return nil, w.fail(ctx, log, e, ReasonInDoubt+": "+why, nil)
 	}
 	if deadline := keyDeadline(e, g); !deadline.IsZero() && !time.Now().Before(deadline) {
 		return nil, w.fail(ctx, log, e, ReasonKeyWindow, nil)
@@ -175,21 +191,46 @@ func (w *Worker) policy(kind string, g providers.Guarantees) providers.InDoubtPo
 	return g.InDoubt
 }
 
-// confirm moves the effect to confirmed and completes the River job in one
-// transaction, so neither can happen without the other.
-func (w *Worker) confirm(ctx context.Context, job *river.Job[DispatchArgs], e *Effect, res providers.Result) error {
+// confirm records the provider's acknowledgement and completes the River
+// job in one transaction, so neither can happen without the other. It
+// returns the state the effect left: fired normally; pending or failed when
+// an operator moved it while the call was in flight (it is confirmed all
+// the same: the provider acted); "" when it was cancelled or confirmed
+// meanwhile, and the acknowledgement is kept in its audit trail.
+func (w *Worker) confirm(ctx context.Context, job *river.Job[DispatchArgs], e *Effect, res providers.Result) (State, error) {
 	if w.beforeConfirm != nil {
 		if err := w.beforeConfirm(ctx); err != nil {
-			return err
+			return "", err
 		}
 	}
-	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		if _, err := w.store.Confirm(ctx, tx, e.ID, res.Ref, res.Replayed); err != nil {
+	var from State
+	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		var lastError *string
+		var err error
+		from, lastError, err = w.store.Confirm(ctx, tx, e.ID, res.Ref, res.Replayed)
+		if err != nil {
 			return err
 		}
-		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		details := map[string]any{"provider_ref": res.Ref, "replayed": res.Replayed, "attempt": e.Attempts, "job_id": job.ID}
+		switch from {
+		case StateFired:
+		case "":
+			if _, err := w.store.RecordLateAck(ctx, tx, e.ID, res.Ref, details,
+				"acknowledged by the provider after an operator's action: the provider did act; state kept"); err != nil {
+				return err
+			}
+		default:
+			details["cleared_error"] = lastError
+			if err := w.store.audit(ctx, tx, e.ID, ActionLateAck, actorOutboxd,
+				"acknowledged by the provider after an operator moved it to "+string(from)+": the provider did act",
+				from, StateConfirmed, details); err != nil {
+				return err
+			}
+		}
+		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 		return err
 	})
+	return from, err
 }
 
 // fail moves the effect to failed and cancels the River job: failure is

@@ -20,6 +20,8 @@ type actFlags struct {
 	dryRun bool
 	yes    bool
 	force  bool
+	// allowDuplicate: retry may re-send an at_most_once effect in doubt.
+	allowDuplicate bool
 }
 
 // targets resolves explicit ids, or the filter, into effect ids.
@@ -70,14 +72,31 @@ func newRetryCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "retry [effect id | key ...]",
 		Short: "Move failed or cancelled effects back to pending with a new River job (same key)",
-		Long: `Move failed or cancelled effects back to pending, with a fresh attempt count
-and key window, and insert a River job for each. The idempotency key never
-changes, so a provider that still remembers it will not act twice.
+		Long: `Move failed or cancelled effects back to pending, with a fresh round of
+attempts, and insert a River job for each. The idempotency key never
+changes, so a provider that still remembers it will not act twice. What the
+effect has been through carries over: its key window still runs from the
+first request that carried the key, its total attempts are kept, and if an
+earlier request may have reached the provider (in doubt), the worker applies
+the kind's in-doubt policy to the re-fire.
 
-With --force, fired effects are moved too (a call may still be in flight: use
-it for effects stuck beyond the crash-recovery bound). When an effect's key
-window has passed, the provider may have forgotten the key: check the
-provider first; retry warns.
+Refused, and what to do instead:
+  - while a River job for the effect is running (a call may be in flight):
+    wait for it to end, or for River to rescue it after --rescue-after;
+  - fired effects, without --force (use it for effects stuck beyond the
+    crash-recovery bound);
+  - effects in doubt under at_most_once (SendGrid by default), without
+    --allow-duplicate: an earlier request may have been delivered, and a
+    re-send can deliver it twice. Check the provider first (the key is in
+    the mail's custom_args), then confirm --ref or retry --allow-duplicate;
+  - effects with less than min(2h, a quarter) of their key window left, or
+    none, without --force: the provider may forget the key, and a re-fire
+    could act twice. Check the provider first; --force then fires under a new
+    key window.
+
+Select effects by id, or by filters (default --state failed). Policies and
+key windows are read from the same flags and variables as outboxd run
+(--in-doubt-policy, --stripe-key-window, --webhook-key-window).
 
 Select effects by id, or by filters (default --state failed).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -100,7 +119,8 @@ Select effects by id, or by filters (default --state failed).`,
 	}
 	f.add(cmd, 100)
 	addActFlags(cmd, &f)
-	cmd.Flags().BoolVar(&f.force, "force", false, "also move fired effects (a call may be in flight)")
+	cmd.Flags().BoolVar(&f.force, "force", false, "also move fired effects, and effects near or past their key window (check the provider first)")
+	cmd.Flags().BoolVar(&f.allowDuplicate, "allow-duplicate", false, "re-send at_most_once effects in doubt, accepting that the recipient may get them twice")
 	return cmd
 }
 
@@ -139,7 +159,7 @@ func addActFlags(cmd *cobra.Command, f *actFlags) {
 }
 
 func (a *app) opts(f *actFlags) sideeffects.ActionOpts {
-	return sideeffects.ActionOpts{Actor: a.actor(), Reason: f.reason, DryRun: f.dryRun, Force: f.force}
+	return sideeffects.ActionOpts{Actor: a.actor(), Reason: f.reason, DryRun: f.dryRun, Force: f.force, AllowDuplicate: f.allowDuplicate}
 }
 
 // report prints the changes. When the operator named the effects, one that

@@ -29,8 +29,6 @@ import (
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/internal/migrate"
-	"github.com/outboxd/outboxd/providers/stripe"
-	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
@@ -39,9 +37,10 @@ func main() { cli.Main("outboxctl", newRootCmd(os.Stdin)) }
 // app holds the global settings and what commands share.
 type app struct {
 	*cli.Database
-	JSON  bool
-	Actor string
-	stdin io.Reader
+	JSON     bool
+	Actor    string
+	Policies cli.Policies
+	stdin    io.Reader
 
 	pool *pgxpool.Pool
 	op   *sideeffects.Operator
@@ -59,17 +58,22 @@ func newRootCmd(stdin io.Reader) *cobra.Command {
 	pf.BoolVar(&a.JSON, "json", false, "print JSON instead of a table")
 	pf.StringVar(&a.Actor, "actor", "", "who acts, for the audit trail (default: the OS user)")
 	envflag.Bind(pf, "actor", "OUTBOXCTL_ACTOR")
+	// The same settings as outboxd run's, from the same variables.
+	a.Policies.Bind(pf)
 
 	root.AddCommand(newStuckCmd(a), newListCmd(a), newShowCmd(a), newStatsCmd(a),
 		newRetryCmd(a), newCancelCmd(a), newConfirmCmd(a), newPurgeCmd(a), newMigrateCmd(a))
 	return root
 }
 
-// keyWindows are the providers' default key windows minus margins; they
-// drive the "key window" warnings and diagnoses.
-var keyWindows = map[string]time.Duration{
-	stripe.Name:  stripe.DefaultKeyWindow - stripe.DefaultKeyWindowMargin,
-	webhook.Name: webhook.DefaultKeyWindow - 5*time.Minute,
+// keyWindow is a provider's key window minus margin under the configured
+// policies (zero: none); it drives the "key window" diagnoses.
+func (a *app) keyWindow(provider string) time.Duration {
+	g := a.Policies.Guarantees()[provider]
+	if g.KeyWindow <= 0 {
+		return 0
+	}
+	return g.KeyWindow - g.KeyWindowMargin
 }
 
 // open connects and checks that the schema is migrated.
@@ -82,7 +86,16 @@ func (a *app) open(ctx context.Context) error {
 	if err := migrate.Check(ctx, pool, a.Schema); err != nil {
 		return fmt.Errorf("schema %q: %w (or pass the right --schema)", a.Schema, err)
 	}
-	op, err := sideeffects.NewOperator(pool, a.Schema, keyWindows)
+	if err := a.Policies.Validate(); err != nil {
+		return err
+	}
+	inDoubt, err := a.Policies.InDoubtPolicies()
+	if err != nil {
+		return err
+	}
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{
+		Schema: a.Schema, Guarantees: a.Policies.Guarantees(), InDoubt: inDoubt,
+	})
 	if err != nil {
 		return err
 	}

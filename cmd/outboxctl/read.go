@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -42,7 +43,7 @@ last error, next attempt), key window about to close, or failed.`,
 			}
 			rows := make([]row, len(stuck))
 			for i, s := range stuck {
-				rows[i] = row{s, s.Diagnosis(now, firedBound, keyWindows[s.Provider])}
+				rows[i] = row{s, s.Diagnosis(now, firedBound, a.keyWindow(s.Provider))}
 			}
 			out := cmd.OutOrStdout()
 			if a.JSON {
@@ -217,10 +218,11 @@ func newShowCmd(a *app) *cobra.Command {
 			}
 			for _, kv := range [][2]string{
 				{"id", e.ID.String()}, {"kind", e.Kind}, {"provider", e.Provider}, {"state", string(e.State)},
-				{"idempotency_key", e.IdempotencyKey}, {"attempts", fmt.Sprint(e.Attempts)},
+				{"idempotency_key", e.IdempotencyKey}, {"attempts", attemptsLine(e)}, {"in_doubt", doubtLine(e)},
 				{"last_error", short(e.LastError, 400)}, {"provider_ref", short(e.ProviderRef, 200)},
 				{"replayed", fmt.Sprint(e.Replayed)}, {"next_attempt_at", ts(e.NextAttemptAt)},
 				{"created_at", ts(&e.CreatedAt)}, {"updated_at", ts(&e.UpdatedAt)}, {"first_fired_at", ts(e.FirstFiredAt)},
+				{"key_window_from", ts(e.KeyWindowFrom) + a.windowNote(e)},
 				{"fired_at", ts(e.FiredAt)}, {"confirmed_at", ts(e.ConfirmedAt)}, {"payload", string(e.Payload)},
 			} {
 				fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
@@ -245,11 +247,19 @@ func newShowCmd(a *app) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "\nOperator actions (%d):\n", len(audit))
+			fmt.Fprintf(out, "\nOperator actions and late acknowledgements (%d):\n", len(audit))
 			tw = table(out)
 			fmt.Fprintln(tw, "AT\tACTOR\tACTION\tFROM\tTO\tREASON")
 			for _, au := range audit {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", au.CreatedAt.UTC().Format(time.RFC3339), au.Actor, au.Action, au.FromState, au.ToState, au.Reason)
+				reason := au.Reason
+				if au.Action == sideeffects.ActionLateAck {
+					var d struct {
+						Ref string `json:"provider_ref"`
+					}
+					_ = json.Unmarshal(au.Details, &d)
+					reason = fmt.Sprintf("provider ref %q: %s", d.Ref, reason)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", au.CreatedAt.UTC().Format(time.RFC3339), au.Actor, au.Action, au.FromState, au.ToState, reason)
 			}
 			return tw.Flush()
 		},
@@ -314,4 +324,35 @@ func newStatsCmd(a *app) *cobra.Command {
 
 func secs(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+}
+
+func attemptsLine(e *sideeffects.Effect) string {
+	if e.Redrives == 0 {
+		return fmt.Sprint(e.Attempts)
+	}
+	plural := "s"
+	if e.Redrives == 1 {
+		plural = ""
+	}
+	return fmt.Sprintf("%d since the last redrive, %d in all, %d redrive%s", e.Attempts, e.TotalAttempts, e.Redrives, plural)
+}
+
+func doubtLine(e *sideeffects.Effect) string {
+	if !e.InDoubt {
+		return "false"
+	}
+	return "true (an earlier request may have reached the provider unacknowledged)"
+}
+
+// windowNote says when the effect's key window closes, if its provider has one.
+func (a *app) windowNote(e *sideeffects.Effect) string {
+	w := a.keyWindow(e.Provider)
+	if w <= 0 || e.KeyWindowFrom == nil {
+		return ""
+	}
+	closes := e.KeyWindowFrom.Add(w)
+	if d := time.Until(closes); d > 0 {
+		return fmt.Sprintf(" (no re-fire after %s, in %s)", closes.UTC().Format(time.RFC3339), d.Round(time.Minute))
+	}
+	return fmt.Sprintf(" (key window closed %s ago)", (-time.Until(closes)).Round(time.Minute))
 }

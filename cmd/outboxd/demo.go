@@ -331,7 +331,10 @@ func demoStripe() (base, what string, stop func()) {
 }
 
 // path renders an effect's transitions, e.g.
-// "pending -> fired +12ms (HTTP 500) -> pending -> fired +0.6s -> confirmed +0.6s".
+// "pending -> fired +12ms (HTTP 500: in doubt) -> fired +0.6s -> confirmed +0.6s".
+// After an answer that proves the provider did nothing the effect goes
+// back to pending; after any other failure it stays fired (in doubt) and is
+// re-fired with the same key.
 func path(e demoEffect, f *sideeffects.Effect, fires []fire) string {
 	since := func(t time.Time) string {
 		d := t.Sub(e.committed)
@@ -345,15 +348,18 @@ func path(e demoEffect, f *sideeffects.Effect, fires []fire) string {
 	for i, fr := range fires {
 		fmt.Fprintf(&b, " -> fired %s", since(fr.at))
 		if fr.outcome != "ok" {
-			msg := fr.outcome
+			msg, class := fr.outcome, ""
 			if i := strings.Index(msg, ": "); i >= 0 {
-				msg = msg[i+2:]
+				msg, class = msg[i+2:], msg[:i]
 			}
 			if len(msg) > 60 {
 				msg = msg[:57] + "..."
 			}
+			if class == "in_doubt" {
+				msg += ": in doubt"
+			}
 			fmt.Fprintf(&b, " (%s)", msg)
-			if i < len(fires)-1 {
+			if i < len(fires)-1 && class == "retryable" {
 				b.WriteString(" -> pending")
 			}
 		}

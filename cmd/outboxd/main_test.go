@@ -53,7 +53,7 @@ func TestDemoConfirmsEveryEffect(t *testing.T) {
 	out, err := execute(context.Background(), "demo", "--database-url", testdb.URL())
 	require.NoError(t, err, out)
 	require.Contains(t, out, "all 6 effects confirmed")
-	require.Contains(t, out, "(HTTP 500) -> pending -> fired")
+	require.Contains(t, out, "(HTTP 500: in doubt) -> fired", "a 5xx does not prove the receiver did nothing: re-fired with the same id")
 	require.Contains(t, out, "duplicate=true")
 	require.Contains(t, out, "4 requests, 4 with valid signatures, 3 distinct webhook-ids for 3 webhook effects")
 	require.Contains(t, out, "sendgrid: 2 mails")

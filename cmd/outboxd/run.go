@@ -42,12 +42,11 @@ type runConfig struct {
 	SweepInterval  time.Duration
 	Retention      time.Duration
 
-	InDoubt map[string]string
+	Policies cli.Policies
 
 	WebhookSecret     string
 	WebhookTimeout    time.Duration
 	WebhookAllowCIDRs []string
-	WebhookKeyWindow  time.Duration
 
 	StripeAPIKey  string
 	StripeAPIBase string
@@ -98,16 +97,13 @@ delay: about 3 minutes with the defaults.`,
 	envflag.Bind(f, "sweep-interval", "OUTBOXD_SWEEP_INTERVAL")
 	f.DurationVar(&c.Retention, "retention", sideeffects.DefaultRetention, "keep terminal effects this long, then purge them (must exceed every key window; 0 disables)")
 	envflag.Bind(f, "retention", "OUTBOXD_RETENTION")
-	f.StringToStringVar(&c.InDoubt, "in-doubt-policy", map[string]string{}, "per-kind policy after an attempt of unknown outcome, e.g. email.digest=at_least_once (at_least_once re-sends, at_most_once parks as failed)")
-	envflag.Bind(f, "in-doubt-policy", "OUTBOXD_IN_DOUBT_POLICY")
+	c.Policies.Bind(f)
 	f.StringVar(&c.WebhookSecret, "webhook-secret", "", "Standard Webhooks signing secret, whsec_<base64>; enables the webhook provider")
 	envflag.Bind(f, "webhook-secret", "OUTBOXD_WEBHOOK_SECRET")
 	f.DurationVar(&c.WebhookTimeout, "webhook-timeout", webhook.DefaultTimeout, "timeout of one webhook request")
 	envflag.Bind(f, "webhook-timeout", "OUTBOXD_WEBHOOK_TIMEOUT")
 	f.StringSliceVar(&c.WebhookAllowCIDRs, "webhook-allow-cidrs", nil, "non-public networks webhooks may reach, e.g. 10.0.0.0/8 (default: none)")
 	envflag.Bind(f, "webhook-allow-cidrs", "OUTBOXD_WEBHOOK_ALLOW_CIDRS")
-	f.DurationVar(&c.WebhookKeyWindow, "webhook-key-window", webhook.DefaultKeyWindow, "how long receivers remember a webhook-id; no re-fire after it")
-	envflag.Bind(f, "webhook-key-window", "OUTBOXD_WEBHOOK_KEY_WINDOW")
 	f.StringVar(&c.StripeAPIKey, "stripe-api-key", "", "Stripe secret key; enables the stripe provider")
 	envflag.Bind(f, "stripe-api-key", "STRIPE_API_KEY")
 	f.StringVar(&c.StripeAPIBase, "stripe-api-base", stripe.DefaultAPIBase, "Stripe API URL (stripe-mock, a proxy)")
@@ -137,12 +133,11 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 			}
 			allowed = append(allowed, p.Masked())
 		}
-		wh, err := webhook.New(webhook.Config{
+		wh, err := webhook.New(c.Policies.WebhookConfig(webhook.Config{
 			Secret:          c.WebhookSecret,
 			Timeout:         c.WebhookTimeout,
 			AllowedNetworks: allowed,
-			KeyWindow:       c.WebhookKeyWindow,
-		})
+		}))
 		if err != nil {
 			return nil, cli.UsageError{Err: err}
 		}
@@ -150,7 +145,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 		timeouts["--webhook-timeout"] = c.WebhookTimeout
 	}
 	if c.StripeAPIKey != "" {
-		st, err := stripe.New(stripe.Config{APIKey: c.StripeAPIKey, APIBase: c.StripeAPIBase, Timeout: c.StripeTimeout})
+		st, err := stripe.New(c.Policies.StripeConfig(stripe.Config{APIKey: c.StripeAPIKey, APIBase: c.StripeAPIBase, Timeout: c.StripeTimeout}))
 		if err != nil {
 			return nil, cli.UsageError{Err: err}
 		}
@@ -176,17 +171,49 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 	return provs, nil
 }
 
-// inDoubt parses the per-kind in-doubt policies.
-func (c *runConfig) inDoubt() (map[string]providers.InDoubtPolicy, error) {
-	out := make(map[string]providers.InDoubtPolicy, len(c.InDoubt))
-	for kind, v := range c.InDoubt {
-		p := providers.InDoubtPolicy(v)
-		if p != providers.AtLeastOnce && p != providers.AtMostOnce {
-			return nil, cli.Usagef("--in-doubt-policy (OUTBOXD_IN_DOUBT_POLICY): %s=%q: use at_least_once or at_most_once", kind, v)
-		}
-		out[kind] = p
+// validate checks ranges and relations of the settings that no provider
+// or the dispatcher checks, naming the setting at fault.
+func (c *runConfig) validate() error {
+	if err := c.Policies.Validate(); err != nil {
+		return err
 	}
-	return out, nil
+	for _, d := range []struct {
+		flag, env string
+		v, min    time.Duration
+	}{
+		{"--shutdown-timeout", "OUTBOXD_SHUTDOWN_TIMEOUT", c.ShutdownTimeout, 0},
+		{"--retry-base-delay", "OUTBOXD_RETRY_BASE_DELAY", c.RetryBaseDelay, time.Millisecond},
+		{"--retry-max-delay", "OUTBOXD_RETRY_MAX_DELAY", c.RetryMaxDelay, time.Millisecond},
+		{"--job-timeout", "OUTBOXD_JOB_TIMEOUT", c.JobTimeout, time.Second},
+		{"--rescue-after", "OUTBOXD_RESCUE_AFTER", c.RescueAfter, time.Second},
+		{"--sweep-interval", "OUTBOXD_SWEEP_INTERVAL", c.SweepInterval, time.Second},
+		{"--retention", "OUTBOXD_RETENTION", c.Retention, 0},
+		{"--webhook-timeout", "OUTBOXD_WEBHOOK_TIMEOUT", c.WebhookTimeout, time.Millisecond},
+		{"--stripe-timeout", "OUTBOXD_STRIPE_TIMEOUT", c.StripeTimeout, time.Millisecond},
+		{"--sendgrid-timeout", "OUTBOXD_SENDGRID_TIMEOUT", c.SendGridTimeout, time.Millisecond},
+	} {
+		if d.v < d.min {
+			if d.min == 0 {
+				return cli.Usagef("%s (%s) is %s: it must not be negative", d.flag, d.env, d.v)
+			}
+			return cli.Usagef("%s (%s) is %s: it must be at least %s", d.flag, d.env, d.v, d.min)
+		}
+	}
+	if c.RetryMaxDelay < c.RetryBaseDelay {
+		return cli.Usagef("--retry-max-delay (%s) must not be shorter than --retry-base-delay (%s)", c.RetryMaxDelay, c.RetryBaseDelay)
+	}
+	if c.MaxAttempts < 1 {
+		return cli.Usagef("--max-attempts (OUTBOXD_MAX_ATTEMPTS) is %d: it must be at least 1", c.MaxAttempts)
+	}
+	if c.MaxConns < 2 {
+		return cli.Usagef("--db-max-conns (OUTBOXD_DB_MAX_CONNS) is %d: it must be at least 2", c.MaxConns)
+	}
+	for name, n := range c.Concurrency {
+		if n < 1 {
+			return cli.Usagef("--concurrency (OUTBOXD_CONCURRENCY) %s=%d: it must be at least 1", name, n)
+		}
+	}
+	return nil
 }
 
 func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) error {
@@ -194,14 +221,14 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if err != nil {
 		return err
 	}
-	if c.SweepInterval <= 0 {
-		return cli.Usagef("--sweep-interval (OUTBOXD_SWEEP_INTERVAL) must be positive")
+	if err := c.validate(); err != nil {
+		return err
 	}
 	provs, err := c.providers()
 	if err != nil {
 		return err
 	}
-	inDoubt, err := c.inDoubt()
+	inDoubt, err := c.Policies.InDoubtPolicies()
 	if err != nil {
 		return err
 	}

@@ -121,6 +121,9 @@ func NewRoot(use, short string) (*cobra.Command, *Database) {
 			if err := envflag.Apply(cmd); err != nil {
 				return UsageError{Err: err}
 			}
+			if err := migrate.ValidSchema(db.Schema); err != nil {
+				return Usagef("--schema (OUTBOXD_SCHEMA): %w", err)
+			}
 			return nil
 		},
 	}

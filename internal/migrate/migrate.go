@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,8 +38,8 @@ type Result struct {
 // migration. Running it again is a no-op.
 func Up(ctx context.Context, pool *pgxpool.Pool, schema string) (Result, error) {
 	var res Result
-	if schema == "" {
-		return res, errors.New("migrate: schema must not be empty")
+	if err := ValidSchema(schema); err != nil {
+		return res, err
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -77,12 +78,27 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) (Result, error) 
 	return res, nil
 }
 
+var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// ValidSchema accepts a plain lowercase Postgres identifier: one schema,
+// that needs no quoting, so the same name works unquoted in search_path,
+// in River's settings and in hand-written SQL.
+func ValidSchema(schema string) error {
+	if !schemaRE.MatchString(schema) {
+		return fmt.Errorf("schema %q: use one lowercase name of letters, digits and _ (at most 63, not starting with a digit), e.g. outboxd", schema)
+	}
+	return nil
+}
+
 // ErrNotMigrated reports a schema whose migrations are missing or behind.
 var ErrNotMigrated = errors.New("migrations not applied: run `outboxd migrate` (or `outboxctl migrate`)")
 
 // Check reports ErrNotMigrated unless both River's and outboxd's migrations
 // are fully applied to schema.
 func Check(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if err := ValidSchema(schema); err != nil {
+		return err
+	}
 	rm, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema})
 	if err != nil {
 		return fmt.Errorf("migrate: river: %w", err)

@@ -14,9 +14,11 @@
 // operator a look. Kinds where a duplicate is harmless can opt into
 // at_least_once (OUTBOXD_IN_DOUBT_POLICY=email.digest=at_least_once).
 //
-// Outcomes: 2xx confirms; 429 is retried after X-RateLimit-Reset; 5xx is
-// retried; other 4xx are permanent; no response after the request was
-// written is in doubt; nothing written is retryable.
+// Outcomes: 2xx confirms; 429 (rejected before acceptance) is retried after
+// X-RateLimit-Reset; other 4xx are permanent; 5xx is in doubt (a server or
+// proxy may have accepted the mail before failing), so under at_most_once
+// it is parked, not re-sent; no response after the request was written is
+// in doubt; nothing written is retryable.
 package sendgrid
 
 import (
@@ -97,11 +99,12 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{cfg: cfg, http: &http.Client{Timeout: cfg.Timeout}}, nil
 }
 
-// Guarantees implements providers.Provider: no keys, so no key window, and
-// in-doubt attempts are not re-sent unless a kind opts in.
-func (p *Provider) Guarantees() providers.Guarantees {
-	return providers.Guarantees{IdempotencyKeys: false, InDoubt: providers.AtMostOnce}
-}
+// Guarantees implements providers.Provider.
+func (p *Provider) Guarantees() providers.Guarantees { return Guarantees }
+
+// Guarantees are SendGrid's: no keys, so no key window, and in-doubt
+// attempts are not re-sent unless a kind opts in.
+var Guarantees = providers.Guarantees{IdempotencyKeys: false, InDoubt: providers.AtMostOnce}
 
 // Send implements providers.Provider.
 func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
@@ -133,7 +136,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	case status == http.StatusTooManyRequests:
 		return providers.Result{}, providers.Retryable(statusError(resp), rateLimitReset(header, time.Now()))
 	case status >= 500:
-		return providers.Result{}, providers.Retryable(statusError(resp), 0)
+		return providers.Result{}, providers.InDoubt(statusError(resp))
 	default:
 		return providers.Result{}, providers.Permanent(statusError(resp))
 	}

@@ -73,8 +73,8 @@ func TestStatusClasses(t *testing.T) {
 		after bool
 	}{
 		{"429 waits for the reset", fakes.Status(429, "X-RateLimit-Reset", strconv.FormatInt(reset, 10)), providers.ClassRetryable, true},
-		{"500", fakes.Status(500), providers.ClassRetryable, false},
-		{"503", fakes.Status(503), providers.ClassRetryable, false},
+		{"500: the mail may have been accepted", fakes.Status(500), providers.ClassInDoubt, false},
+		{"503", fakes.Status(503), providers.ClassInDoubt, false},
 		{"400", fakes.Status(400), providers.ClassPermanent, false},
 		{"401", fakes.Status(401), providers.ClassPermanent, false},
 		{"413", fakes.Status(413), providers.ClassPermanent, false},

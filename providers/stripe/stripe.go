@@ -13,8 +13,12 @@
 //
 // Error classes:
 //
-//   - Stripe-Should-Retry: true or false on the response decides first.
-//   - 409 (idempotency key in use), 429 and 5xx: retryable.
+//   - Stripe-Should-Retry: false is permanent; true is retryable, except
+//     on a 5xx, which stays in doubt (re-sent with the same key under the
+//     default at_least_once policy).
+//   - 409 (idempotency key in use) and 429: retryable (Stripe did not act).
+//   - 5xx: in doubt. Stripe may have acted before failing; the same key
+//     makes the re-send safe while the key window lasts.
 //   - card_error, invalid_request_error, idempotency_error, 401, 403 and any
 //     other 4xx: permanent.
 //   - no response (timeout, reset) after the request was written: in doubt,
@@ -22,6 +26,7 @@
 package stripe
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -126,11 +131,16 @@ func New(cfg Config) (*Provider, error) {
 }
 
 // Guarantees implements providers.Provider.
-func (p *Provider) Guarantees() providers.Guarantees {
+func (p *Provider) Guarantees() providers.Guarantees { return p.cfg.Guarantees() }
+
+// Guarantees are those of a provider built from c: Stripe remembers keys
+// for KeyWindow (default 24h), so in-doubt attempts are re-sent with the
+// same key until KeyWindow minus KeyWindowMargin.
+func (c Config) Guarantees() providers.Guarantees {
 	return providers.Guarantees{
 		IdempotencyKeys: true,
-		KeyWindow:       p.cfg.KeyWindow,
-		KeyWindowMargin: p.cfg.KeyWindowMargin,
+		KeyWindow:       cmp.Or(c.KeyWindow, DefaultKeyWindow),
+		KeyWindowMargin: cmp.Or(c.KeyWindowMargin, DefaultKeyWindowMargin),
 		InDoubt:         providers.AtLeastOnce,
 	}
 }
@@ -171,6 +181,9 @@ func classify(err error, rec *lastResponse, wrote bool) error {
 	}
 	switch header.Get("Stripe-Should-Retry") {
 	case "true":
+		if status >= 500 {
+			return providers.InDoubtAfter(err, retryAfter(header))
+		}
 		return providers.Retryable(err, retryAfter(header))
 	case "false":
 		return providers.Permanent(err)
@@ -184,8 +197,10 @@ func classify(err error, rec *lastResponse, wrote bool) error {
 		}
 	}
 	switch {
-	case status == http.StatusConflict, status == http.StatusTooManyRequests, status >= 500:
+	case status == http.StatusConflict, status == http.StatusTooManyRequests:
 		return providers.Retryable(err, retryAfter(header))
+	case status >= 500:
+		return providers.InDoubtAfter(err, retryAfter(header))
 	case status >= 200 && status < 300:
 		// Stripe acted but the response could not be read: the object
 		// exists, and a re-send with the same key returns it.

@@ -101,7 +101,8 @@ func TestErrorClasses(t *testing.T) {
 	}{
 		{"409 key in use", fakes.StripeError(409, "idempotency_error", "idempotency_key_in_use"), providers.ClassRetryable, 0},
 		{"429 rate limited", fakes.StripeError(429, "invalid_request_error", "rate_limit", "Retry-After", "3"), providers.ClassRetryable, 3 * time.Second},
-		{"500", fakes.StripeError(500, "api_error", ""), providers.ClassRetryable, 0},
+		{"500: Stripe may have acted", fakes.StripeError(500, "api_error", ""), providers.ClassInDoubt, 0},
+		{"503 Should-Retry true stays in doubt", fakes.StripeError(503, "api_error", "", "Stripe-Should-Retry", "true", "Retry-After", "2"), providers.ClassInDoubt, 2 * time.Second},
 		{"500 Should-Retry false", fakes.StripeError(500, "api_error", "", "Stripe-Should-Retry", "false"), providers.ClassPermanent, 0},
 		{"400 Should-Retry true", fakes.StripeError(400, "invalid_request_error", "", "Stripe-Should-Retry", "true"), providers.ClassRetryable, 0},
 		{"idempotency_error", fakes.StripeError(400, "idempotency_error", "idempotency_key_reused"), providers.ClassPermanent, 0},
@@ -113,7 +114,7 @@ func TestErrorClasses(t *testing.T) {
 			w.WriteHeader(502)
 			_, _ = w.Write([]byte("<html>bad gateway</html>"))
 			return 502
-		}, providers.ClassRetryable, 0},
+		}, providers.ClassInDoubt, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

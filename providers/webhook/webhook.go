@@ -6,10 +6,13 @@
 // receiver that remembers ids acts once however often outboxd retries.
 //
 // Outcomes: 2xx confirms. 410 Gone and 3xx (redirects are never followed)
-// are permanent. 429, 5xx and other 4xx are retried, honouring Retry-After.
-// A failure before any byte of the request was written (DNS, refused
-// connection, TLS) is retryable; a failure after (timeout, reset) is in
-// doubt and re-sent with the same id.
+// are permanent. 429 and other 4xx prove the receiver refused the request
+// before acting on it: retryable, honouring Retry-After. A 5xx does not
+// prove that (the receiver, or a proxy in front of it, may have acted and
+// then failed): in doubt, re-sent with the same id under the default
+// at_least_once policy, honouring Retry-After. A failure before any byte of
+// the request was written (DNS, refused connection, TLS) is retryable; a
+// failure after (timeout, reset) is in doubt.
 //
 // Destinations that resolve to loopback, private, link-local (cloud
 // metadata), CGNAT and other non-public addresses are refused at dial time
@@ -18,6 +21,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,6 +46,8 @@ const Name = "webhook"
 const (
 	DefaultTimeout   = 15 * time.Second
 	DefaultKeyWindow = 24 * time.Hour
+	// KeyWindowMargin is kept back from the key window.
+	KeyWindowMargin = 5 * time.Minute
 	DefaultUserAgent = "outboxd-webhook/1"
 )
 
@@ -140,11 +146,16 @@ func New(cfg Config) (*Provider, error) {
 }
 
 // Guarantees implements providers.Provider.
-func (p *Provider) Guarantees() providers.Guarantees {
+func (p *Provider) Guarantees() providers.Guarantees { return p.cfg.Guarantees() }
+
+// Guarantees are those of a provider built from c: receivers deduplicate
+// by webhook-id for KeyWindow (default 24h), so in-doubt attempts are
+// re-sent with the same id.
+func (c Config) Guarantees() providers.Guarantees {
 	return providers.Guarantees{
 		IdempotencyKeys: true,
-		KeyWindow:       p.cfg.KeyWindow,
-		KeyWindowMargin: 5 * time.Minute,
+		KeyWindow:       cmp.Or(c.KeyWindow, DefaultKeyWindow),
+		KeyWindowMargin: KeyWindowMargin,
 		InDoubt:         providers.AtLeastOnce,
 	}
 }
@@ -198,6 +209,8 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	case status >= 300 && status < 400:
 		return providers.Result{}, providers.Permanent(statusError(resp, snippet,
 			"redirect to "+resp.Header.Get("Location")+" not followed: update the URL"))
+	case status >= 500:
+		return providers.Result{}, providers.InDoubtAfter(statusError(resp, snippet, ""), RetryAfter(resp.Header, time.Now()))
 	default:
 		return providers.Result{}, providers.Retryable(statusError(resp, snippet, ""), RetryAfter(resp.Header, time.Now()))
 	}

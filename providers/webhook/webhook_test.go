@@ -81,11 +81,11 @@ func TestSendClassifiesResponses(t *testing.T) {
 		retryAfter time.Duration
 	}{
 		{"410 is permanent", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }, providers.ClassPermanent, 0},
-		{"500 is retryable", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }, providers.ClassRetryable, 0},
+		{"500 is in doubt: the receiver may have acted", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }, providers.ClassInDoubt, 0},
 		{"503 with Retry-After", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Retry-After", "7")
 			w.WriteHeader(503)
-		}, providers.ClassRetryable, 7 * time.Second},
+		}, providers.ClassInDoubt, 7 * time.Second},
 		{"429 with Retry-After", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Retry-After", "120")
 			w.WriteHeader(http.StatusTooManyRequests)
