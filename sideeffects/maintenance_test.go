@@ -133,3 +133,44 @@ outboxd_effects{kind="email.receipt",state="pending"} 1
 `), "outboxd_effects"))
 	_ = stalled
 }
+
+// A purge that picked an old failed effect must not delete it if an
+// operator moved it back to pending before the DELETE reached the row.
+func TestPurgeSparesAnEffectRedrivenMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	e := b.enqueue(t, "/orders")
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'failed', updated_at = now() - interval '40 days' WHERE id = $1`, e.ID)
+	require.NoError(t, err)
+
+	// The operator's redrive holds the row while the purge runs.
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'pending', updated_at = now() WHERE id = $1`, e.ID)
+	require.NoError(t, err)
+
+	type result struct {
+		res sideeffects.PurgeResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := b.store.Purge(ctx, b.db.Pool, time.Now().Add(-30*24*time.Hour), false)
+		done <- result{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM "`+b.db.Schema+`".side_effects%'`).Scan(&waiting)
+		return err == nil && waiting == 1
+	}, 30*time.Second, 10*time.Millisecond, "the purge reaches the locked row")
+	require.NoError(t, tx.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Zero(t, r.res.Effects)
+	got, err := b.store.Get(ctx, b.db.Pool, e.ID)
+	require.NoError(t, err, "the redriven effect still exists")
+	require.Equal(t, sideeffects.StatePending, got.State)
+}

@@ -279,11 +279,15 @@ WHERE state = 'confirmed' AND updated_at >= $1`
 SELECT count(*) FROM /*schema*/side_effects
 WHERE state IN ('confirmed', 'failed', 'cancelled') AND updated_at < $1`
 
+	// The outer conditions are checked again on the row as it is when the
+	// DELETE gets to it: an effect an operator moved back to pending
+	// meanwhile is not deleted.
 	sqlPurgeEffects = `
 DELETE FROM /*schema*/side_effects WHERE id IN (
 	SELECT id FROM /*schema*/side_effects
 	WHERE state IN ('confirmed', 'failed', 'cancelled') AND updated_at < $1
-	LIMIT $2)`
+	LIMIT $2)
+	AND state IN ('confirmed', 'failed', 'cancelled') AND updated_at < $1`
 
 	// Events the purge would leave without effects.
 	sqlPurgeEventsCount = `
@@ -296,7 +300,8 @@ WHERE ev.created_at < $1 AND NOT EXISTS (
 DELETE FROM /*schema*/outbox_events WHERE id IN (
 	SELECT ev.id FROM /*schema*/outbox_events ev
 	WHERE ev.created_at < $1 AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = ev.id)
-	LIMIT $2)`
+	LIMIT $2)
+	AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = outbox_events.id)`
 )
 
 // Pending and fired effects without a live dispatch job, unchanged for $1:
