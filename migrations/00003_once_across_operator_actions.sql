@@ -24,11 +24,19 @@ UPDATE side_effects SET
     in_doubt = state = 'fired'
         OR (state IN ('failed', 'cancelled') AND coalesce(last_error LIKE 'in doubt%', false));
 
--- A provider name is a River queue name: a row written by plain SQL with
--- another name could never be given a job. NOT VALID: rows already there
--- are failed by the sweeper with a reason instead of blocking the upgrade.
+-- A live effect's provider is a River queue name: a row written by plain
+-- SQL with another name could never be given a job, and used to make the
+-- sweeper's whole batch fail. Live rows already there are failed with the
+-- reason first; fix the provider, then retry them.
+UPDATE side_effects SET state = 'failed', updated_at = now(),
+    last_error = 'cannot be dispatched: provider ' || quote_literal(provider)
+        || ' is not a valid River queue name: fix the row (provider must name a configured provider) and retry it, or cancel it'
+WHERE state IN ('pending', 'fired')
+    AND NOT (provider ~ '^[a-z0-9]+([_-][a-z0-9]+)*$' AND length(provider) <= 64);
+
 ALTER TABLE side_effects ADD CONSTRAINT side_effects_provider_queue_name
-    CHECK (provider ~ '^[a-z0-9]+([_-][a-z0-9]+)*$' AND length(provider) <= 64) NOT VALID;
+    CHECK (state NOT IN ('pending', 'fired')
+        OR (provider ~ '^[a-z0-9]+([_-][a-z0-9]+)*$' AND length(provider) <= 64));
 
 -- +goose Down
 ALTER TABLE side_effects DROP CONSTRAINT side_effects_provider_queue_name;

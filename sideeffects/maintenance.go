@@ -3,6 +3,7 @@ package sideeffects
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"log/slog"
 	"time"
 
@@ -54,42 +55,103 @@ func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
 
 // Sweep inserts a dispatch job for every pending or fired effect unchanged
 // since notSince that has no live job, in batches, and returns how many it
-// inserted.
+// inserted. One bad row cannot stall the others: an effect whose job
+// cannot be inserted (a provider name River refuses as a queue, written by
+// plain SQL before the CHECK existed) is failed with the reason.
 func (s *Store) Sweep(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], notSince time.Time) (int, error) {
 	total := 0
 	for {
-		var inserted int
+		var inserted, seen int
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, s.q.sweep, notSince, sweepBatch)
 			if err != nil {
 				return err
 			}
-			params, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (river.InsertManyParams, error) {
-				var id uuid.UUID
-				var provider string
-				err := r.Scan(&id, &provider)
-				return JobParams(id, provider), err
+			type row struct {
+				id       uuid.UUID
+				provider string
+			}
+			found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+				var x row
+				err := r.Scan(&x.id, &x.provider)
+				return x, err
 			})
-			if err != nil || len(params) == 0 {
+			if err != nil || len(found) == 0 {
 				return err
 			}
-			res, err := client.InsertManyTx(ctx, tx, params)
-			for _, r := range res {
-				if !r.UniqueSkippedAsDuplicate {
-					inserted++
+			seen = len(found)
+			var params []river.InsertManyParams
+			for _, x := range found {
+				if !QueueNameValid(x.provider) {
+					if err := s.failUnqueueable(ctx, tx, x.id, fmt.Errorf("provider %q is not a valid River queue name", x.provider)); err != nil {
+						return err
+					}
+					continue
 				}
+				params = append(params, JobParams(x.id, x.provider))
 			}
-			return err
+			n, err := insertJobs(ctx, tx, client, params)
+			if err == nil {
+				inserted = n
+				return nil
+			}
+			// The batch failed: insert one by one, failing the rows River
+			// refuses.
+			for _, p := range params {
+				n, err := insertJobs(ctx, tx, client, []river.InsertManyParams{p})
+				if err != nil {
+					if err := s.failUnqueueable(ctx, tx, p.Args.(DispatchArgs).EffectID, err); err != nil {
+						return err
+					}
+					continue
+				}
+				inserted += n
+			}
+			return nil
 		})
 		if err != nil {
 			return total, fmt.Errorf("sweep: %w", err)
 		}
 		total += inserted
-		if inserted < sweepBatch {
+		if seen < sweepBatch {
 			return total, nil
 		}
 	}
 }
+
+// insertJobs inserts params in a savepoint, so that a failure leaves tx
+// usable, and returns how many jobs were new.
+func insertJobs(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], params []river.InsertManyParams) (int, error) {
+	if len(params) == 0 {
+		return 0, nil
+	}
+	n := 0
+	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+		res, err := client.InsertManyTx(ctx, sp, params)
+		for _, r := range res {
+			if !r.UniqueSkippedAsDuplicate {
+				n++
+			}
+		}
+		return err
+	})
+	return n, err
+}
+
+// ReasonUnqueueable prefixes the reason of an effect no job can be
+// inserted for.
+const ReasonUnqueueable = "cannot be dispatched"
+
+func (s *Store) failUnqueueable(ctx context.Context, tx pgx.Tx, id uuid.UUID, cause error) error {
+	_, err := s.Fail(ctx, tx, id, fmt.Sprintf("%s: %v: fix the row (provider must name a configured provider) and retry it, or cancel it", ReasonUnqueueable, cause))
+	return err
+}
+
+var queueNameRE = regexp.MustCompile(`^[a-z0-9]+([_-][a-z0-9]+)*$`)
+
+// QueueNameValid reports whether name can be a provider name: a River queue
+// name, as the side_effects CHECK requires.
+func QueueNameValid(name string) bool { return len(name) <= 64 && queueNameRE.MatchString(name) }
 
 // RetentionArgs are the arguments of the periodic retention job.
 type RetentionArgs struct{}

@@ -174,3 +174,41 @@ func TestPurgeSparesAnEffectRedrivenMeanwhile(t *testing.T) {
 	require.NoError(t, err, "the redriven effect still exists")
 	require.Equal(t, sideeffects.StatePending, got.State)
 }
+
+func TestProviderMustBeAQueueName(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	e := b.enqueue(t, "/orders")
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO `+b.db.Schema+`.side_effects (id, source_id, kind, provider, payload)
+		SELECT gen_random_uuid(), source_id, 'webhook.other', 'Webhook', payload FROM `+b.db.Schema+`.side_effects WHERE id = $1`, e.ID)
+	require.ErrorContains(t, err, "side_effects_provider_queue_name", "plain SQL cannot write a provider River cannot queue")
+}
+
+// A row River cannot queue (here: in a database whose CHECK was dropped)
+// must not stop the sweeper from re-queueing every other job-less effect.
+func TestSweeperIsolatesARowItCannotQueue(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	good := b.enqueue(t, "/orders")
+	s := b.db.Schema
+	for _, sql := range []string{
+		`ALTER TABLE ` + s + `.side_effects DROP CONSTRAINT side_effects_provider_queue_name`,
+		`INSERT INTO ` + s + `.side_effects (id, source_id, kind, provider, payload, updated_at)
+			SELECT '00000000-0000-0000-0000-0000000000aa', source_id, 'webhook.other', 'Webhook', payload, now() - interval '1 hour'
+			FROM ` + s + `.side_effects WHERE id = '` + good.ID.String() + `'`,
+		`DELETE FROM ` + s + `.river_job`,
+		`UPDATE ` + s + `.side_effects SET updated_at = now() - interval '1 hour'`,
+	} {
+		_, err := b.db.Pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	d := b.start(t)
+	n, err := b.store.Sweep(ctx, b.db.Pool, d.River(), time.Now())
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the good effect got its job")
+	b.waitFor(t, good.ID, sideeffects.StateConfirmed)
+	bad := b.waitFor(t, uuid.MustParse("00000000-0000-0000-0000-0000000000aa"), sideeffects.StateFailed)
+	require.Contains(t, deref(bad.LastError), `provider "Webhook" is not a valid River queue name`)
+}
