@@ -3,6 +3,7 @@ package providers
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -73,4 +74,46 @@ func Classify(err error) (Class, time.Duration) {
 		return pe.Class, pe.RetryAfter
 	}
 	return ClassInDoubt, 0
+}
+
+// SecretHolder is implemented by providers that hold credentials (API keys,
+// signing secrets). The dispatcher removes every one of them from every
+// error text before it is logged or stored, whatever the provider or a
+// server that echoes headers put in it.
+type SecretHolder interface {
+	Secrets() []string
+}
+
+// Redacted is the text that replaces a secret.
+const Redacted = "[redacted]"
+
+// Redact returns err with every secret replaced by Redacted in its text,
+// keeping its class and requested delay. It returns err itself when no
+// secret occurs in it.
+func Redact(err error, secrets []string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	clean := RedactString(msg, secrets)
+	if clean == msg {
+		return err
+	}
+	var pe *Error
+	if errors.As(err, &pe) {
+		inner := RedactString(pe.Err.Error(), secrets)
+		return &Error{Class: pe.Class, RetryAfter: pe.RetryAfter, Err: errors.New(inner)}
+	}
+	return errors.New(clean)
+}
+
+// RedactString replaces every secret in s by Redacted. Secrets shorter than
+// 8 characters are ignored: replacing them would garble ordinary text.
+func RedactString(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if len(sec) >= 8 {
+			s = strings.ReplaceAll(s, sec, Redacted)
+		}
+	}
+	return s
 }

@@ -138,6 +138,9 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 			return nil, fmt.Errorf("dispatcher: provider %q configured twice", name)
 		}
 		w.providers[name] = p
+		if sh, ok := p.(providers.SecretHolder); ok {
+			w.secrets = append(w.secrets, sh.Secrets()...)
+		}
 		w.providerNames = append(w.providerNames, name)
 		n := cfg.Concurrency[name]
 		if n < 0 {

@@ -38,6 +38,9 @@ type Worker struct {
 	// providerNames are the keys of providers, for SQL.
 	providerNames []string
 	inDoubt       map[string]providers.InDoubtPolicy
+	// secrets are every provider's credentials, removed from error texts
+	// before they are logged or stored (last_error, River's job errors).
+	secrets []string
 	retry         RetryPolicy
 	logger        *slog.Logger
 	metrics       *Metrics
@@ -81,6 +84,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		Payload:  claimed.Payload,
 		Attempt:  claimed.Attempts,
 	})
+	sendErr = providers.Redact(sendErr, w.secrets)
 	w.metrics.call(claimed, time.Since(start), sendErr, res)
 
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)

@@ -78,6 +78,18 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--sendgrid-api-key", "SG.x", "--sendgrid-timeout", "2m"}, nil, "--sendgrid-timeout"},
 		{[]string{"run", "--no-such-flag"}, nil, "unknown flag"},
 		{[]string{"run", "--webhook-secret", testSecret, "--database-url", "::not a url"}, nil, "DATABASE_URL"},
+		{[]string{"run", "--webhook-secret", testSecret, "--sweep-interval", "500ms"}, nil, "--sweep-interval"},
+		{[]string{"run", "--webhook-secret", testSecret, "--stripe-key-window", "30m"}, nil, "--stripe-key-window"},
+		{[]string{"run", "--webhook-secret", testSecret, "--webhook-key-window", "1m"}, nil, "--webhook-key-window"},
+		{[]string{"run", "--webhook-secret", testSecret, "--max-attempts", "-3"}, nil, "--max-attempts"},
+		{[]string{"run", "--webhook-secret", testSecret, "--retry-base-delay", "-1s"}, nil, "--retry-base-delay"},
+		{[]string{"run", "--webhook-secret", testSecret, "--retention", "-1h"}, nil, "--retention"},
+		{[]string{"run", "--webhook-secret", testSecret, "--retention", "12h"}, nil, "key window"},
+		{[]string{"run", "--webhook-secret", testSecret, "--webhook-key-window", "800h"}, nil, "--retention"},
+		{[]string{"run", "--webhook-secret", testSecret, "--concurrency", "webhook=0"}, nil, "--concurrency"},
+		{[]string{"run", "--webhook-secret", testSecret, "--schema", "a,public"}, nil, "--schema"},
+		{[]string{"run", "--webhook-secret", testSecret, "--schema", "Upper"}, nil, "--schema"},
+		{[]string{"migrate", "--schema", "a,public"}, nil, "--schema"},
 	}
 	for _, tc := range cases {
 		for k, v := range tc.env {
@@ -173,11 +185,17 @@ func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
 		// Echo the credential back, as some servers do in errors.
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(401)
-		fmt.Fprintf(w, `{"error": {"type": "invalid_request_error", "message": "bad key %s"}}`, r.Header.Get("Authorization"))
+		auth := r.Header.Get("Authorization")
+		fmt.Fprintf(w, `{"error": {"type": "invalid_request_error %s", "code": "key_%s", "message": "bad key %s"}}`, auth, auth, auth)
 		return 401
 	})
 	sg := fakes.NewFakeSendGrid()
 	defer sg.Close()
+	sg.Respond(func(w http.ResponseWriter, r *http.Request) int {
+		w.WriteHeader(400)
+		fmt.Fprintf(w, `{"errors": [{"message": "unauthorized: %s"}]}`, r.Header.Get("Authorization"))
+		return 400
+	})
 
 	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
 	require.NoError(t, err)
@@ -216,25 +234,38 @@ func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
 
 	store := sideeffects.NewStore(db.Schema)
 	want := map[string]sideeffects.State{"webhook.order_paid": sideeffects.StateConfirmed,
-		"stripe.refund": sideeffects.StateFailed, "email.receipt": sideeffects.StateConfirmed}
+		"stripe.refund": sideeffects.StateFailed, "email.receipt": sideeffects.StateFailed}
+	secrets := []string{testSecret, strings.TrimPrefix(testSecret, "whsec_"), stripeKey, sendgridKey}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, e := range effects {
 		for {
 			got, err := store.Get(ctx, db.Pool, e.ID)
 			require.NoError(t, err)
 			if got.State == want[e.Kind] {
-				require.NotContains(t, deref(got.LastError), stripeKey)
+				for _, secret := range secrets {
+					require.NotContains(t, deref(got.LastError), secret, "a secret reached last_error")
+				}
 				break
 			}
 			require.True(t, time.Now().Before(deadline), "%s: %s", e.Kind, got.State)
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	// River records the jobs' errors asynchronously.
+	var jobErrors string
+	require.Eventually(t, func() bool {
+		err := db.Pool.QueryRow(ctx, `SELECT coalesce(string_agg(errors::text, ' '), '') FROM `+db.Schema+`.river_job`).Scan(&jobErrors)
+		return err == nil && strings.Contains(jobErrors, "stripe") && strings.Contains(jobErrors, "sendgrid")
+	}, 30*time.Second, 20*time.Millisecond, "both failures reach River's job errors")
+	require.Contains(t, jobErrors, "[redacted]", "the echoed keys were there to redact")
+	for _, secret := range secrets {
+		require.NotContains(t, jobErrors, secret, "a secret reached River's job errors")
+	}
 	cancel()
 	require.NoError(t, <-done)
 
 	out := logs.String()
-	for _, secret := range []string{testSecret, strings.TrimPrefix(testSecret, "whsec_"), stripeKey, sendgridKey} {
+	for _, secret := range secrets {
 		require.NotContains(t, out, secret, "a secret reached the logs")
 	}
 	effectLines := 0
@@ -274,4 +305,20 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+func TestDatabasePasswordNeverInErrors(t *testing.T) {
+	t.Parallel()
+	for _, dsn := range []string{
+		"postgres://postgres:hunter2secret@127.0.0.1:1/db?sslmode=disable",
+		"postgres://postgres@127.0.0.1:1/db?password=hunter2secret&sslmode=disable",
+		"postgres://postgres@127.0.0.1:1/db?password=hunter2secret&sslmode=bogus",
+		"host=127.0.0.1 port=1 user=postgres password=hunter2secret sslmode=disable",
+		"host=127.0.0.1 port=1 user=postgres password='hunter2secret x' sslmode=disable",
+		"host=127.0.0.1 port=1 user=postgres password=hunter2secret sslmode=bogus",
+	} {
+		_, err := execute(context.Background(), "migrate", "--database-url", dsn)
+		require.Error(t, err, dsn)
+		require.NotContains(t, err.Error(), "hunter2secret", dsn)
+	}
 }

@@ -199,6 +199,13 @@ func (c *runConfig) validate() error {
 			return cli.Usagef("%s (%s) is %s: it must be at least %s", d.flag, d.env, d.v, d.min)
 		}
 	}
+	if c.Retention > 0 {
+		for name, g := range c.Policies.Guarantees() {
+			if g.KeyWindow > 0 && c.Retention <= g.KeyWindow {
+				return cli.Usagef("--retention (OUTBOXD_RETENTION) is %s: it must exceed the %s key window (%s), or a purged effect could be fired again", c.Retention, name, g.KeyWindow)
+			}
+		}
+	}
 	if c.RetryMaxDelay < c.RetryBaseDelay {
 		return cli.Usagef("--retry-max-delay (%s) must not be shorter than --retry-base-delay (%s)", c.RetryMaxDelay, c.RetryBaseDelay)
 	}

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
@@ -72,14 +74,29 @@ func Connect(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.
 	return pool, nil
 }
 
-// Redact hides the password of a connection URL.
+// Redact hides the passwords of a connection string, in URL form (user
+// info and the password query parameter) or key=value form.
 func Redact(databaseURL string) string {
-	u, err := url.Parse(databaseURL)
-	if err != nil {
-		return "(unparseable URL)"
+	if strings.HasPrefix(databaseURL, "postgres://") || strings.HasPrefix(databaseURL, "postgresql://") {
+		u, err := url.Parse(databaseURL)
+		if err != nil {
+			return "(unparseable URL)"
+		}
+		q := u.Query()
+		for _, k := range []string{"password", "sslpassword"} {
+			if q.Has(k) {
+				q.Set(k, "xxxxx")
+			}
+		}
+		u.RawQuery = q.Encode()
+		return u.Redacted()
 	}
-	return u.Redacted()
+	return kvPassword.ReplaceAllString(databaseURL, "${1}=xxxxx")
 }
+
+// kvPassword matches a password setting of a key=value connection string,
+// quoted or not.
+var kvPassword = regexp.MustCompile(`(password|sslpassword)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
 
 // Migrate applies River's and outboxd's migrations to schema and says what
 // it did on out; both binaries' migrate commands run it.

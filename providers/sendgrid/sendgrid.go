@@ -99,6 +99,10 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{cfg: cfg, http: &http.Client{Timeout: cfg.Timeout}}, nil
 }
 
+// Secrets implements providers.SecretHolder: a server that echoes the
+// Authorization header must not put the API key into last_error or logs.
+func (p *Provider) Secrets() []string { return []string{p.cfg.APIKey} }
+
 // Guarantees implements providers.Provider.
 func (p *Provider) Guarantees() providers.Guarantees { return Guarantees }
 
@@ -123,6 +127,11 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	client := &rest.Client{HTTPClient: p.http}
 
 	ctx, wrote := providers.WatchWrites(ctx)
+	res, err := p.send(ctx, client, r, wrote)
+	return res, providers.Redact(err, p.Secrets())
+}
+
+func (p *Provider) send(ctx context.Context, client *rest.Client, r rest.Request, wrote func() bool) (providers.Result, error) {
 	resp, err := client.SendWithContext(ctx, r)
 	if err != nil {
 		return providers.Result{}, providers.TransportError(err, wrote())

@@ -32,7 +32,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -130,6 +129,9 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{cfg: cfg, api: api}, nil
 }
 
+// Secrets implements providers.SecretHolder.
+func (p *Provider) Secrets() []string { return []string{p.cfg.APIKey} }
+
 // Guarantees implements providers.Provider.
 func (p *Provider) Guarantees() providers.Guarantees { return p.cfg.Guarantees() }
 
@@ -156,7 +158,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	ctx = context.WithValue(ctx, lastResponseKey{}, rec)
 	id, resp, err := c(p.api, stripego.Params{Context: ctx, IdempotencyKey: stripego.String(req.Key)})
 	if err != nil {
-		return providers.Result{}, classify(redact(err, p.cfg.APIKey), rec, wrote())
+		return providers.Result{}, providers.Redact(classify(err, rec, wrote()), p.Secrets())
 	}
 	return providers.Result{Ref: id, Replayed: resp != nil && resp.Header.Get("Idempotent-Replayed") == "true"}, nil
 }
@@ -208,20 +210,6 @@ func classify(err error, rec *lastResponse, wrote bool) error {
 	default:
 		return providers.Permanent(err)
 	}
-}
-
-// redact keeps the API key out of error messages, which end up in logs
-// and last_error (some servers echo the Authorization header back).
-func redact(err error, apiKey string) error {
-	var se *stripego.Error
-	if errors.As(err, &se) {
-		se.Msg = strings.ReplaceAll(se.Msg, apiKey, "[redacted]")
-		return err
-	}
-	if strings.Contains(err.Error(), apiKey) {
-		return errors.New(strings.ReplaceAll(err.Error(), apiKey, "[redacted]"))
-	}
-	return err
 }
 
 func retryAfter(h http.Header) time.Duration {

@@ -47,7 +47,7 @@ const (
 	DefaultTimeout   = 15 * time.Second
 	DefaultKeyWindow = 24 * time.Hour
 	// KeyWindowMargin is kept back from the key window.
-	KeyWindowMargin = 5 * time.Minute
+	KeyWindowMargin  = 5 * time.Minute
 	DefaultUserAgent = "outboxd-webhook/1"
 )
 
@@ -143,6 +143,12 @@ func New(cfg Config) (*Provider, error) {
 			},
 		},
 	}, nil
+}
+
+// Secrets implements providers.SecretHolder: the signing secret, with and
+// without its whsec_ prefix.
+func (p *Provider) Secrets() []string {
+	return []string{p.cfg.Secret, strings.TrimPrefix(p.cfg.Secret, "whsec_")}
 }
 
 // Guarantees implements providers.Provider.
