@@ -331,14 +331,17 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (sideeffects.Ne
 	if ev.ID == uuid.Nil {
 		return ne, nil, invalid("event.id", "required: derive one with outbox.EventID(scope, parts...)")
 	}
-	for field, v := range map[string]string{
-		"event.type": ev.Type, "event.aggregate_type": ev.AggregateType, "event.aggregate_id": ev.AggregateID,
+	for _, f := range []struct{ field, v string }{
+		{"event.type", ev.Type}, {"event.aggregate_type", ev.AggregateType}, {"event.aggregate_id", ev.AggregateID},
 	} {
-		if strings.ContainsRune(v, 0) {
-			return ne, nil, invalid(field, "contains a NUL byte, which Postgres text cannot store")
+		if !utf8.ValidString(f.v) {
+			return ne, nil, invalid(f.field, "not valid UTF-8: Postgres text holds UTF-8 only")
 		}
-		if len(v) > 512 {
-			return ne, nil, invalid(field, "%d bytes, over the limit of 512", len(v))
+		if strings.ContainsRune(f.v, 0) {
+			return ne, nil, invalid(f.field, "contains a NUL byte, which Postgres text cannot store")
+		}
+		if len(f.v) > 512 {
+			return ne, nil, invalid(f.field, "%d bytes, over the limit of 512", len(f.v))
 		}
 	}
 	if ev.Type == "" {
@@ -404,10 +407,64 @@ func (o *Outbox) checkPayload(p json.RawMessage) error {
 	if trimmed[0] != '{' {
 		return errors.New("must be a JSON object, not an array, string, number or null")
 	}
-	if bytes.Contains(trimmed, []byte(`\u0000`)) {
-		return errors.New(`contains \u0000, which Postgres jsonb cannot store`)
+	return checkEscapes(trimmed)
+}
+
+// checkEscapes rejects what valid JSON may hold but Postgres jsonb cannot
+// store: a \u0000 escape, and a \uD800-\uDFFF escape that is not one
+// half of a surrogate pair. It reads escapes as JSON does, so an escaped
+// backslash followed by "u0000" is text, not NUL. raw must be valid JSON.
+func checkEscapes(raw []byte) error {
+	inString := false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if !inString {
+			inString = c == '"'
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			i++
+			if raw[i] != 'u' {
+				continue
+			}
+			r := hex4(raw[i+1 : i+5])
+			i += 4
+			switch {
+			case r == 0:
+				return errors.New(`contains \u0000, which Postgres jsonb cannot store`)
+			case r >= 0xD800 && r <= 0xDBFF:
+				if i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+					if lo := hex4(raw[i+3 : i+7]); lo >= 0xDC00 && lo <= 0xDFFF {
+						i += 6
+						continue
+					}
+				}
+				return fmt.Errorf(`contains \u%04x, half of a surrogate pair without the other half, which Postgres jsonb cannot store`, r)
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return fmt.Errorf(`contains \u%04x, half of a surrogate pair without the other half, which Postgres jsonb cannot store`, r)
+			}
+		}
 	}
 	return nil
+}
+
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			r |= rune(c-'A') + 10
+		}
+	}
+	return r
 }
 
 func (o *Outbox) providerNames() string {

@@ -273,6 +273,9 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 		{"event payload not an object", outbox.Event{ID: uuid.New(), Type: "t", Payload: json.RawMessage(`[1]`)}, nil, "event.payload"},
 		{"event payload invalid JSON", outbox.Event{ID: uuid.New(), Type: "t", Payload: json.RawMessage(`{"a":`)}, nil, "event.payload"},
 		{"NUL in event type", outbox.Event{ID: uuid.New(), Type: "a\x00b"}, nil, "event.type"},
+		{"invalid UTF-8 in event type", outbox.Event{ID: uuid.New(), Type: "order.\xff"}, nil, "event.type"},
+		{"invalid UTF-8 in aggregate id", outbox.Event{ID: uuid.New(), Type: "t", AggregateID: "ord_\xc3"}, nil, "event.aggregate_id"},
+		{"lone surrogate in event payload", outbox.Event{ID: uuid.New(), Type: "t", Payload: json.RawMessage(`{"a": "\ud800"}`)}, nil, "event.payload"},
 		{"empty kind", orderPaid(uuid.New(), "1"), []outbox.Effect{{Provider: "webhook", Payload: good.Payload}}, "effects[0].kind"},
 		{"kind too long", orderPaid(uuid.New(), "1"), []outbox.Effect{webhookEffect(strings.Repeat("k", 129), `{}`)}, "effects[0].kind"},
 		{"kind with odd characters", orderPaid(uuid.New(), "1"), []outbox.Effect{webhookEffect("drop table; --", `{}`)}, "effects[0].kind"},
@@ -351,19 +354,35 @@ func TestEnqueueHostileInput(t *testing.T) {
 	t.Run("rejected with a typed error and no rows", func(t *testing.T) {
 		tenMB := `{"url": "https://x.example", "body": "` + strings.Repeat("a", 10<<20) + `"}`
 		cases := map[string]outbox.Effect{
-			"10 MB payload":          {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(tenMB)},
-			"unparseable URL":        {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://[::1", "body": {}}`)},
-			"non-http URL":           {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "file:///etc/passwd", "body": {}}`)},
-			"URL with credentials":   {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://admin:pw@x.example/", "body": {}}`)},
-			"private address URL":    {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://192.168.1.10/hook", "body": {}}`)},
-			"metadata address URL":   {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://169.254.169.254/latest/meta-data", "body": {}}`)},
-			"NUL in payload":         {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": "a\u0000b"}`)},
-			"NUL in kind":            {Kind: "webhook.\x00", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": {}}`)},
-			"unicode in kind":        {Kind: "webhook.ordér", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": {}}`)},
-			"SQL in provider":        {Kind: "webhook.a", Provider: "webhook'; DROP TABLE side_effects; --", Payload: json.RawMessage(`{}`)},
-			"payload is JSON string": {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`"{\"url\": \"https://x.example\"}"`)},
-			"payload trailing bytes": {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": {}} {}`)},
-			"payload invalid UTF-8":  {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage("{\"url\": \"https://x.example\", \"body\": \"\xff\"}")},
+			"10 MB payload":                {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(tenMB)},
+			"unparseable URL":              {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://[::1", "body": {}}`)},
+			"non-http URL":                 {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "file:///etc/passwd", "body": {}}`)},
+			"URL with credentials":         {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://admin:pw@x.example/", "body": {}}`)},
+			"private address URL":          {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://192.168.1.10/hook", "body": {}}`)},
+			"metadata address URL":         {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://169.254.169.254/latest/meta-data", "body": {}}`)},
+			"NUL in payload":               {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": "a\u0000b"}`)},
+			"NUL in kind":                  {Kind: "webhook.\x00", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": {}}`)},
+			"unicode in kind":              {Kind: "webhook.ordér", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": {}}`)},
+			"SQL in provider":              {Kind: "webhook.a", Provider: "webhook'; DROP TABLE side_effects; --", Payload: json.RawMessage(`{}`)},
+			"payload is JSON string":       {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`"{\"url\": \"https://x.example\"}"`)},
+			"payload trailing bytes":       {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": {}} {}`)},
+			"payload invalid UTF-8":        {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage("{\"url\": \"https://x.example\", \"body\": \"\xff\"}")},
+			"lone high surrogate":          {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": "\ud800"}`)},
+			"lone low surrogate":           {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": "a\udc00b"}`)},
+			"keys differing in case":       {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "URL": "http://127.0.0.1/", "body": {}}`)},
+			"header name not a token":      {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": {}, "headers": {"X(Tenant)": "a"}}`)},
+			"header value with DEL":        {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": {}, "headers": {"X-Tenant": "a\u007fb"}}`)},
+			"header value with NUL escape": {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://x.example", "body": {}, "headers": {"X-Tenant": "a\u0001b"}}`)},
+			"loopback short form":          {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://127.1/", "body": {}}`)},
+			"loopback as decimal":          {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://2130706433/", "body": {}}`)},
+			"loopback as hex":              {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://0x7f000001/", "body": {}}`)},
+			"loopback as octal":            {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://0177.0.0.1/", "body": {}}`)},
+			"loopback trailing dot":        {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://127.0.0.1./", "body": {}}`)},
+			"localhost":                    {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://localhost:8080/", "body": {}}`)},
+			"name under localhost":         {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://api.localhost/", "body": {}}`)},
+			"single-label name":            {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://receiver:8080/", "body": {}}`)},
+			"metadata name":                {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://metadata.google.internal/", "body": {}}`)},
+			"mapped IPv6 loopback":         {Kind: "webhook.a", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://[::ffff:127.0.0.1]/", "body": {}}`)},
 		}
 		for name, eff := range cases {
 			tx, err := b.db.Pool.Begin(ctx)
@@ -374,6 +393,14 @@ func TestEnqueueHostileInput(t *testing.T) {
 		}
 		events, effects, jobs := b.counts(t)
 		require.Equal(t, [3]int{0, 0, 0}, [3]int{events, effects, jobs})
+	})
+
+	t.Run("an escaped backslash before u0000 is text, not NUL", func(t *testing.T) {
+		res, err := b.enqueue(t, orderPaid(uuid.New(), "1"), webhookEffect("webhook.path", `{"path": "C:\\u0000dir", "pair": "\ud83e\uddfe"}`))
+		require.NoError(t, err)
+		var got string
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT payload->'body'->>'path' FROM `+b.db.Schema+`.side_effects WHERE id = $1`, res.Effects[0].ID).Scan(&got))
+		require.Equal(t, `C:\u0000dir`, got)
 	})
 
 	t.Run("SQL metacharacters and odd Unicode are stored verbatim", func(t *testing.T) {

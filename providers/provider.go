@@ -12,6 +12,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"strings"
 	"time"
 )
 
@@ -91,10 +94,15 @@ type Provider interface {
 	Send(ctx context.Context, req Request) (Result, error)
 }
 
-// DecodeStrict decodes a JSON payload into v, rejecting unknown fields and
-// anything after the first JSON value, so that what a validator accepts is
-// exactly what Send will read.
+// DecodeStrict decodes a JSON payload into v, rejecting unknown fields,
+// object keys that differ only in case (Go matches field names without
+// regard to case, so {"url": a, "URL": b} would validate one and send the
+// other) and anything after the first JSON value, so that what a validator
+// accepts is exactly what Send will read.
 func DecodeStrict(raw json.RawMessage, v any) error {
+	if err := checkKeys(raw); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
@@ -105,4 +113,56 @@ func DecodeStrict(raw json.RawMessage, v any) error {
 		return errors.New("unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// checkKeys rejects an object, at any depth, with two keys equal under
+// case folding.
+func checkKeys(raw json.RawMessage) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	type frame struct {
+		object  bool
+		wantKey bool
+		keys    map[string]string
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		top := (*frame)(nil)
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.object && top.wantKey {
+			if k, ok := tok.(string); ok {
+				fold := strings.ToLower(strings.ToUpper(k))
+				if prev, dup := top.keys[fold]; dup {
+					return fmt.Errorf("keys %q and %q differ only in case: use one", prev, k)
+				}
+				top.keys[fold] = k
+				top.wantKey = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, wantKey: true, keys: map[string]string{}})
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			if len(stack) > 0 && stack[len(stack)-1].object {
+				stack[len(stack)-1].wantKey = true
+			}
+		default:
+			if top != nil && top.object {
+				top.wantKey = true
+			}
+		}
+	}
 }

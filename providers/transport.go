@@ -2,7 +2,10 @@ package providers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
@@ -40,3 +43,61 @@ func BaseURL(raw, def, setting string) (string, error) {
 	}
 	return strings.TrimRight(raw, "/"), nil
 }
+
+// MaxResponseBytes bounds what is read of one provider response body. A
+// Stripe object or a SendGrid answer is a few kilobytes; a server that sends
+// more is misbehaving, and reading it whole would cost memory.
+const MaxResponseBytes = 1 << 20
+
+// LimitBodies wraps base (nil: http.DefaultTransport) so that reading more
+// than max bytes of a response body fails with an error instead of
+// buffering it: SDKs that read bodies whole (stripe-go, sendgrid's rest)
+// cannot be made to stop otherwise.
+func LimitBodies(base http.RoundTripper, max int64) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return limitTransport{base: base, max: max}
+}
+
+type limitTransport struct {
+	base http.RoundTripper
+	max  int64
+}
+
+func (t limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || resp.Body == nil {
+		return resp, err
+	}
+	resp.Body = &limitedBody{rc: resp.Body, left: t.max, max: t.max}
+	return resp, nil
+}
+
+// ErrResponseTooLarge is returned by a response body read past its limit.
+var ErrResponseTooLarge = errors.New("response body over the size limit")
+
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+	max  int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more tells "exactly max" from "more than max".
+		var one [1]byte
+		if n, _ := b.rc.Read(one[:]); n > 0 {
+			return 0, fmt.Errorf("%w (%d bytes)", ErrResponseTooLarge, b.max)
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }

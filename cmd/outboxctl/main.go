@@ -49,6 +49,14 @@ type app struct {
 func newRootCmd(stdin io.Reader) *cobra.Command {
 	root, db := cli.NewRoot("outboxctl", "Inspect and repair outboxd side effects")
 	a := &app{Database: db, stdin: stdin}
+	// Everything printed may hold text from receivers: escape control
+	// characters on the way out.
+	pre := root.PersistentPreRunE
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		cmd.SetOut(newEscapeWriter(cmd.OutOrStdout()))
+		cmd.SetErr(newEscapeWriter(cmd.ErrOrStderr()))
+		return pre(cmd, args)
+	}
 	root.PersistentPostRun = func(*cobra.Command, []string) {
 		if a.pool != nil {
 			a.pool.Close()

@@ -475,3 +475,33 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 	require.Equal(t, 1, cli.ExitCode(err))
 	require.ErrorContains(t, err, "database unreachable")
 }
+
+func TestReceiverTextCannotDriveTheTerminal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hostile := "HTTP 500: \x1b]0;pwned\x07\x1b[2J\x1b[1A\u009b31m\r done"
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.side_effects SET last_error = $2 WHERE id = $1`, b.ids["failed"], hostile)
+	require.NoError(t, err)
+	for _, args := range [][]string{{"list"}, {"show", b.ids["failed"].String()}, {"stuck", "--older-than", "1m"}, {"list", "--json"}, {"show", b.ids["failed"].String(), "--json"}} {
+		out, err := b.run(t, "", args...)
+		require.NoError(t, err, args)
+		for _, c := range []string{"\x1b", "\x07", "\r", "\u009b"} {
+			require.NotContains(t, out, c, "%v prints a raw control character", args)
+		}
+		require.Contains(t, out, `\u001b`, args)
+	}
+	out, err := b.run(t, "", "show", b.ids["failed"].String(), "--json")
+	require.NoError(t, err)
+	var shown struct {
+		Effect sideeffects.Effect `json:"effect"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &shown), "JSON output stays parseable")
+	require.Equal(t, hostile, deref(shown.Effect.LastError), "and carries the text exactly")
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,10 @@ import (
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/stripe"
+	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
@@ -197,7 +202,9 @@ func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
 		return 400
 	})
 
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema, Providers: []providers.Validator{
+		webhook.Schema{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, stripe.Schema{}, sendgrid.Schema{},
+	}})
 	require.NoError(t, err)
 	var effects []outbox.EffectResult
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,10 @@ import (
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/stripe"
+	"github.com/outboxd/outboxd/providers/webhook"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -61,7 +66,9 @@ func newWorld(t *testing.T) *world {
 func (w *world) enqueue(t *testing.T, n int) {
 	t.Helper()
 	ctx := context.Background()
-	ob, err := outbox.New(outbox.Config{Schema: w.db.Schema})
+	ob, err := outbox.New(outbox.Config{Schema: w.db.Schema, Providers: []providers.Validator{
+		webhook.Schema{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, stripe.Schema{}, sendgrid.Schema{},
+	}})
 	require.NoError(t, err)
 	port := w.recv.URL[strings.LastIndex(w.recv.URL, ":")+1:]
 	for batch := 0; batch < n; batch += 100 {

@@ -96,7 +96,7 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	return &Provider{cfg: cfg, http: &http.Client{Timeout: cfg.Timeout}}, nil
+	return &Provider{cfg: cfg, http: &http.Client{Timeout: cfg.Timeout, Transport: providers.LimitBodies(nil, providers.MaxResponseBytes)}}, nil
 }
 
 // Secrets implements providers.SecretHolder: a server that echoes the

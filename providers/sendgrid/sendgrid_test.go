@@ -135,3 +135,19 @@ func TestValidatePayloadRejectsBadInput(t *testing.T) {
 	}
 	require.NoError(t, sendgrid.Schema{}.ValidatePayload("k", json.RawMessage(welcome)))
 }
+
+func TestOversizedResponseIsCutOffAndInDoubt(t *testing.T) {
+	t.Parallel()
+	f := fakes.NewFakeSendGrid()
+	defer f.Close()
+	f.Respond(func(w http.ResponseWriter, _ *http.Request) int {
+		w.Header().Set("X-Message-Id", "msg_big")
+		w.WriteHeader(202)
+		_, _ = w.Write([]byte(strings.Repeat("x", 4*providers.MaxResponseBytes)))
+		return 202
+	})
+	_, err := newProvider(t, f.URL).Send(context.Background(), req(welcome))
+	require.ErrorIs(t, err, providers.ErrResponseTooLarge)
+	class, _ := providers.Classify(err)
+	require.Equal(t, providers.ClassInDoubt, class, "the mail may have been accepted")
+}

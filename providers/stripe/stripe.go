@@ -117,7 +117,8 @@ func New(cfg Config) (*Provider, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	hc = &http.Client{Transport: recordingTransport{base}, Timeout: hc.Timeout, CheckRedirect: hc.CheckRedirect, Jar: hc.Jar}
+	hc = &http.Client{Transport: recordingTransport{providers.LimitBodies(base, providers.MaxResponseBytes)},
+		Timeout: hc.Timeout, CheckRedirect: hc.CheckRedirect, Jar: hc.Jar}
 	backend := stripego.GetBackendWithConfig(stripego.APIBackend, &stripego.BackendConfig{
 		URL:               stripego.String(cfg.APIBase),
 		HTTPClient:        hc,

@@ -207,3 +207,22 @@ func TestAPIKeyNeverInErrors(t *testing.T) {
 	require.NotContains(t, err.Error(), "sk_test_supersecret")
 	require.Contains(t, err.Error(), "[redacted]")
 }
+
+func TestOversizedResponseIsCutOff(t *testing.T) {
+	t.Parallel()
+	f := fakes.NewFakeStripe()
+	defer f.Close()
+	f.Respond("/v1/refunds", func(w http.ResponseWriter, _ *http.Request) int {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(200)
+		_, _ = w.Write([]byte(`{"id": "re_1", "padding": "` + strings.Repeat("x", 4*providers.MaxResponseBytes) + `"}`))
+		return 200
+	})
+	p, err := stripe.New(stripe.Config{APIKey: "sk_test_1", APIBase: f.URL})
+	require.NoError(t, err)
+	_, err = p.Send(context.Background(), req(operationPayloads["refund.create"].payload))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "over the size limit")
+	class, _ := providers.Classify(err)
+	require.Equal(t, providers.ClassInDoubt, class, "Stripe acted: a re-send with the same key returns the object")
+}

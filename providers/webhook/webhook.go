@@ -83,7 +83,7 @@ func (Schema) Name() string { return Name }
 
 // ValidatePayload implements providers.Validator.
 func (s Schema) ValidatePayload(_ string, payload json.RawMessage) error {
-	_, _, err := parsePayload(payload, s.AllowedNetworks)
+	_, _, err := parsePayload(payload, s.AllowedNetworks, true)
 	return err
 }
 
@@ -168,7 +168,7 @@ func (c Config) Guarantees() providers.Guarantees {
 
 // Send implements providers.Provider.
 func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
-	pl, u, err := parsePayload(req.Payload, p.AllowedNetworks)
+	pl, u, err := parsePayload(req.Payload, p.AllowedNetworks, false)
 	if err != nil {
 		return providers.Result{}, providers.Permanent(err)
 	}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"unicode/utf8"
+)
+
+// escapeWriter shows control characters as \u00XX instead of passing them
+// to the terminal: receivers' error bodies are stored verbatim and could
+// otherwise move the cursor, rewrite lines or set the window title. Newline
+// and tab, which the tables and JSON use, pass. In JSON output the escapes
+// are valid string escapes, so --json stays parseable.
+type escapeWriter struct {
+	w    io.Writer
+	tail []byte // an incomplete UTF-8 sequence left by the previous Write
+}
+
+func newEscapeWriter(w io.Writer) io.Writer {
+	if _, ok := w.(*escapeWriter); ok {
+		return w
+	}
+	return &escapeWriter{w: w}
+}
+
+func (e *escapeWriter) Write(p []byte) (int, error) {
+	buf := append(e.tail, p...)
+	e.tail = nil
+	out := make([]byte, 0, len(buf))
+	for i := 0; i < len(buf); {
+		c := buf[i]
+		if c < utf8.RuneSelf {
+			if (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f {
+				out = fmt.Appendf(out, `\u%04x`, c)
+			} else {
+				out = append(out, c)
+			}
+			i++
+			continue
+		}
+		if !utf8.FullRune(buf[i:]) {
+			e.tail = append([]byte(nil), buf[i:]...)
+			break
+		}
+		r, size := utf8.DecodeRune(buf[i:])
+		if r >= 0x80 && r <= 0x9f { // C1 controls, e.g. CSI
+			out = fmt.Appendf(out, `\u%04x`, r)
+		} else {
+			out = append(out, buf[i:i+size]...)
+		}
+		i += size
+	}
+	if _, err := e.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
