@@ -3,8 +3,8 @@ package sideeffects
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"log/slog"
+	"regexp"
 	"time"
 
 	"github.com/google/uuid"

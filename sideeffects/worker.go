@@ -41,9 +41,9 @@ type Worker struct {
 	// secrets are every provider's credentials, removed from error texts
 	// before they are logged or stored (last_error, River's job errors).
 	secrets []string
-	retry         RetryPolicy
-	logger        *slog.Logger
-	metrics       *Metrics
+	retry   RetryPolicy
+	logger  *slog.Logger
+	metrics *Metrics
 
 	// retryAt hands the time chosen in Work to NextRetry, which River calls
 	// right after Work returns an error for the same job.
