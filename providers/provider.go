@@ -94,6 +94,18 @@ type Provider interface {
 	Send(ctx context.Context, req Request) (Result, error)
 }
 
+// Gate is implemented by providers that limit concurrent calls per
+// destination. The dispatcher asks Admit before it claims an effect; when
+// the answer is no, the effect is not fired and its job waits, without
+// counting an attempt. release takes Send's error (nil on success), or
+// ErrNotAttempted when the effect was not sent after all.
+type Gate interface {
+	Admit(payload json.RawMessage) (release func(sendErr error), wait time.Duration, ok bool)
+}
+
+// ErrNotAttempted tells a Gate's release that no request was made.
+var ErrNotAttempted = errors.New("not attempted")
+
 // DecodeStrict decodes a JSON payload into v, rejecting unknown fields,
 // object keys that differ only in case (Go matches field names without
 // regard to case, so {"url": a, "URL": b} would validate one and send the

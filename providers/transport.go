@@ -27,10 +27,20 @@ func WatchWrites(ctx context.Context) (context.Context, func() bool) {
 // doubt otherwise (timeout or reset after the request may have arrived).
 func TransportError(err error, wrote bool) error {
 	if !wrote {
-		return Retryable(fmt.Errorf("not sent: %w", err), 0)
+		return Retryable(fmt.Errorf("not sent: %w", noResponse{err}), 0)
 	}
-	return InDoubt(fmt.Errorf("no response: %w", err))
+	return InDoubt(fmt.Errorf("no response: %w", noResponse{err}))
 }
+
+// ErrNoResponse matches (errors.Is) every error of a call that got no
+// response at all.
+var ErrNoResponse = errors.New("no response")
+
+type noResponse struct{ err error }
+
+func (e noResponse) Error() string        { return e.err.Error() }
+func (e noResponse) Unwrap() error        { return e.err }
+func (e noResponse) Is(target error) bool { return target == ErrNoResponse }
 
 // BaseURL returns raw (or def when empty) without a trailing slash, or an
 // error naming setting when it is not an http(s) URL.

@@ -57,6 +57,36 @@ type Worker struct {
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	id := job.Args.EffectID
+	// A provider that limits calls per destination is asked before the
+	// claim, so that an effect waiting for its destination is not fired
+	// and spends no attempt.
+	release := func(error) {}
+	if gate, ok := w.providers[job.Queue].(providers.Gate); ok {
+		e, err := w.store.Get(ctx, w.pool, id)
+		if errors.Is(err, ErrNotFound) {
+			return river.JobCancel(err)
+		}
+		if err != nil {
+			return err
+		}
+		if e.State.Terminal() {
+			w.logger.Info("effect already "+string(e.State)+", not fired", "effect_id", id, "kind", e.Kind)
+			return nil
+		}
+		r, wait, ok := gate.Admit(e.Payload)
+		if !ok {
+			return river.JobSnooze(wait)
+		}
+		release = r
+	}
+	sent := false
+	var sendErr error
+	defer func() {
+		if !sent {
+			sendErr = providers.ErrNotAttempted
+		}
+		release(sendErr)
+	}()
 	// Most jobs are an effect's first attempt: claim it in one statement.
 	claimed, err := w.store.ClaimFirst(ctx, w.pool, id, w.providerNames)
 	if err != nil {
@@ -77,6 +107,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	w.metrics.transition(claimed, StateFired)
 
 	start := time.Now()
+	sent = true
 	res, sendErr := p.Send(ctx, providers.Request{
 		EffectID: id.String(),
 		Kind:     claimed.Kind,
@@ -158,6 +189,7 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (*Effect, error) 
 	}
 	if e.State.Terminal() {
 		// Confirmed, failed and cancelled effects are never fired again.
+		w.logger.Info("effect already "+string(e.State)+", not fired", "effect_id", id, "kind", e.Kind, "provider", e.Provider)
 		return nil, nil
 	}
 	p, ok := w.providers[e.Provider]

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -380,4 +381,46 @@ func TestShutdownDrainsInFlightCalls(t *testing.T) {
 	require.Equal(t, sideeffects.StateConfirmed, got.State)
 	require.Equal(t, 1, got.Attempts)
 	require.Len(t, b.recv.Deliveries(), 1)
+}
+
+// One hanging receiver must not take every worker of the webhook queue: with
+// 50 effects waiting for a host that never answers (and a request timeout
+// far longer than the test's patience), an effect for a healthy host is
+// still delivered while the hanging requests are in flight.
+func TestHangingReceiverDoesNotStallOtherDestinations(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{webhookLimit: 5 * time.Minute})
+	b.cfg.JobTimeout = 6 * time.Minute
+	b.cfg.RescueAfter = 7 * time.Minute
+	b.cfg.Concurrency = map[string]int{webhook.Name: 10}
+	b.start(t)
+
+	var inFlight, maxInFlight, finished atomic.Int32
+	release := make(chan struct{})
+	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		for {
+			m := maxInFlight.Load()
+			if n <= m || maxInFlight.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		inFlight.Add(-1)
+		finished.Add(1)
+	}))
+	t.Cleanup(func() { close(release); hanging.Close() })
+
+	for range 50 {
+		b.enqueueURL(t, hanging.URL+"/slow")
+	}
+	require.Eventually(t, func() bool { return inFlight.Load() == webhook.DefaultMaxPerHost }, testWait, pollEvery,
+		"the hanging host gets its share of workers")
+	healthy := b.enqueue(t, "/orders")
+	b.waitFor(t, healthy.ID, sideeffects.StateConfirmed)
+	require.Zero(t, finished.Load(), "delivered while every hanging request was still in flight")
+	require.Equal(t, int32(webhook.DefaultMaxPerHost), maxInFlight.Load(), "never more than the per-host cap at the hanging host")
 }

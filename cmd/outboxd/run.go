@@ -47,6 +47,7 @@ type runConfig struct {
 	WebhookSecret     string
 	WebhookTimeout    time.Duration
 	WebhookAllowCIDRs []string
+	WebhookMaxPerHost int
 
 	StripeAPIKey  string
 	StripeAPIBase string
@@ -104,6 +105,8 @@ delay: about 3 minutes with the defaults.`,
 	envflag.Bind(f, "webhook-timeout", "OUTBOXD_WEBHOOK_TIMEOUT")
 	f.StringSliceVar(&c.WebhookAllowCIDRs, "webhook-allow-cidrs", nil, "non-public networks webhooks may reach, e.g. 10.0.0.0/8 (default: none)")
 	envflag.Bind(f, "webhook-allow-cidrs", "OUTBOXD_WEBHOOK_ALLOW_CIDRS")
+	f.IntVar(&c.WebhookMaxPerHost, "webhook-max-per-host", webhook.DefaultMaxPerHost, "concurrent webhook requests per destination host; a host that keeps not answering is also backed off")
+	envflag.Bind(f, "webhook-max-per-host", "OUTBOXD_WEBHOOK_MAX_PER_HOST")
 	f.StringVar(&c.StripeAPIKey, "stripe-api-key", "", "Stripe secret key; enables the stripe provider")
 	envflag.Bind(f, "stripe-api-key", "STRIPE_API_KEY")
 	f.StringVar(&c.StripeAPIBase, "stripe-api-base", stripe.DefaultAPIBase, "Stripe API URL (stripe-mock, a proxy)")
@@ -137,6 +140,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 			Secret:          c.WebhookSecret,
 			Timeout:         c.WebhookTimeout,
 			AllowedNetworks: allowed,
+			MaxPerHost:      c.WebhookMaxPerHost,
 		}))
 		if err != nil {
 			return nil, cli.UsageError{Err: err}
@@ -208,6 +212,9 @@ func (c *runConfig) validate() error {
 	}
 	if c.RetryMaxDelay < c.RetryBaseDelay {
 		return cli.Usagef("--retry-max-delay (%s) must not be shorter than --retry-base-delay (%s)", c.RetryMaxDelay, c.RetryBaseDelay)
+	}
+	if c.WebhookMaxPerHost < 1 {
+		return cli.Usagef("--webhook-max-per-host (OUTBOXD_WEBHOOK_MAX_PER_HOST) is %d: it must be at least 1", c.WebhookMaxPerHost)
 	}
 	if c.MaxAttempts < 1 {
 		return cli.Usagef("--max-attempts (OUTBOXD_MAX_ATTEMPTS) is %d: it must be at least 1", c.MaxAttempts)

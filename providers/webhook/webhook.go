@@ -69,6 +69,12 @@ type Config struct {
 	KeyWindow time.Duration
 	// UserAgent is sent with every request. Default "outboxd-webhook/1".
 	UserAgent string
+	// MaxPerHost caps concurrent requests to one destination host (host and
+	// port), so that one slow or hanging receiver cannot take every worker.
+	// A host whose requests keep getting no answer is, in addition, left
+	// alone for 5s, doubling up to 5m, between single probe requests.
+	// Default 4.
+	MaxPerHost int
 }
 
 // Schema validates webhook payloads without being able to send them; it is
@@ -93,6 +99,7 @@ type Provider struct {
 	cfg    Config
 	signer *standardwebhooks.Webhook
 	client *http.Client
+	gate   *gate
 }
 
 var _ providers.Provider = (*Provider)(nil)
@@ -118,6 +125,15 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = DefaultUserAgent
 	}
+	if cfg.MaxPerHost < 0 {
+		return nil, fmt.Errorf("webhook: at most %d requests per host makes no sense: use a positive number (OUTBOXD_WEBHOOK_MAX_PER_HOST)", cfg.MaxPerHost)
+	}
+	if cfg.MaxPerHost == 0 {
+		cfg.MaxPerHost = DefaultMaxPerHost
+	}
+	if cfg.KeyWindow > 0 && cfg.KeyWindow <= KeyWindowMargin {
+		return nil, fmt.Errorf("webhook: key window %s must exceed its %s margin (OUTBOXD_WEBHOOK_KEY_WINDOW)", cfg.KeyWindow, KeyWindowMargin)
+	}
 	dial := guardedDialer(&net.Dialer{Timeout: min(cfg.Timeout, 10*time.Second), KeepAlive: 30 * time.Second}, cfg.AllowedNetworks)
 	transport := &http.Transport{
 		// No proxy from the environment: the dial-time check must see the
@@ -135,6 +151,7 @@ func New(cfg Config) (*Provider, error) {
 		Schema: Schema{AllowedNetworks: cfg.AllowedNetworks},
 		cfg:    cfg,
 		signer: signer,
+		gate:   newGate(cfg.MaxPerHost),
 		client: &http.Client{
 			Transport: transport,
 			Timeout:   cfg.Timeout,
@@ -143,6 +160,19 @@ func New(cfg Config) (*Provider, error) {
 			},
 		},
 	}, nil
+}
+
+// Admit implements providers.Gate: a slot for the effect's destination
+// host, unless it has MaxPerHost requests in flight or its breaker is open.
+func (p *Provider) Admit(payload json.RawMessage) (release func(sendErr error), wait time.Duration, ok bool) {
+	host := hostOf(payload)
+	if host == "" {
+		return func(error) {}, 0, true
+	}
+	if ok, wait := p.gate.admit(host); !ok {
+		return nil, wait, false
+	}
+	return func(sendErr error) { p.gate.done(host, sendErr) }, 0, true
 }
 
 // Secrets implements providers.SecretHolder: the signing secret, with and
