@@ -199,12 +199,21 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 }
 
 // Start begins fetching and working dispatch jobs.
-func (d *Dispatcher) Start(ctx context.Context) error { return d.client.Start(ctx) }
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.worker.startBatchers()
+	if err := d.client.Start(ctx); err != nil {
+		d.worker.stopBatchers()
+		return err
+	}
+	return nil
+}
 
 // Stop stops fetching and waits for in-flight attempts until ctx is done;
 // then it cancels them. A cancelled attempt leaves its effect fired, to be
 // re-fired with the same key by this or another replica.
 func (d *Dispatcher) Stop(ctx context.Context) error {
+	// The batchers serve the workers until the last one has returned.
+	defer d.worker.stopBatchers()
 	err := d.client.Stop(ctx)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		hardCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -204,10 +204,13 @@ func TestSweeperIsolatesARowItCannotQueue(t *testing.T) {
 		_, err := b.db.Pool.Exec(ctx, sql)
 		require.NoError(t, err, sql)
 	}
-	d := b.start(t)
+	// Swept by hand before any dispatcher runs (its own sweeper would race).
+	d, err := sideeffects.NewDispatcher(b.db.Pool, b.cfg)
+	require.NoError(t, err)
 	n, err := b.store.Sweep(ctx, b.db.Pool, d.River(), time.Now())
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the good effect got its job")
+	b.start(t)
 	b.waitFor(t, good.ID, sideeffects.StateConfirmed)
 	bad := b.waitFor(t, uuid.MustParse("00000000-0000-0000-0000-0000000000aa"), sideeffects.StateFailed)
 	require.Contains(t, deref(bad.LastError), `provider "Webhook" is not a valid River queue name`)

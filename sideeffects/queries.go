@@ -76,31 +76,36 @@ SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 
 WHERE id = $1 AND state = $2 AND state IN ('pending', 'fired')
 RETURNING ` + effectColumns
 
-	// pending -> fired for an effect never fired before, of a provider this
-	// process has ($2): the common first attempt, which needs no in-doubt or
-	// key-window decision.
-	sqlClaimFirst = `
+	// pending -> fired for the effects in $1 never fired before, of a
+	// provider this process has ($2): the common first attempt, which needs
+	// no in-doubt or key-window decision, for many effects in one statement.
+	sqlClaimFirstMany = `
 UPDATE /*schema*/side_effects
 SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 1, in_doubt = true,
 	fired_at = now(), first_fired_at = now(), key_window_from = coalesce(key_window_from, now()),
 	next_attempt_at = NULL, updated_at = now()
-WHERE id = $1 AND state = 'pending' AND first_fired_at IS NULL AND NOT in_doubt AND provider = ANY($2)
+WHERE id = ANY($1) AND state = 'pending' AND first_fired_at IS NULL AND NOT in_doubt AND provider = ANY($2)
 RETURNING ` + effectColumns
 
-	// fired -> confirmed on the provider's acknowledgement. Also from
+	// fired -> confirmed on the providers' acknowledgements of many
+	// effects: $1 ids, $2 refs ('' for none), $3 replayed flags. Also from
 	// pending and failed: an operator's action while the call was in flight
-	// does not undo what the provider did. Returns the state it left, with
-	// the error it clears; no row when the effect is cancelled, confirmed
-	// or gone (see sqlLateAck).
-	sqlConfirm = `
-WITH before AS (
-	SELECT id, state, last_error FROM /*schema*/side_effects WHERE id = $1 FOR UPDATE
+	// does not undo what the provider did. Returns the state each left, with
+	// the error it clears; no row for an effect cancelled, confirmed or gone
+	// (see sqlLateAck). Rows are locked in id order.
+	sqlConfirmMany = `
+WITH input AS (
+	SELECT * FROM unnest($1::uuid[], $2::text[], $3::boolean[]) AS u(id, ref, replayed)
+), before AS (
+	SELECT e.id, e.state, e.last_error FROM /*schema*/side_effects e
+	WHERE e.id IN (SELECT id FROM input) ORDER BY e.id FOR UPDATE
 )
 UPDATE /*schema*/side_effects e
-SET state = 'confirmed', confirmed_at = now(), provider_ref = $2, replayed = $3, last_error = NULL,
-	in_doubt = false, next_attempt_at = NULL, updated_at = now()
-FROM before WHERE e.id = before.id AND before.state IN ('fired', 'pending', 'failed')
-RETURNING before.state, before.last_error`
+SET state = 'confirmed', confirmed_at = now(), provider_ref = nullif(input.ref, ''), replayed = input.replayed,
+	last_error = NULL, in_doubt = false, next_attempt_at = NULL, updated_at = now()
+FROM before JOIN input ON input.id = before.id
+WHERE e.id = before.id AND before.state IN ('fired', 'pending', 'failed')
+RETURNING e.id, before.state, before.last_error`
 
 	// An acknowledgement for an effect that an operator cancelled or
 	// confirmed meanwhile: kept on the row (when it has no ref yet) and in
@@ -336,10 +341,11 @@ const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key
 
 // queries holds the statements with the schema filled in.
 type queries struct {
-	insertEvent, insertEventWithEffects, eventMatches                 string
-	insertEffects, compareEffects                                     string
-	getEffect, getEffectByKey, getEffectForUpdate, runningJob         string
-	claim, claimFirst, confirm, lateAck, release, recordInDoubt, fail string
+	insertEvent, insertEventWithEffects, eventMatches         string
+	insertEffects, compareEffects                             string
+	getEffect, getEffectByKey, getEffectForUpdate, runningJob string
+	claim, lateAck, release, recordInDoubt, fail              string
+	claimFirstMany, confirmMany                               string
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit string
 
@@ -366,8 +372,8 @@ func newQueries(schema string) queries {
 		getEffectForUpdate:     r.Replace(sqlGetEffectForUpdate),
 		runningJob:             r.Replace(sqlRunningJob),
 		claim:                  r.Replace(sqlClaim),
-		claimFirst:             r.Replace(sqlClaimFirst),
-		confirm:                r.Replace(sqlConfirm),
+		claimFirstMany:         r.Replace(sqlClaimFirstMany),
+		confirmMany:            r.Replace(sqlConfirmMany),
 		lateAck:                r.Replace(sqlLateAck),
 		release:                r.Replace(sqlRelease),
 		recordInDoubt:          r.Replace(sqlRecordInDoubt),

@@ -173,11 +173,68 @@ func (s *Store) getOne(ctx context.Context, db DB, sql string, arg any) (*Effect
 	return e, err
 }
 
-// ClaimFirst moves effect id to fired if it is pending, was never fired and
-// belongs to one of providers: the common first attempt. It returns nil and
-// no error otherwise.
-func (s *Store) ClaimFirst(ctx context.Context, db DB, id uuid.UUID, providers []string) (*Effect, error) {
-	return s.transitionReturning(ctx, db, "claim", s.q.claimFirst, id, providers)
+// ClaimFirstMany moves the effects in ids to fired that are pending, were
+// never fired and belong to one of providers: the common first attempt,
+// for many effects in one statement. It returns the effects it claimed, by
+// id.
+func (s *Store) ClaimFirstMany(ctx context.Context, db DB, ids []uuid.UUID, providers []string) (map[uuid.UUID]*Effect, error) {
+	rows, err := db.Query(ctx, s.q.claimFirstMany, ids, providers)
+	if err != nil {
+		return nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
+	}
+	es, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Effect])
+	if err != nil {
+		return nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
+	}
+	out := make(map[uuid.UUID]*Effect, len(es))
+	for _, e := range es {
+		out[e.ID] = e
+	}
+	return out, nil
+}
+
+// Ack is a provider's acknowledgement of one effect.
+type Ack struct {
+	ID       uuid.UUID
+	Ref      string
+	Replayed bool
+}
+
+// ConfirmedFrom is the state an effect left when its acknowledgement was
+// recorded (see Confirm), with the error the confirmation cleared.
+type ConfirmedFrom struct {
+	State     State
+	LastError *string
+}
+
+// ConfirmMany records the providers' acknowledgements of many effects in
+// one statement: each moves to confirmed from fired, or from pending or
+// failed when an operator acted while its call was in flight. It returns,
+// by id, the state each confirmed effect left and the error it cleared; an
+// acknowledged effect missing from the result was cancelled, confirmed or
+// deleted meanwhile, and nothing changed.
+func (s *Store) ConfirmMany(ctx context.Context, db DB, acks []Ack) (map[uuid.UUID]ConfirmedFrom, error) {
+	ids := make([]uuid.UUID, len(acks))
+	refs := make([]string, len(acks))
+	replayed := make([]bool, len(acks))
+	for i, a := range acks {
+		ids[i], refs[i], replayed[i] = a.ID, a.Ref, a.Replayed
+	}
+	rows, err := db.Query(ctx, s.q.confirmMany, ids, refs, replayed)
+	if err != nil {
+		return nil, fmt.Errorf("confirm %d effects: %w", len(acks), err)
+	}
+	out := make(map[uuid.UUID]ConfirmedFrom, len(acks))
+	var id uuid.UUID
+	var cf ConfirmedFrom
+	_, err = pgx.ForEachRow(rows, []any{&id, &cf.State, &cf.LastError}, func() error {
+		out[id] = cf
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("confirm %d effects: %w", len(acks), err)
+	}
+	return out, nil
 }
 
 // Claim moves effect id from the state from (pending or fired) to fired and
@@ -203,27 +260,6 @@ func (s *Store) transitionReturning(ctx context.Context, db DB, what, sql string
 		return nil, fmt.Errorf("%s effect %s: %w", what, id, err)
 	}
 	return e, nil
-}
-
-// Confirm records the provider's acknowledgement of effect id: its
-// reference and whether it answered from its idempotency record. The effect
-// moves to confirmed from fired, or from pending or failed when an operator
-// acted while the call was in flight; from reports the state it left (""
-// when it was cancelled, confirmed or gone, and nothing changed) and
-// lastError the error the confirmation cleared.
-func (s *Store) Confirm(ctx context.Context, db DB, id uuid.UUID, ref string, replayed bool) (from State, lastError *string, err error) {
-	var refArg *string
-	if ref != "" {
-		refArg = &ref
-	}
-	err = db.QueryRow(ctx, s.q.confirm, id, refArg, replayed).Scan(&from, &lastError)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil, nil
-	}
-	if err != nil {
-		return "", nil, fmt.Errorf("confirm effect %s: %w", id, err)
-	}
-	return from, lastError, nil
 }
 
 // RecordLateAck keeps an acknowledgement that arrived after the effect was

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxd/outboxd/providers"
 )
@@ -49,9 +48,90 @@ type Worker struct {
 	// right after Work returns an error for the same job.
 	retryAt sync.Map // job id -> time.Time
 
+	// claims and confirms group the first claims and the confirmations of
+	// concurrent workers into one statement and commit each.
+	claims   *batcher[uuid.UUID, *Effect]
+	confirms *batcher[confirmReq, State]
+
 	// beforeConfirm, when set by tests, runs between the provider's
 	// acknowledgement and the confirming transaction.
 	beforeConfirm func(ctx context.Context) error
+}
+
+// confirmReq is one acknowledgement waiting to be recorded.
+type confirmReq struct {
+	effect *Effect
+	res    providers.Result
+	jobID  int64
+}
+
+func (w *Worker) startBatchers() {
+	if w.claims == nil {
+		w.claims = newBatcher(w.claimFirstMany)
+		w.confirms = newBatcher(w.confirmMany)
+	}
+	w.claims.start()
+	w.confirms.start()
+}
+
+func (w *Worker) stopBatchers() {
+	if w.claims != nil {
+		w.claims.stopBatcher()
+		w.confirms.stopBatcher()
+	}
+}
+
+// claimFirstMany claims the first attempt of every effect in ids that is
+// due one, in one statement; the others get nil.
+func (w *Worker) claimFirstMany(ctx context.Context, ids []uuid.UUID) ([]*Effect, error) {
+	claimed, err := w.store.ClaimFirstMany(ctx, w.pool, ids, w.providerNames)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Effect, len(ids))
+	for i, id := range ids {
+		out[i] = claimed[id]
+	}
+	return out, nil
+}
+
+// confirmMany records many acknowledgements in one transaction; see
+// confirm for what each result means.
+func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]State, error) {
+	out := make([]State, len(reqs))
+	acks := make([]Ack, len(reqs))
+	for i, r := range reqs {
+		acks[i] = Ack{ID: r.effect.ID, Ref: r.res.Ref, Replayed: r.res.Replayed}
+	}
+	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		confirmed, err := w.store.ConfirmMany(ctx, tx, acks)
+		if err != nil {
+			return err
+		}
+		for i, r := range reqs {
+			cf, ok := confirmed[r.effect.ID]
+			out[i] = cf.State
+			if ok && cf.State == StateFired {
+				continue
+			}
+			details := map[string]any{"provider_ref": r.res.Ref, "replayed": r.res.Replayed, "attempt": r.effect.Attempts, "job_id": r.jobID}
+			if !ok {
+				if _, err := w.store.RecordLateAck(ctx, tx, r.effect.ID, r.res.Ref, details,
+					"acknowledged by the provider after an operator's action: the provider did act; state kept"); err != nil {
+					return err
+				}
+				continue
+			}
+			details["cleared_error"] = cf.LastError
+			if err := w.store.audit(ctx, tx, r.effect.ID, ActionLateAck, actorOutboxd,
+				"acknowledged by the provider after an operator moved it to "+string(cf.State)+": the provider did act",
+				cf.State, StateConfirmed, details); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Work implements river.Worker.
@@ -87,8 +167,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		}
 		release(sendErr)
 	}()
-	// Most jobs are an effect's first attempt: claim it in one statement.
-	claimed, err := w.store.ClaimFirst(ctx, w.pool, id, w.providerNames)
+	// Most jobs are an effect's first attempt: claimed together with the
+	// first attempts of other workers, in one statement.
+	claimed, err := w.claims.do(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -227,46 +308,21 @@ func (w *Worker) policy(kind string, g providers.Guarantees) providers.InDoubtPo
 	return g.InDoubt
 }
 
-// confirm records the provider's acknowledgement and completes the River
-// job in one transaction, so neither can happen without the other. It
-// returns the state the effect left: fired normally; pending or failed when
-// an operator moved it while the call was in flight (it is confirmed all
-// the same: the provider acted); "" when it was cancelled or confirmed
-// meanwhile, and the acknowledgement is kept in its audit trail.
+// confirm records the provider's acknowledgement, together with those of
+// other workers, in one transaction committed before the job counts as
+// done (River completes it afterwards; a job that runs again for a
+// confirmed effect does nothing). It returns the state the effect left:
+// fired normally; pending or failed when an operator moved it while the
+// call was in flight (it is confirmed all the same: the provider acted); ""
+// when it was cancelled or confirmed meanwhile, and the acknowledgement is
+// kept in its audit trail.
 func (w *Worker) confirm(ctx context.Context, job *river.Job[DispatchArgs], e *Effect, res providers.Result) (State, error) {
 	if w.beforeConfirm != nil {
 		if err := w.beforeConfirm(ctx); err != nil {
 			return "", err
 		}
 	}
-	var from State
-	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		var lastError *string
-		var err error
-		from, lastError, err = w.store.Confirm(ctx, tx, e.ID, res.Ref, res.Replayed)
-		if err != nil {
-			return err
-		}
-		details := map[string]any{"provider_ref": res.Ref, "replayed": res.Replayed, "attempt": e.Attempts, "job_id": job.ID}
-		switch from {
-		case StateFired:
-		case "":
-			if _, err := w.store.RecordLateAck(ctx, tx, e.ID, res.Ref, details,
-				"acknowledged by the provider after an operator's action: the provider did act; state kept"); err != nil {
-				return err
-			}
-		default:
-			details["cleared_error"] = lastError
-			if err := w.store.audit(ctx, tx, e.ID, ActionLateAck, actorOutboxd,
-				"acknowledged by the provider after an operator moved it to "+string(from)+": the provider did act",
-				from, StateConfirmed, details); err != nil {
-				return err
-			}
-		}
-		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		return err
-	})
-	return from, err
+	return w.confirms.do(ctx, confirmReq{effect: e, res: res, jobID: job.ID})
 }
 
 // fail moves the effect to failed and cancels the River job: failure is

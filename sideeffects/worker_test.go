@@ -186,7 +186,7 @@ func TestDispatchConfirmsEveryEffect(t *testing.T) {
 		got := b.waitFor(t, e.ID, sideeffects.StateConfirmed)
 		require.Equal(t, 1, got.Attempts)
 		require.NotNil(t, got.ConfirmedAt)
-		require.Equal(t, "completed", b.jobState(t, e.ID), "the River job completes with the confirmation")
+		b.waitForJob(t, e.ID, "completed") // River's completer records it after the confirmation
 	}
 	byID := b.recv.ByID()
 	require.Len(t, byID, len(effects), "one distinct webhook-id per effect")
