@@ -100,7 +100,7 @@ type Provider interface {
 // counting an attempt. release takes Send's error (nil on success), or
 // ErrNotAttempted when the effect was not sent after all.
 type Gate interface {
-	Admit(payload json.RawMessage) (release func(sendErr error), wait time.Duration, ok bool)
+	Admit(ctx context.Context, payload json.RawMessage) (release func(sendErr error), wait time.Duration, ok bool)
 }
 
 // ErrNotAttempted tells a Gate's release that no request was made.

@@ -8,6 +8,10 @@ import (
 // maxBatch bounds how many requests share one statement.
 const maxBatch = 256
 
+// batchRunners is how many batches of one kind may run at once: while one
+// waits for its commit to be flushed, the next forms and executes.
+var batchRunners = 2
+
 // batcher runs one statement for every request waiting when it is free, so
 // that under load claims (or confirmations) of many effects share one round
 // trip and one commit, while a lone request pays a single round trip: there
@@ -18,6 +22,7 @@ type batcher[Req, Res any] struct {
 
 	startOnce sync.Once
 	stop      context.CancelFunc
+	wg        sync.WaitGroup
 	done      chan struct{}
 }
 
@@ -40,7 +45,11 @@ func (b *batcher[Req, Res]) start() {
 	b.startOnce.Do(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		b.stop = cancel
-		go b.loop(ctx)
+		b.wg.Add(batchRunners)
+		for range batchRunners {
+			go b.loop(ctx)
+		}
+		go func() { b.wg.Wait(); close(b.done) }()
 	})
 }
 
@@ -68,7 +77,7 @@ func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 }
 
 func (b *batcher[Req, Res]) loop(ctx context.Context) {
-	defer close(b.done)
+	defer b.wg.Done()
 	for {
 		var batch []batchItem[Req, Res]
 		select {

@@ -153,7 +153,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 			w.logger.Info("effect already "+string(e.State)+", not fired", "effect_id", id, "kind", e.Kind)
 			return nil
 		}
-		r, wait, ok := gate.Admit(e.Payload)
+		r, wait, ok := gate.Admit(ctx, e.Payload)
 		if !ok {
 			return river.JobSnooze(wait)
 		}

@@ -384,15 +384,15 @@ func TestShutdownDrainsInFlightCalls(t *testing.T) {
 }
 
 // One hanging receiver must not take every worker of the webhook queue: with
-// 50 effects waiting for a host that never answers (and a request timeout
-// far longer than the test's patience), an effect for a healthy host is
-// still delivered while the hanging requests are in flight.
+// outboxd's default settings and more effects waiting for a host that never
+// answers than the queue has workers (and a request timeout far longer
+// than the test's patience), an effect for a healthy host is still
+// delivered while the hanging requests are in flight.
 func TestHangingReceiverDoesNotStallOtherDestinations(t *testing.T) {
 	t.Parallel()
 	b := setupWorker(t, workerOpts{webhookLimit: 5 * time.Minute})
 	b.cfg.JobTimeout = 6 * time.Minute
 	b.cfg.RescueAfter = 7 * time.Minute
-	b.cfg.Concurrency = map[string]int{webhook.Name: 10}
 	b.start(t)
 
 	var inFlight, maxInFlight, finished atomic.Int32
@@ -414,7 +414,9 @@ func TestHangingReceiverDoesNotStallOtherDestinations(t *testing.T) {
 	}))
 	t.Cleanup(func() { close(release); hanging.Close() })
 
-	for range 50 {
+	// More effects for the hanging host than the queue has workers.
+	hangingEffects := sideeffects.DefaultConcurrency + 50
+	for range hangingEffects {
 		b.enqueueURL(t, hanging.URL+"/slow")
 	}
 	require.Eventually(t, func() bool { return inFlight.Load() == webhook.DefaultMaxPerHost }, testWait, pollEvery,

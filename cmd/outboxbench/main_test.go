@@ -32,11 +32,12 @@ func TestBenchRuns(t *testing.T) {
 	var rep report
 	require.NoError(t, json.Unmarshal(raw, &rep))
 	require.Len(t, rep.Enqueue, 4)
-	require.Len(t, rep.Dispatch, 3)
+	require.Len(t, rep.Dispatch, 4, "River fast, River with outboxd's settings, outboxd no-op, outboxd webhook")
 	require.Len(t, rep.Latency, 1)
 	require.Len(t, rep.Admin, 3)
-	require.Equal(t, 200, rep.Dispatch[1].N)
-	require.Positive(t, rep.Dispatch[1].VsRiver)
+	require.Equal(t, 200, rep.Dispatch[2].N)
+	require.Positive(t, rep.Dispatch[2].VsRiver)
+	require.Positive(t, rep.Dispatch[2].VsRiverSame)
 	require.Positive(t, rep.Enqueue[1].CostRatio)
 	require.Equal(t, 50, rep.Latency[0].N)
 	for _, a := range rep.Admin {

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -15,14 +16,20 @@ import (
 // Defaults of the per-destination limits.
 const (
 	// DefaultMaxPerHost caps concurrent requests to one destination host.
-	DefaultMaxPerHost = 4
-	// breakerThreshold consecutive requests without an answer (timeouts,
-	// resets, refused connections) open a destination's breaker.
-	breakerThreshold = 3
-	breakerBase      = 5 * time.Second
-	breakerMax       = 5 * time.Minute
-	// capacityWait is how long an effect for a destination at its cap waits
-	// before its job is tried again (plus jitter).
+	DefaultMaxPerHost = 16
+	// A destination's breaker opens when breakerFailures requests in a row
+	// got no answer at all (timeouts, resets, refused connections): a host
+	// that hangs, not one that sometimes fails (at 25% no-answers, eight in
+	// a row happen once in 65,000 requests). It stays open breakerBase,
+	// doubling with each failed probe up to breakerMax.
+	breakerFailures = 8
+	breakerBase     = 5 * time.Second
+	breakerMax      = 5 * time.Minute
+	// slotWait is how long a worker waits in process for a slot at a
+	// destination at its cap: a fast destination frees one within
+	// milliseconds. After it, the effect's job waits capacityWait (plus
+	// jitter) without holding a worker.
+	slotWait     = 100 * time.Millisecond
 	capacityWait = time.Second
 )
 
@@ -40,13 +47,19 @@ type gate struct {
 
 type hostState struct {
 	inFlight int
-	// failures counts consecutive requests that got no answer.
+	// freed is closed and replaced whenever a slot is released.
+	freed chan struct{}
+	// failures counts requests in a row that got no answer.
 	failures  int
+	open      bool
+	opens     int // consecutive openings, for the back-off
 	openUntil time.Time
 	// probing is true while the one request let through after the breaker
 	// opened is in flight.
 	probing bool
 }
+
+
 
 func newGate(max int) *gate {
 	return &gate{max: max, now: time.Now, hosts: map[string]*hostState{}}
@@ -68,31 +81,55 @@ func hostOf(payload json.RawMessage) string {
 	return strings.ToLower(u.Host)
 }
 
-// admit takes a slot for host, or says how long to wait.
-func (g *gate) admit(host string) (ok bool, wait time.Duration) {
+// admit takes a slot for host, waiting up to slotWait for one while the
+// host is at its cap, or says how long the effect should wait.
+func (g *gate) admit(ctx context.Context, host string) (ok bool, wait time.Duration) {
+	deadline := time.NewTimer(slotWait)
+	defer deadline.Stop()
+	for {
+		ok, wait, freed := g.tryAdmit(host)
+		if ok || freed == nil {
+			return ok, wait
+		}
+		select {
+		case <-freed:
+		case <-deadline.C:
+			return false, wait
+		case <-ctx.Done():
+			return false, wait
+		}
+	}
+}
+
+// tryAdmit takes a slot for host if one is free. When the host is at its
+// cap it also returns a channel closed when a slot is released.
+func (g *gate) tryAdmit(host string) (ok bool, wait time.Duration, freed <-chan struct{}) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	h := g.hosts[host]
 	if h == nil {
-		h = &hostState{}
+		h = &hostState{freed: make(chan struct{})}
 		g.hosts[host] = h
 	}
 	now := g.now()
-	if h.failures >= breakerThreshold {
+	if h.open {
 		if now.Before(h.openUntil) {
-			return false, h.openUntil.Sub(now) + jitter()
+			return false, h.openUntil.Sub(now) + jitter(), nil
 		}
 		// Half open: one request probes whether the host answers again.
 		if h.probing {
-			return false, capacityWait + jitter()
+			return false, capacityWait + jitter(), nil
+		}
+		if h.inFlight >= g.max {
+			return false, capacityWait + jitter(), h.freed
 		}
 		h.probing = true
 	}
 	if h.inFlight >= g.max {
-		return false, capacityWait + jitter()
+		return false, capacityWait + jitter(), h.freed
 	}
 	h.inFlight++
-	return true, 0
+	return true, 0, nil
 }
 
 // done releases host's slot and records whether the host answered at all
@@ -105,20 +142,27 @@ func (g *gate) done(host string, sendErr error) {
 		return
 	}
 	h.inFlight--
+	wasProbe := h.probing
 	h.probing = false
+	close(h.freed)
+	h.freed = make(chan struct{})
+	answered := sendErr == nil || !errors.Is(sendErr, providers.ErrNoResponse)
 	switch {
 	case errors.Is(sendErr, providers.ErrNotAttempted):
-	case sendErr == nil || !errors.Is(sendErr, providers.ErrNoResponse):
-		h.failures = 0
-		h.openUntil = time.Time{}
+	case answered && h.open && !wasProbe:
+		// A request admitted before the breaker opened: not a probe.
+	case answered:
+		*h = hostState{inFlight: h.inFlight, freed: h.freed}
+	case h.open && !wasProbe:
 	default:
 		h.failures++
-		if h.failures >= breakerThreshold {
-			backoff := breakerBase << min(h.failures-breakerThreshold, 10)
-			h.openUntil = g.now().Add(min(backoff, breakerMax))
+		if h.open || h.failures >= breakerFailures {
+			h.open = true
+			h.openUntil = g.now().Add(min(breakerBase<<min(h.opens, 10), breakerMax))
+			h.opens++
 		}
 	}
-	if h.inFlight == 0 && h.failures == 0 {
+	if h.inFlight == 0 && !h.open && h.failures == 0 {
 		delete(g.hosts, host)
 	}
 }

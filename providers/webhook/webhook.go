@@ -73,7 +73,7 @@ type Config struct {
 	// port), so that one slow or hanging receiver cannot take every worker.
 	// A host whose requests keep getting no answer is, in addition, left
 	// alone for 5s, doubling up to 5m, between single probe requests.
-	// Default 4.
+	// Default 16.
 	MaxPerHost int
 }
 
@@ -164,12 +164,12 @@ func New(cfg Config) (*Provider, error) {
 
 // Admit implements providers.Gate: a slot for the effect's destination
 // host, unless it has MaxPerHost requests in flight or its breaker is open.
-func (p *Provider) Admit(payload json.RawMessage) (release func(sendErr error), wait time.Duration, ok bool) {
+func (p *Provider) Admit(ctx context.Context, payload json.RawMessage) (release func(sendErr error), wait time.Duration, ok bool) {
 	host := hostOf(payload)
 	if host == "" {
 		return func(error) {}, 0, true
 	}
-	if ok, wait := p.gate.admit(host); !ok {
+	if ok, wait := p.gate.admit(ctx, host); !ok {
 		return nil, wait, false
 	}
 	return func(sendErr error) { p.gate.done(host, sendErr) }, 0, true
