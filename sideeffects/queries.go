@@ -118,6 +118,14 @@ WITH upd AS (
 INSERT INTO /*schema*/side_effect_audit (effect_id, action, actor, reason, from_state, to_state, details)
 SELECT $1, 'late_ack', 'outboxd', $4, upd.state, upd.state, $3 FROM upd`
 
+	// fired -> back to what it was before a claim whose request was never
+	// made ($2.. the columns as they were).
+	sqlUnclaim = `
+UPDATE /*schema*/side_effects
+SET state = $2, attempts = attempts - 1, total_attempts = total_attempts - 1, in_doubt = $3,
+	fired_at = $4, first_fired_at = $5, key_window_from = $6, next_attempt_at = $7, updated_at = now()
+WHERE id = $1 AND state = 'fired'`
+
 	// fired -> pending: the provider proved it did not act.
 	sqlRelease = `
 UPDATE /*schema*/side_effects
@@ -344,7 +352,7 @@ type queries struct {
 	insertEvent, insertEventWithEffects, eventMatches         string
 	insertEffects, compareEffects                             string
 	getEffect, getEffectByKey, getEffectForUpdate, runningJob string
-	claim, lateAck, release, recordInDoubt, fail              string
+	claim, lateAck, release, recordInDoubt, fail, unclaim     string
 	claimFirstMany, confirmMany                               string
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit string
@@ -375,6 +383,7 @@ func newQueries(schema string) queries {
 		claimFirstMany:         r.Replace(sqlClaimFirstMany),
 		confirmMany:            r.Replace(sqlConfirmMany),
 		lateAck:                r.Replace(sqlLateAck),
+		unclaim:                r.Replace(sqlUnclaim),
 		release:                r.Replace(sqlRelease),
 		recordInDoubt:          r.Replace(sqlRecordInDoubt),
 		fail:                   r.Replace(sqlFail),

@@ -299,6 +299,14 @@ func (s *Store) audit(ctx context.Context, db DB, id uuid.UUID, action, actor, r
 	return nil
 }
 
+// Unclaim undoes a claim whose request was never made: the effect goes
+// back to before (its state and the columns a claim sets), and the attempt
+// does not count.
+func (s *Store) Unclaim(ctx context.Context, db DB, before *Effect) (bool, error) {
+	return s.exec(ctx, db, "unclaim", s.q.unclaim, before.ID, before.State, before.InDoubt,
+		before.FiredAt, before.FirstFiredAt, before.KeyWindowFrom, before.NextAttemptAt)
+}
+
 // Release moves effect id from fired back to pending after an attempt the
 // provider did not act on.
 func (s *Store) Release(ctx context.Context, db DB, id uuid.UUID, lastError string, next time.Time) (bool, error) {

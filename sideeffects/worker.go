@@ -137,24 +137,33 @@ func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]State, e
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	id := job.Args.EffectID
-	// A provider that limits calls per destination is asked before the
-	// claim, so that an effect waiting for its destination is not fired
-	// and spends no attempt.
-	release := func(error) {}
-	if gate, ok := w.providers[job.Queue].(providers.Gate); ok {
-		e, err := w.store.Get(ctx, w.pool, id)
-		if errors.Is(err, ErrNotFound) {
-			return river.JobCancel(err)
-		}
-		if err != nil {
+	// Most jobs are an effect's first attempt: claimed together with the
+	// first attempts of other workers, in one statement.
+	claimed, err := w.claims.do(ctx, id)
+	if err != nil {
+		return err
+	}
+	// before is the effect as it was before the claim, to undo it.
+	before := &Effect{ID: id, State: StatePending}
+	if claimed == nil {
+		if claimed, before, err = w.claimAgain(ctx, id); claimed == nil {
 			return err
 		}
-		if e.State.Terminal() {
-			w.logger.Info("effect already "+string(e.State)+", not fired", "effect_id", id, "kind", e.Kind)
-			return nil
-		}
-		r, wait, ok := gate.Admit(ctx, e.Payload)
+	}
+	p, ok := w.providers[claimed.Provider]
+	if !ok {
+		return fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, claimed.Provider)
+	}
+	// A provider that limits calls per destination may make the effect
+	// wait: the claim is undone (no request was made, no attempt counts)
+	// and the job tried again later.
+	release := func(error) {}
+	if gate, ok := p.(providers.Gate); ok {
+		r, wait, ok := gate.Admit(ctx, claimed.Payload)
 		if !ok {
+			if _, err := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); err != nil {
+				return err
+			}
 			return river.JobSnooze(wait)
 		}
 		release = r
@@ -167,21 +176,6 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		}
 		release(sendErr)
 	}()
-	// Most jobs are an effect's first attempt: claimed together with the
-	// first attempts of other workers, in one statement.
-	claimed, err := w.claims.do(ctx, id)
-	if err != nil {
-		return err
-	}
-	if claimed == nil {
-		if claimed, err = w.claimAgain(ctx, id); claimed == nil {
-			return err
-		}
-	}
-	p, ok := w.providers[claimed.Provider]
-	if !ok {
-		return fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, claimed.Provider)
-	}
 	g := p.Guarantees()
 	policy := w.policy(claimed.Kind, g)
 	log := w.logger.With("effect_id", id, "kind", claimed.Kind, "provider", claimed.Provider, "attempt", claimed.Attempts)
@@ -259,23 +253,24 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 
 // claimAgain handles every claim but the first: a retry, an in-doubt
 // re-fire, or an effect that must not be fired. It returns the claimed
-// effect, or nil with the error Work should return.
-func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (*Effect, error) {
+// effect and the effect as it was before, or nil with the error Work should
+// return.
+func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before *Effect, err error) {
 	e, err := w.store.Get(ctx, w.pool, id)
 	if errors.Is(err, ErrNotFound) {
-		return nil, river.JobCancel(err)
+		return nil, nil, river.JobCancel(err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if e.State.Terminal() {
 		// Confirmed, failed and cancelled effects are never fired again.
 		w.logger.Info("effect already "+string(e.State)+", not fired", "effect_id", id, "kind", e.Kind, "provider", e.Provider)
-		return nil, nil
+		return nil, nil, nil
 	}
 	p, ok := w.providers[e.Provider]
 	if !ok {
-		return nil, fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, e.Provider)
+		return nil, nil, fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, e.Provider)
 	}
 	g := p.Guarantees()
 	log := w.logger.With("effect_id", id, "kind", e.Kind, "provider", e.Provider, "attempt", e.Attempts)
@@ -286,19 +281,19 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (*Effect, error) 
 		if e.State != StateFired {
 			why = "an earlier request's outcome is unknown"
 		}
-		return nil, w.fail(ctx, log, e, ReasonInDoubt+": "+why, nil)
+		return nil, nil, w.fail(ctx, log, e, ReasonInDoubt+": "+why, nil)
 	}
 	if deadline := keyDeadline(e, g); !deadline.IsZero() && !time.Now().Before(deadline) {
-		return nil, w.fail(ctx, log, e, ReasonKeyWindow, nil)
+		return nil, nil, w.fail(ctx, log, e, ReasonKeyWindow, nil)
 	}
-	claimed, err := w.store.Claim(ctx, w.pool, id, e.State)
+	claimed, err = w.store.Claim(ctx, w.pool, id, e.State)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if claimed == nil {
 		log.Info("effect changed state before it was fired; not firing")
 	}
-	return claimed, nil
+	return claimed, e, nil
 }
 
 func (w *Worker) policy(kind string, g providers.Guarantees) providers.InDoubtPolicy {

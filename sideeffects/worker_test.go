@@ -424,5 +424,13 @@ func TestHangingReceiverDoesNotStallOtherDestinations(t *testing.T) {
 	healthy := b.enqueue(t, "/orders")
 	b.waitFor(t, healthy.ID, sideeffects.StateConfirmed)
 	require.Zero(t, finished.Load(), "delivered while every hanging request was still in flight")
+	// The effects waiting for the hanging host were not fired: no request,
+	// no attempt spent, only the capped ones are in doubt.
+	require.Eventually(t, func() bool {
+		var fired, attempted int
+		err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE state = 'fired'), count(*) FILTER (WHERE total_attempts > 0)
+			FROM `+b.db.Schema+`.side_effects WHERE payload->>'url' LIKE $1`, hanging.URL+"%").Scan(&fired, &attempted)
+		return err == nil && fired == webhook.DefaultMaxPerHost && attempted == webhook.DefaultMaxPerHost
+	}, testWait, pollEvery)
 	require.Equal(t, int32(webhook.DefaultMaxPerHost), maxInFlight.Load(), "never more than the per-host cap at the hanging host")
 }
