@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -140,7 +141,8 @@ func (b *bench) riverNoop(ctx context.Context, name string, n, maxWorkers int, c
 	if err := client.Start(ctx); err != nil {
 		return dispatchResult{}, err
 	}
-	err = b.waitFor(ctx, "SELECT count(*) FROM "+b.schema+".river_job WHERE kind = 'bench.noop' AND state <> 'completed'")
+	err = b.waitFor(ctx, func() bool { return int(w.done.Load()) >= n },
+		"SELECT count(*) FROM "+b.schema+".river_job WHERE kind = 'bench.noop' AND state <> 'completed'")
 	elapsed := time.Since(start)
 	close(done)
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -169,7 +171,8 @@ func (b *bench) burnDown(ctx context.Context, name string, n int, p providers.Pr
 	if err := d.Start(ctx); err != nil {
 		return dispatchResult{}, err
 	}
-	err = b.waitFor(ctx, "SELECT count(*) FROM "+b.schema+".side_effects WHERE state IN ('pending', 'fired')")
+	err = b.waitFor(ctx, func() bool { return current() >= n },
+		"SELECT count(*) FROM "+b.schema+".side_effects WHERE state IN ('pending', 'fired')")
 	elapsed := time.Since(start)
 	close(done)
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -261,9 +264,21 @@ RETURNING id`, n, provider, payload)
 	return err
 }
 
-// waitFor polls a count query until it returns zero.
-func (b *bench) waitFor(ctx context.Context, countSQL string) error {
+// waitFor waits until sent reports every call made (in process, so that
+// the benchmark's own polling does not load Postgres during the run), then
+// polls a count query until it returns zero.
+func (b *bench) waitFor(ctx context.Context, sent func() bool, countSQL string) error {
 	deadline := time.Now().Add(10 * time.Minute)
+	for !sent() {
+		if time.Now().After(deadline) {
+			return errors.New("not every call made after 10 minutes")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
 	for {
 		var left int
 		if err := b.pool.QueryRow(ctx, countSQL).Scan(&left); err != nil {

@@ -116,7 +116,7 @@ func (b *bench) latencyAt(ctx context.Context, rate int) (latencyResult, error) 
 		close(done)
 		return latencyResult{}, firstErr
 	}
-	err = b.waitFor(ctx, "SELECT count(*) FROM "+b.schema+".side_effects WHERE state IN ('pending', 'fired')")
+	err = b.waitFor(ctx, func() bool { return true }, "SELECT count(*) FROM "+b.schema+".side_effects WHERE state IN ('pending', 'fired')")
 	close(done)
 	if err != nil {
 		return latencyResult{}, err

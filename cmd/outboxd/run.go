@@ -27,6 +27,10 @@ import (
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
+// DefaultStripeConcurrency keeps the Stripe queue under Stripe's default
+// live-mode rate limit (100 requests a second) at typical latencies.
+const DefaultStripeConcurrency = 25
+
 // runConfig holds the settings of outboxd run.
 type runConfig struct {
 	HTTPAddr        string
@@ -82,7 +86,8 @@ delay: about 3 minutes with the defaults.`,
 	envflag.Bind(f, "shutdown-timeout", "OUTBOXD_SHUTDOWN_TIMEOUT")
 	f.Int32Var(&c.MaxConns, "db-max-conns", 20, "maximum Postgres connections")
 	envflag.Bind(f, "db-max-conns", "OUTBOXD_DB_MAX_CONNS")
-	f.StringToIntVar(&c.Concurrency, "concurrency", map[string]int{}, fmt.Sprintf("workers per provider queue, e.g. webhook=20 (default %d each)", sideeffects.DefaultConcurrency))
+	f.StringToIntVar(&c.Concurrency, "concurrency", map[string]int{},
+		fmt.Sprintf("workers per provider queue, e.g. webhook=20 (default %d each; stripe %d, under Stripe's live-mode rate limit)", sideeffects.DefaultConcurrency, DefaultStripeConcurrency))
 	envflag.Bind(f, "concurrency", "OUTBOXD_CONCURRENCY")
 	f.IntVar(&c.MaxAttempts, "max-attempts", sideeffects.DefaultMaxAttempts, "fires after which an effect fails")
 	envflag.Bind(f, "max-attempts", "OUTBOXD_MAX_ATTEMPTS")
@@ -175,6 +180,20 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 	return provs, nil
 }
 
+// concurrency is --concurrency for the enabled providers: a setting for a
+// built-in provider without credentials here is not an error.
+func (c *runConfig) concurrency(provs []providers.Provider) map[string]int {
+	out := map[string]int{}
+	for _, p := range provs {
+		if n, ok := c.Concurrency[p.Name()]; ok {
+			out[p.Name()] = n
+		} else if p.Name() == stripe.Name {
+			out[p.Name()] = DefaultStripeConcurrency
+		}
+	}
+	return out
+}
+
 // validate checks ranges and relations of the settings that no provider
 // or the dispatcher checks, naming the setting at fault.
 func (c *runConfig) validate() error {
@@ -223,6 +242,9 @@ func (c *runConfig) validate() error {
 		return cli.Usagef("--db-max-conns (OUTBOXD_DB_MAX_CONNS) is %d: it must be at least 2", c.MaxConns)
 	}
 	for name, n := range c.Concurrency {
+		if name != webhook.Name && name != stripe.Name && name != sendgrid.Name {
+			return cli.Usagef("--concurrency (OUTBOXD_CONCURRENCY) %s=%d: no provider %q: use webhook, stripe or sendgrid", name, n, name)
+		}
 		if n < 1 {
 			return cli.Usagef("--concurrency (OUTBOXD_CONCURRENCY) %s=%d: it must be at least 1", name, n)
 		}
@@ -267,7 +289,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		Retention:     retention,
 		Metrics:       sideeffects.NewMetrics(reg),
 		Providers:     provs,
-		Concurrency:   c.Concurrency,
+		Concurrency:   c.concurrency(provs),
 		InDoubt:       inDoubt,
 		Retry:         sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
 		JobTimeout:    c.JobTimeout,
