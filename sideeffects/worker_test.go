@@ -424,13 +424,53 @@ func TestHangingReceiverDoesNotStallOtherDestinations(t *testing.T) {
 	healthy := b.enqueue(t, "/orders")
 	b.waitFor(t, healthy.ID, sideeffects.StateConfirmed)
 	require.Zero(t, finished.Load(), "delivered while every hanging request was still in flight")
-	// The effects waiting for the hanging host were not fired: no request,
-	// no attempt spent, only the capped ones are in doubt.
-	require.Eventually(t, func() bool {
-		var fired, attempted int
-		err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE state = 'fired'), count(*) FILTER (WHERE total_attempts > 0)
-			FROM `+b.db.Schema+`.side_effects WHERE payload->>'url' LIKE $1`, hanging.URL+"%").Scan(&fired, &attempted)
-		return err == nil && fired == webhook.DefaultMaxPerHost && attempted == webhook.DefaultMaxPerHost
-	}, testWait, pollEvery)
 	require.Equal(t, int32(webhook.DefaultMaxPerHost), maxInFlight.Load(), "never more than the per-host cap at the hanging host")
+}
+
+// gatedProvider turns effects away at its gate a number of times before it
+// admits them, and acknowledges every request.
+type gatedProvider struct {
+	refuse  atomic.Int32
+	admits  atomic.Int32
+	sends   atomic.Int32
+	release atomic.Int32
+}
+
+func (p *gatedProvider) Name() string                                  { return "gated" }
+func (p *gatedProvider) ValidatePayload(string, json.RawMessage) error { return nil }
+func (p *gatedProvider) Guarantees() providers.Guarantees {
+	return providers.Guarantees{IdempotencyKeys: true, InDoubt: providers.AtMostOnce}
+}
+func (p *gatedProvider) Send(context.Context, providers.Request) (providers.Result, error) {
+	p.sends.Add(1)
+	return providers.Result{Ref: "ok"}, nil
+}
+func (p *gatedProvider) Admit(context.Context, json.RawMessage) (func(error), time.Duration, bool) {
+	p.admits.Add(1)
+	if p.refuse.Add(-1) >= 0 {
+		return nil, 10 * time.Millisecond, false
+	}
+	return func(error) { p.release.Add(1) }, 0, true
+}
+
+// An effect turned away at its provider's gate is not fired: the claim is
+// undone, no attempt counts, and (at_most_once notwithstanding) it is not
+// treated as in doubt when it is admitted later.
+func TestGateRefusalUndoesTheClaim(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	p := &gatedProvider{}
+	p.refuse.Store(3)
+	b.cfg.Providers = []providers.Provider{p}
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Providers: []providers.Validator{p}})
+	require.NoError(t, err)
+	b.ob = ob
+	b.start(t)
+	e := b.enqueueEffect(t, outbox.Effect{Kind: "gated.x", Provider: "gated", Payload: json.RawMessage(`{}`)})
+	got := b.waitFor(t, e.ID, sideeffects.StateConfirmed)
+	require.Equal(t, int32(4), p.admits.Load(), "turned away three times, then admitted")
+	require.Equal(t, int32(1), p.sends.Load())
+	require.Equal(t, 1, got.Attempts, "the refusals spent no attempt")
+	require.Equal(t, 1, got.TotalAttempts)
+	require.Eventually(t, func() bool { return p.release.Load() == 1 }, testWait, pollEvery, "the slot is released")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 type enqueueResult struct {
@@ -60,6 +61,25 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 		return err
 	}
 
+	// The floor of a design where the dispatcher inserts the River jobs
+	// from committed effects: the same rows, without the jobs.
+	store := sideeffects.NewStore(b.schema)
+	rowsOnly := func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insertOrder, "cus_42", 4200); err != nil {
+			return err
+		}
+		n := strconv.FormatInt(seq.Add(1), 10)
+		_, err := store.InsertEventWithEffects(ctx, tx, sideeffects.NewEvent{
+			ID: outbox.EventID("bench.order_paid", n), AggregateType: "order", AggregateID: n, EventType: "order.paid",
+			Payload: json.RawMessage(`{"amount": 4200, "currency": "eur"}`),
+		}, []sideeffects.NewEffect{
+			{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/orders", "body": {"order": "` + n + `"}}`)},
+			{Kind: "stripe.capture", Provider: "stripe", Payload: json.RawMessage(`{"operation": "payment_intent.capture", "params": {"id": "pi_` + n + `"}}`)},
+			{Kind: "email.receipt", Provider: "sendgrid", Payload: json.RawMessage(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "Receipt", "text": "Thanks"}`)},
+		})
+		return err
+	}
+
 	var out []enqueueResult
 	for _, conc := range []int{1, 8} {
 		base, err := b.runTxs(ctx, "bare domain tx", conc, bare)
@@ -71,7 +91,12 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 			return nil, err
 		}
 		full.CostRatio = base.TPS / full.TPS
-		out = append(out, base, full)
+		noJobs, err := b.runTxs(ctx, "  same rows, no River jobs", conc, rowsOnly)
+		if err != nil {
+			return nil, err
+		}
+		noJobs.CostRatio = base.TPS / noJobs.TPS
+		out = append(out, base, full, noJobs)
 	}
 	_, err = b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".bench_orders CASCADE")
 	return out, err

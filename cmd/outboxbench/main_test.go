@@ -31,7 +31,7 @@ func TestBenchRuns(t *testing.T) {
 	require.NoError(t, err)
 	var rep report
 	require.NoError(t, json.Unmarshal(raw, &rep))
-	require.Len(t, rep.Enqueue, 4)
+	require.Len(t, rep.Enqueue, 6)
 	require.Len(t, rep.Dispatch, 4, "River fast, River with outboxd's settings, outboxd no-op, outboxd webhook")
 	require.Len(t, rep.Latency, 1)
 	require.Len(t, rep.Admin, 3)

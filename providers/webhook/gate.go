@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,9 +27,10 @@ const (
 	breakerBase     = 5 * time.Second
 	breakerMax      = 5 * time.Minute
 	// slotWait is how long a worker waits in process for a slot at a
-	// destination at its cap: a fast destination frees one within
-	// milliseconds. After it, the effect's job waits capacityWait (plus
-	// jitter) without holding a worker.
+	// destination at its cap without any slot being freed: a destination
+	// that answers frees them continually, and its effects queue in
+	// process; one that hangs frees none, and after slotWait the effect's
+	// job waits capacityWait (plus jitter) without holding a worker.
 	slotWait     = 100 * time.Millisecond
 	capacityWait = time.Second
 )
@@ -47,8 +49,10 @@ type gate struct {
 
 type hostState struct {
 	inFlight int
-	// freed is closed and replaced whenever a slot is released.
-	freed chan struct{}
+	// waiters are the callers queued for a slot, oldest first; lastFreed
+	// is when a slot was last released.
+	waiters   []chan struct{}
+	lastFreed time.Time
 	// failures counts requests in a row that got no answer.
 	failures  int
 	open      bool
@@ -58,8 +62,6 @@ type hostState struct {
 	// opened is in flight.
 	probing bool
 }
-
-
 
 func newGate(max int) *gate {
 	return &gate{max: max, now: time.Now, hosts: map[string]*hostState{}}
@@ -81,34 +83,52 @@ func hostOf(payload json.RawMessage) string {
 	return strings.ToLower(u.Host)
 }
 
-// admit takes a slot for host, waiting up to slotWait for one while the
-// host is at its cap, or says how long the effect should wait.
+// admit takes a slot for host. While the host is at its cap the caller
+// queues for the next freed slot (first come, first served) as long as the
+// host frees one at least every slotWait; otherwise, or while its breaker
+// is open, admit says how long the effect should wait.
 func (g *gate) admit(ctx context.Context, host string) (ok bool, wait time.Duration) {
-	deadline := time.NewTimer(slotWait)
-	defer deadline.Stop()
+	ok, wait, slot := g.tryAdmit(host)
+	if ok || slot == nil {
+		return ok, wait
+	}
+	timer := time.NewTimer(slotWait)
+	defer timer.Stop()
 	for {
-		ok, wait, freed := g.tryAdmit(host)
-		if ok || freed == nil {
-			return ok, wait
-		}
 		select {
-		case <-freed:
-		case <-deadline.C:
-			return false, wait
+		case <-slot:
+			return true, 0
+		case <-timer.C:
 		case <-ctx.Done():
-			return false, wait
 		}
+		g.mu.Lock()
+		h := g.hosts[host]
+		select {
+		case <-slot: // granted meanwhile
+			g.mu.Unlock()
+			return true, 0
+		default:
+		}
+		if since := g.now().Sub(h.lastFreed); ctx.Err() == nil && since < slotWait {
+			g.mu.Unlock()
+			timer.Reset(slotWait - since)
+			continue
+		}
+		h.waiters = slices.DeleteFunc(h.waiters, func(w chan struct{}) bool { return w == slot })
+		g.mu.Unlock()
+		return false, wait
 	}
 }
 
 // tryAdmit takes a slot for host if one is free. When the host is at its
-// cap it also returns a channel closed when a slot is released.
-func (g *gate) tryAdmit(host string) (ok bool, wait time.Duration, freed <-chan struct{}) {
+// cap it queues the caller: the returned channel receives the slot when one
+// is freed.
+func (g *gate) tryAdmit(host string) (ok bool, wait time.Duration, slot chan struct{}) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	h := g.hosts[host]
 	if h == nil {
-		h = &hostState{freed: make(chan struct{})}
+		h = &hostState{}
 		g.hosts[host] = h
 	}
 	now := g.now()
@@ -117,16 +137,18 @@ func (g *gate) tryAdmit(host string) (ok bool, wait time.Duration, freed <-chan 
 			return false, h.openUntil.Sub(now) + jitter(), nil
 		}
 		// Half open: one request probes whether the host answers again.
-		if h.probing {
+		if h.probing || h.inFlight >= g.max {
 			return false, capacityWait + jitter(), nil
-		}
-		if h.inFlight >= g.max {
-			return false, capacityWait + jitter(), h.freed
 		}
 		h.probing = true
 	}
-	if h.inFlight >= g.max {
-		return false, capacityWait + jitter(), h.freed
+	if h.inFlight >= g.max || len(h.waiters) > 0 {
+		if h.open {
+			return false, capacityWait + jitter(), nil
+		}
+		slot = make(chan struct{}, 1)
+		h.waiters = append(h.waiters, slot)
+		return false, capacityWait + jitter(), slot
 	}
 	h.inFlight++
 	return true, 0, nil
@@ -141,18 +163,24 @@ func (g *gate) done(host string, sendErr error) {
 	if h == nil {
 		return
 	}
-	h.inFlight--
 	wasProbe := h.probing
 	h.probing = false
-	close(h.freed)
-	h.freed = make(chan struct{})
+	h.lastFreed = g.now()
+	if len(h.waiters) > 0 && !h.open {
+		// The slot passes to the oldest waiter.
+		next := h.waiters[0]
+		h.waiters = h.waiters[1:]
+		next <- struct{}{}
+	} else {
+		h.inFlight--
+	}
 	answered := sendErr == nil || !errors.Is(sendErr, providers.ErrNoResponse)
 	switch {
 	case errors.Is(sendErr, providers.ErrNotAttempted):
 	case answered && h.open && !wasProbe:
 		// A request admitted before the breaker opened: not a probe.
 	case answered:
-		*h = hostState{inFlight: h.inFlight, freed: h.freed}
+		h.failures, h.open, h.opens, h.openUntil = 0, false, 0, time.Time{}
 	case h.open && !wasProbe:
 	default:
 		h.failures++
@@ -162,7 +190,7 @@ func (g *gate) done(host string, sendErr error) {
 			h.opens++
 		}
 	}
-	if h.inFlight == 0 && !h.open && h.failures == 0 {
+	if h.inFlight == 0 && len(h.waiters) == 0 && !h.open && h.failures == 0 {
 		delete(g.hosts, host)
 	}
 }
