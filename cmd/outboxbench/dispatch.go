@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -221,6 +221,7 @@ func (b *bench) webhookBurnDown(ctx context.Context) (dispatchResult, error) {
 	p, err := webhook.New(webhook.Config{
 		Secret:          "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 		AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		MaxPerHost:      b.s.WebhookMaxPerHost,
 	})
 	if err != nil {
 		return dispatchResult{}, err

@@ -31,6 +31,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/migrate"
+	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
@@ -39,6 +40,7 @@ import (
 type settings struct {
 	DatabaseURL       string        `json:"-"`
 	EnqueueDuration   time.Duration `json:"enqueue_duration"`
+	WebhookMaxPerHost int           `json:"webhook_max_per_host"`
 	Effects           int           `json:"effects"`
 	WebhookEffects    int           `json:"webhook_effects"`
 	Workers           int           `json:"workers"`
@@ -78,6 +80,7 @@ func main() {
 	flag.DurationVar(&s.EnqueueDuration, "enqueue-duration", 3*time.Second, "duration of each enqueue-cost run (4 runs)")
 	flag.IntVar(&s.Effects, "effects", 50000, "effects (and River jobs) burnt down in the dispatch comparison")
 	flag.IntVar(&s.WebhookEffects, "webhook-effects", 20000, "effects burnt down through the webhook provider")
+	flag.IntVar(&s.WebhookMaxPerHost, "webhook-max-per-host", webhook.DefaultMaxPerHost, "concurrent requests to the one local receiver (outboxd's default)")
 	flag.IntVar(&s.Workers, "workers", sideeffects.DefaultConcurrency, "workers for the queue under test (outboxd and the River baseline with outboxd's settings; outboxd's default)")
 	flag.IntVar(&s.PoolSize, "pool", 60, "Postgres pool size")
 	flag.DurationVar(&s.FetchCooldown, "fetch-cooldown", sideeffects.DefaultFetchCooldown, "River FetchCooldown (both sides; outboxd's default)")
