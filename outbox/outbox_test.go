@@ -511,3 +511,46 @@ func TestEnqueueFiftyGoroutinesOverlapping(t *testing.T) {
 	events_, effects, jobs := b.counts(t)
 	require.Equal(t, [3]int{events, 2 * events, 2 * events}, [3]int{events_, effects, jobs})
 }
+
+func TestJobsByDispatcherQueuesEffectsInTheIntake(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.JobsByDispatcher})
+	require.NoError(t, err)
+	intake := func() int {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+b.db.Schema+`.outbox_intake`).Scan(&n))
+		return n
+	}
+	id := uuid.New()
+	enqueue := func(effects ...outbox.Effect) *outbox.Result {
+		var res *outbox.Result
+		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			var err error
+			res, err = ob.Enqueue(ctx, tx, orderPaid(id, "1"), effects...)
+			return err
+		}))
+		return res
+	}
+	enqueue(webhookEffect("webhook.a", `{}`), webhookEffect("webhook.b", `{}`))
+	events, effects, jobs := b.counts(t)
+	require.Equal(t, [3]int{1, 2, 0}, [3]int{events, effects, jobs}, "no River job in the application's transaction")
+	require.Equal(t, 2, intake(), "one intake row per effect")
+
+	res := enqueue(webhookEffect("webhook.a", `{}`), webhookEffect("webhook.c", `{}`))
+	require.True(t, res.Effects[0].Duplicate)
+	require.False(t, res.Effects[1].Duplicate)
+	require.Equal(t, 3, intake(), "a replay queues only the new effect")
+
+	// Rolled back: nothing queued.
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`))
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, 3, intake())
+
+	_, err = outbox.New(outbox.Config{Jobs: 7})
+	require.ErrorContains(t, err, "Config.Jobs")
+}

@@ -84,6 +84,7 @@ type Config struct {
 type Dispatcher struct {
 	client *river.Client[pgx.Tx]
 	worker *Worker
+	intake *intake
 }
 
 // NewDispatcher validates cfg and builds a dispatcher; Start runs it.
@@ -199,7 +200,9 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: river client: %w", err)
 	}
-	return &Dispatcher{client: client, worker: w}, nil
+	return &Dispatcher{client: client, worker: w, intake: &intake{
+		pool: pool, store: store, schema: cfg.Schema, poll: cfg.FetchPollInterval, logger: cfg.Logger, client: client,
+	}}, nil
 }
 
 // Start begins fetching and working dispatch jobs.
@@ -209,6 +212,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		d.worker.stopBatchers()
 		return err
 	}
+	d.intake.start()
 	return nil
 }
 
@@ -218,6 +222,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	// The batchers serve the workers until the last one has returned.
 	defer d.worker.stopBatchers()
+	d.intake.stopIntake()
 	err := d.client.Stop(ctx)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		hardCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -33,6 +33,42 @@ SELECT u.id, ev.id, u.kind, u.provider, u.payload
 FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[]) AS u(id, kind, provider, payload)
 RETURNING id`
 
+	// sqlInsertEventWithEffects, also queueing each effect in the intake
+	// for a dispatcher to give it a River job.
+	sqlInsertEventWithEffectsIntake = `
+WITH ev AS (
+	INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
+	VALUES ($1, $2, $3, $4, $5)
+	ON CONFLICT (id) DO NOTHING
+	RETURNING id
+), eff AS (
+	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload)
+	SELECT u.id, ev.id, u.kind, u.provider, u.payload
+	FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[]) AS u(id, kind, provider, payload)
+	RETURNING id, provider
+)
+INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FROM eff`
+
+	// sqlInsertEffects, also queueing each inserted effect in the intake.
+	sqlInsertEffectsIntake = `
+WITH eff AS (
+	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload)
+	SELECT u.id, $1, u.kind, u.provider, u.payload
+	FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[]) AS u(id, kind, provider, payload)
+	ON CONFLICT DO NOTHING
+	RETURNING id, provider
+), q AS (
+	INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FROM eff
+)
+SELECT id FROM eff`
+
+	// Takes up to $1 effects from the intake, skipping rows another
+	// dispatcher is taking.
+	sqlTakeIntake = `
+DELETE FROM /*schema*/outbox_intake WHERE ctid = ANY(ARRAY(
+	SELECT ctid FROM /*schema*/outbox_intake LIMIT $1 FOR UPDATE SKIP LOCKED))
+RETURNING effect_id, provider`
+
 	sqlEventMatches = `
 SELECT aggregate_type = $2 AND aggregate_id = $3 AND event_type = $4 AND payload = $5::jsonb
 FROM /*schema*/outbox_events WHERE id = $1`
@@ -349,11 +385,12 @@ const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key
 
 // queries holds the statements with the schema filled in.
 type queries struct {
-	insertEvent, insertEventWithEffects, eventMatches         string
-	insertEffects, compareEffects                             string
-	getEffect, getEffectByKey, getEffectForUpdate, runningJob string
-	claim, lateAck, release, recordInDoubt, fail, unclaim     string
-	claimFirstMany, confirmMany                               string
+	insertEvent, insertEventWithEffects, eventMatches             string
+	insertEffects, compareEffects                                 string
+	insertEventWithEffectsIntake, insertEffectsIntake, takeIntake string
+	getEffect, getEffectByKey, getEffectForUpdate, runningJob     string
+	claim, lateAck, release, recordInDoubt, fail, unclaim         string
+	claimFirstMany, confirmMany                                   string
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit string
 
@@ -370,23 +407,26 @@ func newQueries(schema string) queries {
 	}
 	r := strings.NewReplacer("/*schema*/", prefix)
 	return queries{
-		insertEvent:            r.Replace(sqlInsertEvent),
-		insertEventWithEffects: r.Replace(sqlInsertEventWithEffects),
-		eventMatches:           r.Replace(sqlEventMatches),
-		insertEffects:          r.Replace(sqlInsertEffects),
-		compareEffects:         r.Replace(sqlCompareEffects),
-		getEffect:              r.Replace(sqlGetEffect),
-		getEffectByKey:         r.Replace(sqlGetEffectByKey),
-		getEffectForUpdate:     r.Replace(sqlGetEffectForUpdate),
-		runningJob:             r.Replace(sqlRunningJob),
-		claim:                  r.Replace(sqlClaim),
-		claimFirstMany:         r.Replace(sqlClaimFirstMany),
-		confirmMany:            r.Replace(sqlConfirmMany),
-		lateAck:                r.Replace(sqlLateAck),
-		unclaim:                r.Replace(sqlUnclaim),
-		release:                r.Replace(sqlRelease),
-		recordInDoubt:          r.Replace(sqlRecordInDoubt),
-		fail:                   r.Replace(sqlFail),
+		insertEvent:                  r.Replace(sqlInsertEvent),
+		insertEventWithEffects:       r.Replace(sqlInsertEventWithEffects),
+		eventMatches:                 r.Replace(sqlEventMatches),
+		insertEventWithEffectsIntake: r.Replace(sqlInsertEventWithEffectsIntake),
+		insertEffectsIntake:          r.Replace(sqlInsertEffectsIntake),
+		takeIntake:                   r.Replace(sqlTakeIntake),
+		insertEffects:                r.Replace(sqlInsertEffects),
+		compareEffects:               r.Replace(sqlCompareEffects),
+		getEffect:                    r.Replace(sqlGetEffect),
+		getEffectByKey:               r.Replace(sqlGetEffectByKey),
+		getEffectForUpdate:           r.Replace(sqlGetEffectForUpdate),
+		runningJob:                   r.Replace(sqlRunningJob),
+		claim:                        r.Replace(sqlClaim),
+		claimFirstMany:               r.Replace(sqlClaimFirstMany),
+		confirmMany:                  r.Replace(sqlConfirmMany),
+		lateAck:                      r.Replace(sqlLateAck),
+		unclaim:                      r.Replace(sqlUnclaim),
+		release:                      r.Replace(sqlRelease),
+		recordInDoubt:                r.Replace(sqlRecordInDoubt),
+		fail:                         r.Replace(sqlFail),
 
 		cancel:           r.Replace(sqlCancel),
 		redrive:          r.Replace(sqlRedrive),

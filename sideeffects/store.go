@@ -88,10 +88,15 @@ func columnsOf(sourceID uuid.UUID, effects []NewEffect) effectArrays {
 }
 
 // InsertEffects inserts the effects of event sourceID that do not exist yet
-// and returns the ids of those it inserted.
-func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, effects []NewEffect) (map[uuid.UUID]bool, error) {
+// and returns the ids of those it inserted. With intake, each inserted
+// effect is also queued in outbox_intake for a dispatcher to give it a job.
+func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, effects []NewEffect, intake bool) (map[uuid.UUID]bool, error) {
 	c := columnsOf(sourceID, effects)
-	rows, err := db.Query(ctx, s.q.insertEffects, sourceID, c.ids, c.kinds, c.providers, c.payloads)
+	sql := s.q.insertEffects
+	if intake {
+		sql = s.q.insertEffectsIntake
+	}
+	rows, err := db.Query(ctx, sql, sourceID, c.ids, c.kinds, c.providers, c.payloads)
 	if err != nil {
 		return nil, fmt.Errorf("insert effects of event %s: %w", sourceID, err)
 	}
@@ -113,10 +118,15 @@ func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, ef
 // InsertEventWithEffects inserts a new event and all its effects in one
 // statement. When an event with that id exists already it inserts nothing
 // and reports inserted=false; compare with InsertEvent and CompareEffects.
+// With intake, each effect is also queued in outbox_intake.
 // effects must not be empty.
-func (s *Store) InsertEventWithEffects(ctx context.Context, db DB, ev NewEvent, effects []NewEffect) (inserted bool, err error) {
+func (s *Store) InsertEventWithEffects(ctx context.Context, db DB, ev NewEvent, effects []NewEffect, intake bool) (inserted bool, err error) {
 	c := columnsOf(ev.ID, effects)
-	tag, err := db.Exec(ctx, s.q.insertEventWithEffects, ev.ID, ev.AggregateType, ev.AggregateID, ev.EventType, ev.Payload,
+	sql := s.q.insertEventWithEffects
+	if intake {
+		sql = s.q.insertEventWithEffectsIntake
+	}
+	tag, err := db.Exec(ctx, sql, ev.ID, ev.AggregateType, ev.AggregateID, ev.EventType, ev.Payload,
 		c.ids, c.kinds, c.providers, c.payloads)
 	if err != nil {
 		return false, fmt.Errorf("insert event %s: %w", ev.ID, err)

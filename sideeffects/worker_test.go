@@ -474,3 +474,32 @@ func TestGateRefusalUndoesTheClaim(t *testing.T) {
 	require.Equal(t, 1, got.TotalAttempts)
 	require.Eventually(t, func() bool { return p.release.Load() == 1 }, testWait, pollEvery, "the slot is released")
 }
+
+// With outbox.JobsByDispatcher the application's transaction holds no River
+// job; the dispatcher gives every effect exactly one and fires it.
+func TestDispatcherInsertsJobsFromTheIntake(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.JobsByDispatcher,
+		Providers: []providers.Validator{webhook.Schema{AllowedNetworks: loopback}}})
+	require.NoError(t, err)
+	b.ob = ob
+	// Effects committed before any dispatcher runs are found by its poll.
+	early := b.enqueue(t, "/orders")
+	b.start(t)
+	var effects []outbox.EffectResult
+	for range 30 {
+		effects = append(effects, b.enqueue(t, "/orders"))
+	}
+	for _, e := range append(effects, early) {
+		b.waitFor(t, e.ID, sideeffects.StateConfirmed)
+		var jobs int
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+b.db.Schema+`.river_job
+			WHERE args->>'effect_id' = $1`, e.ID.String()).Scan(&jobs))
+		require.Equal(t, 1, jobs, "one job per effect")
+		require.Len(t, b.recv.ByID()[e.Key], 1, "delivered once")
+	}
+	var left int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+b.db.Schema+`.outbox_intake`).Scan(&left))
+	require.Zero(t, left, "the intake is drained")
+}

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 type enqueueResult struct {
@@ -61,22 +60,24 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 		return err
 	}
 
-	// The floor of a design where the dispatcher inserts the River jobs
-	// from committed effects: the same rows, without the jobs.
-	store := sideeffects.NewStore(b.schema)
-	rowsOnly := func(ctx context.Context, tx pgx.Tx) error {
+	// The same with the River jobs inserted by the dispatcher.
+	obIntake, err := outbox.New(outbox.Config{Schema: b.schema, Jobs: outbox.JobsByDispatcher})
+	if err != nil {
+		return nil, err
+	}
+	byDispatcher := func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, insertOrder, "cus_42", 4200); err != nil {
 			return err
 		}
 		n := strconv.FormatInt(seq.Add(1), 10)
-		_, err := store.InsertEventWithEffects(ctx, tx, sideeffects.NewEvent{
-			ID: outbox.EventID("bench.order_paid", n), AggregateType: "order", AggregateID: n, EventType: "order.paid",
+		_, err := obIntake.Enqueue(ctx, tx, outbox.Event{
+			ID: outbox.EventID("bench.order_paid", n), AggregateType: "order", AggregateID: n, Type: "order.paid",
 			Payload: json.RawMessage(`{"amount": 4200, "currency": "eur"}`),
-		}, []sideeffects.NewEffect{
-			{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/orders", "body": {"order": "` + n + `"}}`)},
-			{Kind: "stripe.capture", Provider: "stripe", Payload: json.RawMessage(`{"operation": "payment_intent.capture", "params": {"id": "pi_` + n + `"}}`)},
-			{Kind: "email.receipt", Provider: "sendgrid", Payload: json.RawMessage(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "Receipt", "text": "Thanks"}`)},
-		})
+		},
+			outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/orders", "body": {"order": "` + n + `"}}`)},
+			outbox.Effect{Kind: "stripe.capture", Provider: "stripe", Payload: json.RawMessage(`{"operation": "payment_intent.capture", "params": {"id": "pi_` + n + `"}}`)},
+			outbox.Effect{Kind: "email.receipt", Provider: "sendgrid", Payload: json.RawMessage(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "Receipt", "text": "Thanks"}`)},
+		)
 		return err
 	}
 
@@ -86,19 +87,19 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		full, err := b.runTxs(ctx, "domain tx + Enqueue(1+3)", conc, withEnqueue)
+		full, err := b.runTxs(ctx, "domain tx + Enqueue(1+3), jobs in tx", conc, withEnqueue)
 		if err != nil {
 			return nil, err
 		}
 		full.CostRatio = base.TPS / full.TPS
-		noJobs, err := b.runTxs(ctx, "  same rows, no River jobs", conc, rowsOnly)
+		noJobs, err := b.runTxs(ctx, "domain tx + Enqueue(1+3), jobs by dispatcher", conc, byDispatcher)
 		if err != nil {
 			return nil, err
 		}
 		noJobs.CostRatio = base.TPS / noJobs.TPS
 		out = append(out, base, full, noJobs)
 	}
-	_, err = b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".bench_orders CASCADE")
+	_, err = b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".bench_orders, "+b.schema+".outbox_intake CASCADE")
 	return out, err
 }
 

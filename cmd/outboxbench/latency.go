@@ -18,6 +18,7 @@ import (
 )
 
 type latencyResult struct {
+	Jobs       string        `json:"jobs"`
 	Rate       int           `json:"offered_per_second"`
 	Achieved   float64       `json:"achieved_per_second"`
 	N          int           `json:"n"`
@@ -34,20 +35,29 @@ type latencyResult struct {
 // provider call and commit to confirmed.
 func (b *bench) latency(ctx context.Context) ([]latencyResult, error) {
 	var out []latencyResult
-	for _, rate := range b.s.Rates {
-		r, err := b.latencyAt(ctx, rate)
-		if err != nil {
-			return nil, fmt.Errorf("at %d/s: %w", rate, err)
+	for _, jobs := range []outbox.JobInsertion{outbox.JobsInTransaction, outbox.JobsByDispatcher} {
+		for _, rate := range b.s.Rates {
+			r, err := b.latencyAt(ctx, rate, jobs)
+			if err != nil {
+				return nil, fmt.Errorf("at %d/s: %w", rate, err)
+			}
+			out = append(out, r)
 		}
-		out = append(out, r)
 	}
 	return out, nil
 }
 
-func (b *bench) latencyAt(ctx context.Context, rate int) (latencyResult, error) {
+func jobsName(j outbox.JobInsertion) string {
+	if j == outbox.JobsByDispatcher {
+		return "jobs by dispatcher"
+	}
+	return "jobs in tx"
+}
+
+func (b *bench) latencyAt(ctx context.Context, rate int, jobs outbox.JobInsertion) (latencyResult, error) {
 	var calls sync.Map // effect id -> time of the provider call
 	noop := &noopProvider{onSend: func(req providers.Request) { calls.LoadOrStore(req.EffectID, time.Now()) }}
-	ob, err := outbox.New(outbox.Config{Schema: b.schema, Providers: []providers.Validator{noop}})
+	ob, err := outbox.New(outbox.Config{Schema: b.schema, Providers: []providers.Validator{noop}, Jobs: jobs})
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -155,7 +165,7 @@ func (b *bench) latencyAt(ctx context.Context, rate int) (latencyResult, error) 
 		return latencyResult{}, err
 	}
 	return latencyResult{
-		Rate: rate, Achieved: achieved, N: len(committed),
+		Jobs: jobsName(jobs), Rate: rate, Achieved: achieved, N: len(committed),
 		CallP50: percentile(toCall, .5), CallP95: percentile(toCall, .95), CallP99: percentile(toCall, .99),
 		ConfirmP50: percentile(toConfirm, .5), ConfirmP95: percentile(toConfirm, .95), ConfirmP99: percentile(toConfirm, .99),
 	}, nil

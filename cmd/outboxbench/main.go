@@ -227,9 +227,9 @@ func printReport(out io.Writer, rep report) {
 		}
 	}
 	if len(rep.Latency) > 0 {
-		fmt.Fprintln(tw, "\nLATENCY\tOFFERED/S\tACHIEVED/S\tCOMMIT->CALL P50/P95/P99\tCOMMIT->CONFIRMED P50/P95/P99")
+		fmt.Fprintln(tw, "\nLATENCY, NO-OP PROVIDER\tOFFERED/S\tACHIEVED/S\tCOMMIT->CALL P50/P95/P99\tCOMMIT->CONFIRMED P50/P95/P99")
 		for _, r := range rep.Latency {
-			fmt.Fprintf(tw, "noop provider\t%d\t%.0f\t%s / %s / %s\t%s / %s / %s\n", r.Rate, r.Achieved,
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s / %s / %s\t%s / %s / %s\n", r.Jobs, r.Rate, r.Achieved,
 				ms(r.CallP50), ms(r.CallP95), ms(r.CallP99), ms(r.ConfirmP50), ms(r.ConfirmP95), ms(r.ConfirmP99))
 		}
 	}

@@ -33,7 +33,7 @@ func TestBenchRuns(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &rep))
 	require.Len(t, rep.Enqueue, 6)
 	require.Len(t, rep.Dispatch, 4, "River fast, River with outboxd's settings, outboxd no-op, outboxd webhook")
-	require.Len(t, rep.Latency, 1)
+	require.Len(t, rep.Latency, 2, "one rate, both ways of inserting jobs")
 	require.Len(t, rep.Admin, 3)
 	require.Equal(t, 200, rep.Dispatch[2].N)
 	require.Positive(t, rep.Dispatch[2].VsRiver)

@@ -62,20 +62,26 @@ func newWorld(t *testing.T) *world {
 }
 
 // enqueue records n orders, each with a webhook, a Stripe refund and an
-// email, each carrying a marker that identifies the order.
+// email, each carrying a marker that identifies the order. Batches
+// alternate between River jobs inserted in the transaction and by the
+// dispatcher from the intake, so kills land in both paths.
 func (w *world) enqueue(t *testing.T, n int) {
 	t.Helper()
 	ctx := context.Background()
-	ob, err := outbox.New(outbox.Config{Schema: w.db.Schema, Providers: []providers.Validator{
-		webhook.Schema{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, stripe.Schema{}, sendgrid.Schema{},
-	}})
-	require.NoError(t, err)
+	var obs []*outbox.Outbox
+	for _, jobs := range []outbox.JobInsertion{outbox.JobsInTransaction, outbox.JobsByDispatcher} {
+		ob, err := outbox.New(outbox.Config{Schema: w.db.Schema, Jobs: jobs, Providers: []providers.Validator{
+			webhook.Schema{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, stripe.Schema{}, sendgrid.Schema{},
+		}})
+		require.NoError(t, err)
+		obs = append(obs, ob)
+	}
 	port := w.recv.URL[strings.LastIndex(w.recv.URL, ":")+1:]
 	for batch := 0; batch < n; batch += 100 {
 		err := pgx.BeginFunc(ctx, w.db.Pool, func(tx pgx.Tx) error {
 			for i := batch; i < min(batch+100, n); i++ {
 				order := fmt.Sprintf("o%05d", i)
-				res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("chaos", order), Type: "order.paid"},
+				res, err := obs[(batch/100)%2].Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("chaos", order), Type: "order.paid"},
 					outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
 						Payload: json.RawMessage(`{"url": "http://localhost:` + port + `/hook", "body": {"order": "` + order + `"}}`)},
 					outbox.Effect{Kind: "stripe.refund", Provider: "stripe",
