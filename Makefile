@@ -18,7 +18,7 @@ vet:
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-## bench: outboxd against River and Postgres baselines, same run (~3 min)
+## bench: outboxd against River and Postgres baselines, same run (~4½ min)
 bench:
 	$(GO) run ./cmd/outboxbench
 
