@@ -217,18 +217,20 @@ func (s *Store) Audit(ctx context.Context, db DB, id uuid.UUID) ([]AuditEntry, e
 
 // Stats summarises the effects table.
 type Stats struct {
-	Window time.Duration `json:"window_seconds"`
+	Window time.Duration `json:"-"`
+	// WindowSeconds is Window in seconds, for scripts.
+	WindowSeconds float64 `json:"window_seconds"`
 	// Counts holds live and failed effects in full, confirmed and cancelled
 	// ones updated within Window.
-	Counts          []StateKindCount `json:"counts"`
-	OldestPending   *time.Time       `json:"oldest_pending_created_at"`
-	OldestFired     *time.Time       `json:"oldest_fired_at"`
-	Attempts        []AttemptsBucket `json:"attempts_of_confirmed"`
-	Confirmed       int64            `json:"confirmed_in_window"`
-	LatencyP50      float64          `json:"confirm_latency_p50_seconds"`
-	LatencyP95      float64          `json:"confirm_latency_p95_seconds"`
-	LatencyP99      float64          `json:"confirm_latency_p99_seconds"`
-	CollectedAtTime time.Time        `json:"collected_at"`
+	Counts        []StateKindCount `json:"counts"`
+	OldestPending *time.Time       `json:"oldest_pending_created_at"`
+	OldestFired   *time.Time       `json:"oldest_fired_at"`
+	Attempts      []AttemptsBucket `json:"attempts_of_confirmed"`
+	Confirmed     int64            `json:"confirmed_in_window"`
+	LatencyP50    float64          `json:"confirm_latency_p50_seconds"`
+	LatencyP95    float64          `json:"confirm_latency_p95_seconds"`
+	LatencyP99    float64          `json:"confirm_latency_p99_seconds"`
+	CollectedAt   time.Time        `json:"collected_at"`
 }
 
 // StateKindCount is the number of effects of one kind in one state.
@@ -251,7 +253,7 @@ func (s *Store) Stats(ctx context.Context, db DB, window time.Duration) (*Stats,
 		return nil, err
 	}
 	since := now.Add(-window)
-	st := &Stats{Window: window, CollectedAtTime: now}
+	st := &Stats{Window: window, WindowSeconds: window.Seconds(), CollectedAt: now}
 	rows, err := db.Query(ctx, s.q.statsCounts, since)
 	if err != nil {
 		return nil, fmt.Errorf("stats: %w", err)

@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -132,15 +133,21 @@ var keyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 func (a *app) resolve(ctx context.Context, ref string) (*sideeffects.Effect, error) {
 	if id, err := uuid.Parse(ref); err == nil {
 		e, err := a.store().Get(ctx, a.pool, id)
-		if err != nil {
+		if errors.Is(err, sideeffects.ErrNotFound) {
 			return nil, fmt.Errorf("no effect with id %s in schema %q: find ids with `outboxctl list`", id, a.Schema)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read effect %s: %w", id, err)
 		}
 		return e, nil
 	}
 	if keyRE.MatchString(strings.ToLower(ref)) {
 		e, err := a.store().GetByKey(ctx, a.pool, strings.ToLower(ref))
-		if err != nil {
+		if errors.Is(err, sideeffects.ErrNotFound) {
 			return nil, fmt.Errorf("no effect with idempotency key %s in schema %q", ref, a.Schema)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read effect %s: %w", ref, err)
 		}
 		return e, nil
 	}

@@ -389,6 +389,7 @@ func TestStats(t *testing.T) {
 	require.NoError(t, err)
 	var st sideeffects.Stats
 	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	require.Equal(t, 86400.0, st.WindowSeconds, "the window in seconds, not nanoseconds")
 	counts := map[string]int64{}
 	for _, c := range st.Counts {
 		counts[string(c.State)+"/"+c.Kind] = c.Count
