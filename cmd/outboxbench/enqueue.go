@@ -44,42 +44,32 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 		_, err := tx.Exec(ctx, insertOrder, "cus_42", 4200)
 		return err
 	}
-	withEnqueue := func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, insertOrder, "cus_42", 4200); err != nil {
+	// order pays an order in the application's transaction: the domain row,
+	// then one event with three effects through ob.
+	order := func(ob *outbox.Outbox) func(context.Context, pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, insertOrder, "cus_42", 4200); err != nil {
+				return err
+			}
+			n := strconv.FormatInt(seq.Add(1), 10)
+			_, err := ob.Enqueue(ctx, tx, outbox.Event{
+				ID: outbox.EventID("bench.order_paid", n), AggregateType: "order", AggregateID: n, Type: "order.paid",
+				Payload: json.RawMessage(`{"amount": 4200, "currency": "eur"}`),
+			},
+				outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/orders", "body": {"order": "` + n + `"}}`)},
+				outbox.Effect{Kind: "stripe.capture", Provider: "stripe", Payload: json.RawMessage(`{"operation": "payment_intent.capture", "params": {"id": "pi_` + n + `"}}`)},
+				outbox.Effect{Kind: "email.receipt", Provider: "sendgrid", Payload: json.RawMessage(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "Receipt", "text": "Thanks"}`)},
+			)
 			return err
 		}
-		n := strconv.FormatInt(seq.Add(1), 10)
-		_, err := ob.Enqueue(ctx, tx, outbox.Event{
-			ID: outbox.EventID("bench.order_paid", n), AggregateType: "order", AggregateID: n, Type: "order.paid",
-			Payload: json.RawMessage(`{"amount": 4200, "currency": "eur"}`),
-		},
-			outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/orders", "body": {"order": "` + n + `"}}`)},
-			outbox.Effect{Kind: "stripe.capture", Provider: "stripe", Payload: json.RawMessage(`{"operation": "payment_intent.capture", "params": {"id": "pi_` + n + `"}}`)},
-			outbox.Effect{Kind: "email.receipt", Provider: "sendgrid", Payload: json.RawMessage(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "Receipt", "text": "Thanks"}`)},
-		)
-		return err
 	}
-
+	withEnqueue := order(ob)
 	// The same with the River jobs inserted by the dispatcher.
 	obIntake, err := outbox.New(outbox.Config{Schema: b.schema, Jobs: outbox.JobsByDispatcher})
 	if err != nil {
 		return nil, err
 	}
-	byDispatcher := func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, insertOrder, "cus_42", 4200); err != nil {
-			return err
-		}
-		n := strconv.FormatInt(seq.Add(1), 10)
-		_, err := obIntake.Enqueue(ctx, tx, outbox.Event{
-			ID: outbox.EventID("bench.order_paid", n), AggregateType: "order", AggregateID: n, Type: "order.paid",
-			Payload: json.RawMessage(`{"amount": 4200, "currency": "eur"}`),
-		},
-			outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/orders", "body": {"order": "` + n + `"}}`)},
-			outbox.Effect{Kind: "stripe.capture", Provider: "stripe", Payload: json.RawMessage(`{"operation": "payment_intent.capture", "params": {"id": "pi_` + n + `"}}`)},
-			outbox.Effect{Kind: "email.receipt", Provider: "sendgrid", Payload: json.RawMessage(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "Receipt", "text": "Thanks"}`)},
-		)
-		return err
-	}
+	byDispatcher := order(obIntake)
 
 	var out []enqueueResult
 	for _, conc := range []int{1, 8} {
