@@ -23,12 +23,12 @@ import (
 const (
 	// DefaultConcurrency is high because most workers wait: on the shared
 	// claim and confirm statements (larger batches are cheaper per effect)
-	// or on a provider. Measured in README "Performance".
+	// or on a provider. Measured in docs/performance.md.
 	DefaultConcurrency = 400
 	DefaultJobTimeout  = time.Minute
 	DefaultRescueAfter = 2 * time.Minute
 	// DefaultFetchCooldown and DefaultFetchPollInterval are tighter than
-	// River's (100ms, 1s), chosen by measurement (README "Performance"): an
+	// River's (100ms, 1s), chosen by measurement (docs/performance.md): an
 	// effect is usually fired within a few milliseconds of its commit, and
 	// within the poll interval when its insert notification was coalesced
 	// with another.
