@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"time"
 )
@@ -22,7 +21,7 @@ type SendGridRequest struct {
 // FakeSendGrid is an httptest SendGrid v3 API that records every mail send
 // and answers 202 with an X-Message-Id unless scripted with Respond.
 type FakeSendGrid struct {
-	*httptest.Server
+	*Server
 	// Delay, set before use, is waited before every answer.
 	Delay    time.Duration
 	mu       sync.Mutex
@@ -33,7 +32,7 @@ type FakeSendGrid struct {
 // NewFakeSendGrid starts a fake SendGrid API.
 func NewFakeSendGrid() *FakeSendGrid {
 	f := &FakeSendGrid{}
-	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
+	f.Server = newServer(http.HandlerFunc(f.serve))
 	return f
 }
 

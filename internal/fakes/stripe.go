@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -30,7 +28,7 @@ type StripeRequest struct {
 // Respond scripts other answers per path. Unlike stripe-mock it lets tests
 // choose status codes and headers (Stripe-Should-Retry, Idempotent-Replayed).
 type FakeStripe struct {
-	*httptest.Server
+	*Server
 	// Delay, set before use, is waited before every answer.
 	Delay    time.Duration
 	mu       sync.Mutex
@@ -41,7 +39,7 @@ type FakeStripe struct {
 // NewFakeStripe starts a fake Stripe API.
 func NewFakeStripe() *FakeStripe {
 	f := &FakeStripe{script: map[string][]Response{}}
-	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
+	f.Server = newServer(http.HandlerFunc(f.serve))
 	return f
 }
 
@@ -187,24 +185,4 @@ func RunStripeMock(bin string) (string, func(), error) {
 		stop()
 		return "", nil, fmt.Errorf("stripe-mock did not start listening within 30s")
 	}
-}
-
-// StartStripeMock runs stripe-mock for the test and returns its base URL.
-// Without the binary the test is skipped, except in CI (CI set), where
-// .ci/run installs it and its absence is a failure.
-func StartStripeMock(t testing.TB) string {
-	t.Helper()
-	bin, err := FindStripeMock()
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	url, stop, err := RunStripeMock(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	return url
 }

@@ -4,7 +4,6 @@ package fakes
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"time"
 
@@ -26,7 +25,7 @@ type Delivery struct {
 // with the library's verifier and records every request. Responses are 204
 // unless scripted with Respond.
 type Receiver struct {
-	*httptest.Server
+	*Server
 	// Delay, set before use, is waited before every answer.
 	Delay    time.Duration
 	verifier *standardwebhooks.Webhook
@@ -43,7 +42,7 @@ func NewReceiver(secret string) (*Receiver, error) {
 		return nil, err
 	}
 	r := &Receiver{verifier: v, script: map[string][]Response{}}
-	r.Server = httptest.NewServer(http.HandlerFunc(r.serve))
+	r.Server = newServer(http.HandlerFunc(r.serve))
 	return r, nil
 }
 

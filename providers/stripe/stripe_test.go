@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ var operationPayloads = map[string]struct {
 
 func TestOperationsAgainstStripeMock(t *testing.T) {
 	t.Parallel()
-	base := fakes.StartStripeMock(t)
+	base := startStripeMock(t)
 	p := newProvider(t, base, 10*time.Second)
 	require.Len(t, operationPayloads, len(stripe.Operations()), "every operation is exercised")
 	for op, tc := range operationPayloads {
@@ -225,4 +226,24 @@ func TestOversizedResponseIsCutOff(t *testing.T) {
 	require.Contains(t, err.Error(), "over the size limit")
 	class, _ := providers.Classify(err)
 	require.Equal(t, providers.ClassInDoubt, class, "Stripe acted: a re-send with the same key returns the object")
+}
+
+// StartStripeMock runs stripe-mock for the test and returns its base URL.
+// Without the binary the test is skipped, except in CI (CI set), where
+// .ci/run installs it and its absence is a failure.
+func startStripeMock(t testing.TB) string {
+	t.Helper()
+	bin, err := fakes.FindStripeMock()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	url, stop, err := fakes.RunStripeMock(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return url
 }
