@@ -2,9 +2,9 @@
 // Provider interface, the three error classes every provider must sort its
 // failures into, and the guarantees each provider declares about idempotency.
 //
-// Implementations live in sub-packages (webhook, and later stripe and
-// sendgrid). They import nothing else from outboxd, so a provider can be
-// read, tested and replaced on its own.
+// Implementations live in sub-packages (webhook, stripe, sendgrid). They
+// import nothing else from outboxd, so a provider can be read, tested and
+// replaced on its own.
 package providers
 
 import (

@@ -108,7 +108,9 @@ func TestMetrics(t *testing.T) {
 	t.Parallel()
 	b := setupWorker(t, workerOpts{})
 	reg := prometheus.NewRegistry()
-	b.cfg.Metrics = sideeffects.NewMetrics(reg)
+	var err error
+	b.cfg.Metrics, err = sideeffects.NewMetrics(reg)
+	require.NoError(t, err)
 	reg.MustRegister(sideeffects.NewStateCollector(b.db.Pool, b.store))
 	b.recv.Respond("/flaky", fakes.Status(500))
 	// One effect waits, unfired, for a queue nobody serves.

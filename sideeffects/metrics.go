@@ -2,6 +2,7 @@ package sideeffects
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,8 +20,10 @@ type Metrics struct {
 	replays      *prometheus.CounterVec
 }
 
-// NewMetrics creates the dispatcher metrics and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// NewMetrics creates the dispatcher metrics and registers them with reg; a
+// registration error (a metric registered twice) is returned, as
+// outbox.Config.Registerer does.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outboxd_transitions_total",
@@ -40,8 +43,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Acknowledgements the provider served from its idempotency record (Stripe Idempotent-Replayed).",
 		}, []string{"provider", "kind"}),
 	}
-	reg.MustRegister(m.transitions, m.callDuration, m.inDoubt, m.replays)
-	return m
+	for _, c := range []prometheus.Collector{m.transitions, m.callDuration, m.inDoubt, m.replays} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("dispatcher metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 func (m *Metrics) transition(e *Effect, to State) {

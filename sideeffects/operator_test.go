@@ -57,7 +57,9 @@ func (b *workerBundle) audit(t *testing.T, id uuid.UUID) []sideeffects.AuditEntr
 func (b *workerBundle) inFlight(t *testing.T, reg prometheus.Registerer) (*fakes.FakeSendGrid, outbox.EffectResult, func()) {
 	t.Helper()
 	f := b.useFakeSendGrid(t)
-	b.cfg.Metrics = sideeffects.NewMetrics(reg)
+	var err error
+	b.cfg.Metrics, err = sideeffects.NewMetrics(reg)
+	require.NoError(t, err)
 	d := b.start(t)
 	acked, release := make(chan struct{}), make(chan struct{})
 	sideeffects.SetBeforeConfirm(d, func(ctx context.Context) error {

@@ -279,6 +279,10 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		sideeffects.NewStateCollector(pool, sideeffects.NewStore(g.Schema)))
+	metrics, err := sideeffects.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
 	retention := c.Retention
 	if retention <= 0 {
 		retention = -1 // disabled
@@ -287,7 +291,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		Schema:        g.Schema,
 		SweepInterval: c.SweepInterval,
 		Retention:     retention,
-		Metrics:       sideeffects.NewMetrics(reg),
+		Metrics:       metrics,
 		Providers:     provs,
 		Concurrency:   c.concurrency(provs),
 		InDoubt:       inDoubt,

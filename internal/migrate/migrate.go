@@ -8,7 +8,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"regexp"
 
 	"github.com/jackc/pgx/v5"
@@ -134,12 +133,7 @@ func gooseProvider(pool *pgxpool.Pool, schema string) (*goose.Provider, *sql.DB,
 	cc := pool.Config().ConnConfig.Copy()
 	cc.RuntimeParams["search_path"] = schema
 	db := stdlib.OpenDB(*cc)
-	sub, err := fs.Sub(migrations.FS, ".")
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sub,
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
 		goose.WithTableName(VersionTable),
 		goose.WithDisableGlobalRegistry(true),
 	)

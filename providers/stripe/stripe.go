@@ -185,9 +185,9 @@ func classify(err error, rec *lastResponse, wrote bool) error {
 	switch header.Get("Stripe-Should-Retry") {
 	case "true":
 		if status >= 500 {
-			return providers.InDoubtAfter(err, retryAfter(header))
+			return providers.InDoubtAfter(err, providers.RetryAfter(header, time.Now()))
 		}
-		return providers.Retryable(err, retryAfter(header))
+		return providers.Retryable(err, providers.RetryAfter(header, time.Now()))
 	case "false":
 		return providers.Permanent(err)
 	}
@@ -201,9 +201,9 @@ func classify(err error, rec *lastResponse, wrote bool) error {
 	}
 	switch {
 	case status == http.StatusConflict, status == http.StatusTooManyRequests:
-		return providers.Retryable(err, retryAfter(header))
+		return providers.Retryable(err, providers.RetryAfter(header, time.Now()))
 	case status >= 500:
-		return providers.InDoubtAfter(err, retryAfter(header))
+		return providers.InDoubtAfter(err, providers.RetryAfter(header, time.Now()))
 	case status >= 200 && status < 300:
 		// Stripe acted but the response could not be read: the object
 		// exists, and a re-send with the same key returns it.
@@ -211,17 +211,6 @@ func classify(err error, rec *lastResponse, wrote bool) error {
 	default:
 		return providers.Permanent(err)
 	}
-}
-
-func retryAfter(h http.Header) time.Duration {
-	if h == nil {
-		return 0
-	}
-	var secs int
-	if _, err := fmt.Sscanf(h.Get("Retry-After"), "%d", &secs); err == nil && secs > 0 {
-		return time.Duration(secs) * time.Second
-	}
-	return 0
 }
 
 // lastResponse keeps the status and headers of the response to a call, so

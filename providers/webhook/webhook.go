@@ -246,9 +246,9 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 		return providers.Result{}, providers.Permanent(statusError(resp, snippet,
 			"redirect to "+resp.Header.Get("Location")+" not followed: update the URL"))
 	case status >= 500:
-		return providers.Result{}, providers.InDoubtAfter(statusError(resp, snippet, ""), RetryAfter(resp.Header, time.Now()))
+		return providers.Result{}, providers.InDoubtAfter(statusError(resp, snippet, ""), providers.RetryAfter(resp.Header, time.Now()))
 	default:
-		return providers.Result{}, providers.Retryable(statusError(resp, snippet, ""), RetryAfter(resp.Header, time.Now()))
+		return providers.Result{}, providers.Retryable(statusError(resp, snippet, ""), providers.RetryAfter(resp.Header, time.Now()))
 	}
 }
 
@@ -261,23 +261,4 @@ func statusError(resp *http.Response, snippet []byte, note string) error {
 		msg += ": " + s
 	}
 	return errors.New(msg)
-}
-
-// RetryAfter parses a Retry-After header, in seconds or as an HTTP date.
-// It returns zero when the header is absent or malformed.
-func RetryAfter(h http.Header, now time.Time) time.Duration {
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.Atoi(v); err == nil {
-		if secs < 0 {
-			return 0
-		}
-		return time.Duration(secs) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
 }

@@ -213,16 +213,3 @@ func TestNewRejectsBadSecrets(t *testing.T) {
 		require.Contains(t, err.Error(), "OUTBOXD_WEBHOOK_SECRET")
 	}
 }
-
-func TestRetryAfter(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	h := http.Header{}
-	require.Zero(t, webhook.RetryAfter(h, now))
-	h.Set("Retry-After", "30")
-	require.Equal(t, 30*time.Second, webhook.RetryAfter(h, now))
-	h.Set("Retry-After", now.Add(90*time.Second).Format(http.TimeFormat))
-	require.Equal(t, 90*time.Second, webhook.RetryAfter(h, now))
-	h.Set("Retry-After", "soon")
-	require.Zero(t, webhook.RetryAfter(h, now))
-}
