@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -44,9 +45,16 @@ type Config struct {
 	// Schema holds outboxd's and River's tables ("" uses search_path). It
 	// must be the schema outboxd migrate and outboxd run use.
 	Schema string
-	// Providers validate effect payloads by provider name. Default: the
-	// built-in providers' schemas (webhook, stripe, sendgrid).
+	// Providers validate effect payloads of your own providers, by name,
+	// in addition to the built-in schemas (webhook, stripe, sendgrid); one
+	// with a built-in name replaces that schema.
 	Providers []providers.Validator
+	// WebhookAllowedNetworks are non-public networks webhook effects may
+	// point at (IP literals in them, and names such as localhost or
+	// single-label hosts once any network is allowed), for receivers on
+	// your own network. The dispatching outboxd must allow them too
+	// (--webhook-allow-cidrs). Default: public addresses only.
+	WebhookAllowedNetworks []netip.Prefix
 	// MaxPayloadBytes bounds each payload. Default 256 KiB.
 	MaxPayloadBytes int
 	// River inserts the dispatch jobs. Default: an insert-only client for
@@ -54,8 +62,10 @@ type Config struct {
 	// application's own client may be passed instead; its FetchCooldown then
 	// bounds how often inserts wake the dispatchers.
 	River *river.Client[pgx.Tx]
-	// Registerer, when set, receives outboxd_enqueue_total{result}: calls
-	// that wrote (new), replayed (duplicate), conflicted or were invalid.
+	// Registerer, when set, receives outboxd_enqueue_total{result}: Enqueue
+	// calls that wrote to the transaction (new), replayed (duplicate),
+	// conflicted or were invalid. A call is counted when it returns, so
+	// "new" includes calls whose transaction was later rolled back.
 	Registerer prometheus.Registerer
 	// Jobs says who inserts the River jobs. Default JobsInTransaction.
 	Jobs JobInsertion
@@ -98,9 +108,10 @@ type Outbox struct {
 
 // New builds an Outbox.
 func New(cfg Config) (*Outbox, error) {
-	if cfg.Providers == nil {
-		cfg.Providers = []providers.Validator{webhook.Schema{}, stripe.Schema{}, sendgrid.Schema{}}
-	}
+	builtin := []providers.Validator{webhook.Schema{AllowedNetworks: cfg.WebhookAllowedNetworks}, stripe.Schema{}, sendgrid.Schema{}}
+	// Providers add to the built-in schemas, or replace one of the same
+	// name: leaving one out never makes it unknown.
+	cfg.Providers = append(builtin, cfg.Providers...)
 	if cfg.MaxPayloadBytes <= 0 {
 		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
@@ -121,7 +132,7 @@ func New(cfg Config) (*Outbox, error) {
 	if cfg.Registerer != nil {
 		o.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outboxd_enqueue_total",
-			Help: "Enqueue calls by result: new (something written), duplicate (replay, nothing written), conflict, invalid.",
+			Help: "Enqueue calls by result: new (wrote to the caller's transaction, committed or not), duplicate (replay, nothing written), conflict, invalid.",
 		}, []string{"result"})
 		if err := cfg.Registerer.Register(o.calls); err != nil {
 			return nil, fmt.Errorf("outbox: register metrics: %w", err)
@@ -171,10 +182,25 @@ type Effect struct {
 // Result reports what Enqueue did.
 type Result struct {
 	EventID uuid.UUID
-	// Duplicate is true when the event existed already with the same
-	// content.
-	Duplicate bool
-	Effects   []EffectResult
+	// EventExisted is true when the event was stored already with the same
+	// content. New effects may still have been added to it: read each
+	// effect's Duplicate, or Replay for the whole call.
+	EventExisted bool
+	Effects      []EffectResult
+}
+
+// Replay is true when the call wrote nothing: the event and every effect
+// existed already with the same content (no new River job either).
+func (r *Result) Replay() bool {
+	if !r.EventExisted {
+		return false
+	}
+	for _, e := range r.Effects {
+		if !e.Duplicate {
+			return false
+		}
+	}
+	return true
 }
 
 // EffectResult reports one effect.
@@ -212,7 +238,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects ...Ef
 		case errors.Is(err, ErrConflict):
 			o.calls.WithLabelValues("conflict").Inc()
 		case err != nil:
-		case res.wroteNothing():
+		case res.Replay():
 			o.calls.WithLabelValues("duplicate").Inc()
 		default:
 			o.calls.WithLabelValues("new").Inc()
@@ -221,18 +247,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects ...Ef
 	return res, err
 }
 
-// wroteNothing is true for a pure replay.
-func (r *Result) wroteNothing() bool {
-	if !r.Duplicate {
-		return false
-	}
-	for _, e := range r.Effects {
-		if !e.Duplicate {
-			return false
-		}
-	}
-	return true
-}
+
 
 func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Effect) (*Result, error) {
 	newEvent, newEffects, err := o.validate(tx, ev, effects)
@@ -269,7 +284,7 @@ func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Eff
 	if !inserted && !same {
 		return nil, &ConflictError{EventID: ev.ID}
 	}
-	res.Duplicate = !inserted
+	res.EventExisted = !inserted
 	if len(effects) == 0 {
 		return res, nil
 	}

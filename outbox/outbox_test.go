@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -83,7 +84,7 @@ func TestEnqueueCommitAndRollback(t *testing.T) {
 			webhookEffect("webhook.order_paid", `{"order": "ord_42"}`),
 			webhookEffect("webhook.ledger", `{"order": "ord_42"}`))
 		require.NoError(t, err)
-		require.False(t, res.Duplicate)
+		require.False(t, res.EventExisted)
 		require.Len(t, res.Effects, 2)
 		for _, e := range res.Effects {
 			require.False(t, e.Duplicate)
@@ -131,7 +132,7 @@ func TestEnqueueReplayAndConflict(t *testing.T) {
 		ev.Payload = json.RawMessage(`{ "amount" : 100 }`)
 		res, err := b.enqueue(t, ev, webhookEffect("webhook.a", `{"x":1}`))
 		require.NoError(t, err)
-		require.True(t, res.Duplicate)
+		require.True(t, res.EventExisted)
 		require.True(t, res.Effects[0].Duplicate)
 		events, effects, jobs := b.counts(t)
 		require.Equal(t, [3]int{1, 1, 1}, [3]int{events, effects, jobs})
@@ -145,7 +146,7 @@ func TestEnqueueReplayAndConflict(t *testing.T) {
 		require.NoError(t, err)
 		res, err := b.enqueue(t, orderPaid(id, "100"), webhookEffect("webhook.a", `{}`), webhookEffect("webhook.b", `{}`))
 		require.NoError(t, err)
-		require.True(t, res.Duplicate)
+		require.True(t, res.EventExisted)
 		require.True(t, res.Effects[0].Duplicate)
 		require.False(t, res.Effects[1].Duplicate)
 		_, effects, jobs := b.counts(t)
@@ -223,7 +224,7 @@ func TestEnqueueConcurrentSameEvent(t *testing.T) {
 					results[g] = err
 					return
 				}
-				dups[g] = res.Duplicate
+				dups[g] = res.EventExisted
 				results[g] = tx.Commit(ctx)
 			}()
 		}
@@ -337,7 +338,7 @@ func TestEnqueueMetrics(t *testing.T) {
 	_, err = b.enqueue(t, orderPaid(id, "1"), webhookEffect("", `{}`))
 	require.ErrorIs(t, err, outbox.ErrInvalid)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP outboxd_enqueue_total Enqueue calls by result: new (something written), duplicate (replay, nothing written), conflict, invalid.
+# HELP outboxd_enqueue_total Enqueue calls by result: new (wrote to the caller's transaction, committed or not), duplicate (replay, nothing written), conflict, invalid.
 # TYPE outboxd_enqueue_total counter
 outboxd_enqueue_total{result="conflict"} 1
 outboxd_enqueue_total{result="duplicate"} 1
@@ -419,7 +420,7 @@ func TestEnqueueHostileInput(t *testing.T) {
 		// A replay with the same odd content is still a duplicate.
 		again, err := b.enqueue(t, ev, webhookEffect("webhook.odd", string(body)))
 		require.NoError(t, err)
-		require.True(t, again.Duplicate)
+		require.True(t, again.Replay())
 	})
 
 	t.Run("aborted or finished transaction", func(t *testing.T) {
@@ -473,7 +474,7 @@ func TestEnqueueFiftyGoroutinesOverlapping(t *testing.T) {
 					res, err := b.ob.Enqueue(ctx, tx, orderPaid(ids[c.event], c.amount),
 						webhookEffect("webhook.a", `{"n": 1}`), webhookEffect("webhook.b", `{"n": 2}`))
 					if err == nil {
-						c.new, c.dup = !res.Duplicate, res.Duplicate
+						c.new, c.dup = !res.EventExisted, res.EventExisted
 					}
 					return err
 				})
@@ -553,4 +554,26 @@ func TestJobsByDispatcherQueuesEffectsInTheIntake(t *testing.T) {
 
 	_, err = outbox.New(outbox.Config{Jobs: 7})
 	require.ErrorContains(t, err, "Config.Jobs")
+}
+
+func TestWebhookAllowedNetworksKeepsTheOtherProviders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema,
+		WebhookAllowedNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	require.NoError(t, err)
+	err = pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"),
+			outbox.Effect{Kind: "webhook.internal", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://10.1.2.3/hook", "body": {}}`)},
+			outbox.Effect{Kind: "stripe.refund", Provider: "stripe", Payload: json.RawMessage(`{"operation": "refund.create", "params": {"payment_intent": "pi_1"}}`)})
+		return err
+	})
+	require.NoError(t, err, "the allowed network is accepted and Stripe is still known")
+	err = pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"),
+			outbox.Effect{Kind: "webhook.internal", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://192.168.1.1/hook", "body": {}}`)})
+		return err
+	})
+	require.ErrorIs(t, err, outbox.ErrInvalid, "other private networks stay refused")
 }

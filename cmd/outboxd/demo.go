@@ -144,9 +144,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 		return err
 	}
 	rec := &recorder{fires: map[string][]fire{}}
-	ob, err := outbox.New(outbox.Config{Schema: schema, Providers: []providers.Validator{
-		webhook.Schema{AllowedNetworks: loopback}, stripe.Schema{}, sendgrid.Schema{},
-	}})
+	ob, err := outbox.New(outbox.Config{Schema: schema, WebhookAllowedNetworks: loopback})
 	if err != nil {
 		return err
 	}
@@ -213,7 +211,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		res, err := ob.Enqueue(ctx, tx, orderEvent("ord_1001", 4200), orderEffects(recv.URL, "ord_1001", "/orders", true)...)
 		if err == nil {
-			fmt.Fprintf(out, "replayed order ord_1001: duplicate=%t, no new effect or job\n\n", res.Duplicate)
+			fmt.Fprintf(out, "replayed order ord_1001: duplicate=%t, no new effect or job\n\n", res.Replay())
 		}
 		return err
 	})
