@@ -1,5 +1,5 @@
 // Package migrations embeds outboxd's SQL migrations. They are applied by
-// "outboxd migrate" (see internal/migrate) together with River's own.
+// "outboxd migrate" (see outbox/outboxmigrate) together with River's own.
 package migrations
 
 import "embed"

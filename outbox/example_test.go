@@ -5,21 +5,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxd/outboxd/internal/migrate"
-	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxmigrate"
 )
 
 // Example records an order payment and the webhook it implies in one
 // transaction: both commit together, or neither does.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testdb.URL())
+	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func Example() {
 
 	// outboxd migrate does this once per database.
 	schema := "outboxd_example_" + uuid.NewString()[:8]
-	if _, err := migrate.Up(ctx, pool, schema); err != nil {
+	if _, err := outboxmigrate.Up(ctx, pool, schema); err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
@@ -75,4 +75,13 @@ func Example() {
 	// Output:
 	// effect webhook.order_paid: key 4bccfbccfcac…
 	// committed with the order; effect is pending
+}
+
+// databaseURL is the example's Postgres: TEST_DATABASE_URL, or the local
+// one a newcomer has.
+func databaseURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 }

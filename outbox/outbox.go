@@ -247,8 +247,6 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects ...Ef
 	return res, err
 }
 
-
-
 func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Effect) (*Result, error) {
 	newEvent, newEffects, err := o.validate(tx, ev, effects)
 	if err != nil {

@@ -30,7 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/migrate"
+	"github.com/outboxd/outboxd/outbox/outboxmigrate"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -145,7 +145,7 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	schema := "outboxd_bench_" + hex.EncodeToString(b[:])
-	if _, err := migrate.Up(ctx, pool, schema); err != nil {
+	if _, err := outboxmigrate.Up(ctx, pool, schema); err != nil {
 		return err
 	}
 	defer pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck

@@ -23,8 +23,8 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/fakes"
-	"github.com/outboxd/outboxd/internal/migrate"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxmigrate"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
@@ -106,7 +106,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	schema := "outboxd_demo_" + hex.EncodeToString(b[:])
-	if _, err := migrate.Up(ctx, pool, schema); err != nil {
+	if _, err := outboxmigrate.Up(ctx, pool, schema); err != nil {
 		return err
 	}
 	if !keep {

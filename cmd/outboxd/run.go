@@ -19,7 +19,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/envflag"
-	"github.com/outboxd/outboxd/internal/migrate"
+	"github.com/outboxd/outboxd/outbox/outboxmigrate"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
@@ -273,7 +273,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		return err
 	}
 	defer pool.Close()
-	if err := migrate.Check(ctx, pool, g.Schema); err != nil {
+	if err := outboxmigrate.Check(ctx, pool, g.Schema); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
@@ -371,7 +371,7 @@ func healthHandler(pool *pgxpool.Pool, schema string, started *atomic.Bool) *htt
 			return
 		}
 		if time.Since(time.Unix(0, migratedAt.Load())) > 30*time.Second {
-			if err := migrate.Check(ctx, pool, schema); err != nil {
+			if err := outboxmigrate.Check(ctx, pool, schema); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}

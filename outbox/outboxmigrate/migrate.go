@@ -1,7 +1,11 @@
-// Package migrate applies River's migrations and outboxd's own to one
-// Postgres schema. It is shared by "outboxd migrate", "outboxctl migrate",
-// the demo and the tests, so there is exactly one way a schema comes to be.
-package migrate
+// Package outboxmigrate applies River's migrations and outboxd's own to one
+// Postgres schema, from Go, idempotently: what "outboxd migrate" does, for
+// applications that migrate at start-up or set up their tests, in the
+// manner of rivermigrate. It is also what outboxd's binaries, demo and tests
+// use, so there is exactly one way a schema comes to be.
+//
+//	res, err := outboxmigrate.Up(ctx, pool, "outboxd")
+package outboxmigrate
 
 import (
 	"context"
