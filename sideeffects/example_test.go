@@ -23,7 +23,9 @@ import (
 // smsProvider is an application's own provider: it validates its payload
 // (so Enqueue rejects bad ones before writing), declares its guarantees,
 // and classifies every failure.
-type smsProvider struct{ send func(ctx context.Context, to, text, key string) (string, error) }
+type smsProvider struct {
+	send func(ctx context.Context, to, text, key string) (string, error)
+}
 
 type smsPayload struct {
 	To   string `json:"to"`
