@@ -21,8 +21,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxd/outboxd/providers"
-	"github.com/outboxd/outboxd/providers/sendgrid"
-	"github.com/outboxd/outboxd/providers/stripe"
+	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
+	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -108,7 +108,7 @@ type Outbox struct {
 
 // New builds an Outbox.
 func New(cfg Config) (*Outbox, error) {
-	builtin := []providers.Validator{webhook.Schema{AllowedNetworks: cfg.WebhookAllowedNetworks}, stripe.Schema{}, sendgrid.Schema{}}
+	builtin := []providers.Validator{webhook.Schema{AllowedNetworks: cfg.WebhookAllowedNetworks}, stripeschema.Schema{}, sendgridschema.Schema{}}
 	// Providers add to the built-in schemas, or replace one of the same
 	// name: leaving one out never makes it unknown.
 	cfg.Providers = append(builtin, cfg.Providers...)

@@ -23,7 +23,6 @@ package sendgrid
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -36,10 +35,11 @@ import (
 	"github.com/sendgrid/sendgrid-go/helpers/mail"
 
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
 )
 
 // Name is the provider name used in side_effects.provider and as River queue.
-const Name = "sendgrid"
+const Name = sendgridschema.Name
 
 // CustomArgKey is the custom_args entry that carries the idempotency key.
 const CustomArgKey = "outboxd_idempotency_key"
@@ -62,17 +62,9 @@ type Config struct {
 	Timeout time.Duration
 }
 
-// Schema validates SendGrid payloads; it is what the enqueue side needs.
-type Schema struct{}
-
-// Name implements providers.Validator.
-func (Schema) Name() string { return Name }
-
-// ValidatePayload implements providers.Validator.
-func (Schema) ValidatePayload(_ string, payload json.RawMessage) error {
-	_, err := parsePayload(payload)
-	return err
-}
+// Schema validates SendGrid payloads; it is what the enqueue side needs, and
+// lives in sendgridschema so that enqueueing does not compile sendgrid-go.
+type Schema = sendgridschema.Schema
 
 // Provider sends mail. It is safe for concurrent use.
 type Provider struct {
@@ -116,7 +108,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	if err != nil {
 		return providers.Result{}, providers.Permanent(err)
 	}
-	m := pl.message()
+	m := message(pl)
 	m.SetCustomArg(CustomArgKey, req.Key)
 
 	// One request (and client) per send: sendgrid-go's Request is a value

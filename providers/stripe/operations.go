@@ -1,151 +1,140 @@
 package stripe
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"regexp"
-	"slices"
-	"sort"
-	"strings"
 
 	stripego "github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
 
-	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 )
 
-// Payload is the JSON object a Stripe effect carries: an operation from the
-// documented set and its parameters, named as in Stripe's API reference.
-//
-//	{"operation": "refund.create", "params": {"payment_intent": "pi_123", "amount": 500}}
-type Payload struct {
-	Operation string          `json:"operation"`
-	Params    json.RawMessage `json:"params"`
-}
-
-// operation is one supported Stripe call.
-type operation struct {
-	// parse decodes and validates params into a call.
-	parse func(params json.RawMessage) (call, error)
-}
+// MetadataKey is the metadata entry that carries the effect's idempotency
+// key on the objects outboxd creates.
+const MetadataKey = stripeschema.MetadataKey
 
 // call performs the request with the shared params (key, context) and
 // returns the object id and Stripe's response.
 type call func(api *client.API, base stripego.Params) (id string, resp *stripego.APIResponse, err error)
 
-// Operations lists the supported operations, sorted.
-func Operations() []string {
-	names := make([]string, 0, len(operations))
-	for n := range operations {
-		names = append(names, n)
+// callFor turns parsed params (stripeschema.Parse) into a stripe-go call.
+func callFor(params any) (call, error) {
+	switch p := params.(type) {
+	case *stripeschema.PaymentIntentCreate:
+		return func(api *client.API, base stripego.Params) (string, *stripego.APIResponse, error) {
+			params := &stripego.PaymentIntentParams{
+				Params:               base,
+				Amount:               p.Amount,
+				Currency:             str(p.Currency),
+				Customer:             str(p.Customer),
+				PaymentMethod:        str(p.PaymentMethod),
+				PaymentMethodTypes:   stripego.StringSlice(p.PaymentMethodTypes),
+				Confirm:              p.Confirm,
+				OffSession:           p.OffSession,
+				CaptureMethod:        str(p.CaptureMethod),
+				SetupFutureUsage:     str(p.SetupFutureUsage),
+				Description:          str(p.Description),
+				ReceiptEmail:         str(p.ReceiptEmail),
+				StatementDescriptor:  str(p.StatementDescriptor),
+				ReturnURL:            str(p.ReturnURL),
+				TransferGroup:        str(p.TransferGroup),
+				OnBehalfOf:           str(p.OnBehalfOf),
+				ApplicationFeeAmount: p.ApplicationFeeAmount,
+				Metadata:             withKey(p.Metadata, base),
+			}
+			if len(p.PaymentMethodTypes) == 0 {
+				params.PaymentMethodTypes = nil
+			}
+			pi, err := api.PaymentIntents.New(params)
+			if err != nil {
+				return "", nil, err
+			}
+			return pi.ID, pi.LastResponse, nil
+		}, nil
+	case *stripeschema.PaymentIntentCapture:
+		return func(api *client.API, base stripego.Params) (string, *stripego.APIResponse, error) {
+			params := &stripego.PaymentIntentCaptureParams{Params: base, AmountToCapture: p.AmountToCapture}
+			if len(p.Metadata) > 0 {
+				params.Metadata = p.Metadata
+			}
+			pi, err := api.PaymentIntents.Capture(p.ID, params)
+			if err != nil {
+				return "", nil, err
+			}
+			return pi.ID, pi.LastResponse, nil
+		}, nil
+	case *stripeschema.PaymentIntentCancel:
+		return func(api *client.API, base stripego.Params) (string, *stripego.APIResponse, error) {
+			pi, err := api.PaymentIntents.Cancel(p.ID, &stripego.PaymentIntentCancelParams{
+				Params: base, CancellationReason: str(p.CancellationReason),
+			})
+			if err != nil {
+				return "", nil, err
+			}
+			return pi.ID, pi.LastResponse, nil
+		}, nil
+	case *stripeschema.RefundCreate:
+		return func(api *client.API, base stripego.Params) (string, *stripego.APIResponse, error) {
+			r, err := api.Refunds.New(&stripego.RefundParams{
+				Params:               base,
+				PaymentIntent:        str(p.PaymentIntent),
+				Charge:               str(p.Charge),
+				Amount:               p.Amount,
+				Reason:               str(p.Reason),
+				RefundApplicationFee: p.RefundApplicationFee,
+				ReverseTransfer:      p.ReverseTransfer,
+				Metadata:             withKey(p.Metadata, base),
+			})
+			if err != nil {
+				return "", nil, err
+			}
+			return r.ID, r.LastResponse, nil
+		}, nil
+	case *stripeschema.CustomerCreate:
+		return func(api *client.API, base stripego.Params) (string, *stripego.APIResponse, error) {
+			cu, err := api.Customers.New(&stripego.CustomerParams{
+				Params:        base,
+				Email:         str(p.Email),
+				Name:          str(p.Name),
+				Phone:         str(p.Phone),
+				Description:   str(p.Description),
+				PaymentMethod: str(p.PaymentMethod),
+				Metadata:      withKey(p.Metadata, base),
+			})
+			if err != nil {
+				return "", nil, err
+			}
+			return cu.ID, cu.LastResponse, nil
+		}, nil
+	case *stripeschema.TransferCreate:
+		return func(api *client.API, base stripego.Params) (string, *stripego.APIResponse, error) {
+			t, err := api.Transfers.New(&stripego.TransferParams{
+				Params:            base,
+				Amount:            p.Amount,
+				Currency:          str(p.Currency),
+				Destination:       str(p.Destination),
+				TransferGroup:     str(p.TransferGroup),
+				SourceTransaction: str(p.SourceTransaction),
+				Description:       str(p.Description),
+				Metadata:          withKey(p.Metadata, base),
+			})
+			if err != nil {
+				return "", nil, err
+			}
+			return t.ID, t.LastResponse, nil
+		}, nil
+	default:
+		return nil, fmt.Errorf("stripe: no call for params %T", params)
 	}
-	sort.Strings(names)
-	return names
-}
-
-var operations = map[string]operation{
-	"payment_intent.create":  {parse: parsePaymentIntentCreate},
-	"payment_intent.capture": {parse: parsePaymentIntentCapture},
-	"payment_intent.cancel":  {parse: parsePaymentIntentCancel},
-	"refund.create":          {parse: parseRefundCreate},
-	"customer.create":        {parse: parseCustomerCreate},
-	"transfer.create":        {parse: parseTransferCreate},
 }
 
 // parsePayload decodes and validates a Stripe payload into a call.
-func parsePayload(raw json.RawMessage) (call, error) {
-	var p Payload
-	if err := strictDecode(raw, &p); err != nil {
-		return nil, fmt.Errorf("payload: %w (want {\"operation\": ..., \"params\": {...}})", err)
-	}
-	op, ok := operations[p.Operation]
-	if !ok {
-		return nil, fmt.Errorf("payload.operation: %q is not supported: use one of %s", p.Operation, strings.Join(Operations(), ", "))
-	}
-	if len(bytes.TrimSpace(p.Params)) == 0 || bytes.Equal(bytes.TrimSpace(p.Params), []byte("null")) {
-		return nil, errors.New("payload.params: required: the operation's parameters as a JSON object")
-	}
-	c, err := op.parse(p.Params)
+func parsePayload(raw []byte) (call, error) {
+	params, err := stripeschema.Parse(raw)
 	if err != nil {
 		return nil, err
 	}
-	return c, nil
-}
-
-func strictDecode(raw json.RawMessage, v any) error { return providers.DecodeStrict(raw, v) }
-
-// decodeParams decodes params strictly, naming the field at fault.
-func decodeParams(raw json.RawMessage, v any) error {
-	if err := strictDecode(raw, v); err != nil {
-		return fmt.Errorf("payload.params: %w", err)
-	}
-	return nil
-}
-
-var (
-	currencyRE = regexp.MustCompile(`^[a-z]{3}$`)
-	idRE       = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
-)
-
-type checker struct{ errs []string }
-
-func (c *checker) fail(field, format string, args ...any) {
-	c.errs = append(c.errs, "payload.params."+field+": "+fmt.Sprintf(format, args...))
-}
-
-func (c *checker) positive(field string, v *int64, required bool) {
-	switch {
-	case v == nil && required:
-		c.fail(field, "required: a positive amount in the currency's smallest unit")
-	case v != nil && *v <= 0:
-		c.fail(field, "must be positive, got %d", *v)
-	}
-}
-
-func (c *checker) currency(v string) {
-	if !currencyRE.MatchString(v) {
-		c.fail("currency", "%q: use a lowercase ISO code such as \"eur\"", v)
-	}
-}
-
-func (c *checker) id(field, v, prefix string, required bool) {
-	switch {
-	case v == "" && required:
-		c.fail(field, "required: a Stripe id starting with %q", prefix)
-	case v != "" && (!strings.HasPrefix(v, prefix) || !idRE.MatchString(v)):
-		c.fail(field, "%q is not a Stripe id starting with %q", v, prefix)
-	}
-}
-
-func (c *checker) oneOf(field, v string, allowed ...string) {
-	if v != "" && !slices.Contains(allowed, v) {
-		c.fail(field, "%q: use one of %s", v, strings.Join(allowed, ", "))
-	}
-}
-
-// metadata applies Stripe's documented limits.
-func (c *checker) metadata(m map[string]string) {
-	if len(m) > 50 {
-		c.fail("metadata", "%d keys, over Stripe's limit of 50", len(m))
-	}
-	for k, v := range m {
-		if len(k) > 40 || k == "" || strings.ContainsAny(k, "[]") {
-			c.fail("metadata", "key %q: 1 to 40 characters, no square brackets", k)
-		}
-		if len(v) > 500 {
-			c.fail("metadata."+k, "%d characters, over Stripe's limit of 500", len(v))
-		}
-	}
-}
-
-func (c *checker) err() error {
-	if len(c.errs) == 0 {
-		return nil
-	}
-	sort.Strings(c.errs)
-	return errors.New(strings.Join(c.errs, "; "))
+	return callFor(params)
 }
 
 func str(s string) *string {
@@ -166,268 +155,4 @@ func withKey(m map[string]string, base stripego.Params) map[string]string {
 		out[MetadataKey] = *base.IdempotencyKey
 	}
 	return out
-}
-
-// MetadataKey is the metadata entry that carries the effect's idempotency
-// key on the objects outboxd creates.
-const MetadataKey = "outboxd_idempotency_key"
-
-type paymentIntentCreate struct {
-	Amount               *int64            `json:"amount"`
-	Currency             string            `json:"currency"`
-	Customer             string            `json:"customer"`
-	PaymentMethod        string            `json:"payment_method"`
-	PaymentMethodTypes   []string          `json:"payment_method_types"`
-	Confirm              *bool             `json:"confirm"`
-	OffSession           *bool             `json:"off_session"`
-	CaptureMethod        string            `json:"capture_method"`
-	SetupFutureUsage     string            `json:"setup_future_usage"`
-	Description          string            `json:"description"`
-	ReceiptEmail         string            `json:"receipt_email"`
-	StatementDescriptor  string            `json:"statement_descriptor"`
-	ReturnURL            string            `json:"return_url"`
-	TransferGroup        string            `json:"transfer_group"`
-	OnBehalfOf           string            `json:"on_behalf_of"`
-	ApplicationFeeAmount *int64            `json:"application_fee_amount"`
-	Metadata             map[string]string `json:"metadata"`
-}
-
-func parsePaymentIntentCreate(raw json.RawMessage) (call, error) {
-	var p paymentIntentCreate
-	if err := decodeParams(raw, &p); err != nil {
-		return nil, err
-	}
-	var c checker
-	c.positive("amount", p.Amount, true)
-	c.currency(p.Currency)
-	c.id("customer", p.Customer, "cus_", false)
-	c.id("payment_method", p.PaymentMethod, "pm_", false)
-	c.oneOf("capture_method", p.CaptureMethod, "automatic", "automatic_async", "manual")
-	c.oneOf("setup_future_usage", p.SetupFutureUsage, "on_session", "off_session")
-	c.positive("application_fee_amount", p.ApplicationFeeAmount, false)
-	if len(p.StatementDescriptor) > 22 {
-		c.fail("statement_descriptor", "%d characters, over Stripe's limit of 22", len(p.StatementDescriptor))
-	}
-	c.metadata(p.Metadata)
-	if err := c.err(); err != nil {
-		return nil, err
-	}
-	return func(api *client.API, base stripego.Params) (string, *stripego.APIResponse, error) {
-		params := &stripego.PaymentIntentParams{
-			Params:               base,
-			Amount:               p.Amount,
-			Currency:             str(p.Currency),
-			Customer:             str(p.Customer),
-			PaymentMethod:        str(p.PaymentMethod),
-			PaymentMethodTypes:   stripego.StringSlice(p.PaymentMethodTypes),
-			Confirm:              p.Confirm,
-			OffSession:           p.OffSession,
-			CaptureMethod:        str(p.CaptureMethod),
-			SetupFutureUsage:     str(p.SetupFutureUsage),
-			Description:          str(p.Description),
-			ReceiptEmail:         str(p.ReceiptEmail),
-			StatementDescriptor:  str(p.StatementDescriptor),
-			ReturnURL:            str(p.ReturnURL),
-			TransferGroup:        str(p.TransferGroup),
-			OnBehalfOf:           str(p.OnBehalfOf),
-			ApplicationFeeAmount: p.ApplicationFeeAmount,
-			Metadata:             withKey(p.Metadata, base),
-		}
-		if len(p.PaymentMethodTypes) == 0 {
-			params.PaymentMethodTypes = nil
-		}
-		pi, err := api.PaymentIntents.New(params)
-		if err != nil {
-			return "", nil, err
-		}
-		return pi.ID, pi.LastResponse, nil
-	}, nil
-}
-
-type paymentIntentCapture struct {
-	ID              string            `json:"id"`
-	AmountToCapture *int64            `json:"amount_to_capture"`
-	Metadata        map[string]string `json:"metadata"`
-}
-
-func parsePaymentIntentCapture(raw json.RawMessage) (call, error) {
-	var p paymentIntentCapture
-	if err := decodeParams(raw, &p); err != nil {
-		return nil, err
-	}
-	var c checker
-	c.id("id", p.ID, "pi_", true)
-	c.positive("amount_to_capture", p.AmountToCapture, false)
-	c.metadata(p.Metadata)
-	if err := c.err(); err != nil {
-		return nil, err
-	}
-	return func(api *client.API, base stripego.Params) (string, *stripego.APIResponse, error) {
-		params := &stripego.PaymentIntentCaptureParams{Params: base, AmountToCapture: p.AmountToCapture}
-		if len(p.Metadata) > 0 {
-			params.Metadata = p.Metadata
-		}
-		pi, err := api.PaymentIntents.Capture(p.ID, params)
-		if err != nil {
-			return "", nil, err
-		}
-		return pi.ID, pi.LastResponse, nil
-	}, nil
-}
-
-type paymentIntentCancel struct {
-	ID                 string `json:"id"`
-	CancellationReason string `json:"cancellation_reason"`
-}
-
-func parsePaymentIntentCancel(raw json.RawMessage) (call, error) {
-	var p paymentIntentCancel
-	if err := decodeParams(raw, &p); err != nil {
-		return nil, err
-	}
-	var c checker
-	c.id("id", p.ID, "pi_", true)
-	c.oneOf("cancellation_reason", p.CancellationReason, "duplicate", "fraudulent", "requested_by_customer", "abandoned")
-	if err := c.err(); err != nil {
-		return nil, err
-	}
-	return func(api *client.API, base stripego.Params) (string, *stripego.APIResponse, error) {
-		pi, err := api.PaymentIntents.Cancel(p.ID, &stripego.PaymentIntentCancelParams{
-			Params: base, CancellationReason: str(p.CancellationReason),
-		})
-		if err != nil {
-			return "", nil, err
-		}
-		return pi.ID, pi.LastResponse, nil
-	}, nil
-}
-
-type refundCreate struct {
-	PaymentIntent        string            `json:"payment_intent"`
-	Charge               string            `json:"charge"`
-	Amount               *int64            `json:"amount"`
-	Reason               string            `json:"reason"`
-	RefundApplicationFee *bool             `json:"refund_application_fee"`
-	ReverseTransfer      *bool             `json:"reverse_transfer"`
-	Metadata             map[string]string `json:"metadata"`
-}
-
-func parseRefundCreate(raw json.RawMessage) (call, error) {
-	var p refundCreate
-	if err := decodeParams(raw, &p); err != nil {
-		return nil, err
-	}
-	var c checker
-	switch {
-	case p.PaymentIntent == "" && p.Charge == "":
-		c.fail("payment_intent", "required: the payment_intent (or charge) to refund")
-	case p.PaymentIntent != "" && p.Charge != "":
-		c.fail("charge", "give payment_intent or charge, not both")
-	}
-	c.id("payment_intent", p.PaymentIntent, "pi_", false)
-	c.id("charge", p.Charge, "ch_", false)
-	c.positive("amount", p.Amount, false)
-	c.oneOf("reason", p.Reason, "duplicate", "fraudulent", "requested_by_customer")
-	c.metadata(p.Metadata)
-	if err := c.err(); err != nil {
-		return nil, err
-	}
-	return func(api *client.API, base stripego.Params) (string, *stripego.APIResponse, error) {
-		r, err := api.Refunds.New(&stripego.RefundParams{
-			Params:               base,
-			PaymentIntent:        str(p.PaymentIntent),
-			Charge:               str(p.Charge),
-			Amount:               p.Amount,
-			Reason:               str(p.Reason),
-			RefundApplicationFee: p.RefundApplicationFee,
-			ReverseTransfer:      p.ReverseTransfer,
-			Metadata:             withKey(p.Metadata, base),
-		})
-		if err != nil {
-			return "", nil, err
-		}
-		return r.ID, r.LastResponse, nil
-	}, nil
-}
-
-type customerCreate struct {
-	Email         string            `json:"email"`
-	Name          string            `json:"name"`
-	Phone         string            `json:"phone"`
-	Description   string            `json:"description"`
-	PaymentMethod string            `json:"payment_method"`
-	Metadata      map[string]string `json:"metadata"`
-}
-
-func parseCustomerCreate(raw json.RawMessage) (call, error) {
-	var p customerCreate
-	if err := decodeParams(raw, &p); err != nil {
-		return nil, err
-	}
-	var c checker
-	if p.Email != "" && (!strings.Contains(p.Email, "@") || len(p.Email) > 512) {
-		c.fail("email", "%q is not an email address", p.Email)
-	}
-	c.id("payment_method", p.PaymentMethod, "pm_", false)
-	c.metadata(p.Metadata)
-	if err := c.err(); err != nil {
-		return nil, err
-	}
-	return func(api *client.API, base stripego.Params) (string, *stripego.APIResponse, error) {
-		cu, err := api.Customers.New(&stripego.CustomerParams{
-			Params:        base,
-			Email:         str(p.Email),
-			Name:          str(p.Name),
-			Phone:         str(p.Phone),
-			Description:   str(p.Description),
-			PaymentMethod: str(p.PaymentMethod),
-			Metadata:      withKey(p.Metadata, base),
-		})
-		if err != nil {
-			return "", nil, err
-		}
-		return cu.ID, cu.LastResponse, nil
-	}, nil
-}
-
-type transferCreate struct {
-	Amount            *int64            `json:"amount"`
-	Currency          string            `json:"currency"`
-	Destination       string            `json:"destination"`
-	TransferGroup     string            `json:"transfer_group"`
-	SourceTransaction string            `json:"source_transaction"`
-	Description       string            `json:"description"`
-	Metadata          map[string]string `json:"metadata"`
-}
-
-func parseTransferCreate(raw json.RawMessage) (call, error) {
-	var p transferCreate
-	if err := decodeParams(raw, &p); err != nil {
-		return nil, err
-	}
-	var c checker
-	c.positive("amount", p.Amount, true)
-	c.currency(p.Currency)
-	c.id("destination", p.Destination, "acct_", true)
-	c.id("source_transaction", p.SourceTransaction, "ch_", false)
-	c.metadata(p.Metadata)
-	if err := c.err(); err != nil {
-		return nil, err
-	}
-	return func(api *client.API, base stripego.Params) (string, *stripego.APIResponse, error) {
-		t, err := api.Transfers.New(&stripego.TransferParams{
-			Params:            base,
-			Amount:            p.Amount,
-			Currency:          str(p.Currency),
-			Destination:       str(p.Destination),
-			TransferGroup:     str(p.TransferGroup),
-			SourceTransaction: str(p.SourceTransaction),
-			Description:       str(p.Description),
-			Metadata:          withKey(p.Metadata, base),
-		})
-		if err != nil {
-			return "", nil, err
-		}
-		return t.ID, t.LastResponse, nil
-	}, nil
 }

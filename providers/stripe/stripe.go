@@ -28,7 +28,6 @@ package stripe
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -39,10 +38,11 @@ import (
 	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 )
 
 // Name is the provider name used in side_effects.provider and as River queue.
-const Name = "stripe"
+const Name = stripeschema.Name
 
 // Defaults for Config's zero values.
 const (
@@ -69,17 +69,15 @@ type Config struct {
 	HTTPClient *http.Client
 }
 
-// Schema validates Stripe payloads; it is what the enqueue side needs.
-type Schema struct{}
+// Schema validates Stripe payloads; it is what the enqueue side needs, and
+// lives in stripeschema so that enqueueing does not compile stripe-go.
+type Schema = stripeschema.Schema
 
-// Name implements providers.Validator.
-func (Schema) Name() string { return Name }
+// Payload is the JSON object a Stripe effect carries.
+type Payload = stripeschema.Payload
 
-// ValidatePayload implements providers.Validator.
-func (Schema) ValidatePayload(_ string, payload json.RawMessage) error {
-	_, err := parsePayload(payload)
-	return err
-}
+// Operations lists the supported operations, sorted.
+func Operations() []string { return stripeschema.Operations() }
 
 // Provider calls Stripe. It is safe for concurrent use.
 type Provider struct {
