@@ -16,7 +16,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -62,14 +61,28 @@ type Config struct {
 	// application's own client may be passed instead; its FetchCooldown then
 	// bounds how often inserts wake the dispatchers.
 	River *river.Client[pgx.Tx]
-	// Registerer, when set, receives outboxd_enqueue_total{result}: Enqueue
-	// calls that wrote to the transaction (new), replayed (duplicate),
-	// conflicted or were invalid. A call is counted when it returns, so
-	// "new" includes calls whose transaction was later rolled back.
-	Registerer prometheus.Registerer
+	// Observer, when set, is told the result of every Enqueue call: new
+	// (wrote to the transaction), duplicate (a replay, nothing written),
+	// conflict or invalid. A call is reported when it returns, so "new"
+	// includes calls whose transaction was later rolled back. Package
+	// outboxmetrics counts them as outboxd_enqueue_total{result}.
+	Observer Observer
 	// Jobs says who inserts the River jobs. Default JobsInTransaction.
 	Jobs JobInsertion
 }
+
+// Observer is told the result of every Enqueue call.
+type Observer interface {
+	Enqueued(result string)
+}
+
+// The results an Observer is told.
+const (
+	ResultNew       = "new"
+	ResultDuplicate = "duplicate"
+	ResultConflict  = "conflict"
+	ResultInvalid   = "invalid"
+)
 
 // JobInsertion says who inserts an effect's River job.
 type JobInsertion int
@@ -99,7 +112,7 @@ type Outbox struct {
 	validators map[string]providers.Validator
 	maxPayload int
 	river      *river.Client[pgx.Tx]
-	calls      *prometheus.CounterVec
+	observer   Observer
 	jobs       JobInsertion
 	schema     string
 	// lastNotify is when this process last woke the dispatchers (unix ns).
@@ -129,15 +142,7 @@ func New(cfg Config) (*Outbox, error) {
 	for _, v := range cfg.Providers {
 		o.validators[v.Name()] = v
 	}
-	if cfg.Registerer != nil {
-		o.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "outboxd_enqueue_total",
-			Help: "Enqueue calls by result: new (wrote to the caller's transaction, committed or not), duplicate (replay, nothing written), conflict, invalid.",
-		}, []string{"result"})
-		if err := cfg.Registerer.Register(o.calls); err != nil {
-			return nil, fmt.Errorf("outbox: register metrics: %w", err)
-		}
-	}
+	o.observer = cfg.Observer
 	if o.river == nil {
 		// River notifies waiting workers of inserts at most once per
 		// FetchCooldown per queue; 1ms keeps commit-to-fire latency low
@@ -231,17 +236,17 @@ type EffectResult struct {
 // duplicate.
 func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects ...Effect) (*Result, error) {
 	res, err := o.enqueue(ctx, tx, ev, effects)
-	if o.calls != nil {
+	if o.observer != nil {
 		switch {
 		case errors.Is(err, ErrInvalid):
-			o.calls.WithLabelValues("invalid").Inc()
+			o.observer.Enqueued(ResultInvalid)
 		case errors.Is(err, ErrConflict):
-			o.calls.WithLabelValues("conflict").Inc()
+			o.observer.Enqueued(ResultConflict)
 		case err != nil:
 		case res.Replay():
-			o.calls.WithLabelValues("duplicate").Inc()
+			o.observer.Enqueued(ResultDuplicate)
 		default:
-			o.calls.WithLabelValues("new").Inc()
+			o.observer.Enqueued(ResultNew)
 		}
 	}
 	return res, err

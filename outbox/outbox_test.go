@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/outboxmetrics"
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
@@ -325,8 +326,12 @@ func TestEnqueueMetrics(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	reg := prometheus.NewRegistry()
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema, Registerer: reg})
+	m, err := outboxmetrics.New(reg)
 	require.NoError(t, err)
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema, Observer: m})
+	require.NoError(t, err)
+	_, err = outboxmetrics.New(reg)
+	require.Error(t, err, "a second registration is an error, not a panic")
 	b := &testBundle{db: db, ob: ob}
 	id := uuid.New()
 	_, err = b.enqueue(t, orderPaid(id, "1"), webhookEffect("webhook.a", `{}`))

@@ -72,8 +72,9 @@ type Config struct {
 	Retention time.Duration
 	// RetentionInterval is how often the purge runs. Default 1h.
 	RetentionInterval time.Duration
-	// Metrics, when set, receives the dispatcher's metrics.
-	Metrics *Metrics
+	// Metrics, when set, receives what the dispatcher measures (see package
+	// dispatchmetrics for Prometheus).
+	Metrics Observer
 	// Logger receives outboxd's and River's logs. Default slog.Default().
 	Logger *slog.Logger
 	// TestOnly shortens River's start-up for tests.
@@ -134,7 +135,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		inDoubt:   cfg.InDoubt,
 		retry:     cfg.Retry.withDefaults(),
 		logger:    cfg.Logger,
-		metrics:   cfg.Metrics,
+		metrics:   cmp.Or[Observer](cfg.Metrics, noObserver{}),
 	}
 	queues := make(map[string]river.QueueConfig, len(cfg.Providers))
 	for _, p := range cfg.Providers {

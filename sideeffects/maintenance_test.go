@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
 )
 
 func TestSweeperDispatchesRowsWrittenBySQL(t *testing.T) {
@@ -109,9 +110,9 @@ func TestMetrics(t *testing.T) {
 	b := setupWorker(t, workerOpts{})
 	reg := prometheus.NewRegistry()
 	var err error
-	b.cfg.Metrics, err = sideeffects.NewMetrics(reg)
+	b.cfg.Metrics, err = dispatchmetrics.New(reg)
 	require.NoError(t, err)
-	reg.MustRegister(sideeffects.NewStateCollector(b.db.Pool, b.store))
+	reg.MustRegister(dispatchmetrics.NewStateCollector(b.db.Pool, b.store))
 	b.recv.Respond("/flaky", fakes.Status(500))
 	// One effect waits, unfired, for a queue nobody serves.
 	stalled := b.enqueueEffect(t, emailEffect("email.receipt"))

@@ -5,134 +5,55 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/outboxd/outboxd/providers"
 )
 
-// Metrics are the dispatcher's Prometheus metrics. Labels are bounded:
-// provider, kind (a developer-defined set) and outcome or state; never ids.
-type Metrics struct {
-	transitions  *prometheus.CounterVec
-	callDuration *prometheus.HistogramVec
-	inDoubt      *prometheus.CounterVec
-	replays      *prometheus.CounterVec
+// Observer receives what the dispatcher measures; package dispatchmetrics
+// implements it with Prometheus. Calls are made from workers concurrently.
+type Observer interface {
+	// Transition reports a transition a worker made (only those that
+	// happened).
+	Transition(e *Effect, to State)
+	// ProviderCall reports one provider call, its duration and outcome.
+	ProviderCall(e *Effect, d time.Duration, err error, res providers.Result)
 }
 
-// NewMetrics creates the dispatcher metrics and registers them with reg; a
-// registration error (a metric registered twice) is returned, as
-// outbox.Config.Registerer does.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "outboxd_transitions_total",
-			Help: "State transitions made by workers, by provider, kind and the state entered.",
-		}, []string{"provider", "kind", "to"}),
-		callDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "outboxd_provider_call_duration_seconds",
-			Help:    "Duration of provider calls, by provider, kind and outcome (ok, retryable, permanent, in_doubt).",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"provider", "kind", "outcome"}),
-		inDoubt: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "outboxd_in_doubt_total",
-			Help: "Provider calls whose outcome is unknown (timeout, reset after sending), by provider and kind.",
-		}, []string{"provider", "kind"}),
-		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "outboxd_provider_replays_total",
-			Help: "Acknowledgements the provider served from its idempotency record (Stripe Idempotent-Replayed).",
-		}, []string{"provider", "kind"}),
-	}
-	for _, c := range []prometheus.Collector{m.transitions, m.callDuration, m.inDoubt, m.replays} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("dispatcher metrics: %w", err)
-		}
-	}
-	return m, nil
+// noObserver is used when Config.Metrics is nil.
+type noObserver struct{}
+
+func (noObserver) Transition(*Effect, State)                                    {}
+func (noObserver) ProviderCall(*Effect, time.Duration, error, providers.Result) {}
+
+// StateGauge is the number of effects of one kind in a live or failed
+// state, and the age of the oldest: since creation for pending and failed,
+// since the last fire for fired.
+type StateGauge struct {
+	State     State
+	Kind      string
+	Count     int64
+	OldestAge time.Duration
 }
 
-func (m *Metrics) transition(e *Effect, to State) {
-	if m != nil {
-		m.transitions.WithLabelValues(e.Provider, e.Kind, string(to)).Inc()
-	}
-}
-
-func (m *Metrics) call(e *Effect, d time.Duration, err error, res providers.Result) {
-	if m == nil {
-		return
-	}
-	outcome := "ok"
+// StateGauges reads the live and failed effects by state and kind from the
+// partial indexes.
+func (s *Store) StateGauges(ctx context.Context, db DB) ([]StateGauge, error) {
+	rows, err := db.Query(ctx, s.q.stateGauges)
 	if err != nil {
-		class, _ := providers.Classify(err)
-		outcome = class.String()
-		if class == providers.ClassInDoubt {
-			m.inDoubt.WithLabelValues(e.Provider, e.Kind).Inc()
-		}
-	} else if res.Replayed {
-		m.replays.WithLabelValues(e.Provider, e.Kind).Inc()
-	}
-	m.callDuration.WithLabelValues(e.Provider, e.Kind, outcome).Observe(d.Seconds())
-}
-
-// StateCollector reports the effects table itself at scrape time: how many
-// effects are pending, fired and failed per kind, and how old the oldest of
-// each is. Every replica reports the same database-wide values.
-type StateCollector struct {
-	pool    *pgxpool.Pool
-	store   *Store
-	count   *prometheus.Desc
-	oldest  *prometheus.Desc
-	up      *prometheus.Desc
-	timeout time.Duration
-}
-
-// NewStateCollector builds a collector for the tables behind store.
-func NewStateCollector(pool *pgxpool.Pool, store *Store) *StateCollector {
-	return &StateCollector{
-		pool:  pool,
-		store: store,
-		count: prometheus.NewDesc("outboxd_effects",
-			"Effects in a live or failed state, by state and kind.", []string{"state", "kind"}, nil),
-		oldest: prometheus.NewDesc("outboxd_oldest_effect_age_seconds",
-			"Age of the oldest effect in a state, by state and kind: since creation for pending and failed, since the last fire for fired.",
-			[]string{"state", "kind"}, nil),
-		up: prometheus.NewDesc("outboxd_effects_scrape_ok",
-			"1 if the effects table could be read for this scrape, 0 otherwise.", nil, nil),
-		timeout: 5 * time.Second,
-	}
-}
-
-// Describe implements prometheus.Collector.
-func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.count
-	ch <- c.oldest
-	ch <- c.up
-}
-
-// Collect implements prometheus.Collector.
-func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	rows, err := c.pool.Query(ctx, c.store.q.stateGauges)
-	if err != nil {
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-		return
+		return nil, fmt.Errorf("state gauges: %w", err)
 	}
 	defer rows.Close()
+	var out []StateGauge
 	for rows.Next() {
-		var state, kind string
-		var n int64
+		var g StateGauge
 		var age float64
-		if err := rows.Scan(&state, &kind, &n, &age); err != nil {
-			ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-			return
+		if err := rows.Scan(&g.State, &g.Kind, &g.Count, &age); err != nil {
+			return nil, fmt.Errorf("state gauges: %w", err)
 		}
-		ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(n), state, kind)
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age, state, kind)
+		g.OldestAge = time.Duration(age * float64(time.Second))
+		out = append(out, g)
 	}
-	ok := 1.0
-	if rows.Err() != nil {
-		ok = 0
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("state gauges: %w", err)
 	}
-	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, ok)
+	return out, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
 )
 
 func (b *workerBundle) operator(t *testing.T) *sideeffects.Operator {
@@ -58,7 +59,7 @@ func (b *workerBundle) inFlight(t *testing.T, reg prometheus.Registerer) (*fakes
 	t.Helper()
 	f := b.useFakeSendGrid(t)
 	var err error
-	b.cfg.Metrics, err = sideeffects.NewMetrics(reg)
+	b.cfg.Metrics, err = dispatchmetrics.New(reg)
 	require.NoError(t, err)
 	d := b.start(t)
 	acked, release := make(chan struct{}), make(chan struct{})

@@ -42,7 +42,7 @@ type Worker struct {
 	secrets []string
 	retry   RetryPolicy
 	logger  *slog.Logger
-	metrics *Metrics
+	metrics Observer
 
 	// retryAt hands the time chosen in Work to NextRetry, which River calls
 	// right after Work returns an error for the same job.
@@ -179,7 +179,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	g := p.Guarantees()
 	policy := w.policy(claimed.Kind, g)
 	log := w.logger.With("effect_id", id, "kind", claimed.Kind, "provider", claimed.Provider, "attempt", claimed.Attempts)
-	w.metrics.transition(claimed, StateFired)
+	w.metrics.Transition(claimed, StateFired)
 
 	start := time.Now()
 	sent = true
@@ -191,7 +191,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		Attempt:  claimed.Attempts,
 	})
 	sendErr = providers.Redact(sendErr, w.secrets)
-	w.metrics.call(claimed, time.Since(start), sendErr, res)
+	w.metrics.ProviderCall(claimed, time.Since(start), sendErr, res)
 
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
@@ -205,13 +205,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		}
 		switch from {
 		case StateFired:
-			w.metrics.transition(claimed, StateConfirmed)
+			w.metrics.Transition(claimed, StateConfirmed)
 			log.Debug("effect confirmed", "provider_ref", res.Ref, "replayed", res.Replayed)
 		case "":
 			log.Warn("provider acknowledged an effect an operator had cancelled or confirmed meanwhile; acknowledgement recorded in its audit trail, state kept",
 				"provider_ref", res.Ref)
 		default:
-			w.metrics.transition(claimed, StateConfirmed)
+			w.metrics.Transition(claimed, StateConfirmed)
 			log.Warn("provider acknowledged an effect an operator had moved meanwhile; confirmed, recorded in its audit trail",
 				"from", from, "provider_ref", res.Ref)
 		}
@@ -238,7 +238,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		var released bool
 		released, err = w.store.Release(bctx, w.pool, id, sendErr.Error(), next)
 		if released {
-			w.metrics.transition(claimed, StatePending)
+			w.metrics.Transition(claimed, StatePending)
 		}
 	} else {
 		_, err = w.store.RecordInDoubt(bctx, w.pool, id, sendErr.Error(), next)
@@ -328,7 +328,7 @@ func (w *Worker) fail(ctx context.Context, log *slog.Logger, e *Effect, reason s
 		return err
 	}
 	if failed {
-		w.metrics.transition(e, StateFailed)
+		w.metrics.Transition(e, StateFailed)
 	}
 	log.Error("effect failed", "reason", reason)
 	if cause == nil {

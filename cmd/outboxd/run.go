@@ -25,6 +25,7 @@ import (
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
 )
 
 // DefaultStripeConcurrency keeps the Stripe queue under Stripe's default
@@ -278,8 +279,8 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		sideeffects.NewStateCollector(pool, sideeffects.NewStore(g.Schema)))
-	metrics, err := sideeffects.NewMetrics(reg)
+		dispatchmetrics.NewStateCollector(pool, sideeffects.NewStore(g.Schema)))
+	metrics, err := dispatchmetrics.New(reg)
 	if err != nil {
 		return err
 	}
