@@ -149,7 +149,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 			MaxPerHost:      c.WebhookMaxPerHost,
 		}))
 		if err != nil {
-			return nil, cli.UsageError{Err: err}
+			return nil, cli.Usagef("webhook settings (--webhook-secret, --webhook-max-per-host, --webhook-key-window; OUTBOXD_WEBHOOK_*): %w", err)
 		}
 		provs = append(provs, wh)
 		timeouts["--webhook-timeout"] = c.WebhookTimeout
@@ -157,7 +157,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 	if c.StripeAPIKey != "" {
 		st, err := stripe.New(c.Policies.StripeConfig(stripe.Config{APIKey: c.StripeAPIKey, APIBase: c.StripeAPIBase, Timeout: c.StripeTimeout}))
 		if err != nil {
-			return nil, cli.UsageError{Err: err}
+			return nil, cli.Usagef("Stripe settings (--stripe-api-key, --stripe-api-base; STRIPE_API_KEY, STRIPE_API_BASE): %w", err)
 		}
 		provs = append(provs, st)
 		timeouts["--stripe-timeout"] = c.StripeTimeout
@@ -165,7 +165,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 	if c.SendGridAPIKey != "" {
 		sg, err := sendgrid.New(sendgrid.Config{APIKey: c.SendGridAPIKey, APIHost: c.SendGridAPIHost, Timeout: c.SendGridTimeout})
 		if err != nil {
-			return nil, cli.UsageError{Err: err}
+			return nil, cli.Usagef("SendGrid settings (--sendgrid-api-key, --sendgrid-api-host; SENDGRID_API_KEY, SENDGRID_API_HOST): %w", err)
 		}
 		provs = append(provs, sg)
 		timeouts["--sendgrid-timeout"] = c.SendGridTimeout

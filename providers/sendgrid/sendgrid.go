@@ -78,9 +78,9 @@ var _ providers.Provider = (*Provider)(nil)
 // New checks cfg and builds a provider.
 func New(cfg Config) (*Provider, error) {
 	if cfg.APIKey == "" {
-		return nil, errors.New("sendgrid: an API key is required (SENDGRID_API_KEY)")
+		return nil, errors.New("sendgrid: Config.APIKey is required")
 	}
-	host, err := providers.BaseURL(cfg.APIHost, DefaultAPIHost, "SENDGRID_API_HOST")
+	host, err := providers.BaseURL(cfg.APIHost, DefaultAPIHost, "Config.APIHost")
 	if err != nil {
 		return nil, fmt.Errorf("sendgrid: API host %w", err)
 	}

@@ -91,9 +91,9 @@ var _ providers.Provider = (*Provider)(nil)
 // New checks cfg and builds a provider.
 func New(cfg Config) (*Provider, error) {
 	if cfg.APIKey == "" {
-		return nil, errors.New("stripe: an API key is required (STRIPE_API_KEY)")
+		return nil, errors.New("stripe: Config.APIKey is required")
 	}
-	apiBase, err := providers.BaseURL(cfg.APIBase, DefaultAPIBase, "STRIPE_API_BASE")
+	apiBase, err := providers.BaseURL(cfg.APIBase, DefaultAPIBase, "Config.APIBase")
 	if err != nil {
 		return nil, fmt.Errorf("stripe: API base %w", err)
 	}

@@ -185,9 +185,9 @@ func TestValidatePayloadRejectsBadInput(t *testing.T) {
 func TestNewRequiresKey(t *testing.T) {
 	t.Parallel()
 	_, err := stripe.New(stripe.Config{})
-	require.ErrorContains(t, err, "STRIPE_API_KEY")
+	require.ErrorContains(t, err, "Config.APIKey")
 	_, err = stripe.New(stripe.Config{APIKey: "sk_test_1", APIBase: "ftp://x"})
-	require.ErrorContains(t, err, "STRIPE_API_BASE")
+	require.ErrorContains(t, err, "Config.APIBase")
 }
 
 func TestAPIKeyNeverInErrors(t *testing.T) {

@@ -59,7 +59,7 @@ type BlockedError struct {
 }
 
 func (e *BlockedError) Error() string {
-	return fmt.Sprintf("destination %s is a %s address: refused (allow it with OUTBOXD_WEBHOOK_ALLOW_CIDRS if intended)", e.Addr, e.Reason)
+	return fmt.Sprintf("destination %s is a %s address: refused (allow its network in the webhook provider's AllowedNetworks, outboxd's --webhook-allow-cidrs, if intended)", e.Addr, e.Reason)
 }
 
 // guardedDialer checks the address actually being connected to, after DNS

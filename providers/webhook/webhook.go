@@ -107,14 +107,14 @@ var _ providers.Provider = (*Provider)(nil)
 // New checks cfg and builds a provider.
 func New(cfg Config) (*Provider, error) {
 	if cfg.Secret == "" {
-		return nil, errors.New("webhook: a signing secret is required (OUTBOXD_WEBHOOK_SECRET, whsec_<base64>)")
+		return nil, errors.New("webhook: Config.Secret is required: whsec_ followed by base64")
 	}
 	if !strings.HasPrefix(cfg.Secret, "whsec_") {
-		return nil, errors.New("webhook: the signing secret must start with whsec_ followed by base64 (OUTBOXD_WEBHOOK_SECRET)")
+		return nil, errors.New("webhook: Config.Secret must start with whsec_ followed by base64")
 	}
 	signer, err := standardwebhooks.NewWebhook(cfg.Secret)
 	if err != nil {
-		return nil, errors.New("webhook: the signing secret is not valid base64 after whsec_ (OUTBOXD_WEBHOOK_SECRET)")
+		return nil, errors.New("webhook: Config.Secret is not valid base64 after whsec_")
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
@@ -126,13 +126,13 @@ func New(cfg Config) (*Provider, error) {
 		cfg.UserAgent = DefaultUserAgent
 	}
 	if cfg.MaxPerHost < 0 {
-		return nil, fmt.Errorf("webhook: at most %d requests per host makes no sense: use a positive number (OUTBOXD_WEBHOOK_MAX_PER_HOST)", cfg.MaxPerHost)
+		return nil, fmt.Errorf("webhook: Config.MaxPerHost is %d: use a positive number (0 for the default)", cfg.MaxPerHost)
 	}
 	if cfg.MaxPerHost == 0 {
 		cfg.MaxPerHost = DefaultMaxPerHost
 	}
 	if cfg.KeyWindow > 0 && cfg.KeyWindow <= KeyWindowMargin {
-		return nil, fmt.Errorf("webhook: key window %s must exceed its %s margin (OUTBOXD_WEBHOOK_KEY_WINDOW)", cfg.KeyWindow, KeyWindowMargin)
+		return nil, fmt.Errorf("webhook: Config.KeyWindow %s must exceed its %s margin", cfg.KeyWindow, KeyWindowMargin)
 	}
 	dial := guardedDialer(&net.Dialer{Timeout: min(cfg.Timeout, 10*time.Second), KeepAlive: 30 * time.Second}, cfg.AllowedNetworks)
 	transport := &http.Transport{

@@ -210,6 +210,6 @@ func TestNewRejectsBadSecrets(t *testing.T) {
 	for _, s := range []string{"", "plain", "whsec_!!!not-base64"} {
 		_, err := webhook.New(webhook.Config{Secret: s})
 		require.Error(t, err, s)
-		require.Contains(t, err.Error(), "OUTBOXD_WEBHOOK_SECRET")
+		require.Contains(t, err.Error(), "Config.Secret")
 	}
 }
