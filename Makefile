@@ -1,15 +1,28 @@
 # outboxd — the two commands a newcomer needs are `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test vet build bench test-chaos fuzz
+.PHONY: demo test vet build bench test-chaos fuzz devdb-stop
 
-## demo: run outboxd end to end against the local Postgres (DATABASE_URL)
+# The two commands find a Postgres by themselves: DATABASE_URL and
+# TEST_DATABASE_URL, or one on 127.0.0.1:5432, or a private cluster that
+# scripts/devdb starts in .devdb/ from the installed PostgreSQL.
+DEVDB = env=$$(scripts/devdb) || exit 1; eval "$$env";
+
+## demo: run outboxd end to end against Postgres (see DEVDB above)
 demo:
-	$(GO) run ./cmd/outboxd demo
+	@$(DEVDB) $(GO) run ./cmd/outboxd demo
 
 ## test: go vet, then every test with the race detector (TEST_DATABASE_URL)
 test: vet
-	$(GO) test -race -count=1 -timeout 20m ./...
+	@$(DEVDB) $(GO) test -race -count=1 -timeout 20m ./...
+
+## devdb-stop: stop the private Postgres scripts/devdb may have started
+devdb-stop:
+	@if [ -f .devdb/data/postmaster.pid ]; then \
+		bin=$$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1); \
+		if [ "$$(id -u)" = 0 ]; then runuser -u postgres -- $${bin:+$$bin/}pg_ctl -D .devdb/data stop; \
+		else $${bin:+$$bin/}pg_ctl -D .devdb/data stop; fi; \
+	else echo "no private Postgres running"; fi
 
 vet:
 	$(GO) vet ./...
