@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -97,7 +98,7 @@ func (s StuckEffect) Diagnosis(now time.Time, firedBound, window time.Duration) 
 		lastErr = *e.LastError
 	}
 	if e.State == StateFailed {
-		return fmt.Sprintf("failed, awaiting an operator: %s. Check the provider, then `outboxctl retry` or `outboxctl confirm --ref`", lastErr)
+		return "failed: " + lastErr + ". " + failedAdvice(e, lastErr)
 	}
 	if window > 0 && e.KeyWindowFrom != nil {
 		if closes := e.KeyWindowFrom.Add(window); closes.Sub(now) < time.Hour {
@@ -106,7 +107,7 @@ func (s StuckEffect) Diagnosis(now time.Time, firedBound, window time.Duration) 
 		}
 	}
 	if s.JobID == nil {
-		return "no live River job: nothing will fire it. `outboxctl retry --force` it, or let the sweeper re-insert a job"
+		return "no live River job: nothing will fire it. `outboxctl requeue` gives it one (the sweeper would, within --sweep-interval)"
 	}
 	if e.State == StateFired && e.FiredAt != nil && now.Sub(*e.FiredAt) > firedBound {
 		return fmt.Sprintf("fired %s, beyond the crash-recovery bound (%s): the worker died mid-call and River has not rescued job %d (%s); is any outboxd running?",
@@ -124,6 +125,26 @@ func (s StuckEffect) Diagnosis(now time.Time, firedBound, window time.Duration) 
 			*s.JobID, *s.JobState, relative(*s.JobScheduledAt, now), e.Provider)
 	}
 	return fmt.Sprintf("job %d %s", *s.JobID, *s.JobState)
+}
+
+// failedAdvice says, per failure class, which actions are safe for a
+// failed effect and which one could cause a second real-world effect.
+func failedAdvice(e *Effect, lastErr string) string {
+	switch {
+	case strings.HasPrefix(lastErr, ReasonUnqueueable):
+		return "Fix the row's provider, then `outboxctl retry`; or `outboxctl cancel`."
+	case strings.HasPrefix(lastErr, ReasonInDoubt) || e.InDoubt && !strings.HasPrefix(lastErr, ReasonKeyWindow):
+		return fmt.Sprintf("An earlier request may have been delivered: look up key %s at the provider. "+
+			"Done: `outboxctl confirm --ref`. Not done: `outboxctl retry` (with --allow-duplicate for at_most_once kinds: "+
+			"a second delivery if it was done after all). Not wanted: `outboxctl cancel`.", e.IdempotencyKey)
+	case strings.HasPrefix(lastErr, ReasonKeyWindow):
+		return fmt.Sprintf("The provider may have forgotten key %s, so a re-fire could act twice: check at the provider. "+
+			"Done: `outboxctl confirm --ref`. Not done: `outboxctl retry --force` (a new key window). Not wanted: `outboxctl cancel`.", e.IdempotencyKey)
+	case strings.HasPrefix(lastErr, "retries exhausted"):
+		return "The provider never acted (each failure proved it): `outboxctl retry` once the cause is fixed (same key, no duplicate), or `outboxctl cancel`."
+	default:
+		return "The provider refused it (permanent): `outboxctl cancel` if it should not happen, or fix the cause and `outboxctl retry` (same key)."
+	}
 }
 
 func relative(t, now time.Time) string {

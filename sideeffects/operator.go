@@ -1,6 +1,7 @@
 package sideeffects
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ const (
 	ActionRetry   = "retry"
 	ActionCancel  = "cancel"
 	ActionConfirm = "confirm"
+	ActionRequeue = "requeue"
 	// ActionLateAck records a provider's acknowledgement that arrived after
 	// an operator's action.
 	ActionLateAck = "late_ack"
@@ -190,6 +192,30 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change,
 	return "", nil
 }
 
+// Requeue gives pending and fired effects that have no live River job (rows
+// written by SQL, jobs discarded or cleaned up) a new one, as the sweeper
+// would, without waiting for it. The state does not change; a fired
+// effect's re-fire applies its in-doubt policy as any re-fire does. An
+// effect that has a live job is skipped.
+func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+	check := func(ctx context.Context, db DB, e *Effect, _ *Change) (string, error) {
+		job, err := o.store.liveJob(ctx, db, e.ID)
+		if err != nil || job == 0 {
+			return "", err
+		}
+		return fmt.Sprintf("River job %d is live for it already: nothing to requeue", job), nil
+	}
+	return o.each(ctx, ids, opts, ActionRequeue, "", []State{StatePending, StateFired}, check,
+		func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (*Effect, error) {
+			res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{JobParams(e.ID, e.Provider)})
+			if err != nil {
+				return nil, fmt.Errorf("insert dispatch job for %s: %w", e.ID, err)
+			}
+			ch.JobInserted = len(res) == 1 && !res[0].UniqueSkippedAsDuplicate
+			return e, nil
+		})
+}
+
 // Cancel moves pending, fired or failed effects to cancelled: no worker will
 // fire them again. A fired effect may have a call in flight; if the provider
 // acknowledges it, the acknowledgement is recorded in the audit trail.
@@ -237,7 +263,7 @@ func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts ActionOpts, a
 		if err != nil {
 			return out, err
 		}
-		ch := Change{Effect: e, From: e.State, To: to}
+		ch := Change{Effect: e, From: e.State, To: cmp.Or(to, e.State)}
 		if !stateIn(e.State, allowed) {
 			ch.Skipped = fmt.Sprintf("%s effects cannot be %s", e.State, pastTense(action))
 			if action == ActionRetry && e.State == StateFired {
@@ -268,6 +294,9 @@ func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts ActionOpts, a
 			if locked == nil || !stateIn(locked.State, allowed) {
 				return errConcurrentChange
 			}
+			if to == "" {
+				ch.To = locked.State
+			}
 			if check != nil {
 				if skipped, err = check(ctx, tx, locked, &ch); err != nil || skipped != "" {
 					return err
@@ -281,7 +310,7 @@ func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts ActionOpts, a
 				return errConcurrentChange
 			}
 			ch.Effect, ch.From = before, before.State
-			return o.store.audit(ctx, tx, id, action, opts.Actor, opts.Reason, before.State, to, map[string]any{
+			return o.store.audit(ctx, tx, id, action, opts.Actor, opts.Reason, before.State, ch.To, map[string]any{
 				"attempts": before.Attempts, "total_attempts": before.TotalAttempts, "last_error": before.LastError,
 				"in_doubt": before.InDoubt, "first_fired_at": before.FirstFiredAt, "key_window_from": before.KeyWindowFrom,
 				"provider_ref": opts.Ref, "warning": ch.Warning, "job_inserted": ch.JobInserted,
@@ -320,6 +349,8 @@ func pastTense(action string) string {
 		return "retried"
 	case ActionCancel:
 		return "cancelled"
+	case ActionRequeue:
+		return "requeued"
 	default:
 		return "confirmed"
 	}

@@ -143,6 +143,7 @@ func TestSendGridInDoubtPolicies(t *testing.T) {
 		got := b.waitFor(t, e.ID, sideeffects.StateFailed)
 		require.True(t, strings.HasPrefix(deref(got.LastError), sideeffects.ReasonInDoubt), deref(got.LastError))
 		require.True(t, got.InDoubt)
+		require.NotContains(t, deref(got.LastError), "in_doubt:", "the reason names the class once")
 		b.waitForJob(t, e.ID, "cancelled")
 		require.Len(t, f.Requests(), 1, "sent once")
 	})

@@ -92,6 +92,12 @@ ORDER BY u.ord`
 
 	sqlGetEffectForUpdate = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE id = $1 FOR UPDATE`
 
+	// The id of a live (not finalized) dispatch job of effect $1, if any.
+	sqlLiveJob = `
+SELECT coalesce(max(id), 0) FROM /*schema*/river_job
+WHERE kind = 'outboxd.dispatch' AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+	AND args @> jsonb_build_object('effect_id', $1::uuid)`
+
 	// The id of a running dispatch job of effect $1, if any.
 	sqlRunningJob = `
 SELECT coalesce(max(id), 0) FROM /*schema*/river_job
@@ -220,7 +226,8 @@ WITH before AS (
 	WHERE id = $1 AND state IN ('pending', 'fired', 'failed', 'cancelled') FOR UPDATE
 )
 UPDATE /*schema*/side_effects e
-SET state = 'confirmed', provider_ref = $2, confirmed_at = now(), next_attempt_at = NULL, updated_at = now()
+SET state = 'confirmed', provider_ref = $2, confirmed_at = now(), next_attempt_at = NULL, updated_at = now(),
+	last_error = NULL, in_doubt = false
 FROM before WHERE e.id = before.id
 RETURNING ` + beforeColumns
 
@@ -262,7 +269,7 @@ WITH stuck AS (
 	 WHERE state IN ('pending', 'fired') AND updated_at < $1 ORDER BY updated_at LIMIT $2)
 	UNION ALL
 	(SELECT * FROM /*schema*/side_effects
-	 WHERE state = 'failed' AND updated_at < $1 ORDER BY updated_at LIMIT $2)
+	 WHERE state = 'failed' ORDER BY updated_at LIMIT $2)
 	ORDER BY updated_at LIMIT $2
 )
 SELECT ` + effectColumnsE + `, j.id, j.state, j.scheduled_at
@@ -385,12 +392,12 @@ const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key
 
 // queries holds the statements with the schema filled in.
 type queries struct {
-	insertEvent, insertEventWithEffects, eventMatches             string
-	insertEffects, compareEffects                                 string
-	insertEventWithEffectsIntake, insertEffectsIntake, takeIntake string
-	getEffect, getEffectByKey, getEffectForUpdate, runningJob     string
-	claim, lateAck, release, recordInDoubt, fail, unclaim         string
-	claimFirstMany, confirmMany                                   string
+	insertEvent, insertEventWithEffects, eventMatches                  string
+	insertEffects, compareEffects                                      string
+	insertEventWithEffectsIntake, insertEffectsIntake, takeIntake      string
+	getEffect, getEffectByKey, getEffectForUpdate, runningJob, liveJob string
+	claim, lateAck, release, recordInDoubt, fail, unclaim              string
+	claimFirstMany, confirmMany                                        string
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit string
 
@@ -419,6 +426,7 @@ func newQueries(schema string) queries {
 		getEffectByKey:               r.Replace(sqlGetEffectByKey),
 		getEffectForUpdate:           r.Replace(sqlGetEffectForUpdate),
 		runningJob:                   r.Replace(sqlRunningJob),
+		liveJob:                      r.Replace(sqlLiveJob),
 		claim:                        r.Replace(sqlClaim),
 		claimFirstMany:               r.Replace(sqlClaimFirstMany),
 		confirmMany:                  r.Replace(sqlConfirmMany),

@@ -224,7 +224,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	case class == providers.ClassPermanent:
 		return w.fail(bctx, log, claimed, sendErr.Error(), sendErr)
 	case class == providers.ClassInDoubt && policy == providers.AtMostOnce:
-		return w.fail(bctx, log, claimed, ReasonInDoubt+": "+sendErr.Error(), sendErr)
+		return w.fail(bctx, log, claimed, ReasonInDoubt+": "+unclassified(sendErr), sendErr)
 	case claimed.Attempts >= w.retry.MaxAttempts:
 		return w.fail(bctx, log, claimed,
 			fmt.Sprintf("retries exhausted after %d attempts: %v", claimed.Attempts, sendErr), sendErr)
@@ -345,6 +345,16 @@ func (w *Worker) NextRetry(job *river.Job[DispatchArgs]) time.Time {
 		return t.(time.Time)
 	}
 	return time.Now().Add(w.retry.Delay(1))
+}
+
+// unclassified is err's text without its class prefix ("in_doubt: …"),
+// for reasons that name the class themselves.
+func unclassified(err error) string {
+	var pe *providers.Error
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }
 
 // keyDeadline is the last moment effect e may be fired, or zero when its

@@ -124,6 +124,41 @@ Select effects by id, or by filters (default --state failed).`,
 	return cmd
 }
 
+func newRequeueCmd(a *app) *cobra.Command {
+	var f actFlags
+	cmd := &cobra.Command{
+		Use:   "requeue [effect id | key ...]",
+		Short: "Give pending or fired effects that have no River job a new one",
+		Long: `Give pending and fired effects that have no live River job (rows written by
+SQL, jobs discarded or cleaned up) a new one now, as the sweeper would within
+--sweep-interval. The state does not change, and the key is the same; a fired
+effect's re-fire applies its kind's in-doubt policy, like any re-fire.
+Effects that have a live job are skipped.
+
+Select effects by id, or by filters (default --state pending,fired).`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			ids, bulk, err := a.targets(ctx, args, &f, []sideeffects.State{sideeffects.StatePending, sideeffects.StateFired})
+			if err != nil {
+				return err
+			}
+			if bulk && !f.dryRun {
+				if err := a.confirmBulk(cmd.ErrOrStderr(), "requeue", len(ids), f.yes); err != nil {
+					return err
+				}
+			}
+			changes, err := a.op.Requeue(ctx, ids, a.opts(&f))
+			if err != nil {
+				return err
+			}
+			return a.report(cmd.OutOrStdout(), changes, f.dryRun, !bulk)
+		},
+	}
+	f.add(cmd, 100)
+	addActFlags(cmd, &f)
+	return cmd
+}
+
 func newCancelCmd(a *app) *cobra.Command {
 	var f actFlags
 	cmd := &cobra.Command{
@@ -203,7 +238,18 @@ func newConfirmCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "confirm <effect id | key> --ref REF --reason TEXT",
 		Short: "Record by hand that an effect was performed, after checking the provider",
-		Args:  cobra.ExactArgs(1),
+		Long: `Record by hand that an effect was performed, after checking the provider,
+with the provider's reference. Accepts pending, fired, failed and cancelled
+effects; the effect's last error is cleared (the audit row keeps it, with
+the state it left).
+
+A fired effect may still have a River job marked running (a call in flight,
+or a process that died). Confirming does not stop that call: if it reaches
+the provider, the key makes it a replay, and its acknowledgement is
+recorded in the audit trail (late_ack). When the job runs again it finds the
+effect confirmed and does nothing (outboxd logs "already confirmed, not
+fired").`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ref == "" || reason == "" {
 				return cli.Usagef("--ref (the provider's id for what it did) and --reason are both required")

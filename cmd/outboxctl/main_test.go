@@ -185,9 +185,11 @@ func TestStuckExplainsWhy(t *testing.T) {
 		why[r.ID] = r.Diagnosis
 	}
 	require.Contains(t, why[b.ids["pending_nojob"]], "no live River job")
+	require.Contains(t, why[b.ids["pending_nojob"]], "`outboxctl requeue`", "advice names a command that works for it")
 	require.Contains(t, why[b.ids["fired_stale"]], "beyond the crash-recovery bound")
 	require.Contains(t, why[b.ids["retrying"]], "retrying: 2 attempts, last error: HTTP 503; next attempt in")
-	require.Contains(t, why[b.ids["failed"]], "failed, awaiting an operator: HTTP 410")
+	require.Contains(t, why[b.ids["failed"]], "failed: HTTP 410 (endpoint gone)")
+	require.Contains(t, why[b.ids["failed"]], "`outboxctl cancel`", "a permanent refusal suggests cancel")
 	require.Contains(t, why[b.ids["window_closing"]], "key window closes in")
 	require.Contains(t, why[b.ids["pending"]], "waiting for a worker")
 	for _, name := range []string{"confirmed", "confirmed_old", "cancelled"} {
@@ -199,11 +201,68 @@ func TestStuckExplainsWhy(t *testing.T) {
 	require.Regexp(t, `(?m)^ID\s+KIND\s+PROVIDER\s+STATE\s+ATTEMPTS\s+UNCHANGED\s+WHY$`, out)
 	require.Contains(t, out, b.ids["fired_stale"].String())
 
-	// Nothing live is older than two hours.
+	// Nothing live is older than two hours; failed effects are listed
+	// whatever their age.
 	out, err = b.run(t, "", "stuck", "--older-than", "2h", "--json")
 	require.NoError(t, err)
+	rows = nil
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
-	require.Empty(t, rows)
+	require.Len(t, rows, 2, "the two failed effects")
+	for _, r := range rows {
+		require.True(t, r.ID == b.ids["failed"] || r.ID == b.ids["failed_old_window"], r.Diagnosis)
+	}
+
+	// An effect parked in doubt gets the in-doubt advice, naming the risk.
+	_, err = b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.side_effects
+		SET provider = 'sendgrid', in_doubt = true, last_error = 'in doubt: not re-sent: sendgrid HTTP 500' WHERE id = $1`, b.ids["failed"])
+	require.NoError(t, err)
+	out, err = b.run(t, "", "stuck", "--json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	for _, r := range rows {
+		if r.ID == b.ids["failed"] {
+			require.Contains(t, r.Diagnosis, "--allow-duplicate")
+			require.Contains(t, r.Diagnosis, "confirm --ref")
+			require.NotContains(t, r.Diagnosis, "in_doubt:", "no doubled class in the wording")
+		}
+	}
+}
+
+func TestRequeueGivesJoblessEffectsAJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.ids["pending_nojob"].String()
+	require.Zero(t, b.jobCount(t, "pending_nojob"))
+	out, err := b.run(t, "", "requeue", id, "--reason", "row written by hand")
+	require.NoError(t, err, out)
+	require.Equal(t, 1, b.jobCount(t, "pending_nojob"))
+	e := b.effect(t, "pending_nojob")
+	require.Equal(t, sideeffects.StatePending, e.State, "the state does not change")
+
+	out, err = b.run(t, "", "requeue", id, "--reason", "again")
+	require.Equal(t, 1, cli.ExitCode(err))
+	require.Contains(t, out, "is live for it already")
+	require.Equal(t, 1, b.jobCount(t, "pending_nojob"))
+
+	_, err = b.run(t, "", "requeue", b.ids["failed"].String(), "--reason", "r")
+	require.Equal(t, 1, cli.ExitCode(err), "failed effects are retried, not requeued")
+
+	out, err = b.run(t, "", "show", id)
+	require.NoError(t, err)
+	require.Regexp(t, `oncall@example\.com\s+requeue\s+pending\s+pending\s+row written by hand`, out)
+}
+
+func TestConfirmClearsTheErrorAndKeepsItInTheAudit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.ids["failed"].String()
+	_, err := b.run(t, "", "confirm", id, "--ref", "rcv-7", "--reason", "in the receiver's log")
+	require.NoError(t, err)
+	e := b.effect(t, "failed")
+	require.Nil(t, e.LastError, "the resolved error no longer shows")
+	out, err := b.run(t, "", "show", id, "--json")
+	require.NoError(t, err)
+	require.Contains(t, out, "HTTP 410 (endpoint gone)", "the audit row keeps it")
 }
 
 func TestRetry(t *testing.T) {

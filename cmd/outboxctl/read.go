@@ -20,9 +20,11 @@ func newStuckCmd(a *app) *cobra.Command {
 		Use:   "stuck",
 		Short: "Effects that are not progressing, and why",
 		Long: `List pending and fired effects that have not changed for --older-than, and
-failed effects awaiting an operator, oldest first, each with a diagnosis:
-no live River job, fired beyond the crash-recovery bound, retrying (attempts,
-last error, next attempt), key window about to close, or failed.`,
+every failed effect, oldest first, each with a diagnosis that names a
+command that works for it: no live River job (requeue), fired beyond the
+crash-recovery bound, retrying (attempts, last error, next attempt), key
+window about to close, or failed — with, per failure class, the safe
+actions and the one that could cause a second real-world effect.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if olderThan < 0 || limit <= 0 {
