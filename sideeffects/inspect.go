@@ -110,8 +110,10 @@ func (s StuckEffect) Diagnosis(now time.Time, firedBound, window time.Duration) 
 		return "no live River job: nothing will fire it. `outboxctl requeue` gives it one (the sweeper would, within --sweep-interval)"
 	}
 	if e.State == StateFired && e.FiredAt != nil && now.Sub(*e.FiredAt) > firedBound {
-		return fmt.Sprintf("fired %s, beyond the crash-recovery bound (%s): the worker died mid-call and River has not rescued job %d (%s); is any outboxd running?",
-			relative(*e.FiredAt, now), firedBound, *s.JobID, *s.JobState)
+		return fmt.Sprintf("fired %s, beyond the crash-recovery bound (%s): the worker died mid-call and River has not rescued job %d (%s); is any outboxd running? "+
+			"An outboxd that starts rescues it within seconds and re-fires it with the same key (at_least_once) or parks it for review (at_most_once). "+
+			"To resolve it yourself: look up key %s at the provider, then `outboxctl confirm --ref` if done, or let it re-fire",
+			relative(*e.FiredAt, now), firedBound, *s.JobID, *s.JobState, e.IdempotencyKey)
 	}
 	if e.Attempts > 0 && lastErr != "" {
 		next := "unknown"
@@ -251,7 +253,10 @@ type Stats struct {
 	LatencyP50    float64          `json:"confirm_latency_p50_seconds"`
 	LatencyP95    float64          `json:"confirm_latency_p95_seconds"`
 	LatencyP99    float64          `json:"confirm_latency_p99_seconds"`
-	CollectedAt   time.Time        `json:"collected_at"`
+	// ConfirmedByHand counts effects confirmed by an operator in the
+	// window; they are not in the latency percentiles.
+	ConfirmedByHand int64     `json:"confirmed_by_hand_in_window"`
+	CollectedAt     time.Time `json:"collected_at"`
 }
 
 // StateKindCount is the number of effects of one kind in one state.
@@ -267,13 +272,16 @@ type AttemptsBucket struct {
 	Count    int64  `json:"count"`
 }
 
-// Stats computes Stats over the last window.
+// Stats computes Stats over the last window (zero: every row kept).
 func (s *Store) Stats(ctx context.Context, db DB, window time.Duration) (*Stats, error) {
 	var now time.Time
 	if err := db.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
 		return nil, err
 	}
 	since := now.Add(-window)
+	if window == 0 {
+		since = time.Time{}
+	}
 	st := &Stats{Window: window, WindowSeconds: window.Seconds(), CollectedAt: now}
 	rows, err := db.Query(ctx, s.q.statsCounts, since)
 	if err != nil {
@@ -300,6 +308,9 @@ func (s *Store) Stats(ctx context.Context, db DB, window time.Duration) (*Stats,
 		return b, err
 	})
 	if err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	if err := db.QueryRow(ctx, s.q.statsByHand, since).Scan(&st.ConfirmedByHand); err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
 	if err := db.QueryRow(ctx, s.q.statsLatency, since).Scan(&st.Confirmed, &st.LatencyP50, &st.LatencyP95, &st.LatencyP99); err != nil {

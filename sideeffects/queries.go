@@ -326,8 +326,14 @@ SELECT count(*),
 	coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM confirmed_at - created_at)), 0),
 	coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM confirmed_at - created_at)), 0),
 	coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM confirmed_at - created_at)), 0)
-FROM /*schema*/side_effects
-WHERE state = 'confirmed' AND updated_at >= $1`
+FROM /*schema*/side_effects e
+WHERE state = 'confirmed' AND updated_at >= $1
+	AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effect_audit a WHERE a.effect_id = e.id AND a.action = 'confirm')`
+
+	// Effects confirmed by an operator since $1.
+	sqlStatsByHand = `
+SELECT count(DISTINCT effect_id) FROM /*schema*/side_effect_audit
+WHERE action = 'confirm' AND to_state = 'confirmed' AND created_at >= $1`
 
 	// Purge: terminal effects older than $1, in batches of $2; then events
 	// older than $1 left without effects.
@@ -401,10 +407,10 @@ type queries struct {
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit string
 
-	listEffects, stuck, eventOf, jobsOf                     string
-	statsCounts, statsOldest, statsAttempts, statsLatency   string
-	purgeCount, purgeEffects, purgeEventsCount, purgeEvents string
-	stateGauges, sweep                                      string
+	listEffects, stuck, eventOf, jobsOf                                string
+	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand string
+	purgeCount, purgeEffects, purgeEventsCount, purgeEvents            string
+	stateGauges, sweep                                                 string
 }
 
 func newQueries(schema string) queries {
@@ -450,6 +456,7 @@ func newQueries(schema string) queries {
 		statsOldest:      r.Replace(sqlStatsOldest),
 		statsAttempts:    r.Replace(sqlStatsAttempts),
 		statsLatency:     r.Replace(sqlStatsLatency),
+		statsByHand:      r.Replace(sqlStatsByHand),
 		purgeCount:       r.Replace(sqlPurgeCount),
 		purgeEffects:     r.Replace(sqlPurgeEffects),
 		purgeEventsCount: r.Replace(sqlPurgeEventsCount),

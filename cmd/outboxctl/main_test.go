@@ -468,6 +468,27 @@ func TestStats(t *testing.T) {
 	out, err = b.run(t, "", "stats", "--window", "24h")
 	require.NoError(t, err)
 	require.Contains(t, out, "p50 2s")
+	require.Contains(t, out, "Window: the last 24h0m0s")
+
+	// --window all counts every row kept.
+	out, err = b.run(t, "", "stats", "--window", "all", "--json")
+	require.NoError(t, err)
+	st = sideeffects.Stats{}
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	require.Equal(t, int64(2), st.Confirmed, "the 40-day-old one too")
+	_, err = b.run(t, "", "stats", "--window", "forever")
+	require.Equal(t, 2, cli.ExitCode(err))
+
+	// An effect confirmed by hand is counted apart, not in the percentiles.
+	_, err = b.run(t, "", "confirm", b.ids["failed"].String(), "--ref", "r1", "--reason", "seen at the receiver")
+	require.NoError(t, err)
+	out, err = b.run(t, "", "stats", "--window", "24h", "--json")
+	require.NoError(t, err)
+	st = sideeffects.Stats{}
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	require.Equal(t, int64(1), st.Confirmed, "by the dispatcher")
+	require.Equal(t, int64(1), st.ConfirmedByHand)
+	require.InDelta(t, 2.0, st.LatencyP99, 0.01, "the hand-confirmed one does not skew the percentiles")
 }
 
 func TestPurge(t *testing.T) {
