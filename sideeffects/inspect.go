@@ -98,7 +98,7 @@ func (s StuckEffect) Diagnosis(now time.Time, firedBound, window time.Duration) 
 		lastErr = *e.LastError
 	}
 	if e.State == StateFailed {
-		return "failed: " + lastErr + ". " + failedAdvice(e, lastErr)
+		return "failed: " + strings.TrimRight(lastErr, ". ") + ". " + failedAdvice(e, lastErr)
 	}
 	if window > 0 && e.KeyWindowFrom != nil {
 		if closes := e.KeyWindowFrom.Add(window); closes.Sub(now) < time.Hour {

@@ -166,7 +166,8 @@ func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 
 func ago(t time.Time) string {
 	d := time.Since(t)
 	switch {
-	case d < time.Minute:
+	case d < time.Hour:
+		// Seconds matter when watching whether something moves.
 		return d.Round(time.Second).String()
 	case d < 48*time.Hour:
 		return d.Round(time.Minute).String()
