@@ -23,6 +23,8 @@ const (
 	ActionCancel  = "cancel"
 	ActionConfirm = "confirm"
 	ActionRequeue = "requeue"
+	// ActionAcknowledge marks a failed effect as reviewed.
+	ActionAcknowledge = "acknowledge"
 	// ActionLateAck records a provider's acknowledgement that arrived after
 	// an operator's action.
 	ActionLateAck = "late_ack"
@@ -216,6 +218,26 @@ func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts ActionOpts
 		})
 }
 
+// Acknowledge records that failed effects were reviewed and are correctly
+// failed (a card decline, a retired endpoint): they stay failed, with who
+// and why in the audit trail, and leave "stuck" and the failed-effects
+// gauge. A later retry clears the acknowledgement.
+func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+	if opts.Reason == "" {
+		return nil, errors.New("acknowledge needs a reason")
+	}
+	check := func(_ context.Context, _ DB, e *Effect, _ *Change) (string, error) {
+		if e.AcknowledgedAt != nil {
+			return "acknowledged already at " + e.AcknowledgedAt.UTC().Format(time.RFC3339), nil
+		}
+		return "", nil
+	}
+	return o.each(ctx, ids, opts, ActionAcknowledge, StateFailed, []State{StateFailed}, check,
+		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
+			return o.store.transitionReturning(ctx, tx, ActionAcknowledge, o.store.q.acknowledge, e.ID)
+		})
+}
+
 // Cancel moves pending, fired or failed effects to cancelled: no worker will
 // fire them again. A fired effect may have a call in flight; if the provider
 // acknowledges it, the acknowledgement is recorded in the audit trail.
@@ -351,6 +373,8 @@ func pastTense(action string) string {
 		return "cancelled"
 	case ActionRequeue:
 		return "requeued"
+	case ActionAcknowledge:
+		return "acknowledged"
 	default:
 		return "confirmed"
 	}

@@ -192,3 +192,28 @@ func transitionsTo(t *testing.T, reg *prometheus.Registry, to string) prometheus
 	}
 	return g
 }
+
+// An acknowledged failed effect leaves the failed gauge the alert reads.
+func TestAcknowledgedFailuresLeaveTheFailedGauge(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	e := b.enqueue(t, "/orders")
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'failed', last_error = 'HTTP 410 (endpoint gone)' WHERE id = $1`, e.ID)
+	require.NoError(t, err)
+	failed := func() int64 {
+		gauges, err := b.store.StateGauges(ctx, b.db.Pool)
+		require.NoError(t, err)
+		for _, g := range gauges {
+			if g.State == sideeffects.StateFailed {
+				return g.Count
+			}
+		}
+		return 0
+	}
+	require.Equal(t, int64(1), failed())
+	chs, err := b.operator(t).Acknowledge(ctx, []uuid.UUID{e.ID}, sideeffects.ActionOpts{Actor: "oncall", Reason: "endpoint retired"})
+	require.NoError(t, err)
+	require.True(t, chs[0].Applied)
+	require.Zero(t, failed())
+}

@@ -11,7 +11,7 @@ import (
 
 const effectColumns = `id, source_id, kind, provider, idempotency_key, payload, state, attempts,
 	last_error, provider_ref, replayed, next_attempt_at, created_at, updated_at, fired_at, first_fired_at, confirmed_at,
-	in_doubt, total_attempts, redrives, key_window_from`
+	in_doubt, total_attempts, redrives, key_window_from, acknowledged_at`
 
 const (
 	sqlInsertEvent = `
@@ -213,7 +213,7 @@ WITH before AS (
 	WHERE id = $1 AND (state IN ('failed', 'cancelled') OR (state = 'fired' AND $2::boolean)) FOR UPDATE
 )
 UPDATE /*schema*/side_effects e
-SET state = 'pending', attempts = 0, redrives = e.redrives + 1, next_attempt_at = NULL, updated_at = now(),
+SET state = 'pending', attempts = 0, redrives = e.redrives + 1, next_attempt_at = NULL, updated_at = now(), acknowledged_at = NULL,
 	in_doubt = e.in_doubt AND NOT $3::boolean,
 	key_window_from = CASE WHEN $4::boolean THEN NULL ELSE e.key_window_from END
 FROM before WHERE e.id = before.id
@@ -231,6 +231,17 @@ SET state = 'confirmed', provider_ref = $2, confirmed_at = now(), next_attempt_a
 FROM before WHERE e.id = before.id
 RETURNING ` + beforeColumns
 
+	// failed -> failed, acknowledged as reviewed and correctly failed.
+	sqlAcknowledge = `
+WITH before AS (
+	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+	WHERE id = $1 AND state = 'failed' AND acknowledged_at IS NULL FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
+SET acknowledged_at = now()
+FROM before WHERE e.id = before.id
+RETURNING ` + beforeColumns
+
 	sqlInsertAudit = `
 INSERT INTO /*schema*/side_effect_audit (effect_id, action, actor, reason, from_state, to_state, details)
 VALUES ($1, $2, $3, $4, $5, $6, $7)`
@@ -243,7 +254,7 @@ FROM /*schema*/side_effect_audit WHERE effect_id = $1 ORDER BY id`
 const beforeColumns = `before.id, before.source_id, before.kind, before.provider, before.idempotency_key, before.payload,
 	before.state, before.attempts, before.last_error, before.provider_ref, before.replayed, before.next_attempt_at,
 	before.created_at, before.updated_at, before.fired_at, before.first_fired_at, before.confirmed_at,
-	before.in_doubt, before.total_attempts, before.redrives, before.key_window_from`
+	before.in_doubt, before.total_attempts, before.redrives, before.key_window_from, before.acknowledged_at`
 
 // Inspection: what operators and the stuck/stats commands read.
 const (
@@ -269,7 +280,7 @@ WITH stuck AS (
 	 WHERE state IN ('pending', 'fired') AND updated_at < $1 ORDER BY updated_at LIMIT $2)
 	UNION ALL
 	(SELECT * FROM /*schema*/side_effects
-	 WHERE state = 'failed' ORDER BY updated_at LIMIT $2)
+	 WHERE state = 'failed' AND acknowledged_at IS NULL ORDER BY updated_at LIMIT $2)
 	ORDER BY updated_at LIMIT $2
 )
 SELECT ` + effectColumnsE + `, j.id, j.state, j.scheduled_at
@@ -301,7 +312,11 @@ WHERE state IN ('pending', 'fired')
 GROUP BY state, kind
 UNION ALL
 SELECT 'failed', kind, count(*) FROM /*schema*/side_effects
-WHERE state = 'failed'
+WHERE state = 'failed' AND acknowledged_at IS NULL
+GROUP BY kind
+UNION ALL
+SELECT 'failed_acknowledged', kind, count(*) FROM /*schema*/side_effects
+WHERE state = 'failed' AND acknowledged_at IS NOT NULL
 GROUP BY kind
 UNION ALL
 SELECT state, kind, count(*) FROM /*schema*/side_effects
@@ -389,12 +404,12 @@ GROUP BY state, kind
 UNION ALL
 SELECT 'failed', kind, count(*), extract(epoch FROM now() - min(created_at))::float8
 FROM /*schema*/side_effects
-WHERE state = 'failed'
+WHERE state = 'failed' AND acknowledged_at IS NULL
 GROUP BY kind`
 
 const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key, e.payload, e.state, e.attempts,
 	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at,
-	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from`
+	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from, e.acknowledged_at`
 
 // queries holds the statements with the schema filled in.
 type queries struct {
@@ -405,7 +420,7 @@ type queries struct {
 	claim, lateAck, release, recordInDoubt, fail, unclaim              string
 	claimFirstMany, confirmMany                                        string
 
-	cancel, redrive, resolveConfirmed, insertAudit, listAudit string
+	cancel, redrive, resolveConfirmed, insertAudit, listAudit, acknowledge string
 
 	listEffects, stuck, eventOf, jobsOf                                string
 	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand string
@@ -443,6 +458,7 @@ func newQueries(schema string) queries {
 		fail:                         r.Replace(sqlFail),
 
 		cancel:           r.Replace(sqlCancel),
+		acknowledge:      r.Replace(sqlAcknowledge),
 		redrive:          r.Replace(sqlRedrive),
 		resolveConfirmed: r.Replace(sqlResolveConfirmed),
 		insertAudit:      r.Replace(sqlInsertAudit),

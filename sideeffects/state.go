@@ -56,4 +56,8 @@ type Effect struct {
 	// that carried the key. Only a forced retry, after checking the
 	// provider, restarts it.
 	KeyWindowFrom *time.Time `db:"key_window_from" json:"key_window_from"`
+	// AcknowledgedAt is when an operator acknowledged a failed effect as
+	// reviewed and correctly failed; it is then out of "stuck" and the
+	// failed gauge. A redrive clears it.
+	AcknowledgedAt *time.Time `db:"acknowledged_at" json:"acknowledged_at"`
 }

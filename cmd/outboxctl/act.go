@@ -124,6 +124,41 @@ Select effects by id, or by filters (default --state failed).`,
 	return cmd
 }
 
+func newAcknowledgeCmd(a *app) *cobra.Command {
+	var f actFlags
+	cmd := &cobra.Command{
+		Use:   "acknowledge [effect id | key ...]",
+		Short: "Record that failed effects were reviewed and are correctly failed",
+		Long: `Record that failed effects were reviewed and are correctly failed (a card
+decline, a retired endpoint): they stay failed, with your reason in the audit
+trail, and leave "stuck" and the outboxd_effects{state="failed"} gauge, so
+the alert stops firing. Nothing is sent and nothing pretends it was done;
+stats counts them as failed_acknowledged. A later retry clears it.
+
+Select effects by id, or by filters (default --state failed).`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			ids, bulk, err := a.targets(ctx, args, &f, []sideeffects.State{sideeffects.StateFailed})
+			if err != nil {
+				return err
+			}
+			if bulk && !f.dryRun {
+				if err := a.confirmBulk(cmd.ErrOrStderr(), "acknowledge", len(ids), f.yes); err != nil {
+					return err
+				}
+			}
+			changes, err := a.op.Acknowledge(ctx, ids, a.opts(&f))
+			if err != nil {
+				return err
+			}
+			return a.report(cmd.OutOrStdout(), changes, f.dryRun, !bulk)
+		},
+	}
+	f.add(cmd, 100)
+	addActFlags(cmd, &f)
+	return cmd
+}
+
 func newRequeueCmd(a *app) *cobra.Command {
 	var f actFlags
 	cmd := &cobra.Command{

@@ -228,6 +228,40 @@ func TestStuckExplainsWhy(t *testing.T) {
 	}
 }
 
+func TestAcknowledgeTakesAFailedEffectOutOfStuck(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.ids["failed"].String()
+	_, err := b.run(t, "", "acknowledge", id)
+	require.Equal(t, 2, cli.ExitCode(err), "--reason is required")
+	out, err := b.run(t, "", "acknowledge", id, "--reason", "endpoint retired by the customer")
+	require.NoError(t, err, out)
+	e := b.effect(t, "failed")
+	require.Equal(t, sideeffects.StateFailed, e.State, "still failed: nothing pretends it was done")
+	require.NotNil(t, e.AcknowledgedAt)
+
+	out, err = b.run(t, "", "stuck", "--json")
+	require.NoError(t, err)
+	require.NotContains(t, out, id, "out of stuck")
+	require.Contains(t, out, b.ids["failed_old_window"].String(), "the other failed effect stays")
+
+	out, err = b.run(t, "", "stats", "--json")
+	require.NoError(t, err)
+	require.Contains(t, out, `"state": "failed_acknowledged"`)
+
+	out, err = b.run(t, "", "show", id)
+	require.NoError(t, err)
+	require.Regexp(t, `oncall@example\.com\s+acknowledge\s+failed\s+failed\s+endpoint retired by the customer`, out)
+
+	_, err = b.run(t, "", "acknowledge", id, "--reason", "again")
+	require.Equal(t, 1, cli.ExitCode(err), "acknowledged already")
+
+	// A retry clears it.
+	_, err = b.run(t, "", "retry", id, "--reason", "customer re-enabled it")
+	require.NoError(t, err)
+	require.Nil(t, b.effect(t, "failed").AcknowledgedAt)
+}
+
 func TestRequeueGivesJoblessEffectsAJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -221,6 +221,7 @@ func newShowCmd(a *app) *cobra.Command {
 			for _, kv := range [][2]string{
 				{"id", e.ID.String()}, {"kind", e.Kind}, {"provider", e.Provider}, {"state", string(e.State)},
 				{"idempotency_key", e.IdempotencyKey}, {"attempts", attemptsLine(e)}, {"in_doubt", doubtLine(e)},
+				{"acknowledged_at", ts(e.AcknowledgedAt)},
 				{"last_error", short(e.LastError, 400)}, {"provider_ref", short(e.ProviderRef, 200)},
 				{"replayed", fmt.Sprint(e.Replayed)}, {"next_attempt_at", ts(e.NextAttemptAt)},
 				{"created_at", ts(&e.CreatedAt)}, {"updated_at", ts(&e.UpdatedAt)}, {"first_fired_at", ts(e.FirstFiredAt)},
