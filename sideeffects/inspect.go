@@ -177,6 +177,59 @@ func (s *Store) Event(ctx context.Context, db DB, id uuid.UUID) (*Event, error) 
 	return &ev, nil
 }
 
+// EventFilter selects events for Events; zero fields match all.
+type EventFilter struct {
+	Type          string
+	AggregateType string
+	AggregateID   string
+	// MissingKind keeps events that have no effect of this kind.
+	MissingKind string
+	Since       time.Time
+	ID          uuid.UUID
+	Limit       int
+}
+
+// EventEffects is an event with its effects' kinds and states.
+type EventEffects struct {
+	Event
+	Effects []EventEffect `json:"effects"`
+}
+
+// EventEffect is one effect of an event, as Events lists it.
+type EventEffect struct {
+	ID    uuid.UUID `json:"id"`
+	Kind  string    `json:"kind"`
+	State State     `json:"state"`
+}
+
+// Events lists events, newest first, with their effects.
+func (s *Store) Events(ctx context.Context, db DB, f EventFilter) ([]EventEffects, error) {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	var since *time.Time
+	if !f.Since.IsZero() {
+		since = &f.Since
+	}
+	var id *uuid.UUID
+	if f.ID != uuid.Nil {
+		id = &f.ID
+	}
+	rows, err := db.Query(ctx, s.q.events, nullable(f.Type), nullable(f.AggregateType), nullable(f.AggregateID),
+		nullable(f.MissingKind), since, id, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (EventEffects, error) {
+		var ev EventEffects
+		var effects []byte
+		if err := r.Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.EventType, &ev.Payload, &ev.CreatedAt, &effects); err != nil {
+			return ev, err
+		}
+		return ev, json.Unmarshal(effects, &ev.Effects)
+	})
+}
+
 // Job is a River dispatch job of an effect.
 type Job struct {
 	ID          int64                    `json:"id"`

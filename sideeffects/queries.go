@@ -297,6 +297,24 @@ ORDER BY e.updated_at`
 SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at
 FROM /*schema*/outbox_events WHERE id = $1`
 
+	// Events, newest first, each with its effects' kinds and states. Filters
+	// are NULL when unset; $4 keeps events lacking an effect of that kind.
+	// outbox_events has no secondary index (enqueue pays for none): this
+	// reads the table.
+	sqlEvents = `
+SELECT ev.id, ev.aggregate_type, ev.aggregate_id, ev.event_type, ev.payload, ev.created_at,
+	coalesce((SELECT jsonb_agg(jsonb_build_object('id', e.id, 'kind', e.kind, 'state', e.state) ORDER BY e.kind)
+		FROM /*schema*/side_effects e WHERE e.source_id = ev.id), '[]'::jsonb)
+FROM /*schema*/outbox_events ev
+WHERE ($1::text IS NULL OR ev.event_type = $1)
+	AND ($2::text IS NULL OR ev.aggregate_type = $2)
+	AND ($3::text IS NULL OR ev.aggregate_id = $3)
+	AND ($4::text IS NULL OR NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = ev.id AND e.kind = $4))
+	AND ($5::timestamptz IS NULL OR ev.created_at >= $5)
+	AND ($6::uuid IS NULL OR ev.id = $6)
+ORDER BY ev.created_at DESC, ev.id DESC
+LIMIT $7`
+
 	sqlJobsOf = `
 SELECT id, state::text, queue, attempt, max_attempts, created_at, scheduled_at, finalized_at, errors
 FROM /*schema*/river_job
@@ -422,7 +440,7 @@ type queries struct {
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit, acknowledge string
 
-	listEffects, stuck, eventOf, jobsOf                                string
+	listEffects, stuck, eventOf, jobsOf, events                        string
 	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand string
 	purgeCount, purgeEffects, purgeEventsCount, purgeEvents            string
 	stateGauges, sweep                                                 string
@@ -468,6 +486,7 @@ func newQueries(schema string) queries {
 		stuck:            r.Replace(sqlStuck),
 		eventOf:          r.Replace(sqlEventOf),
 		jobsOf:           r.Replace(sqlJobsOf),
+		events:           r.Replace(sqlEvents),
 		statsCounts:      r.Replace(sqlStatsCounts),
 		statsOldest:      r.Replace(sqlStatsOldest),
 		statsAttempts:    r.Replace(sqlStatsAttempts),

@@ -70,7 +70,7 @@ func newRootCmd(stdin io.Reader) *cobra.Command {
 	// The same settings as outboxd run's, from the same variables.
 	a.Policies.Bind(pf)
 
-	root.AddCommand(newStuckCmd(a), newListCmd(a), newShowCmd(a), newStatsCmd(a),
+	root.AddCommand(newStuckCmd(a), newListCmd(a), newShowCmd(a), newEventsCmd(a), newStatsCmd(a),
 		newRetryCmd(a), newRequeueCmd(a), newAcknowledgeCmd(a), newCancelCmd(a), newConfirmCmd(a), newPurgeCmd(a), newMigrateCmd(a))
 	return root
 }
@@ -134,6 +134,9 @@ func (a *app) resolve(ctx context.Context, ref string) (*sideeffects.Effect, err
 	if id, err := uuid.Parse(ref); err == nil {
 		e, err := a.store().Get(ctx, a.pool, id)
 		if errors.Is(err, sideeffects.ErrNotFound) {
+			if evs, evErr := a.store().Events(ctx, a.pool, sideeffects.EventFilter{ID: id, Limit: 1}); evErr == nil && len(evs) == 1 {
+				return nil, fmt.Errorf("%s is an event, not an effect: `outboxctl events %s` shows it with its effects", id, id)
+			}
 			return nil, fmt.Errorf("no effect with id %s in schema %q: find ids with `outboxctl list`", id, a.Schema)
 		}
 		if err != nil {

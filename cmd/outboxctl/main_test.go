@@ -262,6 +262,39 @@ func TestAcknowledgeTakesAFailedEffectOutOfStuck(t *testing.T) {
 	require.Nil(t, b.effect(t, "failed").AcknowledgedAt)
 }
 
+func TestEventsShowWhatEachEventProduced(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var eventID uuid.UUID
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT source_id FROM `+b.db.Schema+`.side_effects WHERE id = $1`, b.ids["failed"]).Scan(&eventID))
+
+	out, err := b.run(t, "", "events", "--aggregate", "order:failed", "--json")
+	require.NoError(t, err)
+	var evs []sideeffects.EventEffects
+	require.NoError(t, json.Unmarshal([]byte(out), &evs))
+	require.Len(t, evs, 1)
+	require.Equal(t, eventID, evs[0].ID)
+	require.Len(t, evs[0].Effects, 1)
+	require.Equal(t, "webhook.order_paid", evs[0].Effects[0].Kind)
+	require.Equal(t, sideeffects.StateFailed, evs[0].Effects[0].State)
+
+	// Events lacking an expected effect: every order without a receipt.
+	out, err = b.run(t, "", "events", "--type", "order.paid", "--missing-kind", "email.receipt", "--json")
+	require.NoError(t, err)
+	evs = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &evs))
+	require.Len(t, evs, len(b.ids)-2, "all but the two orders with a receipt")
+
+	out, err = b.run(t, "", "events", eventID.String())
+	require.NoError(t, err)
+	require.Regexp(t, `order\.paid\s+order:failed\s+webhook\.order_paid=failed`, out)
+
+	_, err = b.run(t, "", "show", eventID.String())
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "is an event, not an effect", "show points at events")
+}
+
 func TestRequeueGivesJoblessEffectsAJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -375,3 +375,74 @@ func (a *app) windowNote(e *sideeffects.Effect) string {
 	}
 	return fmt.Sprintf(" (key window closed %s ago)", (-time.Until(closes)).Round(time.Minute))
 }
+
+func newEventsCmd(a *app) *cobra.Command {
+	var typ, aggregate, missing string
+	var since time.Duration
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "events [event id]",
+		Short: "Events with the effects each produced; events lacking an expected effect",
+		Long: `List events, newest first, each with its effects' kinds and states, or one
+event by id. Filters: --type, --aggregate TYPE:ID (or TYPE), --since, and
+--missing-kind KIND for events that have no effect of that kind (an effect
+the application should have enqueued). outbox_events carries no secondary
+index (enqueueing pays for none), so this reads the table: about 0.2s per
+million events.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f := sideeffects.EventFilter{Type: typ, MissingKind: missing, Limit: limit}
+			if aggregate != "" {
+				f.AggregateType, f.AggregateID, _ = strings.Cut(aggregate, ":")
+			}
+			if since > 0 {
+				f.Since = time.Now().Add(-since)
+			}
+			if len(args) == 1 {
+				id, err := uuid.Parse(args[0])
+				if err != nil {
+					return cli.Usagef("%q is not an event id (UUID)", args[0])
+				}
+				f.ID = id
+			}
+			if limit <= 0 {
+				return cli.Usagef("--limit must be positive")
+			}
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			events, err := a.store().Events(ctx, a.pool, f)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if a.JSON {
+				return printJSON(out, events)
+			}
+			if f.ID != uuid.Nil && len(events) == 0 {
+				return fmt.Errorf("no event with id %s in schema %q", f.ID, a.Schema)
+			}
+			tw := table(out)
+			fmt.Fprintln(tw, "EVENT\tCREATED\tTYPE\tAGGREGATE\tEFFECTS")
+			for _, ev := range events {
+				var effects []string
+				for _, e := range ev.Effects {
+					effects = append(effects, e.Kind+"="+string(e.State))
+				}
+				if len(effects) == 0 {
+					effects = []string{"(none)"}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s:%s\t%s\n", ev.ID, ev.CreatedAt.UTC().Format(time.RFC3339), ev.EventType,
+					ev.AggregateType, ev.AggregateID, strings.Join(effects, " "))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&typ, "type", "", "event type, e.g. order.paid")
+	cmd.Flags().StringVar(&aggregate, "aggregate", "", "aggregate as TYPE:ID (or TYPE)")
+	cmd.Flags().StringVar(&missing, "missing-kind", "", "only events without an effect of this kind")
+	cmd.Flags().DurationVar(&since, "since", 0, "only events created within this long")
+	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many events")
+	return cmd
+}
