@@ -387,8 +387,8 @@ func newEventsCmd(a *app) *cobra.Command {
 event by id. Filters: --type, --aggregate TYPE:ID (or TYPE), --since, and
 --missing-kind KIND for events that have no effect of that kind (an effect
 the application should have enqueued). outbox_events carries no secondary
-index (enqueueing pays for none), so this reads the table: about 0.2s per
-million events.`,
+index (enqueueing pays for none), so this reads the whole table: expect it
+to take longer than the other commands on large tables.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := sideeffects.EventFilter{Type: typ, MissingKind: missing, Limit: limit}
