@@ -399,6 +399,20 @@ DELETE FROM /*schema*/outbox_events WHERE id IN (
 	AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = outbox_events.id)`
 )
 
+// Dispatcher records (outboxctl dispatchers).
+const (
+	sqlRecordDispatcher = `
+INSERT INTO /*schema*/outboxd_dispatchers (id, host, pid, settings) VALUES ($1, $2, $3, $4)
+ON CONFLICT (id) DO UPDATE SET settings = EXCLUDED.settings, seen_at = now(), stopped_at = NULL`
+
+	sqlDispatcherSeen = `
+UPDATE /*schema*/outboxd_dispatchers SET seen_at = now(), stopped_at = CASE WHEN $2 THEN now() END WHERE id = $1`
+
+	sqlDispatchers = `
+SELECT id, host, pid, started_at, seen_at, stopped_at, settings FROM /*schema*/outboxd_dispatchers
+ORDER BY seen_at DESC LIMIT $1`
+)
+
 // Pending and fired effects without a live dispatch job, unchanged for $1:
 // rows written by plain SQL, or whose job was discarded or cleaned up.
 const sqlSweep = `
@@ -443,7 +457,7 @@ type queries struct {
 	listEffects, stuck, eventOf, jobsOf, events                        string
 	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand string
 	purgeCount, purgeEffects, purgeEventsCount, purgeEvents            string
-	stateGauges, sweep                                                 string
+	stateGauges, sweep, recordDispatcher, dispatcherSeen, dispatchers  string
 }
 
 func newQueries(schema string) queries {
@@ -498,5 +512,8 @@ func newQueries(schema string) queries {
 		purgeEvents:      r.Replace(sqlPurgeEvents),
 		stateGauges:      r.Replace(sqlStateGauges),
 		sweep:            r.Replace(sqlSweep),
+		recordDispatcher: r.Replace(sqlRecordDispatcher),
+		dispatcherSeen:   r.Replace(sqlDispatcherSeen),
+		dispatchers:      r.Replace(sqlDispatchers),
 	}
 }

@@ -70,7 +70,7 @@ func newRootCmd(stdin io.Reader) *cobra.Command {
 	// The same settings as outboxd run's, from the same variables.
 	a.Policies.Bind(pf)
 
-	root.AddCommand(newStuckCmd(a), newListCmd(a), newShowCmd(a), newEventsCmd(a), newStatsCmd(a),
+	root.AddCommand(newStuckCmd(a), newListCmd(a), newShowCmd(a), newEventsCmd(a), newStatsCmd(a), newDispatchersCmd(a),
 		newRetryCmd(a), newRequeueCmd(a), newAcknowledgeCmd(a), newCancelCmd(a), newConfirmCmd(a), newPurgeCmd(a), newMigrateCmd(a))
 	return root
 }

@@ -295,6 +295,26 @@ func TestEventsShowWhatEachEventProduced(t *testing.T) {
 	require.Contains(t, err.Error(), "is an event, not an effect", "show points at events")
 }
 
+func TestDispatchersShowsWhoDispatchedWithWhat(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	require.NoError(t, b.store.RecordDispatcher(ctx, b.db.Pool, "web-1-42-1", "web-1", 42,
+		map[string]any{"stripe": map[string]any{"api_base": "https://stripe-proxy.internal"}}))
+	require.NoError(t, b.store.DispatcherSeen(ctx, b.db.Pool, "web-1-42-1", true))
+	out, err := b.run(t, "", "dispatchers", "--json")
+	require.NoError(t, err)
+	var ds []sideeffects.DispatcherRecord
+	require.NoError(t, json.Unmarshal([]byte(out), &ds))
+	require.Len(t, ds, 1)
+	require.Equal(t, "web-1", ds[0].Host)
+	require.NotNil(t, ds[0].StoppedAt)
+	require.Contains(t, string(ds[0].Settings), "stripe-proxy.internal")
+	out, err = b.run(t, "", "dispatchers")
+	require.NoError(t, err)
+	require.Contains(t, out, "web-1-42-1")
+}
+
 func TestRequeueGivesJoblessEffectsAJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -446,3 +446,43 @@ to take longer than the other commands on large tables.`,
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many events")
 	return cmd
 }
+
+func newDispatchersCmd(a *app) *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "dispatchers",
+		Short: "The outboxd processes that ran against this schema and the settings each used",
+		Long: `List the outboxd run processes recorded in this schema, most recently seen
+first: host, pid, when started, last seen (refreshed every 30s) and stopped,
+and the settings each dispatched with: providers and their API hosts, key
+windows, in-doubt policies, limits and timeouts (never secrets). Use it to
+tell which process talked to which host. --json prints the settings in full.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			ds, err := a.store().Dispatchers(ctx, a.pool, limit)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if a.JSON {
+				return printJSON(out, ds)
+			}
+			tw := table(out)
+			fmt.Fprintln(tw, "ID\tSTARTED\tLAST SEEN\tSTOPPED\tSETTINGS")
+			for _, d := range ds {
+				stopped := "-"
+				if d.StoppedAt != nil {
+					stopped = ago(*d.StoppedAt) + " ago"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s ago\t%s\t%s\n", d.ID, d.StartedAt.UTC().Format(time.RFC3339), ago(d.SeenAt), stopped, d.Settings)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 20, "at most this many")
+	return cmd
+}

@@ -268,8 +268,20 @@ func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
 	for _, secret := range secrets {
 		require.NotContains(t, jobErrors, secret, "a secret reached River's job errors")
 	}
+	// The process recorded the settings it dispatches with, and no secret.
+	var settings string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT settings::text FROM `+db.Schema+`.outboxd_dispatchers`).Scan(&settings))
+	require.Contains(t, settings, fs.URL, "the Stripe API host it talks to")
+	require.Contains(t, settings, sg.URL)
+	require.Contains(t, settings, "127.0.0.0/8")
+	for _, secret := range secrets {
+		require.NotContains(t, settings, secret, "a secret reached the dispatcher record")
+	}
 	cancel()
 	require.NoError(t, <-done)
+	var stopped bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT stopped_at IS NOT NULL FROM `+db.Schema+`.outboxd_dispatchers`).Scan(&stopped))
+	require.True(t, stopped, "marked stopped on the way out")
 
 	out := logs.String()
 	for _, secret := range secrets {

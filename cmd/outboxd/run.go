@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -181,6 +182,37 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 	return provs, nil
 }
 
+// settings are what this process dispatches with, as outboxctl
+// dispatchers shows them: hosts, windows, policies and limits, never
+// secrets.
+func (c *runConfig) settings(names []string, provs []providers.Provider) map[string]any {
+	s := map[string]any{
+		"providers":        names,
+		"concurrency":      c.concurrency(provs),
+		"in_doubt_policy":  c.Policies.InDoubt,
+		"max_attempts":     c.MaxAttempts,
+		"retry_base_delay": c.RetryBaseDelay.String(),
+		"retry_max_delay":  c.RetryMaxDelay.String(),
+		"job_timeout":      c.JobTimeout.String(),
+		"rescue_after":     c.RescueAfter.String(),
+		"sweep_interval":   c.SweepInterval.String(),
+		"retention":        c.Retention.String(),
+	}
+	for _, n := range names {
+		switch n {
+		case webhook.Name:
+			s["webhook"] = map[string]any{"timeout": c.WebhookTimeout.String(), "allow_cidrs": c.WebhookAllowCIDRs,
+				"max_per_host": c.WebhookMaxPerHost, "key_window": c.Policies.WebhookKeyWindow.String()}
+		case stripe.Name:
+			s["stripe"] = map[string]any{"api_base": c.StripeAPIBase, "timeout": c.StripeTimeout.String(),
+				"key_window": c.Policies.StripeKeyWindow.String(), "key_window_margin": c.Policies.StripeKeyWindowMargin.String()}
+		case sendgrid.Name:
+			s["sendgrid"] = map[string]any{"api_host": c.SendGridAPIHost, "timeout": c.SendGridTimeout.String()}
+		}
+	}
+	return s
+}
+
 // concurrency is --concurrency for the enabled providers: a setting for a
 // built-in provider without credentials here is not an error.
 func (c *runConfig) concurrency(provs []providers.Provider) map[string]int {
@@ -333,6 +365,32 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	}
 	log.Info("outboxd running", "schema", g.Schema, "providers", names, "http_addr", c.HTTPAddr,
 		"job_timeout", c.JobTimeout, "rescue_after", c.RescueAfter, "retention", c.Retention)
+
+	// Record the settings this process dispatches with, for outboxctl
+	// dispatchers; refreshed every 30s, marked stopped on the way out.
+	store := sideeffects.NewStore(g.Schema)
+	host, _ := os.Hostname()
+	self := fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().Unix())
+	if err := store.RecordDispatcher(ctx, pool, self, host, os.Getpid(), c.settings(names, provs)); err != nil {
+		log.Warn("could not record this dispatcher's settings", "error", err)
+	}
+	heartbeat := time.NewTicker(30 * time.Second)
+	defer heartbeat.Stop()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-heartbeat.C:
+				_ = store.DispatcherSeen(ctx, pool, self, false)
+			}
+		}
+	}()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = store.DispatcherSeen(sctx, pool, self, true)
+	}()
 
 	<-ctx.Done()
 	log.Info("signal received: draining", "timeout", c.ShutdownTimeout)
