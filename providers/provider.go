@@ -94,6 +94,12 @@ type Provider interface {
 	Send(ctx context.Context, req Request) (Result, error)
 }
 
+// Hoster is implemented by providers that can say which host a request
+// goes to, for the attempt history operators read.
+type Hoster interface {
+	Host(payload json.RawMessage) string
+}
+
 // Gate is implemented by providers that limit concurrent calls per
 // destination. The dispatcher asks Admit before it claims an effect; when
 // the answer is no, the effect is not fired and its job waits, without

@@ -122,12 +122,17 @@ func TestMetrics(t *testing.T) {
 	b.waitFor(t, e1.ID, sideeffects.StateConfirmed)
 	b.waitFor(t, e2.ID, sideeffects.StateConfirmed)
 
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+	// The worker counts a transition just after its commit: wait for it.
+	want := `
 # HELP outboxd_transitions_total State transitions made by workers, by provider, kind and the state entered.
 # TYPE outboxd_transitions_total counter
 outboxd_transitions_total{kind="webhook.order_paid",provider="webhook",to="confirmed"} 2
 outboxd_transitions_total{kind="webhook.order_paid",provider="webhook",to="fired"} 3
-`), "outboxd_transitions_total"))
+`
+	require.Eventually(t, func() bool {
+		return testutil.GatherAndCompare(reg, strings.NewReader(want), "outboxd_transitions_total") == nil
+	}, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "outboxd_transitions_total"))
 	require.Equal(t, 2, testutil.CollectAndCount(reg, "outboxd_provider_call_duration_seconds"), "an ok and an in_doubt series (a 5xx proves nothing)")
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP outboxd_effects Effects in a live or failed state, by state and kind.

@@ -399,8 +399,16 @@ DELETE FROM /*schema*/outbox_events WHERE id IN (
 	AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = outbox_events.id)`
 )
 
-// Dispatcher records (outboxctl dispatchers).
+// Dispatcher records (outboxctl dispatchers) and failed attempts.
 const (
+	sqlRecordAttempt = `
+INSERT INTO /*schema*/side_effect_attempts (effect_id, attempt, started_at, duration_ms, outcome, error, host)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
+
+	sqlAttemptsOf = `
+SELECT effect_id, attempt, started_at, duration_ms, outcome, error, host FROM /*schema*/side_effect_attempts
+WHERE effect_id = $1 ORDER BY attempt, started_at`
+
 	sqlRecordDispatcher = `
 INSERT INTO /*schema*/outboxd_dispatchers (id, host, pid, settings) VALUES ($1, $2, $3, $4)
 ON CONFLICT (id) DO UPDATE SET settings = EXCLUDED.settings, seen_at = now(), stopped_at = NULL`
@@ -454,10 +462,10 @@ type queries struct {
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit, acknowledge string
 
-	listEffects, stuck, eventOf, jobsOf, events                        string
-	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand string
-	purgeCount, purgeEffects, purgeEventsCount, purgeEvents            string
-	stateGauges, sweep, recordDispatcher, dispatcherSeen, dispatchers  string
+	listEffects, stuck, eventOf, jobsOf, events                                                  string
+	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand                           string
+	purgeCount, purgeEffects, purgeEventsCount, purgeEvents                                      string
+	stateGauges, sweep, recordDispatcher, dispatcherSeen, dispatchers, recordAttempt, attemptsOf string
 }
 
 func newQueries(schema string) queries {
@@ -515,5 +523,7 @@ func newQueries(schema string) queries {
 		recordDispatcher: r.Replace(sqlRecordDispatcher),
 		dispatcherSeen:   r.Replace(sqlDispatcherSeen),
 		dispatchers:      r.Replace(sqlDispatchers),
+		recordAttempt:    r.Replace(sqlRecordAttempt),
+		attemptsOf:       r.Replace(sqlAttemptsOf),
 	}
 }

@@ -219,6 +219,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	}
 
 	class, after := providers.Classify(sendErr)
+	host := ""
+	if h, ok := p.(providers.Hoster); ok {
+		host = h.Host(claimed.Payload)
+	}
+	if err := w.store.RecordAttempt(bctx, w.pool, Attempt{EffectID: id, Attempt: claimed.TotalAttempts, StartedAt: start,
+		Duration: time.Since(start), Outcome: class.String(), Error: sendErr.Error(), Host: host}); err != nil {
+		log.Warn("could not record the attempt in its history", "record_error", err)
+	}
 	log = log.With("class", class.String(), "error", sendErr)
 	switch {
 	case class == providers.ClassPermanent:

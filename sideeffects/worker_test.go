@@ -503,3 +503,26 @@ func TestDispatcherInsertsJobsFromTheIntake(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+b.db.Schema+`.outbox_intake`).Scan(&left))
 	require.Zero(t, left, "the intake is drained")
 }
+
+// Every failed attempt is kept with its time, duration, outcome, error and
+// the host that answered; the confirmation is on the effect itself.
+func TestFailedAttemptsAreKeptForOperators(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.recv.Respond("/flaky", fakes.Status(503), fakes.Status(429))
+	b.start(t)
+	e := b.enqueue(t, "/flaky")
+	got := b.waitFor(t, e.ID, sideeffects.StateConfirmed)
+	require.Equal(t, 3, got.TotalAttempts)
+	attempts, err := b.store.Attempts(context.Background(), b.db.Pool, e.ID)
+	require.NoError(t, err)
+	require.Len(t, attempts, 2)
+	host := strings.TrimPrefix(b.recv.URL, "http://")
+	require.Equal(t, 1, attempts[0].Attempt)
+	require.Equal(t, "in_doubt", attempts[0].Outcome)
+	require.Contains(t, attempts[0].Error, "HTTP 503")
+	require.Equal(t, host, attempts[0].Host)
+	require.Equal(t, 2, attempts[1].Attempt)
+	require.Equal(t, "retryable", attempts[1].Outcome)
+	require.Contains(t, attempts[1].Error, "HTTP 429")
+}

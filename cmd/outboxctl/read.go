@@ -207,9 +207,13 @@ func newShowCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			attempts, err := a.store().Attempts(ctx, a.pool, e.ID)
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			if a.JSON {
-				return printJSON(out, map[string]any{"effect": e, "event": ev, "jobs": jobs, "audit": audit})
+				return printJSON(out, map[string]any{"effect": e, "event": ev, "attempts": attempts, "jobs": jobs, "audit": audit})
 			}
 			tw := table(out)
 			ts := func(t *time.Time) string {
@@ -236,6 +240,20 @@ func newShowCmd(a *app) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			fmt.Fprintf(out, "\nAttempts (failed ones recorded one by one; a confirmation is on the effect):\n")
+			tw = table(out)
+			fmt.Fprintln(tw, "ATTEMPT\tAT\tOUTCOME\tDURATION\tHOST\tERROR")
+			for _, at := range attempts {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", at.Attempt, at.StartedAt.UTC().Format(time.RFC3339Nano), at.Outcome,
+					at.Duration, at.Host, strings.ReplaceAll(at.Error, "\n", " "))
+			}
+			if e.State == sideeffects.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil {
+				fmt.Fprintf(tw, "%d\t%s\tconfirmed\t%s\t\tref %s\n", e.TotalAttempts, ts(e.FiredAt),
+					e.ConfirmedAt.Sub(*e.FiredAt).Round(time.Millisecond), short(e.ProviderRef, 200))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
 			fmt.Fprintf(out, "\nRiver jobs (%d):\n", len(jobs))
 			tw = table(out)
 			fmt.Fprintln(tw, "JOB\tSTATE\tQUEUE\tATTEMPT\tSCHEDULED\tFINALIZED\tLAST ERROR")
@@ -245,7 +263,7 @@ func newShowCmd(a *app) *cobra.Command {
 					lastErr = j.Errors[n-1].Error
 				}
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", j.ID, j.State, j.Queue, j.Attempt, j.MaxAttempts,
-					ts(&j.ScheduledAt), ts(j.FinalizedAt), short(&lastErr, 80))
+					ts(&j.ScheduledAt), ts(j.FinalizedAt), strings.ReplaceAll(lastErr, "\n", " "))
 			}
 			if err := tw.Flush(); err != nil {
 				return err

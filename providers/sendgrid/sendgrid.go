@@ -23,6 +23,7 @@ package sendgrid
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -89,6 +90,11 @@ func New(cfg Config) (*Provider, error) {
 		cfg.Timeout = DefaultTimeout
 	}
 	return &Provider{cfg: cfg, http: &http.Client{Timeout: cfg.Timeout, Transport: providers.LimitBodies(nil, providers.MaxResponseBytes)}}, nil
+}
+
+// Host implements providers.Hoster: the API host every send goes to.
+func (p *Provider) Host(json.RawMessage) string {
+	return strings.TrimPrefix(strings.TrimPrefix(p.cfg.APIHost, "https://"), "http://")
 }
 
 // Secrets implements providers.SecretHolder: a server that echoes the

@@ -28,9 +28,11 @@ package stripe
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -126,6 +128,11 @@ func New(cfg Config) (*Provider, error) {
 	})
 	api := client.New(cfg.APIKey, &stripego.Backends{API: backend, Connect: backend, Uploads: backend})
 	return &Provider{cfg: cfg, api: api}, nil
+}
+
+// Host implements providers.Hoster: the API host every call goes to.
+func (p *Provider) Host(json.RawMessage) string {
+	return strings.TrimPrefix(strings.TrimPrefix(p.cfg.APIBase, "https://"), "http://")
 }
 
 // Secrets implements providers.SecretHolder.

@@ -175,6 +175,9 @@ func (p *Provider) Admit(ctx context.Context, payload json.RawMessage) (release 
 	return func(sendErr error) { p.gate.done(host, sendErr) }, 0, true
 }
 
+// Host implements providers.Hoster: the destination's host and port.
+func (p *Provider) Host(payload json.RawMessage) string { return hostOf(payload) }
+
 // Secrets implements providers.SecretHolder: the signing secret, with and
 // without its whsec_ prefix.
 func (p *Provider) Secrets() []string {
