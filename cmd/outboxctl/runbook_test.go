@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+// The runbook in docs/outboxctl.md, performed: for each failure reason a
+// dispatcher records, the safe action, on a real dispatcher with recording
+// providers, checking the provider never sees a second request.
+
+type runbook struct {
+	*testBundle
+	recv *fakes.Receiver
+	sg   *fakes.FakeSendGrid
+	ob   *outbox.Outbox
+}
+
+const runbookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+func startRunbook(t *testing.T) *runbook {
+	t.Helper()
+	db := testdb.New(t)
+	recv, err := fakes.NewReceiver(runbookSecret)
+	require.NoError(t, err)
+	t.Cleanup(recv.Close)
+	sg := fakes.NewFakeSendGrid()
+	t.Cleanup(sg.Close)
+	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	wh, err := webhook.New(webhook.Config{Secret: runbookSecret, AllowedNetworks: loop, Timeout: 2 * time.Second})
+	require.NoError(t, err)
+	sgp, err := sendgrid.New(sendgrid.Config{APIKey: "SG.runbook", APIHost: sg.URL, Timeout: 2 * time.Second})
+	require.NoError(t, err)
+	d, err := sideeffects.NewDispatcher(db.Pool, sideeffects.Config{
+		Schema: db.Schema, Providers: []providers.Provider{wh, sgp},
+		Retry:         sideeffects.RetryPolicy{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond, SweepInterval: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TestOnly: true,
+	})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Stop(ctx)
+	})
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema, WebhookAllowedNetworks: loop})
+	require.NoError(t, err)
+	return &runbook{testBundle: &testBundle{db: db, store: sideeffects.NewStore(db.Schema), ids: map[string]uuid.UUID{}}, recv: recv, sg: sg, ob: ob}
+}
+
+func (r *runbook) enqueue(t *testing.T, name string, e outbox.Effect) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, pgx.BeginFunc(ctx, r.db.Pool, func(tx pgx.Tx) error {
+		res, err := r.ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"}, e)
+		if err == nil {
+			r.ids[name] = res.Effects[0].ID
+		}
+		return err
+	}))
+	return r.ids[name]
+}
+
+func (r *runbook) waitState(t *testing.T, name string, state sideeffects.State) *sideeffects.Effect {
+	t.Helper()
+	var e *sideeffects.Effect
+	require.Eventually(t, func() bool {
+		e = r.effect(t, name)
+		return e.State == state
+	}, 30*time.Second, 10*time.Millisecond, "%s: want %s", name, state)
+	return e
+}
+
+// settle waits until the effect has no live River job: nothing more will
+// be sent for it unless someone acts.
+func (r *runbook) settle(t *testing.T, name string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var live int
+		err := r.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+r.db.Schema+`.river_job
+			WHERE args->>'effect_id' = $1 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')`, r.ids[name].String()).Scan(&live)
+		return err == nil && live == 0
+	}, 30*time.Second, 10*time.Millisecond)
+}
+
+func mail() outbox.Effect {
+	return outbox.Effect{Kind: "email.receipt", Provider: "sendgrid", Payload: json.RawMessage(
+		`{"from": {"email": "shop@example.com"}, "to": [{"email": "ada@example.com"}], "subject": "Receipt", "text": "Thanks"}`)}
+}
+
+func TestRunbook(t *testing.T) {
+	t.Parallel()
+
+	// "in doubt: not re-sent": SendGrid answered 500 after accepting the
+	// mail. Found in the Activity Feed: confirm it. A retry without
+	// --allow-duplicate is refused. No second mail either way.
+	t.Run("in doubt: confirm after finding it at the provider", func(t *testing.T) {
+		t.Parallel()
+		r := startRunbook(t)
+		r.sg.Respond(fakes.Status(500))
+		id := r.enqueue(t, "mail", mail()).String()
+		r.waitState(t, "mail", sideeffects.StateFailed)
+		r.settle(t, "mail")
+		out, err := r.run(t, "", "retry", id, "--reason", "customer says nothing arrived")
+		require.Equal(t, 1, cli.ExitCode(err), out)
+		out, err = r.run(t, "", "confirm", id, "--ref", "msg_from_activity_feed", "--reason", "in the Activity Feed")
+		require.NoError(t, err, out)
+		r.waitState(t, "mail", sideeffects.StateConfirmed)
+		r.settle(t, "mail")
+		require.Len(t, r.sg.Requests(), 1, "one mail")
+	})
+
+	// A permanent refusal (410 Gone): cancel, or acknowledge it as correctly
+	// failed. The receiver sees one request.
+	for _, action := range []string{"cancel", "acknowledge"} {
+		t.Run("endpoint gone: "+action, func(t *testing.T) {
+			t.Parallel()
+			r := startRunbook(t)
+			r.recv.Respond("/gone", fakes.Status(410))
+			id := r.enqueue(t, "hook", outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
+				Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/gone", "body": {}}`)}).String()
+			r.waitState(t, "hook", sideeffects.StateFailed)
+			r.settle(t, "hook")
+			out, err := r.run(t, "", action, id, "--reason", "endpoint retired")
+			require.NoError(t, err, out)
+			out, err = r.run(t, "", "stuck", "--json")
+			require.NoError(t, err)
+			require.NotContains(t, out, id, "out of stuck")
+			r.settle(t, "hook")
+			require.Len(t, r.recv.Deliveries(), 1, "one request")
+		})
+	}
+
+	// Retries exhausted on answers that prove the provider did nothing
+	// (429): retry once the cause is fixed. The re-send carries the same
+	// key, and the receiver acts once.
+	t.Run("retries exhausted: retry once fixed", func(t *testing.T) {
+		t.Parallel()
+		r := startRunbook(t)
+		r.recv.Respond("/busy", fakes.Status(429), fakes.Status(429))
+		id := r.enqueue(t, "hook", outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
+			Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/busy", "body": {}}`)}).String()
+		e := r.waitState(t, "hook", sideeffects.StateFailed)
+		require.Contains(t, deref(e.LastError), "retries exhausted")
+		r.settle(t, "hook")
+		out, err := r.run(t, "", "retry", id, "--reason", "rate limit raised")
+		require.NoError(t, err, out)
+		r.waitState(t, "hook", sideeffects.StateConfirmed)
+		ds := r.recv.Deliveries()
+		require.Len(t, ds, 3, "two refused, one accepted")
+		for _, d := range ds {
+			require.Equal(t, e.IdempotencyKey, d.ID, "every request with the effect's key")
+		}
+	})
+
+	// "cannot be dispatched": a row whose provider no queue serves. Fix the
+	// row, then retry: delivered once.
+	t.Run("cannot be dispatched: fix the row, then retry", func(t *testing.T) {
+		t.Parallel()
+		r := startRunbook(t)
+		good := r.enqueue(t, "template", outbox.Effect{Kind: "webhook.template", Provider: "webhook",
+			Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/orders", "body": {}}`)})
+		r.waitState(t, "template", sideeffects.StateConfirmed)
+		s := r.db.Schema
+		bad := uuid.New()
+		r.ids["bad"] = bad
+		for _, sql := range []string{
+			`ALTER TABLE ` + s + `.side_effects DROP CONSTRAINT side_effects_provider_queue_name`,
+			`INSERT INTO ` + s + `.side_effects (id, source_id, kind, provider, payload, updated_at)
+				SELECT '` + bad.String() + `', source_id, 'webhook.by_hand', 'Webhook', payload, now() - interval '1 hour'
+				FROM ` + s + `.side_effects WHERE id = '` + good.String() + `'`,
+		} {
+			_, err := r.db.Pool.Exec(context.Background(), sql)
+			require.NoError(t, err, sql)
+		}
+		n, err := r.store.Sweep(context.Background(), r.db.Pool, riverClient(t, r.db.Pool, s), time.Now())
+		require.NoError(t, err)
+		require.Zero(t, n)
+		e := r.waitState(t, "bad", sideeffects.StateFailed)
+		require.Contains(t, deref(e.LastError), sideeffects.ReasonUnqueueable)
+		_, err = r.db.Pool.Exec(context.Background(), `UPDATE `+s+`.side_effects SET provider = 'webhook' WHERE id = $1`, bad)
+		require.NoError(t, err)
+		out, err := r.run(t, "", "retry", bad.String(), "--reason", "provider name fixed")
+		require.NoError(t, err, out)
+		r.waitState(t, "bad", sideeffects.StateConfirmed)
+		r.settle(t, "bad")
+		require.Len(t, r.recv.ByID()[e.IdempotencyKey], 1, "delivered once")
+	})
+}
+
+// riverClient is an insert-only River client for the sweeper.
+func riverClient(t *testing.T, pool *pgxpool.Pool, schema string) *river.Client[pgx.Tx] {
+	t.Helper()
+	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
+	require.NoError(t, err)
+	return c
+}
