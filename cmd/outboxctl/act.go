@@ -99,23 +99,7 @@ key windows are read from the same flags and variables as outboxd run
 (--in-doubt-policy, --stripe-key-window, --webhook-key-window).
 
 Select effects by id, or by filters (default --state failed).`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			ids, bulk, err := a.targets(ctx, args, &f, []sideeffects.State{sideeffects.StateFailed})
-			if err != nil {
-				return err
-			}
-			if bulk && !f.dryRun {
-				if err := a.confirmBulk(cmd.ErrOrStderr(), "retry", len(ids), f.yes); err != nil {
-					return err
-				}
-			}
-			changes, err := a.op.Retry(ctx, ids, a.opts(&f))
-			if err != nil {
-				return err
-			}
-			return a.report(cmd.OutOrStdout(), changes, f.dryRun, !bulk)
-		},
+		RunE: a.bulk(&f, "retry", []sideeffects.State{sideeffects.StateFailed}),
 	}
 	f.add(cmd, 100)
 	addActFlags(cmd, &f)
@@ -136,23 +120,7 @@ the alert stops firing. Nothing is sent and nothing pretends it was done;
 stats counts them as failed_acknowledged. A later retry clears it.
 
 Select effects by id, or by filters (default --state failed).`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			ids, bulk, err := a.targets(ctx, args, &f, []sideeffects.State{sideeffects.StateFailed})
-			if err != nil {
-				return err
-			}
-			if bulk && !f.dryRun {
-				if err := a.confirmBulk(cmd.ErrOrStderr(), "acknowledge", len(ids), f.yes); err != nil {
-					return err
-				}
-			}
-			changes, err := a.op.Acknowledge(ctx, ids, a.opts(&f))
-			if err != nil {
-				return err
-			}
-			return a.report(cmd.OutOrStdout(), changes, f.dryRun, !bulk)
-		},
+		RunE: a.bulk(&f, "acknowledge", []sideeffects.State{sideeffects.StateFailed}),
 	}
 	f.add(cmd, 100)
 	addActFlags(cmd, &f)
@@ -171,23 +139,7 @@ effect's re-fire applies its kind's in-doubt policy, like any re-fire.
 Effects that have a live job are skipped.
 
 Select effects by id, or by filters (default --state pending,fired).`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			ids, bulk, err := a.targets(ctx, args, &f, []sideeffects.State{sideeffects.StatePending, sideeffects.StateFired})
-			if err != nil {
-				return err
-			}
-			if bulk && !f.dryRun {
-				if err := a.confirmBulk(cmd.ErrOrStderr(), "requeue", len(ids), f.yes); err != nil {
-					return err
-				}
-			}
-			changes, err := a.op.Requeue(ctx, ids, a.opts(&f))
-			if err != nil {
-				return err
-			}
-			return a.report(cmd.OutOrStdout(), changes, f.dryRun, !bulk)
-		},
+		RunE: a.bulk(&f, "requeue", []sideeffects.State{sideeffects.StatePending, sideeffects.StateFired}),
 	}
 	f.add(cmd, 100)
 	addActFlags(cmd, &f)
@@ -199,23 +151,7 @@ func newCancelCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cancel [effect id | key ...]",
 		Short: "Cancel pending, fired or failed effects: no worker fires them again",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			ids, bulk, err := a.targets(ctx, args, &f, []sideeffects.State{sideeffects.StatePending, sideeffects.StateFired, sideeffects.StateFailed})
-			if err != nil {
-				return err
-			}
-			if bulk && !f.dryRun {
-				if err := a.confirmBulk(cmd.ErrOrStderr(), "cancel", len(ids), f.yes); err != nil {
-					return err
-				}
-			}
-			changes, err := a.op.Cancel(ctx, ids, a.opts(&f))
-			if err != nil {
-				return err
-			}
-			return a.report(cmd.OutOrStdout(), changes, f.dryRun, !bulk)
-		},
+		RunE:  a.bulk(&f, "cancel", []sideeffects.State{sideeffects.StatePending, sideeffects.StateFired, sideeffects.StateFailed}),
 	}
 	f.add(cmd, 100)
 	addActFlags(cmd, &f)
@@ -226,6 +162,44 @@ func addActFlags(cmd *cobra.Command, f *actFlags) {
 	cmd.Flags().StringVar(&f.reason, "reason", "", "why, for the audit trail (required)")
 	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "show what would change; change nothing")
 	cmd.Flags().BoolVar(&f.yes, "yes", false, "do not ask before changing several effects")
+}
+
+// bulk is the RunE of an action on effects selected by id or filters
+// (default states): confirmation for bulk changes, then do, then the report.
+// The operator function is looked up when the command runs, after targets
+// opened the database.
+func (a *app) bulk(f *actFlags, verb string, defaultStates []sideeffects.State) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		ids, bulk, err := a.targets(ctx, args, f, defaultStates)
+		if err != nil {
+			return err
+		}
+		if bulk && !f.dryRun {
+			if err := a.confirmBulk(cmd.ErrOrStderr(), verb, len(ids), f.yes); err != nil {
+				return err
+			}
+		}
+		changes, err := a.action(verb)(ctx, ids, a.opts(f))
+		if err != nil {
+			return err
+		}
+		return a.report(cmd.OutOrStdout(), changes, f.dryRun, !bulk)
+	}
+}
+
+// action is the operator function behind verb.
+func (a *app) action(verb string) func(context.Context, []uuid.UUID, sideeffects.ActionOpts) ([]sideeffects.Change, error) {
+	switch verb {
+	case "retry":
+		return a.op.Retry
+	case "requeue":
+		return a.op.Requeue
+	case "acknowledge":
+		return a.op.Acknowledge
+	default:
+		return a.op.Cancel
+	}
 }
 
 func (a *app) opts(f *actFlags) sideeffects.ActionOpts {
