@@ -368,8 +368,8 @@ func unclassified(err error) string {
 // keyDeadline is the last moment effect e may be fired, or zero when its
 // provider has no key window or it was never fired.
 func keyDeadline(e *Effect, g providers.Guarantees) time.Time {
-	if g.KeyWindow <= 0 || e.FirstFiredAt == nil {
+	if g.KeyWindow <= 0 || e.KeyWindowFrom == nil {
 		return time.Time{}
 	}
-	return e.FirstFiredAt.Add(g.KeyWindow - g.KeyWindowMargin)
+	return e.KeyWindowFrom.Add(g.KeyWindow - g.KeyWindowMargin)
 }

@@ -331,7 +331,7 @@ func TestKeyWindowExpiredIsNotRefired(t *testing.T) {
 	e := b.enqueue(t, "/orders")
 	// An attempt made 25 hours ago never reported back.
 	_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.side_effects
-		SET state = 'fired', attempts = 1, first_fired_at = now() - interval '25 hours' WHERE id = $1`, e.ID)
+		SET state = 'fired', attempts = 1, first_fired_at = now() - interval '25 hours', key_window_from = now() - interval '25 hours' WHERE id = $1`, e.ID)
 	require.NoError(t, err)
 	b.start(t)
 	got := b.waitFor(t, e.ID, sideeffects.StateFailed)

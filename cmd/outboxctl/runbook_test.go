@@ -175,6 +175,50 @@ func TestRunbook(t *testing.T) {
 		}
 	})
 
+	// "key window expired: reconcile at provider": the receiver may have
+	// forgotten the key. A plain retry is refused; found at the receiver:
+	// confirm. Nothing is re-sent past the window.
+	t.Run("key window expired: confirm after checking", func(t *testing.T) {
+		t.Parallel()
+		r := startRunbook(t)
+		r.recv.Respond("/slow", fakes.Status(503, "Retry-After", "3600"))
+		id := r.enqueue(t, "hook", outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
+			Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/slow", "body": {}}`)}).String()
+		require.Eventually(t, func() bool { return len(r.recv.Deliveries()) == 1 && r.effect(t, "hook").LastError != nil },
+			30*time.Second, 10*time.Millisecond)
+		// A day later, as far as the key window is concerned, and the job
+		// (waiting an hour for Retry-After) due now.
+		_, err := r.db.Pool.Exec(context.Background(), `UPDATE `+r.db.Schema+`.side_effects SET key_window_from = now() - interval '30 hours' WHERE id = $1`, id)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			tag, err := r.db.Pool.Exec(context.Background(), `UPDATE `+r.db.Schema+`.river_job SET state = 'available', scheduled_at = now()
+				WHERE args->>'effect_id' = $1 AND state = 'retryable'`, id)
+			return err == nil && tag.RowsAffected() == 1
+		}, 30*time.Second, 10*time.Millisecond)
+		e := r.waitState(t, "hook", sideeffects.StateFailed)
+		require.Contains(t, deref(e.LastError), sideeffects.ReasonKeyWindow)
+		r.settle(t, "hook")
+		out, err := r.run(t, "", "retry", id, "--reason", "try again")
+		require.Equal(t, 1, cli.ExitCode(err), out)
+		require.Contains(t, out, "--force")
+		out, err = r.run(t, "", "confirm", id, "--ref", "rcv-log-77", "--reason", "in the receiver's log")
+		require.NoError(t, err, out)
+		r.settle(t, "hook")
+		require.Len(t, r.recv.Deliveries(), 1, "never re-sent past the window")
+		// Not found at the receiver instead: a forced retry fires it again,
+		// with the same key, under a new key window.
+		_, err = r.db.Pool.Exec(context.Background(), `UPDATE `+r.db.Schema+`.side_effects
+			SET state = 'failed', last_error = $2 WHERE id = $1`, id, sideeffects.ReasonKeyWindow)
+		require.NoError(t, err)
+		r.recv.Respond("/slow") // answers 2xx from now on
+		out, err = r.run(t, "", "retry", id, "--force", "--reason", "not in the receiver's log")
+		require.NoError(t, err, out)
+		r.waitState(t, "hook", sideeffects.StateConfirmed)
+		ds := r.recv.Deliveries()
+		require.Len(t, ds, 2)
+		require.Equal(t, ds[0].ID, ds[1].ID, "the same key")
+	})
+
 	// "cannot be dispatched": a row whose provider no queue serves. Fix the
 	// row, then retry: delivered once.
 	t.Run("cannot be dispatched: fix the row, then retry", func(t *testing.T) {
