@@ -44,6 +44,12 @@ func (e noResponse) Error() string        { return e.err.Error() }
 func (e noResponse) Unwrap() error        { return e.err }
 func (e noResponse) Is(target error) bool { return target == ErrNoResponse }
 
+// HostOf is the host (and port) of an http(s) base URL, as the attempt
+// history shows it.
+func HostOf(baseURL string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(baseURL, "https://"), "http://")
+}
+
 // BaseURL returns raw (or def when empty) without a trailing slash, or an
 // error naming setting when it is not an http(s) URL.
 func BaseURL(raw, def, setting string) (string, error) {

@@ -155,7 +155,7 @@ func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts ActionOpts) 
 // retryCheck says why effect e must not be retried with opts, or "" when
 // it may, noting on ch what the retry will do.
 func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change, opts ActionOpts) (string, error) {
-	job, err := o.store.runningJob(ctx, db, e.ID)
+	job, err := o.store.jobIn(ctx, db, e.ID, "running")
 	if err != nil {
 		return "", err
 	}
@@ -201,7 +201,7 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change,
 // effect that has a live job is skipped.
 func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
 	check := func(ctx context.Context, db DB, e *Effect, _ *Change) (string, error) {
-		job, err := o.store.liveJob(ctx, db, e.ID)
+		job, err := o.store.jobIn(ctx, db, e.ID, liveJobStates...)
 		if err != nil || job == 0 {
 			return "", err
 		}

@@ -92,16 +92,10 @@ ORDER BY u.ord`
 
 	sqlGetEffectForUpdate = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE id = $1 FOR UPDATE`
 
-	// The id of a live (not finalized) dispatch job of effect $1, if any.
-	sqlLiveJob = `
+	// The newest dispatch job of effect $1 in one of the states $2, or 0.
+	sqlJobIn = `
 SELECT coalesce(max(id), 0) FROM /*schema*/river_job
-WHERE kind = 'outboxd.dispatch' AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
-	AND args @> jsonb_build_object('effect_id', $1::uuid)`
-
-	// The id of a running dispatch job of effect $1, if any.
-	sqlRunningJob = `
-SELECT coalesce(max(id), 0) FROM /*schema*/river_job
-WHERE kind = 'outboxd.dispatch' AND state = 'running' AND args @> jsonb_build_object('effect_id', $1::uuid)`
+WHERE kind = 'outboxd.dispatch' AND state::text = ANY($2) AND args @> jsonb_build_object('effect_id', $1::uuid)`
 
 	sqlGetEffectByKey = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE idempotency_key = $1`
 
@@ -453,12 +447,12 @@ const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key
 
 // queries holds the statements with the schema filled in.
 type queries struct {
-	insertEvent, insertEventWithEffects, eventMatches                  string
-	insertEffects, compareEffects                                      string
-	insertEventWithEffectsIntake, insertEffectsIntake, takeIntake      string
-	getEffect, getEffectByKey, getEffectForUpdate, runningJob, liveJob string
-	claim, lateAck, release, recordInDoubt, fail, unclaim              string
-	claimFirstMany, confirmMany                                        string
+	insertEvent, insertEventWithEffects, eventMatches             string
+	insertEffects, compareEffects                                 string
+	insertEventWithEffectsIntake, insertEffectsIntake, takeIntake string
+	getEffect, getEffectByKey, getEffectForUpdate, jobIn          string
+	claim, lateAck, release, recordInDoubt, fail, unclaim         string
+	claimFirstMany, confirmMany                                   string
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit, acknowledge string
 
@@ -486,8 +480,7 @@ func newQueries(schema string) queries {
 		getEffect:                    r.Replace(sqlGetEffect),
 		getEffectByKey:               r.Replace(sqlGetEffectByKey),
 		getEffectForUpdate:           r.Replace(sqlGetEffectForUpdate),
-		runningJob:                   r.Replace(sqlRunningJob),
-		liveJob:                      r.Replace(sqlLiveJob),
+		jobIn:                        r.Replace(sqlJobIn),
 		claim:                        r.Replace(sqlClaim),
 		claimFirstMany:               r.Replace(sqlClaimFirstMany),
 		confirmMany:                  r.Replace(sqlConfirmMany),

@@ -288,20 +288,15 @@ func (s *Store) RecordLateAck(ctx context.Context, db DB, id uuid.UUID, ref stri
 	return s.exec(ctx, db, "record late acknowledgement", s.q.lateAck, id, refArg, d, note)
 }
 
-// liveJob returns the id of a live dispatch job of effect id, or 0.
-func (s *Store) liveJob(ctx context.Context, db DB, id uuid.UUID) (int64, error) {
-	var job int64
-	if err := db.QueryRow(ctx, s.q.liveJob, id).Scan(&job); err != nil {
-		return 0, fmt.Errorf("live job of effect %s: %w", id, err)
-	}
-	return job, nil
-}
+// liveJobStates are the states of a River job not finalized yet.
+var liveJobStates = []string{"available", "pending", "retryable", "running", "scheduled"}
 
-// runningJob returns the id of a running dispatch job of effect id, or 0.
-func (s *Store) runningJob(ctx context.Context, db DB, id uuid.UUID) (int64, error) {
+// jobIn returns the id of the newest dispatch job of effect id in one of
+// states, or 0.
+func (s *Store) jobIn(ctx context.Context, db DB, id uuid.UUID, states ...string) (int64, error) {
 	var job int64
-	if err := db.QueryRow(ctx, s.q.runningJob, id).Scan(&job); err != nil {
-		return 0, fmt.Errorf("running job of effect %s: %w", id, err)
+	if err := db.QueryRow(ctx, s.q.jobIn, id, states).Scan(&job); err != nil {
+		return 0, fmt.Errorf("dispatch job of effect %s: %w", id, err)
 	}
 	return job, nil
 }

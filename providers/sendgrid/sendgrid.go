@@ -94,7 +94,7 @@ func New(cfg Config) (*Provider, error) {
 
 // Host implements providers.Hoster: the API host every send goes to.
 func (p *Provider) Host(json.RawMessage) string {
-	return strings.TrimPrefix(strings.TrimPrefix(p.cfg.APIHost, "https://"), "http://")
+	return providers.HostOf(p.cfg.APIHost)
 }
 
 // Secrets implements providers.SecretHolder: a server that echoes the

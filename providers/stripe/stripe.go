@@ -32,7 +32,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -132,7 +131,7 @@ func New(cfg Config) (*Provider, error) {
 
 // Host implements providers.Hoster: the API host every call goes to.
 func (p *Provider) Host(json.RawMessage) string {
-	return strings.TrimPrefix(strings.TrimPrefix(p.cfg.APIBase, "https://"), "http://")
+	return providers.HostOf(p.cfg.APIBase)
 }
 
 // Secrets implements providers.SecretHolder.
