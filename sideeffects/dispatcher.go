@@ -19,7 +19,8 @@ import (
 // Defaults for Config's zero values. Together they bound crash recovery: an
 // effect left fired by a killed process is rescued by River after
 // RescueAfter, noticed within River's 30s rescuer interval, and re-fired
-// after the first retry delay, about 3 minutes in all with the defaults.
+// after the first retry delay, about 3 minutes in all with the defaults; a
+// dispatcher that starts later rescues such a job within seconds.
 const (
 	// DefaultConcurrency is high because most workers wait: on the shared
 	// claim and confirm statements (larger batches are cheaper per effect)

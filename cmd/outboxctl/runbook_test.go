@@ -41,19 +41,37 @@ const runbookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 func startRunbook(t *testing.T) *runbook {
 	t.Helper()
+	r := newRunbook(t)
+	r.start(t)
+	return r
+}
+
+// newRunbook sets up the schema, the recording providers and the outbox;
+// no dispatcher runs until start.
+func newRunbook(t *testing.T) *runbook {
+	t.Helper()
 	db := testdb.New(t)
 	recv, err := fakes.NewReceiver(runbookSecret)
 	require.NoError(t, err)
 	t.Cleanup(recv.Close)
 	sg := fakes.NewFakeSendGrid()
 	t.Cleanup(sg.Close)
-	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
-	wh, err := webhook.New(webhook.Config{Secret: runbookSecret, AllowedNetworks: loop, Timeout: 2 * time.Second})
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema, WebhookAllowedNetworks: loopback})
 	require.NoError(t, err)
-	sgp, err := sendgrid.New(sendgrid.Config{APIKey: "SG.runbook", APIHost: sg.URL, Timeout: 2 * time.Second})
+	return &runbook{testBundle: &testBundle{db: db, store: sideeffects.NewStore(db.Schema), ids: map[string]uuid.UUID{}}, recv: recv, sg: sg, ob: ob}
+}
+
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+
+// start runs a dispatcher, as `outboxd run` does, until the test ends.
+func (r *runbook) start(t *testing.T) {
+	t.Helper()
+	wh, err := webhook.New(webhook.Config{Secret: runbookSecret, AllowedNetworks: loopback, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	d, err := sideeffects.NewDispatcher(db.Pool, sideeffects.Config{
-		Schema: db.Schema, Providers: []providers.Provider{wh, sgp},
+	sgp, err := sendgrid.New(sendgrid.Config{APIKey: "SG.runbook", APIHost: r.sg.URL, Timeout: 2 * time.Second})
+	require.NoError(t, err)
+	d, err := sideeffects.NewDispatcher(r.db.Pool, sideeffects.Config{
+		Schema: r.db.Schema, Providers: []providers.Provider{wh, sgp},
 		Retry:         sideeffects.RetryPolicy{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond, SweepInterval: time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TestOnly: true,
@@ -65,9 +83,6 @@ func startRunbook(t *testing.T) *runbook {
 		defer cancel()
 		_ = d.Stop(ctx)
 	})
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema, WebhookAllowedNetworks: loop})
-	require.NoError(t, err)
-	return &runbook{testBundle: &testBundle{db: db, store: sideeffects.NewStore(db.Schema), ids: map[string]uuid.UUID{}}, recv: recv, sg: sg, ob: ob}
 }
 
 func (r *runbook) enqueue(t *testing.T, name string, e outbox.Effect) uuid.UUID {
@@ -217,6 +232,42 @@ func TestRunbook(t *testing.T) {
 		ds := r.recv.Deliveries()
 		require.Len(t, ds, 2)
 		require.Equal(t, ds[0].ID, ds[1].ID, "the same key")
+	})
+
+	// Fired beyond the crash-recovery bound: the process died mid-call and
+	// no outboxd has run since. stuck says to start one (or to look the key
+	// up and confirm); an outboxd that starts rescues the job at once and
+	// re-fires it with the same key, not after --rescue-after from its start.
+	t.Run("fired beyond the crash-recovery bound: start outboxd", func(t *testing.T) {
+		t.Parallel()
+		r := newRunbook(t)
+		id := r.enqueue(t, "charge", outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
+			Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/orders", "body": {}}`)})
+		s := r.db.Schema
+		for _, sql := range []string{
+			`UPDATE ` + s + `.side_effects SET state = 'fired', attempts = 1, total_attempts = 1, in_doubt = true,
+				fired_at = now() - interval '20 minutes', first_fired_at = now() - interval '20 minutes',
+				key_window_from = now() - interval '20 minutes', updated_at = now() - interval '20 minutes' WHERE id = $1`,
+			`UPDATE ` + s + `.river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '20 minutes',
+				attempted_by = ARRAY['killed-host'] WHERE args->>'effect_id' = $1::text`,
+		} {
+			tag, err := r.db.Pool.Exec(context.Background(), sql, id)
+			require.NoError(t, err, sql)
+			require.EqualValues(t, 1, tag.RowsAffected(), sql)
+		}
+		out, err := r.run(t, "", "stuck")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "beyond the crash-recovery bound")
+		require.Contains(t, out, "An outboxd that starts rescues it within seconds")
+		require.Contains(t, out, r.effect(t, "charge").IdempotencyKey, "names the key to look up")
+
+		r.start(t)
+		e := r.waitState(t, "charge", sideeffects.StateConfirmed)
+		r.settle(t, "charge")
+		ds := r.recv.Deliveries()
+		require.Len(t, ds, 1, "re-fired once")
+		require.Equal(t, e.IdempotencyKey, ds[0].ID, "with the key of the first attempt")
+		require.Equal(t, 2, e.TotalAttempts, "the killed attempt and the re-fire")
 	})
 
 	// "cannot be dispatched": a row whose provider no queue serves. Fix the

@@ -75,9 +75,11 @@ On a signal, outboxd stops fetching, lets in-flight provider calls finish
 for up to --shutdown-timeout, then cancels them. A cancelled call leaves its
 effect fired; this or another replica re-fires it with the same key.
 
-Crash recovery bound: an effect left fired by a killed process is re-fired
-after --rescue-after plus River's 30s rescuer interval plus the first retry
-delay: about 3 minutes with the defaults.`,
+Crash recovery bound: an effect left fired by a killed process is re-fired,
+with the same key, after --rescue-after plus River's 30s rescuer interval
+plus the first retry delay (about 3 minutes with the defaults) by replicas
+that kept running; an outboxd that starts after the crash finds the job
+already older than --rescue-after and re-fires it within seconds.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), cmd.ErrOrStderr(), g, c) },
 	}
