@@ -187,6 +187,12 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if cfg.Retention > 0 {
 		periodicJobs = append(periodicJobs, periodic(cfg.RetentionInterval, RetentionArgs{}))
 	}
+	// Expired idempotency keys (outbox/idempotency) go whatever the
+	// effects' retention.
+	if err := river.AddWorkerSafely[KeyExpiryArgs](workers, &keyExpiryWorker{pool: pool, store: store, logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	periodicJobs = append(periodicJobs, periodic(cfg.RetentionInterval, KeyExpiryArgs{}))
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Schema:               cfg.Schema,
 		Queues:               queues,

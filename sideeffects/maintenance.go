@@ -184,6 +184,48 @@ func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 // Timeout lets a large purge run longer than a dispatch attempt.
 func (w *retentionWorker) Timeout(*river.Job[RetentionArgs]) time.Duration { return 30 * time.Minute }
 
+// KeyExpiryArgs are the arguments of the periodic job that deletes expired
+// idempotency keys.
+type KeyExpiryArgs struct{}
+
+// Kind implements river.JobArgs.
+func (KeyExpiryArgs) Kind() string { return "outboxd.idempotency_key_expiry" }
+
+// keyExpiryWorker deletes idempotency keys past their expiry, in batches,
+// on the leader. A key a request holds is never deleted: a row locked by a
+// request taking it over is skipped, and a three-phase claim still within
+// its lock deadline is kept.
+type keyExpiryWorker struct {
+	river.WorkerDefaults[KeyExpiryArgs]
+	pool   *pgxpool.Pool
+	store  *Store
+	logger *slog.Logger
+}
+
+func (w *keyExpiryWorker) Work(ctx context.Context, _ *river.Job[KeyExpiryArgs]) error {
+	n, err := w.store.PurgeExpiredKeys(ctx, w.pool)
+	if n > 0 {
+		w.logger.Info("purged expired idempotency keys", "keys", n)
+	}
+	return err
+}
+
+// PurgeExpiredKeys deletes expired idempotency keys no request holds and
+// returns how many.
+func (s *Store) PurgeExpiredKeys(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var total int64
+	for {
+		tag, err := pool.Exec(ctx, s.q.purgeExpiredKeys, sweepBatch)
+		if err != nil {
+			return total, fmt.Errorf("purge expired idempotency keys: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < sweepBatch {
+			return total, nil
+		}
+	}
+}
+
 func periodic(interval time.Duration, args river.JobArgs) *river.PeriodicJob {
 	return river.NewPeriodicJob(river.PeriodicInterval(interval),
 		func() (river.JobArgs, *river.InsertOpts) {

@@ -385,6 +385,14 @@ WHERE ev.created_at < $1 AND NOT EXISTS (
 	SELECT 1 FROM /*schema*/side_effects e
 	WHERE e.source_id = ev.id AND NOT (e.state IN ('confirmed', 'failed', 'cancelled') AND e.updated_at < $1))`
 
+	// Expired idempotency keys, $1 at a time; skips rows a request has
+	// locked (taking an expired key over) and unexpired three-phase locks.
+	sqlPurgeExpiredKeys = `
+DELETE FROM /*schema*/idempotency_keys WHERE id IN (
+	SELECT id FROM /*schema*/idempotency_keys
+	WHERE expires_at <= now() AND NOT (state = 'in_progress' AND locked_until > now())
+	LIMIT $1 FOR UPDATE SKIP LOCKED)`
+
 	sqlPurgeEvents = `
 DELETE FROM /*schema*/outbox_events WHERE id IN (
 	SELECT ev.id FROM /*schema*/outbox_events ev
@@ -458,7 +466,7 @@ type queries struct {
 
 	listEffects, stuck, eventOf, jobsOf, events                                                  string
 	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand                           string
-	purgeCount, purgeEffects, purgeEventsCount, purgeEvents                                      string
+	purgeCount, purgeEffects, purgeEventsCount, purgeEvents, purgeExpiredKeys                    string
 	stateGauges, sweep, recordDispatcher, dispatcherSeen, dispatchers, recordAttempt, attemptsOf string
 }
 
@@ -511,6 +519,7 @@ func newQueries(schema string) queries {
 		purgeEffects:     r.Replace(sqlPurgeEffects),
 		purgeEventsCount: r.Replace(sqlPurgeEventsCount),
 		purgeEvents:      r.Replace(sqlPurgeEvents),
+		purgeExpiredKeys: r.Replace(sqlPurgeExpiredKeys),
 		stateGauges:      r.Replace(sqlStateGauges),
 		sweep:            r.Replace(sqlSweep),
 		recordDispatcher: r.Replace(sqlRecordDispatcher),

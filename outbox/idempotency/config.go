@@ -1,0 +1,238 @@
+package idempotency
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Forever is a Retention that never expires a key: for money movement,
+// where a retry a week later must still not pay twice. Such keys stay until
+// deleted by hand.
+const Forever time.Duration = -1
+
+// Defaults for Config.
+const (
+	DefaultHeader       = "Idempotency-Key"
+	DefaultMaxKeyLength = 255
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultRetention    = 24 * time.Hour
+	DefaultRetryAfter   = time.Second
+	DefaultLockTimeout  = time.Minute
+	// ReplayedHeader marks a replayed response, as Stripe does.
+	ReplayedHeader = "Idempotent-Replayed"
+)
+
+// Outcome is what the middleware did with one request that carried a key.
+type Outcome string
+
+const (
+	// Executed: the handler ran and its response was stored with the key.
+	Executed Outcome = "executed"
+	// Replayed: the key was completed; the stored response was sent again.
+	Replayed Outcome = "replayed"
+	// InFlight: another request with the key was still running (409).
+	InFlight Outcome = "in_flight"
+	// FingerprintMismatch: the key was used for a different request (409).
+	FingerprintMismatch Outcome = "fingerprint_mismatch"
+	// Invalid: a missing or malformed key or an oversized body (4xx).
+	Invalid Outcome = "invalid"
+	// RolledBack: a 5xx, a panic, a status not stored, or a failed commit:
+	// nothing was stored and a retry runs the handler again.
+	RolledBack Outcome = "rolled_back"
+)
+
+// Observer is told the outcome of every request the middleware handles
+// (outboxmetrics.NewIdempotency counts them for Prometheus).
+type Observer interface {
+	Observe(Outcome)
+}
+
+// Config configures the middleware. The zero value of each field is its
+// documented default.
+type Config struct {
+	// Schema holds outboxd's tables ("" uses search_path).
+	Schema string
+	// Header names the request header carrying the key. Default
+	// Idempotency-Key.
+	Header string
+	// Scope returns the caller's identity (tenant, API key id): keys of two
+	// scopes never collide. Default: one scope for every caller.
+	Scope func(*http.Request) string
+	// Route names the endpoint in the stored key. Default: the ServeMux
+	// pattern the request matched (wrap each handler, not the whole mux),
+	// else the URL path.
+	Route func(*http.Request) string
+	// Methods are the methods the middleware applies to when a key is
+	// present; others pass through untouched. Default POST, PUT, PATCH,
+	// DELETE.
+	Methods []string
+	// RequiredFor are the methods that must carry a key (400 without one).
+	// Default POST; an empty non-nil slice requires it for none.
+	RequiredFor []string
+	// MaxKeyLength bounds a key's length in bytes. Default 255.
+	MaxKeyLength int
+	// KeyPattern is what a key must match in full. Default: visible ASCII
+	// (0x21-0x7E), which covers UUIDs and Stripe-style keys.
+	KeyPattern *regexp.Regexp
+	// FingerprintHeaders are request headers that, with the method, route
+	// and body, make up the request's fingerprint.
+	FingerprintHeaders []string
+	// MaxBodyBytes bounds the request body the middleware reads and
+	// fingerprints (413 past it). Default 1 MiB.
+	MaxBodyBytes int64
+	// ResponseHeaders are the response headers stored and replayed with the
+	// status and body. Default Content-Type and Location.
+	ResponseHeaders []string
+	// Retention is how long a key is remembered. Default 24h; Forever never
+	// expires it. After it, the same key runs the handler again.
+	Retention time.Duration
+	// RouteRetention overrides Retention per route (as Route names it).
+	RouteRetention map[string]time.Duration
+	// StoreStatus reports whether a response below 500 is stored (and its
+	// transaction committed). Default: all of them, 4xx included, so a
+	// retry of a refused request is refused the same way. A response not
+	// stored is rolled back like a 5xx. 5xx responses are never stored.
+	StoreStatus func(status int) bool
+	// InFlightWait is how long a request waits for another with the same key
+	// to finish before answering 409. Default 0: answer at once.
+	InFlightWait time.Duration
+	// RetryAfter is sent with a 409 for a key in flight. Default 1s.
+	RetryAfter time.Duration
+	// LockTimeout is how long a three-phase claim holds its key: the
+	// handler's context is cancelled then, and a retry may reclaim the key.
+	// Default 1m; it must exceed the handler's longest run.
+	LockTimeout time.Duration
+	// Observer, if set, is told each request's outcome.
+	Observer Observer
+	// Logger reports failed commits and lost claims. Default slog.Default().
+	Logger *slog.Logger
+}
+
+var (
+	schemaRE          = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+	defaultKeyPattern = regexp.MustCompile(`^[\x21-\x7e]+$`)
+)
+
+// withDefaults validates cfg and fills in its defaults.
+func (cfg Config) withDefaults() (Config, error) {
+	var errs []error
+	if cfg.Schema != "" && !schemaRE.MatchString(cfg.Schema) {
+		errs = append(errs, fmt.Errorf("Schema %q: use one lowercase name of letters, digits and _", cfg.Schema))
+	}
+	if cfg.Header == "" {
+		cfg.Header = DefaultHeader
+	}
+	if cfg.Scope == nil {
+		cfg.Scope = func(*http.Request) string { return "" }
+	}
+	if cfg.Route == nil {
+		cfg.Route = func(r *http.Request) string { return cmpOr(r.Pattern, r.URL.Path) }
+	}
+	if cfg.Methods == nil {
+		cfg.Methods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+	}
+	if cfg.RequiredFor == nil {
+		cfg.RequiredFor = []string{http.MethodPost}
+	}
+	for _, m := range cfg.RequiredFor {
+		if !slices.Contains(cfg.Methods, m) {
+			errs = append(errs, fmt.Errorf("RequiredFor: %s is not among Methods %v", m, cfg.Methods))
+		}
+	}
+	if cfg.MaxKeyLength < 0 {
+		errs = append(errs, fmt.Errorf("MaxKeyLength %d: must be positive", cfg.MaxKeyLength))
+	}
+	if cfg.MaxKeyLength == 0 {
+		cfg.MaxKeyLength = DefaultMaxKeyLength
+	}
+	if cfg.KeyPattern == nil {
+		cfg.KeyPattern = defaultKeyPattern
+	}
+	if cfg.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxBodyBytes %d: must be positive", cfg.MaxBodyBytes))
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.ResponseHeaders == nil {
+		cfg.ResponseHeaders = []string{"Content-Type", "Location"}
+	}
+	for i, h := range cfg.ResponseHeaders {
+		cfg.ResponseHeaders[i] = http.CanonicalHeaderKey(h)
+	}
+	for i, h := range cfg.FingerprintHeaders {
+		cfg.FingerprintHeaders[i] = http.CanonicalHeaderKey(h)
+	}
+	checkRetention := func(name string, d time.Duration) {
+		if d < 0 && d != Forever {
+			errs = append(errs, fmt.Errorf("%s %s: must be positive, or idempotency.Forever", name, d))
+		}
+	}
+	checkRetention("Retention", cfg.Retention)
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	for route, d := range cfg.RouteRetention {
+		checkRetention(fmt.Sprintf("RouteRetention[%q]", route), d)
+	}
+	if cfg.StoreStatus == nil {
+		cfg.StoreStatus = func(int) bool { return true }
+	}
+	for name, d := range map[string]time.Duration{"InFlightWait": cfg.InFlightWait, "RetryAfter": cfg.RetryAfter, "LockTimeout": cfg.LockTimeout} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must not be negative", name, d))
+		}
+	}
+	if cfg.RetryAfter == 0 {
+		cfg.RetryAfter = DefaultRetryAfter
+	}
+	if cfg.LockTimeout == 0 {
+		cfg.LockTimeout = DefaultLockTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if len(errs) > 0 {
+		return cfg, fmt.Errorf("idempotency: %w", errors.Join(errs...))
+	}
+	return cfg, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// retention is the key lifetime of route; 0 means forever.
+func (cfg *Config) retention(route string) time.Duration {
+	d, ok := cfg.RouteRetention[route]
+	if !ok {
+		d = cfg.Retention
+	}
+	if d == Forever {
+		return 0
+	}
+	return d
+}
+
+func (cfg *Config) table() string {
+	if cfg.Schema == "" {
+		return "idempotency_keys"
+	}
+	return cfg.Schema + ".idempotency_keys"
+}
+
+func describeKeyRule(cfg *Config) string {
+	if cfg.KeyPattern == defaultKeyPattern {
+		return fmt.Sprintf("1 to %d visible ASCII characters (a UUID is a good key)", cfg.MaxKeyLength)
+	}
+	return fmt.Sprintf("at most %d characters matching %s", cfg.MaxKeyLength, strings.TrimSpace(cfg.KeyPattern.String()))
+}

@@ -1,0 +1,179 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Key is a stored idempotency key as an operator sees it (outboxctl keys).
+type Key struct {
+	ID     uuid.UUID `json:"id"`
+	Scope  string    `json:"scope"`
+	Method string    `json:"method"`
+	Route  string    `json:"route"`
+	Key    string    `json:"key"`
+	// State is in_progress, completed or failed.
+	State       string     `json:"state"`
+	Status      *int       `json:"status,omitempty"`
+	Error       string     `json:"error,omitempty"`
+	BodyBytes   int        `json:"body_bytes"`
+	Fingerprint string     `json:"fingerprint"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	LockedUntil *time.Time `json:"locked_until,omitempty"`
+	// ExpiresAt is nil for a key kept forever.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// AuditEntry is one operator action on a key.
+type AuditEntry struct {
+	Action    string    `json:"action"`
+	Actor     string    `json:"actor"`
+	Reason    string    `json:"reason"`
+	FromState string    `json:"from_state"`
+	ToState   string    `json:"to_state"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Filter selects keys for Keys.List; zero fields match everything.
+type Filter struct {
+	State, Scope, Route, Key string
+	// After continues a listing after this id (keyset pagination, newest
+	// first).
+	After *uuid.UUID
+	Limit int
+}
+
+// Keys is the operator's view of stored keys.
+type Keys struct {
+	pool  *pgxpool.Pool
+	table string
+	audit string
+}
+
+// NewKeys returns the operator API over the keys in schema ("" uses
+// search_path).
+func NewKeys(pool *pgxpool.Pool, schema string) (*Keys, error) {
+	cfg, err := Config{Schema: schema}.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	audit := "idempotency_key_audit"
+	if schema != "" {
+		audit = schema + "." + audit
+	}
+	return &Keys{pool: pool, table: cfg.table(), audit: audit}, nil
+}
+
+const keyColumns = `id, scope, method, route, key, state, status, error, coalesce(octet_length(response_body), 0),
+	fingerprint, created_at, updated_at, locked_until, expires_at`
+
+func scanKey(r pgx.Row) (*Key, error) {
+	var k Key
+	err := r.Scan(&k.ID, &k.Scope, &k.Method, &k.Route, &k.Key, &k.State, &k.Status, &k.Error, &k.BodyBytes,
+		&k.Fingerprint, &k.CreatedAt, &k.UpdatedAt, &k.LockedUntil, &k.ExpiresAt)
+	return &k, err
+}
+
+// States a key can be in, for Filter.State.
+var States = []string{stateInProgress, stateCompleted, stateFailed}
+
+// List returns keys matching f, newest first.
+func (k *Keys) List(ctx context.Context, f Filter) ([]*Key, error) {
+	if f.State != "" && !slices.Contains(States, f.State) {
+		return nil, fmt.Errorf("state %q: use one of %s", f.State, strings.Join(States, ", "))
+	}
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	var after any
+	if f.After != nil {
+		after = *f.After
+	}
+	rows, err := k.pool.Query(ctx, `SELECT `+keyColumns+` FROM `+k.table+`
+		WHERE ($1 = '' OR state = $1) AND ($2 = '' OR scope = $2) AND ($3 = '' OR route = $3) AND ($4 = '' OR key = $4)
+		AND ($5::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM `+k.table+` WHERE id = $5))
+		ORDER BY created_at DESC, id DESC LIMIT $6`, f.State, f.Scope, f.Route, f.Key, after, f.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Key, error) { return scanKey(r) })
+}
+
+// ErrNotFound reports a key id that is not stored (never, or purged).
+var ErrNotFound = errors.New("no such idempotency key (never stored, or expired and purged)")
+
+// Get returns one key with its audit trail.
+func (k *Keys) Get(ctx context.Context, id uuid.UUID) (*Key, []AuditEntry, error) {
+	key, err := scanKey(k.pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM `+k.table+` WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := k.pool.Query(ctx, `SELECT action, actor, reason, from_state, to_state, created_at FROM `+k.audit+`
+		WHERE key_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	audit, err := pgx.CollectRows(rows, pgx.RowToStructByPos[AuditEntry])
+	return key, audit, err
+}
+
+// ReleaseOpts are the operator's reasons for Release.
+type ReleaseOpts struct {
+	Actor, Reason string
+	// Force releases a key whose lock has not expired: its request may
+	// still be running, and a retry then runs the handler a second time.
+	Force bool
+}
+
+// Release marks an in_progress key failed, so that the next request with
+// it runs the handler again, and audits who did it and why. Without Force
+// it refuses a key whose lock deadline has not passed.
+func (k *Keys) Release(ctx context.Context, id uuid.UUID, o ReleaseOpts) (*Key, error) {
+	if strings.TrimSpace(o.Reason) == "" {
+		return nil, errors.New("a reason is required: say why the key is released (--reason)")
+	}
+	if o.Actor == "" {
+		return nil, errors.New("an actor is required (--actor)")
+	}
+	var out *Key
+	err := pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
+		key, err := scanKey(tx.QueryRow(ctx, `SELECT `+keyColumns+` FROM `+k.table+` WHERE id = $1 FOR UPDATE`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if key.State != stateInProgress {
+			return fmt.Errorf("key %s is %s, not in_progress: only a stuck claim can be released", id, key.State)
+		}
+		if !o.Force && key.LockedUntil != nil && key.LockedUntil.After(time.Now()) {
+			return fmt.Errorf("key %s is locked until %s: its request may still be running, and releasing it lets a retry run the handler again; wait, or pass --force",
+				id, key.LockedUntil.UTC().Format(time.RFC3339))
+		}
+		msg := fmt.Sprintf("released by %s: %s", o.Actor, o.Reason)
+		if _, err := tx.Exec(ctx, `UPDATE `+k.table+` SET state = 'failed', locked_until = NULL, error = $2, updated_at = now() WHERE id = $1`, id, msg); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+k.audit+` (key_id, action, actor, reason, from_state, to_state)
+			VALUES ($1, 'release', $2, $3, $4, 'failed')`, id, o.Actor, o.Reason, key.State); err != nil {
+			return err
+		}
+		key.State, key.Error, key.LockedUntil = stateFailed, msg, nil
+		out = key
+		return nil
+	})
+	return out, err
+}
