@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox/idempotency"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+// A request of a three-phase endpoint hangs holding its key: the operator
+// finds it, sees its state and lock, and releases it with a reason; the
+// client's retry then runs.
+func TestKeysFindAndReleaseAStuckClaim(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	b := &testBundle{db: db, store: sideeffects.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+	mw, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	hang := make(chan struct{})
+	var runs atomic.Int32
+	mux := http.NewServeMux()
+	mux.Handle("POST /refunds", mw.ThreePhase(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			<-hang // the synchronous call never returns
+		}
+		w.WriteHeader(http.StatusCreated)
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	defer close(hang) // before srv.Close, which waits for the hanging request
+	post := func(ctx context.Context) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/refunds", strings.NewReader(`{"order": "ord_7"}`))
+		req.Header.Set("Idempotency-Key", "refund-ord_7")
+		return http.DefaultClient.Do(req)
+	}
+	go post(context.Background()) //nolint:errcheck // hangs until the test ends
+
+	var id string
+	require.Eventually(t, func() bool {
+		out, err := b.run(t, "", "keys", "list", "--state", "in_progress")
+		if err != nil || !strings.Contains(out, "refund-ord_7") {
+			return false
+		}
+		id = strings.Fields(strings.Split(out, "\n")[1])[0]
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+
+	resp, err := post(context.Background())
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusConflict, resp.StatusCode, "still held")
+
+	out, err := b.run(t, "", "keys", "show", id)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "POST /refunds")
+	require.Contains(t, out, "its request may still be running")
+
+	out, err = b.run(t, "", "keys", "release", id)
+	require.Equal(t, 1, cli.ExitCode(err), out)
+	require.ErrorContains(t, err, "a reason is required")
+	out, err = b.run(t, "", "keys", "release", id, "--reason", "refund API call hung; checked: no refund made")
+	require.Equal(t, 1, cli.ExitCode(err), out)
+	require.ErrorContains(t, err, "pass --force")
+	out, err = b.run(t, "", "keys", "release", id, "--force", "--reason", "refund API call hung; checked: no refund made")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "in_progress -> failed")
+
+	out, err = b.run(t, "", "keys", "show", id)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "release by oncall@example.com (in_progress -> failed): refund API call hung")
+
+	resp, err = post(context.Background())
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "the retry runs")
+	out, err = b.run(t, "", "keys", "list", "--key", "refund-ord_7", "--json")
+	require.NoError(t, err, out)
+	require.Contains(t, out, `"state": "completed"`)
+
+	_, err = b.run(t, "", "keys", "list", "--state", "done")
+	require.ErrorContains(t, err, "use one of in_progress, completed, failed")
+	_, err = b.run(t, "", "keys", "show", "refund-ord_7")
+	require.ErrorContains(t, err, "pass a key's id")
+}
