@@ -1,6 +1,8 @@
 // Package outboxmetrics counts Enqueue results as the Prometheus counter
-// outboxd_enqueue_total{result}: pass New's result as
-// outbox.Config.Observer. It is a package of its own so that applications
+// outboxd_enqueue_total{result} (pass New's result as
+// outbox.Config.Observer) and the Idempotency-Key middleware's outcomes as
+// outboxd_idempotency_requests_total{outcome} (NewIdempotency, for
+// idempotency.Config.Observer). It is a package of its own so that applications
 // without Prometheus do not compile it.
 package outboxmetrics
 
@@ -10,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/idempotency"
 )
 
 // Metrics implements outbox.Observer.
@@ -34,3 +37,32 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 
 // Enqueued implements outbox.Observer.
 func (m *Metrics) Enqueued(result string) { m.calls.WithLabelValues(result).Inc() }
+
+// Idempotency counts the Idempotency-Key middleware's outcomes as
+// outboxd_idempotency_requests_total{outcome}: pass NewIdempotency's result
+// as idempotency.Config.Observer.
+type Idempotency struct {
+	requests *prometheus.CounterVec
+}
+
+var _ idempotency.Observer = (*Idempotency)(nil)
+
+// NewIdempotency creates the counter, with every outcome at zero, and
+// registers it with reg.
+func NewIdempotency(reg prometheus.Registerer) (*Idempotency, error) {
+	m := &Idempotency{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outboxd_idempotency_requests_total",
+		Help: "Requests carrying an idempotency key by outcome: executed, replayed, in_flight (409), fingerprint_mismatch (409), invalid (4xx), rolled_back (5xx, panic or failed commit: nothing stored).",
+	}, []string{"outcome"})}
+	for _, o := range []idempotency.Outcome{idempotency.Executed, idempotency.Replayed, idempotency.InFlight,
+		idempotency.FingerprintMismatch, idempotency.Invalid, idempotency.RolledBack} {
+		m.requests.WithLabelValues(string(o))
+	}
+	if err := reg.Register(m.requests); err != nil {
+		return nil, fmt.Errorf("outboxmetrics: %w", err)
+	}
+	return m, nil
+}
+
+// Observe implements idempotency.Observer.
+func (m *Idempotency) Observe(o idempotency.Outcome) { m.requests.WithLabelValues(string(o)).Inc() }
