@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -10,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strings"
@@ -18,12 +21,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outbox/outboxmigrate"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
@@ -38,8 +42,10 @@ func newDemoCmd(g *globalConfig) *cobra.Command {
 		Use:   "demo",
 		Short: "Enqueue a few events locally and watch their effects confirmed",
 		Long: `Run outboxd end to end against DATABASE_URL, in a fresh schema of its own:
-start a local webhook receiver that verifies signatures, enqueue events inside
-application transactions, dispatch them, and print each effect's path
+start a local webhook receiver that verifies signatures, create orders through
+POST /orders behind the Idempotency-Key middleware (each order, its event and
+effects commit with the stored response; a retry replays it, a changed body
+gets 409), dispatch the effects, and print each effect's path
 pending -> fired -> confirmed with timings. One receiver endpoint fails once
 with HTTP 500, to show a retry carrying the same webhook-id.`,
 		Args: cobra.NoArgs,
@@ -184,40 +190,67 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 		{"ord_1002", "/orders", 1999, false},
 		{"ord_1003", "/flaky", 500, false},
 	}
+	// The application's endpoint: POST /orders behind the Idempotency-Key
+	// middleware; the order, its event and effects, and the stored response
+	// commit in one transaction.
+	api, stopAPI, err := demoAPI(pool, schema, ob, recv.URL)
+	if err != nil {
+		return err
+	}
+	defer stopAPI()
+	fmt.Fprintf(out, "  api:      POST %s/orders behind the Idempotency-Key middleware\n\n", api)
+
 	var effects []demoEffect
 	for _, o := range orders {
-		var res *outbox.Result
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "INSERT INTO "+schema+".orders (id, amount, paid_at) VALUES ($1, $2, now())", o.id, o.amount); err != nil {
-				return err
-			}
-			var err error
-			res, err = ob.Enqueue(ctx, tx, orderEvent(o.id, o.amount), orderEffects(recv.URL, o.id, o.path, o.capture)...)
-			return err
-		})
+		body := fmt.Sprintf(`{"id": %q, "amount": %d, "path": %q, "capture": %t}`, o.id, o.amount, o.path, o.capture)
+		a, err := postOrder(ctx, api, "key-"+o.id, body)
 		if err != nil {
-			return fmt.Errorf("enqueue %s: %w", o.id, err)
+			return err
+		}
+		if a.status != http.StatusCreated {
+			return fmt.Errorf("POST /orders %s: HTTP %d: %s", o.id, a.status, a.body)
 		}
 		committed := time.Now()
+		var res orderCreated
+		if err := json.Unmarshal(a.body, &res); err != nil {
+			return fmt.Errorf("POST /orders %s: %w", o.id, err)
+		}
 		kinds := make([]string, len(res.Effects))
 		for i, e := range res.Effects {
 			kinds[i] = e.Kind
 			effects = append(effects, demoEffect{EffectResult: e, order: o.id, committed: committed})
 		}
-		fmt.Fprintf(out, "committed order %s with event %s and effects %s\n", o.id, res.EventID, strings.Join(kinds, ", "))
+		fmt.Fprintf(out, "POST /orders (Idempotency-Key key-%s): HTTP %d, order committed with event %s and effects %s\n", o.id, a.status, res.EventID, strings.Join(kinds, ", "))
 	}
 
-	// A retried command replays: same derived event id, same content.
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		res, err := ob.Enqueue(ctx, tx, orderEvent("ord_1001", 4200), orderEffects(recv.URL, "ord_1001", "/orders", true)...)
-		if err == nil {
-			fmt.Fprintf(out, "replayed order ord_1001: duplicate=%t, no new effect or job\n\n", res.Replay())
-		}
-		return err
-	})
+	// The client retries after a timeout: the stored response comes back,
+	// nothing runs again. The same key with another body is refused.
+	first := orders[0]
+	body := fmt.Sprintf(`{"id": %q, "amount": %d, "path": %q, "capture": %t}`, first.id, first.amount, first.path, first.capture)
+	counts := func() (rows [3]int, err error) {
+		err = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+schema+`.orders), (SELECT count(*) FROM `+schema+`.outbox_events),
+			(SELECT count(*) FROM `+schema+`.river_job WHERE kind = $1)`, sideeffects.DispatchArgs{}.Kind()).Scan(&rows[0], &rows[1], &rows[2])
+		return rows, err
+	}
+	before, err := counts()
 	if err != nil {
 		return err
 	}
+	a, err := postOrder(ctx, api, "key-"+first.id, body)
+	if err != nil {
+		return err
+	}
+	after, err := counts()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "retried POST /orders %s with the same key: HTTP %d, %s: %s; orders, events, dispatch jobs: %v before, %v after\n",
+		first.id, a.status, idempotency.ReplayedHeader, a.replayed, before, after)
+	a, err = postOrder(ctx, api, "key-"+first.id, strings.Replace(body, fmt.Sprint(first.amount), "1", 1))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "same key, changed amount: HTTP %d %s\n\n", a.status, strings.TrimSpace(string(a.body)))
 
 	store := sideeffects.NewStore(schema)
 	deadline := time.Now().Add(30 * time.Second)
@@ -281,6 +314,78 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 		fmt.Fprintf(out, "schema %s kept: SELECT * FROM %s.side_effects;\n", schema, schema)
 	}
 	return nil
+}
+
+// orderCreated is POST /orders' answer.
+type orderCreated struct {
+	EventID uuid.UUID             `json:"event_id"`
+	Effects []outbox.EffectResult `json:"effects"`
+}
+
+// demoAPI serves POST /orders on a loopback port, behind the
+// Idempotency-Key middleware, and returns its base URL.
+func demoAPI(pool *pgxpool.Pool, schema string, ob *outbox.Outbox, receiver string) (string, func(), error) {
+	mw, err := idempotency.New(pool, idempotency.Config{Schema: schema})
+	if err != nil {
+		return "", nil, err
+	}
+	create := func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			ID      string `json:"id"`
+			Amount  int    `json:"amount"`
+			Path    string `json:"path"`
+			Capture bool   `json:"capture"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.ID == "" {
+			http.Error(w, `{"error": "id and amount required"}`, http.StatusUnprocessableEntity)
+			return
+		}
+		ctx := r.Context()
+		tx, _ := idempotency.Tx(ctx)
+		if _, err := tx.Exec(ctx, "INSERT INTO "+schema+".orders (id, amount, paid_at) VALUES ($1, $2, now())", in.ID, in.Amount); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		res, err := ob.Enqueue(ctx, tx, orderEvent(in.ID, in.Amount), orderEffects(receiver, in.ID, in.Path, in.Capture)...)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(orderCreated{EventID: res.EventID, Effects: res.Effects})
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", mw.Transactional(http.HandlerFunc(create)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+type apiAnswer struct {
+	status   int
+	replayed string
+	body     []byte
+}
+
+func postOrder(ctx context.Context, api, key, body string) (apiAnswer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api+"/orders", strings.NewReader(body))
+	if err != nil {
+		return apiAnswer{}, err
+	}
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return apiAnswer{}, fmt.Errorf("POST /orders: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return apiAnswer{status: resp.StatusCode, replayed: cmp.Or(resp.Header.Get(idempotency.ReplayedHeader), "absent"), body: b}, err
 }
 
 func orderEvent(id string, amount int) outbox.Event {
