@@ -96,6 +96,14 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 // runTxs runs fn in transactions from conc goroutines for the configured
 // duration and reports rate and latency percentiles.
 func (b *bench) runTxs(ctx context.Context, name string, conc int, fn func(context.Context, pgx.Tx) error) (enqueueResult, error) {
+	return b.runLoop(ctx, name, conc, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+	})
+}
+
+// runLoop runs fn from conc goroutines for the configured duration and
+// reports rate and latency percentiles.
+func (b *bench) runLoop(ctx context.Context, name string, conc int, fn func(context.Context) error) (enqueueResult, error) {
 	deadline := time.Now().Add(b.s.EnqueueDuration)
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -113,7 +121,7 @@ func (b *bench) runTxs(ctx context.Context, name string, conc int, fn func(conte
 			var mine []time.Duration
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				t0 := time.Now()
-				if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return fn(ctx, tx) }); err != nil {
+				if err := fn(ctx); err != nil {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err

@@ -57,12 +57,14 @@ type settings struct {
 
 // report is everything measured, as written to JSON.
 type report struct {
-	Machine  machine          `json:"machine"`
-	Settings settings         `json:"settings"`
-	Enqueue  []enqueueResult  `json:"enqueue,omitempty"`
-	Dispatch []dispatchResult `json:"dispatch,omitempty"`
-	Latency  []latencyResult  `json:"latency,omitempty"`
-	Admin    []adminResult    `json:"admin,omitempty"`
+	Machine  machine         `json:"machine"`
+	Settings settings        `json:"settings"`
+	Enqueue  []enqueueResult `json:"enqueue,omitempty"`
+	// Idempotency is the Idempotency-Key middleware's cost per request.
+	Idempotency []enqueueResult  `json:"idempotency,omitempty"`
+	Dispatch    []dispatchResult `json:"dispatch,omitempty"`
+	Latency     []latencyResult  `json:"latency,omitempty"`
+	Admin       []adminResult    `json:"admin,omitempty"`
 }
 
 type machine struct {
@@ -90,7 +92,7 @@ func main() {
 	flag.IntVar(&s.AdminRows, "admin-rows", 1_000_000, "effects in the table for the admin-query timings")
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
-	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,dispatch,webhook,latency,admin")
+	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,latency,admin")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
 		var n int
@@ -162,6 +164,11 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 			return fmt.Errorf("enqueue cost: %w", err)
 		}
 	}
+	if !skip["idempotency"] {
+		if rep.Idempotency, err = bn.idempotencyCost(ctx); err != nil {
+			return fmt.Errorf("idempotency middleware cost: %w", err)
+		}
+	}
 	if !skip["dispatch"] {
 		if rep.Dispatch, err = bn.dispatchThroughput(ctx, !skip["webhook"]); err != nil {
 			return fmt.Errorf("dispatch: %w", err)
@@ -217,6 +224,12 @@ func printReport(out io.Writer, rep report) {
 		fmt.Fprintln(tw, "\nENQUEUE COST\tCONC\tTX/S\tP50\tP99\tCOST VS BARE (TX/S RATIO)")
 		for _, r := range rep.Enqueue {
 			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\n", r.Name, r.Concurrency, r.TPS, ms(r.P50), ms(r.P99), ratioStr(r.CostRatio, "target <= 2.0"))
+		}
+	}
+	if len(rep.Idempotency) > 0 {
+		fmt.Fprintln(tw, "\nIDEMPOTENCY-KEY MIDDLEWARE\tCONC\tREQ/S\tP50\tP99\tCOST VS NO MIDDLEWARE (REQ/S RATIO)")
+		for _, r := range rep.Idempotency {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\n", r.Name, r.Concurrency, r.TPS, ms(r.P50), ms(r.P99), ratioStr(r.CostRatio, "target <= 1.5"))
 		}
 	}
 	if len(rep.Dispatch) > 0 {

@@ -32,6 +32,8 @@ func TestBenchRuns(t *testing.T) {
 	var rep report
 	require.NoError(t, json.Unmarshal(raw, &rep))
 	require.Len(t, rep.Enqueue, 6)
+	require.Len(t, rep.Idempotency, 4, "with and without the middleware, at two concurrencies")
+	require.Positive(t, rep.Idempotency[1].CostRatio)
 	require.Len(t, rep.Dispatch, 4, "River fast, River with outboxd's settings, outboxd no-op, outboxd webhook")
 	require.Len(t, rep.Latency, 2, "one rate, both ways of inserting jobs")
 	require.Len(t, rep.Admin, 3)
@@ -44,4 +46,5 @@ func TestBenchRuns(t *testing.T) {
 		require.True(t, a.IndexUsed, "%s: %s", a.Name, a.Plan)
 	}
 	require.Contains(t, buf.String(), "DISPATCH")
+	require.Contains(t, buf.String(), "IDEMPOTENCY-KEY MIDDLEWARE")
 }
