@@ -185,16 +185,16 @@ func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 func (w *retentionWorker) Timeout(*river.Job[RetentionArgs]) time.Duration { return 30 * time.Minute }
 
 // KeyExpiryArgs are the arguments of the periodic job that deletes expired
-// idempotency keys.
+// idempotency keys and inbox message ids.
 type KeyExpiryArgs struct{}
 
 // Kind implements river.JobArgs.
 func (KeyExpiryArgs) Kind() string { return "outboxd.idempotency_key_expiry" }
 
-// keyExpiryWorker deletes idempotency keys past their expiry, in batches,
-// on the leader. A key a request holds is never deleted: a row locked by a
-// request taking it over is skipped, and a three-phase claim still within
-// its lock deadline is kept.
+// keyExpiryWorker deletes expired idempotency keys and inbox message ids,
+// in batches, on the leader. A key a request holds is never deleted: a row
+// locked by a request taking it over is skipped, and a three-phase claim
+// still within its lock deadline is kept.
 type keyExpiryWorker struct {
 	river.WorkerDefaults[KeyExpiryArgs]
 	pool   *pgxpool.Pool
@@ -203,27 +203,32 @@ type keyExpiryWorker struct {
 }
 
 func (w *keyExpiryWorker) Work(ctx context.Context, _ *river.Job[KeyExpiryArgs]) error {
-	n, err := w.store.PurgeExpiredKeys(ctx, w.pool)
-	if n > 0 {
-		w.logger.Info("purged expired idempotency keys", "keys", n)
+	keys, msgs, err := w.store.PurgeExpired(ctx, w.pool)
+	if keys > 0 || msgs > 0 {
+		w.logger.Info("purged expired idempotency keys and inbox message ids", "keys", keys, "inbox_messages", msgs)
 	}
 	return err
 }
 
-// PurgeExpiredKeys deletes expired idempotency keys no request holds and
-// returns how many.
-func (s *Store) PurgeExpiredKeys(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	var total int64
-	for {
-		tag, err := pool.Exec(ctx, s.q.purgeExpiredKeys, sweepBatch)
-		if err != nil {
-			return total, fmt.Errorf("purge expired idempotency keys: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < sweepBatch {
-			return total, nil
+// PurgeExpired deletes expired idempotency keys no request holds and
+// expired inbox message ids, and returns how many of each.
+func (s *Store) PurgeExpired(ctx context.Context, pool *pgxpool.Pool) (keys, messages int64, err error) {
+	for _, p := range []struct {
+		sql string
+		n   *int64
+	}{{s.q.purgeExpiredKeys, &keys}, {s.q.purgeExpiredInbox, &messages}} {
+		for {
+			tag, err := pool.Exec(ctx, p.sql, sweepBatch)
+			if err != nil {
+				return keys, messages, fmt.Errorf("purge expired keys and message ids: %w", err)
+			}
+			*p.n += tag.RowsAffected()
+			if tag.RowsAffected() < sweepBatch {
+				break
+			}
 		}
 	}
+	return keys, messages, nil
 }
 
 func periodic(interval time.Duration, args river.JobArgs) *river.PeriodicJob {

@@ -92,6 +92,8 @@ ORDER BY u.ord`
 
 	sqlGetEffectForUpdate = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE id = $1 FOR UPDATE`
 
+	sqlGetEffectByKeyForUpdate = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE idempotency_key = $1 FOR UPDATE`
+
 	// The newest dispatch job of effect $1 in one of the states $2, or 0.
 	sqlJobIn = `
 SELECT coalesce(max(id), 0) FROM /*schema*/river_job
@@ -224,6 +226,45 @@ SET state = 'confirmed', provider_ref = $2, confirmed_at = now(), next_attempt_a
 	last_error = NULL, in_doubt = false
 FROM before WHERE e.id = before.id
 RETURNING ` + beforeColumns
+
+	// pending|fired|failed in doubt -> confirmed, by a provider event that
+	// shows the request was applied ($2 the provider's object, kept when the
+	// row has a ref).
+	sqlEventConfirm = `
+WITH before AS (
+	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+	WHERE id = $1 AND (state IN ('pending', 'fired') OR (state = 'failed' AND in_doubt)) FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
+SET state = 'confirmed', provider_ref = coalesce(e.provider_ref, nullif($2, '')), confirmed_at = now(), next_attempt_at = NULL,
+	updated_at = now(), last_error = NULL, in_doubt = false
+FROM before WHERE e.id = before.id
+RETURNING ` + beforeColumns
+
+	// A mail's delivery status from the provider's events; a later status
+	// never gives way to an earlier one delivered out of order (processed <
+	// deferred < delivered, bounce, dropped).
+	sqlRecordDelivery = `
+INSERT INTO /*schema*/side_effect_deliveries AS d (effect_id, status, detail, event_id, event_at)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (effect_id) DO UPDATE SET status = excluded.status, detail = excluded.detail, event_id = excluded.event_id,
+	event_at = excluded.event_at, updated_at = now()
+WHERE (CASE excluded.status WHEN 'processed' THEN 1 WHEN 'deferred' THEN 2 ELSE 3 END)
+	> (CASE d.status WHEN 'processed' THEN 1 WHEN 'deferred' THEN 2 ELSE 3 END)
+	OR ((CASE d.status WHEN 'processed' THEN 1 WHEN 'deferred' THEN 2 ELSE 3 END) = (CASE excluded.status WHEN 'processed' THEN 1 WHEN 'deferred' THEN 2 ELSE 3 END)
+		AND excluded.event_at >= d.event_at)`
+
+	sqlGetDelivery = `SELECT status, detail, event_id, event_at, updated_at FROM /*schema*/side_effect_deliveries WHERE effect_id = $1`
+
+	sqlInsertDrift = `
+INSERT INTO /*schema*/provider_drift (reason, provider, kind, effect_id, effect_state, idempotency_key, event_id, event_type, object_id, check_hint)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+	sqlListDrift = `
+SELECT id, reason, provider, kind, effect_id, effect_state, idempotency_key, event_id, event_type, object_id, check_hint, created_at
+FROM /*schema*/provider_drift
+WHERE created_at >= $1 AND ($2 = '' OR reason = $2) AND ($3::uuid IS NULL OR effect_id = $3)
+ORDER BY id DESC LIMIT $4`
 
 	// failed -> failed, acknowledged as reviewed and correctly failed.
 	sqlAcknowledge = `
@@ -393,6 +434,11 @@ DELETE FROM /*schema*/idempotency_keys WHERE id IN (
 	WHERE expires_at <= now() AND NOT (state = 'in_progress' AND locked_until > now())
 	LIMIT $1 FOR UPDATE SKIP LOCKED)`
 
+	// Inbox message ids past their retention, $1 at a time.
+	sqlPurgeExpiredInbox = `
+DELETE FROM /*schema*/inbox_messages WHERE (source, message_id) IN (
+	SELECT source, message_id FROM /*schema*/inbox_messages WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
+
 	sqlPurgeEvents = `
 DELETE FROM /*schema*/outbox_events WHERE id IN (
 	SELECT ev.id FROM /*schema*/outbox_events ev
@@ -455,18 +501,19 @@ const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key
 
 // queries holds the statements with the schema filled in.
 type queries struct {
-	insertEvent, insertEventWithEffects, eventMatches             string
-	insertEffects, compareEffects                                 string
-	insertEventWithEffectsIntake, insertEffectsIntake, takeIntake string
-	getEffect, getEffectByKey, getEffectForUpdate, jobIn          string
-	claim, lateAck, release, recordInDoubt, fail, unclaim         string
-	claimFirstMany, confirmMany                                   string
+	insertEvent, insertEventWithEffects, eventMatches                                          string
+	insertEffects, compareEffects                                                              string
+	insertEventWithEffectsIntake, insertEffectsIntake, takeIntake                              string
+	getEffect, getEffectByKey, getEffectForUpdate, jobIn                                       string
+	getEffectByKeyForUpdate, eventConfirm, recordDelivery, getDelivery, insertDrift, listDrift string
+	claim, lateAck, release, recordInDoubt, fail, unclaim                                      string
+	claimFirstMany, confirmMany                                                                string
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit, acknowledge string
 
 	listEffects, stuck, eventOf, jobsOf, events                                                  string
 	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand                           string
-	purgeCount, purgeEffects, purgeEventsCount, purgeEvents, purgeExpiredKeys                    string
+	purgeCount, purgeEffects, purgeEventsCount, purgeEvents, purgeExpiredKeys, purgeExpiredInbox string
 	stateGauges, sweep, recordDispatcher, dispatcherSeen, dispatchers, recordAttempt, attemptsOf string
 }
 
@@ -488,6 +535,12 @@ func newQueries(schema string) queries {
 		getEffect:                    r.Replace(sqlGetEffect),
 		getEffectByKey:               r.Replace(sqlGetEffectByKey),
 		getEffectForUpdate:           r.Replace(sqlGetEffectForUpdate),
+		getEffectByKeyForUpdate:      r.Replace(sqlGetEffectByKeyForUpdate),
+		eventConfirm:                 r.Replace(sqlEventConfirm),
+		recordDelivery:               r.Replace(sqlRecordDelivery),
+		getDelivery:                  r.Replace(sqlGetDelivery),
+		insertDrift:                  r.Replace(sqlInsertDrift),
+		listDrift:                    r.Replace(sqlListDrift),
 		jobIn:                        r.Replace(sqlJobIn),
 		claim:                        r.Replace(sqlClaim),
 		claimFirstMany:               r.Replace(sqlClaimFirstMany),
@@ -505,27 +558,28 @@ func newQueries(schema string) queries {
 		insertAudit:      r.Replace(sqlInsertAudit),
 		listAudit:        r.Replace(sqlListAudit),
 
-		listEffects:      r.Replace(sqlListEffects),
-		stuck:            r.Replace(sqlStuck),
-		eventOf:          r.Replace(sqlEventOf),
-		jobsOf:           r.Replace(sqlJobsOf),
-		events:           r.Replace(sqlEvents),
-		statsCounts:      r.Replace(sqlStatsCounts),
-		statsOldest:      r.Replace(sqlStatsOldest),
-		statsAttempts:    r.Replace(sqlStatsAttempts),
-		statsLatency:     r.Replace(sqlStatsLatency),
-		statsByHand:      r.Replace(sqlStatsByHand),
-		purgeCount:       r.Replace(sqlPurgeCount),
-		purgeEffects:     r.Replace(sqlPurgeEffects),
-		purgeEventsCount: r.Replace(sqlPurgeEventsCount),
-		purgeEvents:      r.Replace(sqlPurgeEvents),
-		purgeExpiredKeys: r.Replace(sqlPurgeExpiredKeys),
-		stateGauges:      r.Replace(sqlStateGauges),
-		sweep:            r.Replace(sqlSweep),
-		recordDispatcher: r.Replace(sqlRecordDispatcher),
-		dispatcherSeen:   r.Replace(sqlDispatcherSeen),
-		dispatchers:      r.Replace(sqlDispatchers),
-		recordAttempt:    r.Replace(sqlRecordAttempt),
-		attemptsOf:       r.Replace(sqlAttemptsOf),
+		listEffects:       r.Replace(sqlListEffects),
+		stuck:             r.Replace(sqlStuck),
+		eventOf:           r.Replace(sqlEventOf),
+		jobsOf:            r.Replace(sqlJobsOf),
+		events:            r.Replace(sqlEvents),
+		statsCounts:       r.Replace(sqlStatsCounts),
+		statsOldest:       r.Replace(sqlStatsOldest),
+		statsAttempts:     r.Replace(sqlStatsAttempts),
+		statsLatency:      r.Replace(sqlStatsLatency),
+		statsByHand:       r.Replace(sqlStatsByHand),
+		purgeCount:        r.Replace(sqlPurgeCount),
+		purgeEffects:      r.Replace(sqlPurgeEffects),
+		purgeEventsCount:  r.Replace(sqlPurgeEventsCount),
+		purgeEvents:       r.Replace(sqlPurgeEvents),
+		purgeExpiredKeys:  r.Replace(sqlPurgeExpiredKeys),
+		purgeExpiredInbox: r.Replace(sqlPurgeExpiredInbox),
+		stateGauges:       r.Replace(sqlStateGauges),
+		sweep:             r.Replace(sqlSweep),
+		recordDispatcher:  r.Replace(sqlRecordDispatcher),
+		dispatcherSeen:    r.Replace(sqlDispatcherSeen),
+		dispatchers:       r.Replace(sqlDispatchers),
+		recordAttempt:     r.Replace(sqlRecordAttempt),
+		attemptsOf:        r.Replace(sqlAttemptsOf),
 	}
 }

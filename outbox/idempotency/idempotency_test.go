@@ -437,7 +437,7 @@ func TestDispatcherPurgesExpiredKeysNoRequestHolds(t *testing.T) {
 	go func() { done <- s.post(t, "key-held", `{"order": "ord_held2", "amount": 1}`) }()
 	<-reached
 
-	n, err := sideeffects.NewStore(s.db.Schema).PurgeExpiredKeys(ctx, s.db.Pool)
+	n, _, err := sideeffects.NewStore(s.db.Schema).PurgeExpired(ctx, s.db.Pool)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "only key-old")
 	close(release)

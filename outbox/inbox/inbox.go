@@ -1,0 +1,193 @@
+// Package inbox deduplicates incoming messages (webhooks, provider events)
+// on Postgres: the consumer side of effectively-once. Senders deliver at
+// least once; Claim records a message id in the caller's transaction and
+// reports whether it is new, with the primary key as the arbiter, so the
+// work a message causes and the record that it was done commit together.
+//
+// Handler does the whole receiving side of a webhook: verify the signature
+// (Verifier), claim every message id of the delivery, run the
+// application's function for the new ones in the same transaction, commit.
+// A redelivery answers 2xx without running anything; a failure answers 5xx
+// with nothing recorded, so the sender retries; a bad signature answers 400
+// with nothing recorded.
+//
+// A message id is remembered for the source's retention, which must be no
+// shorter than the sender's retry window (Stripe retries for up to 3 days),
+// so that a late redelivery is still recognised; outboxd's dispatcher
+// purges older ids.
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultRetention keeps message ids 7 days: longer than Stripe's (3 days),
+// SendGrid's (24 hours) and Svix's (about 5 days) retry windows.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// DefaultMaxBodyBytes bounds a delivery's body.
+const DefaultMaxBodyBytes = 5 << 20
+
+// Config configures an Inbox.
+type Config struct {
+	// Schema holds outboxd's tables ("" uses search_path).
+	Schema string
+	// Retention is how long a message id is remembered, per source;
+	// sources not listed keep DefaultRetention.
+	Retention map[string]time.Duration
+	// MaxBodyBytes bounds a delivery read by Handler (413 past it).
+	// Default 5 MiB.
+	MaxBodyBytes int64
+	// Logger reports refused deliveries and failures. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Inbox records which messages were processed.
+type Inbox struct {
+	pool  *pgxpool.Pool
+	cfg   Config
+	claim string
+}
+
+var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// New validates cfg and returns the inbox.
+func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
+	if pool == nil {
+		return nil, errors.New("inbox: pool is nil")
+	}
+	if cfg.Schema != "" && !schemaRE.MatchString(cfg.Schema) {
+		return nil, fmt.Errorf("inbox: Schema %q: use one lowercase name of letters, digits and _", cfg.Schema)
+	}
+	for src, d := range cfg.Retention {
+		if d <= 0 {
+			return nil, fmt.Errorf("inbox: Retention[%q] %s: must be positive", src, d)
+		}
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	table := "inbox_messages"
+	if cfg.Schema != "" {
+		table = cfg.Schema + "." + table
+	}
+	return &Inbox{pool: pool, cfg: cfg, claim: `INSERT INTO ` + table + ` (source, message_id, expires_at)
+		VALUES ($1, $2, now() + make_interval(secs => $3::float8)) ON CONFLICT DO NOTHING`}, nil
+}
+
+// Retention is how long ids of source are remembered.
+func (ib *Inbox) Retention(source string) time.Duration {
+	if d, ok := ib.cfg.Retention[source]; ok {
+		return d
+	}
+	return DefaultRetention
+}
+
+// Claim records messageID of source in tx and reports whether it is new. A
+// concurrent claim of the same id waits for tx's outcome: if tx commits,
+// the other reports false. Commit tx with the work the message caused.
+func (ib *Inbox) Claim(ctx context.Context, tx pgx.Tx, source, messageID string) (bool, error) {
+	if source == "" || messageID == "" {
+		return false, fmt.Errorf("inbox: claim needs a source and a message id (got %q, %q)", source, messageID)
+	}
+	tag, err := tx.Exec(ctx, ib.claim, source, messageID, ib.Retention(source).Seconds())
+	if err != nil {
+		return false, fmt.Errorf("inbox: claim %s message %s: %w", source, messageID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Message is one message of a verified delivery. A delivery may carry
+// several (SendGrid batches its events).
+type Message struct {
+	// ID is the sender's id for the message, the same on every
+	// redelivery: Stripe's event id, SendGrid's sg_event_id, the
+	// webhook-id of Standard Webhooks.
+	ID string
+	// Type is the sender's event type, when it has one.
+	Type string
+	// Body is the message as sent (one event of a batch).
+	Body []byte
+}
+
+// Verifier checks a delivery's signature and splits it into messages. An
+// error means the delivery is not authentic or not understood: Handler
+// answers 400 and records nothing.
+type Verifier interface {
+	Verify(header http.Header, body []byte) ([]Message, error)
+	// RetryWindow is how long the sender retries a delivery; the source's
+	// retention must not be shorter.
+	RetryWindow() time.Duration
+}
+
+// Func processes one new message inside the delivery's transaction. An
+// error rolls everything back, and Handler answers 500 so that the sender
+// retries.
+type Func func(ctx context.Context, tx pgx.Tx, m Message) error
+
+// Handler receives deliveries from one source: verify, claim each message,
+// run fn for the new ones, commit, answer 200. It returns an error when the
+// source's retention is shorter than the verifier's retry window.
+func (ib *Inbox) Handler(source string, v Verifier, fn Func) (http.Handler, error) {
+	if ret := ib.Retention(source); ret < v.RetryWindow() {
+		return nil, fmt.Errorf("inbox: retention of %s (%s) is shorter than the sender's retry window (%s): a late redelivery would run again",
+			source, ret, v.RetryWindow())
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, ib.cfg.MaxBodyBytes))
+		if err != nil {
+			http.Error(w, "body too large or unreadable", http.StatusRequestEntityTooLarge)
+			return
+		}
+		msgs, err := v.Verify(r.Header, body)
+		if err != nil {
+			ib.cfg.Logger.Warn("inbox: delivery refused", "source", source, "error", err)
+			http.Error(w, "signature verification failed: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		var fresh, dup int
+		err = pgx.BeginFunc(r.Context(), ib.pool, func(tx pgx.Tx) error {
+			fresh, dup = 0, 0
+			for _, m := range msgs {
+				isNew, err := ib.Claim(r.Context(), tx, source, m.ID)
+				if err != nil {
+					return err
+				}
+				if !isNew {
+					dup++
+					continue
+				}
+				fresh++
+				if err := fn(r.Context(), tx, m); err != nil {
+					return fmt.Errorf("message %s (%s): %w", m.ID, m.Type, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			ib.cfg.Logger.Error("inbox: processing failed; nothing recorded, the sender will retry", "source", source, "error", err)
+			http.Error(w, "processing failed; retry", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"processed": %d, "duplicates": %d}`+"\n", fresh, dup)
+	}), nil
+}

@@ -1,0 +1,38 @@
+package providers
+
+import "time"
+
+// EventOutcome is what a provider event says about the request that carried
+// an effect's key.
+type EventOutcome string
+
+const (
+	// EventInformational says nothing about whether the request was applied.
+	EventInformational EventOutcome = "informational"
+	// EventDone shows the request was applied: the object exists, the mail
+	// was accepted.
+	EventDone EventOutcome = "done"
+	// EventUndone shows an applied request later undone or failed: a refund
+	// that failed, a payment intent canceled.
+	EventUndone EventOutcome = "undone"
+)
+
+// EventReport is one provider event as outboxd reads it.
+type EventReport struct {
+	Provider string
+	EventID  string
+	Type     string
+	// Key is the effect's idempotency key the event's object carries
+	// (Stripe metadata, SendGrid custom_args); "" when the object is not
+	// one outboxd created.
+	Key string
+	// ObjectID is the provider's object: a Stripe id, a SendGrid message id.
+	ObjectID string
+	Outcome  EventOutcome
+	// Delivery is a mail's delivery status (processed, deferred, delivered,
+	// bounce, dropped); "" for other events.
+	Delivery string
+	// Detail is the provider's explanation (a bounce reason, a failure code).
+	Detail string
+	At     time.Time
+}
