@@ -96,6 +96,8 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--webhook-secret", testSecret, "--schema", "a,public"}, nil, "--schema"},
 		{[]string{"run", "--webhook-secret", testSecret, "--schema", "Upper"}, nil, "--schema"},
 		{[]string{"migrate", "--schema", "a,public"}, nil, "--schema"},
+		{[]string{"run", "--webhook-secret", testSecret, "--stripe-webhook-secret", "sk_live_1"}, nil, "STRIPE_WEBHOOK_SECRET"},
+		{[]string{"run", "--webhook-secret", testSecret, "--sendgrid-event-public-key", "not a key"}, nil, "SENDGRID_EVENT_PUBLIC_KEY"},
 	}
 	for _, tc := range cases {
 		for k, v := range tc.env {
@@ -171,7 +173,8 @@ func TestHelpListsEveryEnvironmentVariable(t *testing.T) {
 	require.NoError(t, err)
 	for _, env := range []string{"DATABASE_URL", "OUTBOXD_SCHEMA", "OUTBOXD_WEBHOOK_SECRET", "OUTBOXD_WEBHOOK_ALLOW_CIDRS",
 		"OUTBOXD_CONCURRENCY", "OUTBOXD_JOB_TIMEOUT", "OUTBOXD_RESCUE_AFTER", "OUTBOXD_HTTP_ADDR", "OUTBOXD_SHUTDOWN_TIMEOUT",
-		"STRIPE_API_KEY", "STRIPE_API_BASE", "SENDGRID_API_KEY", "SENDGRID_API_HOST", "OUTBOXD_IN_DOUBT_POLICY"} {
+		"STRIPE_API_KEY", "STRIPE_API_BASE", "SENDGRID_API_KEY", "SENDGRID_API_HOST", "OUTBOXD_IN_DOUBT_POLICY",
+		"OUTBOXD_EVENTS_ADDR", "STRIPE_WEBHOOK_SECRET", "SENDGRID_EVENT_PUBLIC_KEY"} {
 		require.True(t, strings.Contains(out, "$"+env+"]"), "--help lacks %s", env)
 	}
 }
@@ -341,4 +344,79 @@ func TestDatabasePasswordNeverInErrors(t *testing.T) {
 		require.Error(t, err, dsn)
 		require.NotContains(t, err.Error(), "hunter2secret", dsn)
 	}
+}
+
+// The whole loop on a running outboxd: SendGrid answers 500 after
+// accepting a mail, so the email is parked in doubt; SendGrid's signed
+// processed event, delivered three times to the events endpoint, confirms
+// it once, and /metrics counts it.
+func TestRunConfirmsAnInDoubtEmailFromItsProviderEvent(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	sg := fakes.NewFakeSendGrid()
+	t.Cleanup(sg.Close)
+	sg.Respond(fakes.Status(500))
+	signer, err := fakes.NewSendGridEventSigner()
+	require.NoError(t, err)
+	addrs := make([]string, 2)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addrs[i] = l.Addr().String()
+		require.NoError(t, l.Close())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := execute(ctx, "run", "--database-url", testdb.URL(), "--schema", db.Schema, "--log-level", "error",
+			"--sendgrid-api-key", "SG.test", "--sendgrid-api-host", sg.URL, "--retry-base-delay", "10ms",
+			"--http-addr", addrs[0], "--events-addr", addrs[1], "--sendgrid-event-public-key", signer.PublicKey())
+		done <- err
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	var eff outbox.EffectResult
+	require.NoError(t, pgx.BeginFunc(context.Background(), db.Pool, func(tx pgx.Tx) error {
+		res, err := ob.Enqueue(context.Background(), tx, outbox.Event{ID: uuid.New(), Type: "order.paid"}, outbox.Effect{
+			Kind: "email.receipt", Provider: "sendgrid", Payload: json.RawMessage(
+				`{"from": {"email": "shop@example.com"}, "to": [{"email": "ada@example.com"}], "subject": "Receipt", "text": "Thanks"}`)})
+		if err == nil {
+			eff = res.Effects[0]
+		}
+		return err
+	}))
+	store := sideeffects.NewStore(db.Schema)
+	state := func() *sideeffects.Effect {
+		e, err := store.Get(context.Background(), db.Pool, eff.ID)
+		require.NoError(t, err)
+		return e
+	}
+	require.Eventually(t, func() bool { return state().State == sideeffects.StateFailed }, 30*time.Second, 20*time.Millisecond)
+	require.Contains(t, *state().LastError, "in doubt: not re-sent")
+
+	body, err := json.Marshal([]map[string]any{fakes.SendGridEvent("sg_evt_1", "processed", eff.Key, "msg_accepted", time.Now())})
+	require.NoError(t, err)
+	for range 3 {
+		req, err := http.NewRequest(http.MethodPost, "http://"+addrs[1]+"/events/sendgrid", bytes.NewReader(body))
+		require.NoError(t, err)
+		req.Header = signer.Headers(body)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	e := state()
+	require.Equal(t, sideeffects.StateConfirmed, e.State)
+	require.Equal(t, "msg_accepted", *e.ProviderRef)
+	require.Len(t, sg.Requests(), 1, "never re-sent")
+
+	resp, err := http.Get("http://" + addrs[0] + "/metrics")
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(metrics), `outboxd_provider_events_total{kind="email.receipt",provider="sendgrid",result="confirmed"} 1`)
+	require.Contains(t, string(metrics), `outboxd_deliveries_total{kind="email.receipt",status="processed"} 1`)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
+	"github.com/outboxd/outboxd/sideeffects/providerevents"
 )
 
 // DefaultStripeConcurrency keeps the Stripe queue under Stripe's default
@@ -62,6 +63,10 @@ type runConfig struct {
 	SendGridAPIKey  string
 	SendGridAPIHost string
 	SendGridTimeout time.Duration
+
+	EventsAddr             string
+	StripeWebhookSecret    string
+	SendGridEventPublicKey string
 }
 
 func newRunCmd(g *globalConfig) *cobra.Command {
@@ -128,6 +133,12 @@ already older than --rescue-after and re-fires it within seconds.`,
 	envflag.Bind(f, "sendgrid-api-host", "SENDGRID_API_HOST")
 	f.DurationVar(&c.SendGridTimeout, "sendgrid-timeout", sendgrid.DefaultTimeout, "timeout of one SendGrid request")
 	envflag.Bind(f, "sendgrid-timeout", "OUTBOXD_SENDGRID_TIMEOUT")
+	f.StringVar(&c.EventsAddr, "events-addr", ":8081", "address of the provider event endpoints, POST /events/stripe and /events/sendgrid (served when a secret below is set)")
+	envflag.Bind(f, "events-addr", "OUTBOXD_EVENTS_ADDR")
+	f.StringVar(&c.StripeWebhookSecret, "stripe-webhook-secret", "", "Stripe webhook signing secret, whsec_…; enables POST /events/stripe")
+	envflag.Bind(f, "stripe-webhook-secret", "STRIPE_WEBHOOK_SECRET")
+	f.StringVar(&c.SendGridEventPublicKey, "sendgrid-event-public-key", "", "SendGrid signed Event Webhook verification key (base64); enables POST /events/sendgrid")
+	envflag.Bind(f, "sendgrid-event-public-key", "SENDGRID_EVENT_PUBLIC_KEY")
 	return cmd
 }
 
@@ -257,6 +268,16 @@ func (c *runConfig) validate() error {
 			return cli.Usagef("%s (%s) is %s: it must be at least %s", d.flag, d.env, d.v, d.min)
 		}
 	}
+	if c.StripeWebhookSecret != "" {
+		if _, err := stripe.EventVerifier(c.StripeWebhookSecret, 0); err != nil {
+			return cli.Usagef("--stripe-webhook-secret (STRIPE_WEBHOOK_SECRET): %v", err)
+		}
+	}
+	if c.SendGridEventPublicKey != "" {
+		if _, err := sendgrid.EventVerifier(c.SendGridEventPublicKey); err != nil {
+			return cli.Usagef("--sendgrid-event-public-key (SENDGRID_EVENT_PUBLIC_KEY): %v", err)
+		}
+	}
 	if c.Retention > 0 {
 		for name, g := range c.Policies.Guarantees() {
 			if g.KeyWindow > 0 && c.Retention <= g.KeyWindow {
@@ -356,6 +377,29 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		}()
 	}
 
+	// Provider events: their own address, as providers reach it from the
+	// internet while /metrics stays internal.
+	var eventsSrv *http.Server
+	if c.StripeWebhookSecret != "" || c.SendGridEventPublicKey != "" {
+		ecfg := providerevents.Config{Schema: g.Schema, StripeSecret: c.StripeWebhookSecret, SendGridPublicKey: c.SendGridEventPublicKey,
+			Observer: metrics, Logger: log}
+		h, err := providerevents.New(pool, ecfg)
+		if err != nil {
+			return cli.UsageError{Err: err}
+		}
+		ln, err := net.Listen("tcp", c.EventsAddr)
+		if err != nil {
+			return cli.Usagef("--events-addr (OUTBOXD_EVENTS_ADDR) %q: %w", c.EventsAddr, err)
+		}
+		eventsSrv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := eventsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("provider events server stopped", "error", err)
+			}
+		}()
+		log.Info("provider events served", "addr", ln.Addr().String(), "endpoints", ecfg.String())
+	}
+
 	// River's own context must outlive the signal so that Stop can drain.
 	if err := d.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start dispatcher: %w", err)
@@ -402,6 +446,9 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	stopErr := d.Stop(stopCtx)
 	if srv != nil {
 		_ = srv.Shutdown(context.Background())
+	}
+	if eventsSrv != nil {
+		_ = eventsSrv.Shutdown(stopCtx)
 	}
 	if stopErr != nil {
 		return fmt.Errorf("stop dispatcher: %w", stopErr)

@@ -23,6 +23,9 @@ type Metrics struct {
 	callDuration *prometheus.HistogramVec
 	inDoubt      *prometheus.CounterVec
 	replays      *prometheus.CounterVec
+	events       *prometheus.CounterVec
+	deliveries   *prometheus.CounterVec
+	drift        *prometheus.CounterVec
 }
 
 // New creates the dispatcher metrics and registers them with reg; a
@@ -47,8 +50,20 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "outboxd_provider_replays_total",
 			Help: "Acknowledgements the provider served from its idempotency record (Stripe Idempotent-Replayed).",
 		}, []string{"provider", "kind"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outboxd_provider_events_total",
+			Help: "Provider events applied (after deduplication), by provider, the matched effect's kind (\"\" for none) and result: confirmed, drift, none.",
+		}, []string{"provider", "kind", "result"}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outboxd_deliveries_total",
+			Help: "Mail delivery events (processed, deferred, delivered, bounce, dropped), by kind and status.",
+		}, []string{"kind", "status"}),
+		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outboxd_drift_total",
+			Help: "Disagreements between outboxd and a provider found in its events, by kind and reason (outboxctl drift lists them).",
+		}, []string{"kind", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.transitions, m.callDuration, m.inDoubt, m.replays} {
+	for _, c := range []prometheus.Collector{m.transitions, m.callDuration, m.inDoubt, m.replays, m.events, m.deliveries, m.drift} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatcher metrics: %w", err)
 		}
@@ -74,6 +89,28 @@ func (m *Metrics) ProviderCall(e *sideeffects.Effect, d time.Duration, err error
 		m.replays.WithLabelValues(e.Provider, e.Kind).Inc()
 	}
 	m.callDuration.WithLabelValues(e.Provider, e.Kind, outcome).Observe(d.Seconds())
+}
+
+// ProviderEvent implements providerevents.Observer.
+func (m *Metrics) ProviderEvent(ev providers.EventReport, res sideeffects.EventResult) {
+	kind := ""
+	if res.Effect != nil {
+		kind = res.Effect.Kind
+	}
+	result := "none"
+	switch {
+	case res.Confirmed:
+		result = "confirmed"
+	case len(res.Drift) > 0:
+		result = "drift"
+	}
+	m.events.WithLabelValues(ev.Provider, kind, result).Inc()
+	if ev.Delivery != "" && res.Effect != nil {
+		m.deliveries.WithLabelValues(kind, ev.Delivery).Inc()
+	}
+	for _, reason := range res.Drift {
+		m.drift.WithLabelValues(kind, reason).Inc()
+	}
 }
 
 // StateCollector reports the effects table itself at scrape time: how many

@@ -174,7 +174,7 @@ func TestInDoubtEmailIsConfirmedByItsEvent(t *testing.T) {
 	require.NoError(t, err)
 	d, err := sideeffects.NewDispatcher(e.db.Pool, sideeffects.Config{
 		Schema: e.db.Schema, Providers: []providers.Provider{sgp}, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
-		Retry: sideeffects.RetryPolicy{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+		Retry:  sideeffects.RetryPolicy{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TestOnly: true,
 	})
 	require.NoError(t, err)
