@@ -211,9 +211,18 @@ func newShowCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			delivery, err := a.store().Delivery(ctx, a.pool, e.ID)
+			if err != nil {
+				return err
+			}
+			drift, err := a.store().Drift(ctx, a.pool, sideeffects.DriftFilter{EffectID: &e.ID})
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			if a.JSON {
-				return printJSON(out, map[string]any{"effect": e, "event": ev, "attempts": attempts, "jobs": jobs, "audit": audit})
+				return printJSON(out, map[string]any{"effect": e, "event": ev, "attempts": attempts, "jobs": jobs, "audit": audit,
+					"delivery": delivery, "drift": drift})
 			}
 			tw := table(out)
 			ts := func(t *time.Time) string {
@@ -230,7 +239,8 @@ func newShowCmd(a *app) *cobra.Command {
 				{"replayed", fmt.Sprint(e.Replayed)}, {"next_attempt_at", ts(e.NextAttemptAt)},
 				{"created_at", ts(&e.CreatedAt)}, {"updated_at", ts(&e.UpdatedAt)}, {"first_fired_at", ts(e.FirstFiredAt)},
 				{"key_window_from", ts(e.KeyWindowFrom) + a.windowNote(e)},
-				{"fired_at", ts(e.FiredAt)}, {"confirmed_at", ts(e.ConfirmedAt)}, {"payload", string(e.Payload)},
+				{"fired_at", ts(e.FiredAt)}, {"confirmed_at", ts(e.ConfirmedAt)}, {"delivery", deliveryLine(delivery)},
+				{"payload", string(e.Payload)},
 			} {
 				fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
 			}
@@ -268,7 +278,14 @@ func newShowCmd(a *app) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "\nOperator actions and late acknowledgements (%d):\n", len(audit))
+			if len(drift) > 0 {
+				fmt.Fprintf(out, "\nDrift found in provider events (%d):\n", len(drift))
+				for _, d := range drift {
+					fmt.Fprintf(out, "  %s %s: event %s (%s), object %s: %s\n", d.CreatedAt.UTC().Format(time.RFC3339), d.Reason,
+						d.EventID, d.EventType, orDash(d.ObjectID), d.Check)
+				}
+			}
+			fmt.Fprintf(out, "\nOperator actions, provider events and late acknowledgements (%d):\n", len(audit))
 			tw = table(out)
 			fmt.Fprintln(tw, "AT\tACTOR\tACTION\tFROM\tTO\tREASON")
 			for _, au := range audit {
@@ -285,6 +302,80 @@ func newShowCmd(a *app) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+}
+
+// deliveryLine renders a mail's delivery status from provider events.
+func deliveryLine(d *sideeffects.Delivery) string {
+	if d == nil {
+		return "-"
+	}
+	line := fmt.Sprintf("%s at %s (event %s)", d.Status, d.EventAt.UTC().Format(time.RFC3339), d.EventID)
+	if d.Detail != "" {
+		line += ": " + d.Detail
+	}
+	if d.Status == "bounce" || d.Status == "dropped" {
+		line += "; the provider accepted the request but the mail did not arrive"
+	}
+	return line
+}
+
+func newDriftCmd(a *app) *cobra.Command {
+	var (
+		since  string
+		reason string
+		limit  int
+	)
+	cmd := &cobra.Command{
+		Use:   "drift",
+		Short: "Disagreements between outboxd and the providers, found in their events",
+		Long: `List drift records, newest first: provider events that contradict what
+outboxd holds. Each names the effect (when one matches), the event, the
+provider's object and what to check. Reasons:
+
+  unknown_key            an event carries an outboxd key no effect has
+  acted_while_failed     the provider acted on an effect outboxd failed (not in doubt)
+  acted_while_cancelled  the provider acted on a cancelled effect
+  two_objects            a second provider object carries a confirmed effect's key
+  undone_after_confirm   a confirmed effect's object was later undone (refund failed, payment canceled)
+
+Drift changes no effect: decide, then confirm, retry or undo at the provider.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			d, err := time.ParseDuration(since)
+			if err != nil || d < 0 {
+				return fmt.Errorf("--since %q: give a duration such as 24h or 168h", since)
+			}
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			recs, err := a.store().Drift(ctx, a.pool, sideeffects.DriftFilter{Since: time.Now().Add(-d), Reason: reason, Limit: limit})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if a.JSON {
+				return printJSON(out, recs)
+			}
+			if len(recs) == 0 {
+				fmt.Fprintf(out, "no drift in the last %s\n", since)
+				return nil
+			}
+			for _, r := range recs {
+				effect := "no effect"
+				if r.EffectID != nil {
+					effect = fmt.Sprintf("effect %s (%s, %s)", r.EffectID, r.Kind, r.EffectState)
+				}
+				fmt.Fprintf(out, "%s  %s  %s\n  %s event %s (%s), object %s, key %s\n  check: %s\n\n", r.CreatedAt.UTC().Format(time.RFC3339),
+					r.Reason, effect, r.Provider, r.EventID, r.EventType, orDash(r.ObjectID), r.IdempotencyKey, r.Check)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&since, "since", "168h", "how far back")
+	cmd.Flags().StringVar(&reason, "reason", "", "only this reason")
+	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many")
+	return cmd
 }
 
 func newStatsCmd(a *app) *cobra.Command {
