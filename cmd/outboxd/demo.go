@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -34,6 +35,7 @@ import (
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/providerevents"
 )
 
 func newDemoCmd(g *globalConfig) *cobra.Command {
@@ -145,6 +147,9 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 	}
 	sgFake := fakes.NewFakeSendGrid()
 	defer sgFake.Close()
+	// SendGrid accepts the first mail but answers 500: in doubt, so it is
+	// not re-sent (at_most_once); its signed processed event confirms it.
+	sgFake.Respond(fakes.Status(500))
 	sg, err := sendgrid.New(sendgrid.Config{APIKey: "SG.outboxd_demo", APIHost: sgFake.URL, Timeout: 5 * time.Second})
 	if err != nil {
 		return err
@@ -167,7 +172,8 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 		Retry:             sideeffects.RetryPolicy{BaseDelay: 500 * time.Millisecond},
 		FetchCooldown:     20 * time.Millisecond,
 		FetchPollInterval: 200 * time.Millisecond,
-		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		// The demo reports every outcome itself, the expected failures too.
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4})),
 	})
 	if err != nil {
 		return err
@@ -272,6 +278,24 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 		}
 	}
 
+	// Close the loop: SendGrid's signed Event Webhook reports the parked
+	// mail processed; outboxd's events endpoint confirms it.
+	var events []string
+	for i, f := range final {
+		if f.State != sideeffects.StateFailed || f.Provider != sendgrid.Name {
+			continue
+		}
+		events = append(events, fmt.Sprintf("%s %s: parked after SendGrid answered 500 (%s)", effects[i].order, f.Kind, deref(f.LastError)))
+		line, err := demoSendGridEvent(ctx, pool, schema, f)
+		if err != nil {
+			return err
+		}
+		events = append(events, line)
+		if final[i], err = store.Get(ctx, pool, f.ID); err != nil {
+			return err
+		}
+	}
+
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ORDER\tEFFECT\tKEY\tPATH (time since commit)")
 	confirmed := 0
@@ -291,6 +315,13 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 		fmt.Fprintf(tw, "%s\t%s\t%s…\t%s%s\n", e.order, e.Kind, e.Key[:12], path(e, f, rec.firesOf(e.ID)), ref)
 	}
 	_ = tw.Flush()
+
+	if len(events) > 0 {
+		fmt.Fprintln(out, "\nprovider events:")
+		for _, l := range events {
+			fmt.Fprintln(out, "  "+l)
+		}
+	}
 
 	ds := recv.Deliveries()
 	verified := 0
@@ -314,6 +345,56 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 		fmt.Fprintf(out, "schema %s kept: SELECT * FROM %s.side_effects;\n", schema, schema)
 	}
 	return nil
+}
+
+// demoSendGridEvent posts SendGrid's signed processed event for effect f
+// twice (SendGrid delivers at least once) to outboxd's provider events
+// endpoint and reports what it did.
+func demoSendGridEvent(ctx context.Context, pool *pgxpool.Pool, schema string, f *sideeffects.Effect) (string, error) {
+	signer, err := fakes.NewSendGridEventSigner()
+	if err != nil {
+		return "", err
+	}
+	h, err := providerevents.New(pool, providerevents.Config{Schema: schema, SendGridPublicKey: signer.PublicKey(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	defer srv.Close()
+	body, err := json.Marshal([]map[string]any{fakes.SendGridEvent("sg_demo_processed", "processed", f.IdempotencyKey, "msg_demo_accepted", time.Now())})
+	if err != nil {
+		return "", err
+	}
+	var answers []string
+	for range 2 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ln.Addr().String()+providerevents.SendGridPath, bytes.NewReader(body))
+		if err != nil {
+			return "", err
+		}
+		req.Header = signer.Headers(body)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answers = append(answers, fmt.Sprintf("HTTP %d %s", resp.StatusCode, strings.TrimSpace(string(b))))
+	}
+	return fmt.Sprintf("SendGrid's signed processed event, delivered twice: %s; %s -> the email is confirmed once, not re-sent",
+		answers[0], answers[1]), nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // orderCreated is POST /orders' answer.

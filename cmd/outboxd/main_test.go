@@ -63,6 +63,8 @@ func TestDemoConfirmsEveryEffect(t *testing.T) {
 	require.Contains(t, out, `same key, changed amount: HTTP 409 {"error":{"code":"idempotency_key_reused"`)
 	require.Contains(t, out, "4 requests, 4 with valid signatures, 3 distinct webhook-ids for 3 webhook effects")
 	require.Contains(t, out, "sendgrid: 2 mails")
+	require.Contains(t, out, `delivered twice: HTTP 200 {"processed": 1, "duplicates": 0}; HTTP 200 {"processed": 0, "duplicates": 1} -> the email is confirmed once`)
+	require.Regexp(t, `email\.receipt .*\(sendgrid HTTP 500 \(empty body\): in doubt\) -> confirmed .* ref msg_demo_accepted`, out)
 	require.Regexp(t, `stripe\.capture .* confirmed .* ref pi_1001`, out)
 }
 
@@ -302,13 +304,6 @@ func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, effectLines, 3, "each effect's outcome is logged")
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // lockedBuffer is a bytes.Buffer safe for the concurrent writes of a

@@ -154,6 +154,9 @@ func statusError(resp *rest.Response) error {
 	if len(body) > 512 {
 		body = body[:512]
 	}
+	if strings.TrimSpace(body) == "" {
+		return fmt.Errorf("sendgrid HTTP %d (empty body)", resp.StatusCode)
+	}
 	return fmt.Errorf("sendgrid HTTP %d: %s", resp.StatusCode, strings.ToValidUTF8(body, "?"))
 }
 
