@@ -1,6 +1,10 @@
 package providers
 
-import "time"
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
 
 // EventOutcome is what a provider event says about the request that carried
 // an effect's key.
@@ -35,4 +39,21 @@ type EventReport struct {
 	// Detail is the provider's explanation (a bounce reason, a failure code).
 	Detail string
 	At     time.Time
+}
+
+// Found is an object at the provider that an effect's request created or
+// changed.
+type Found struct {
+	ID      string    `json:"id"`
+	Object  string    `json:"object"`
+	Status  string    `json:"status,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// Reconciler is a provider that can be asked what it holds for an effect:
+// outboxctl reconcile uses it.
+type Reconciler interface {
+	// Lookup returns the objects the effect's request (payload, key)
+	// created or changed, and says how it looked.
+	Lookup(ctx context.Context, payload json.RawMessage, key string) (found []Found, how string, err error)
 }

@@ -137,7 +137,7 @@ func failedAdvice(e *Effect, lastErr string) string {
 		return "Fix the row's provider, then `outboxctl retry`; or `outboxctl cancel`."
 	case strings.HasPrefix(lastErr, ReasonInDoubt) || e.InDoubt && !strings.HasPrefix(lastErr, ReasonKeyWindow):
 		return fmt.Sprintf("An earlier request may have been delivered: look up key %s at the provider "+
-			"(with provider events on, outboxd confirms it by itself when the provider's event arrives). "+
+			"(`outboxctl reconcile` asks Stripe for you; with provider events on, outboxd confirms it by itself when the provider's event arrives). "+
 			"Done: `outboxctl confirm --ref`. Not done: `outboxctl retry` (with --allow-duplicate for at_most_once kinds: "+
 			"a second delivery if it was done after all). Not wanted: `outboxctl cancel`.", e.IdempotencyKey)
 	case strings.HasPrefix(lastErr, ReasonKeyWindow):

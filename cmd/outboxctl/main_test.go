@@ -666,10 +666,3 @@ func TestReceiverTextCannotDriveTheTerminal(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &shown), "JSON output stays parseable")
 	require.Equal(t, hostile, deref(shown.Effect.LastError), "and carries the text exactly")
 }
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
