@@ -221,6 +221,10 @@ func (s *Store) Events(ctx context.Context, db DB, f EventFilter) ([]EventEffect
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
+	return collectEventEffects(rows)
+}
+
+func collectEventEffects(rows pgx.Rows) ([]EventEffects, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (EventEffects, error) {
 		var ev EventEffects
 		var effects []byte

@@ -167,7 +167,7 @@ WHERE id = $1 AND state = 'fired'`
 	// fired -> pending: the provider proved it did not act.
 	sqlRelease = `
 UPDATE /*schema*/side_effects
-SET state = 'pending', in_doubt = false, last_error = $2, next_attempt_at = $3, updated_at = now()
+SET state = 'pending', in_doubt = $4, last_error = $2, next_attempt_at = $3, updated_at = now()
 WHERE id = $1 AND state = 'fired'`
 
 	// fired -> fired: outcome unknown; keep fired so the next attempt is
@@ -182,6 +182,13 @@ WHERE id = $1 AND state = 'fired'`
 UPDATE /*schema*/side_effects
 SET state = 'failed', last_error = $2, next_attempt_at = NULL, updated_at = now()
 WHERE id = $1 AND state IN ('pending', 'fired')`
+
+	// fired -> failed after an answer proving the provider did not act:
+	// in doubt ($3) only if an earlier request may have been applied.
+	sqlFailProven = `
+UPDATE /*schema*/side_effects
+SET state = 'failed', last_error = $2, in_doubt = $3, next_attempt_at = NULL, updated_at = now()
+WHERE id = $1 AND state = 'fired'`
 )
 
 // Operator transitions: each locks the row, checks the state it leaves from
@@ -350,6 +357,33 @@ WHERE ($1::text IS NULL OR ev.event_type = $1)
 ORDER BY ev.created_at DESC, ev.id DESC
 LIMIT $7`
 
+	// The web view's reads: each from an index.
+	sqlFailureReasons = `
+SELECT kind, CASE WHEN last_error LIKE 'in doubt: not re-sent%' THEN 'in doubt: not re-sent'
+		ELSE split_part(regexp_replace(coalesce(last_error, ''), '^(permanent|retryable|in_doubt): ', ''), ': ', 1) END AS reason,
+	count(*)
+FROM /*schema*/side_effects
+WHERE state = 'failed' AND acknowledged_at IS NULL
+GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT $1`
+
+	sqlThroughput = `
+SELECT date_trunc('minute', updated_at) AS minute,
+	count(*) FILTER (WHERE state = 'confirmed'), count(*) FILTER (WHERE state = 'failed')
+FROM /*schema*/side_effects
+WHERE state IN ('confirmed', 'failed', 'cancelled') AND updated_at >= $1
+GROUP BY 1 ORDER BY 1`
+
+	sqlEventsOfAggregate = `
+SELECT ev.id, ev.aggregate_type, ev.aggregate_id, ev.event_type, ev.payload, ev.created_at,
+	coalesce((SELECT jsonb_agg(jsonb_build_object('id', e.id, 'kind', e.kind, 'state', e.state) ORDER BY e.kind)
+		FROM /*schema*/side_effects e WHERE e.source_id = ev.id), '[]'::jsonb)
+FROM /*schema*/outbox_events ev
+WHERE ev.aggregate_type = $1 AND ev.aggregate_id = $2
+ORDER BY ev.created_at DESC, ev.id DESC
+LIMIT $3`
+
+	sqlEffectsOfEvent = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE source_id = $1 ORDER BY kind`
+
 	sqlJobsOf = `
 SELECT id, state::text, queue, attempt, max_attempts, created_at, scheduled_at, finalized_at, errors
 FROM /*schema*/river_job
@@ -506,15 +540,15 @@ type queries struct {
 	insertEventWithEffectsIntake, insertEffectsIntake, takeIntake                              string
 	getEffect, getEffectByKey, getEffectForUpdate, jobIn                                       string
 	getEffectByKeyForUpdate, eventConfirm, recordDelivery, getDelivery, insertDrift, listDrift string
-	claim, lateAck, release, recordInDoubt, fail, unclaim                                      string
+	claim, lateAck, release, recordInDoubt, fail, failProven, unclaim                          string
 	claimFirstMany, confirmMany                                                                string
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit, acknowledge string
 
-	listEffects, stuck, eventOf, jobsOf, events                                                  string
-	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand                           string
-	purgeCount, purgeEffects, purgeEventsCount, purgeEvents, purgeExpiredKeys, purgeExpiredInbox string
-	stateGauges, sweep, recordDispatcher, dispatcherSeen, dispatchers, recordAttempt, attemptsOf string
+	listEffects, stuck, eventOf, jobsOf, events, failureReasons, throughput, eventsOfAggregate, effectsOfEvent string
+	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand                                         string
+	purgeCount, purgeEffects, purgeEventsCount, purgeEvents, purgeExpiredKeys, purgeExpiredInbox               string
+	stateGauges, sweep, recordDispatcher, dispatcherSeen, dispatchers, recordAttempt, attemptsOf               string
 }
 
 func newQueries(schema string) queries {
@@ -549,6 +583,7 @@ func newQueries(schema string) queries {
 		unclaim:                      r.Replace(sqlUnclaim),
 		release:                      r.Replace(sqlRelease),
 		recordInDoubt:                r.Replace(sqlRecordInDoubt),
+		failProven:                   r.Replace(sqlFailProven),
 		fail:                         r.Replace(sqlFail),
 
 		cancel:           r.Replace(sqlCancel),
@@ -563,6 +598,10 @@ func newQueries(schema string) queries {
 		eventOf:           r.Replace(sqlEventOf),
 		jobsOf:            r.Replace(sqlJobsOf),
 		events:            r.Replace(sqlEvents),
+		failureReasons:    r.Replace(sqlFailureReasons),
+		throughput:        r.Replace(sqlThroughput),
+		eventsOfAggregate: r.Replace(sqlEventsOfAggregate),
+		effectsOfEvent:    r.Replace(sqlEffectsOfEvent),
 		statsCounts:       r.Replace(sqlStatsCounts),
 		statsOldest:       r.Replace(sqlStatsOldest),
 		statsAttempts:     r.Replace(sqlStatsAttempts),

@@ -323,8 +323,10 @@ func (s *Store) Unclaim(ctx context.Context, db DB, before *Effect) (bool, error
 
 // Release moves effect id from fired back to pending after an attempt the
 // provider did not act on.
-func (s *Store) Release(ctx context.Context, db DB, id uuid.UUID, lastError string, next time.Time) (bool, error) {
-	return s.exec(ctx, db, "release", s.q.release, id, lastError, next)
+// inDoubt says whether an earlier request with the key may have been
+// applied: the proof covers this attempt only.
+func (s *Store) Release(ctx context.Context, db DB, id uuid.UUID, lastError string, next time.Time, inDoubt bool) (bool, error) {
+	return s.exec(ctx, db, "release", s.q.release, id, lastError, next, inDoubt)
 }
 
 // RecordInDoubt keeps effect id fired and records why its last attempt is in
@@ -336,6 +338,13 @@ func (s *Store) RecordInDoubt(ctx context.Context, db DB, id uuid.UUID, lastErro
 // Fail moves a pending or fired effect to failed with reason.
 func (s *Store) Fail(ctx context.Context, db DB, id uuid.UUID, reason string) (bool, error) {
 	return s.exec(ctx, db, "fail", s.q.fail, id, reason)
+}
+
+// FailProven moves effect id to failed after an attempt the provider proved
+// it did not act on (a refusal, or retries exhausted on such answers):
+// in doubt only when an earlier request with the key may have been applied.
+func (s *Store) FailProven(ctx context.Context, db DB, id uuid.UUID, reason string, inDoubt bool) (bool, error) {
+	return s.exec(ctx, db, "fail", s.q.failProven, id, reason, inDoubt)
 }
 
 func (s *Store) exec(ctx context.Context, db DB, what, sql string, id uuid.UUID, args ...any) (bool, error) {

@@ -228,14 +228,22 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		log.Warn("could not record the attempt in its history", "record_error", err)
 	}
 	log = log.With("class", class.String(), "error", sendErr)
+	// The answer proves this attempt was not applied (a refusal, a 429);
+	// the effect stays in doubt only if an earlier request with the key may
+	// have been.
+	priorDoubt := before.InDoubt || before.State == StateFired
+	proven := class == providers.ClassPermanent || class == providers.ClassRetryable
 	switch {
 	case class == providers.ClassPermanent:
-		return w.fail(bctx, log, claimed, sendErr.Error(), sendErr)
+		return w.failProven(bctx, log, claimed, sendErr.Error(), sendErr, priorDoubt)
 	case class == providers.ClassInDoubt && policy == providers.AtMostOnce:
 		return w.fail(bctx, log, claimed, ReasonInDoubt+": "+unclassified(sendErr), sendErr)
 	case claimed.Attempts >= w.retry.MaxAttempts:
-		return w.fail(bctx, log, claimed,
-			fmt.Sprintf("retries exhausted after %d attempts: %v", claimed.Attempts, sendErr), sendErr)
+		reason := fmt.Sprintf("retries exhausted after %d attempts: %v", claimed.Attempts, sendErr)
+		if proven {
+			return w.failProven(bctx, log, claimed, reason, sendErr, priorDoubt)
+		}
+		return w.fail(bctx, log, claimed, reason, sendErr)
 	}
 
 	next := time.Now().Add(max(after, w.retry.Delay(claimed.Attempts)))
@@ -244,7 +252,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	}
 	if class == providers.ClassRetryable {
 		var released bool
-		released, err = w.store.Release(bctx, w.pool, id, sendErr.Error(), next)
+		released, err = w.store.Release(bctx, w.pool, id, sendErr.Error(), next, priorDoubt)
 		if released {
 			w.metrics.Transition(claimed, StatePending)
 		}
@@ -332,6 +340,17 @@ func (w *Worker) confirm(ctx context.Context, job *river.Job[DispatchArgs], e *E
 // outboxd's decision, and River must not retry past it.
 func (w *Worker) fail(ctx context.Context, log *slog.Logger, e *Effect, reason string, cause error) error {
 	failed, err := w.store.Fail(ctx, w.pool, e.ID, reason)
+	return w.failed(log, e, reason, cause, failed, err)
+}
+
+// failProven fails an effect whose last attempt the provider proved it
+// did not act on; inDoubt is whether an earlier request may have been.
+func (w *Worker) failProven(ctx context.Context, log *slog.Logger, e *Effect, reason string, cause error, inDoubt bool) error {
+	failed, err := w.store.FailProven(ctx, w.pool, e.ID, reason, inDoubt)
+	return w.failed(log, e, reason, cause, failed, err)
+}
+
+func (w *Worker) failed(log *slog.Logger, e *Effect, reason string, cause error, failed bool, err error) error {
 	if err != nil {
 		return err
 	}

@@ -526,3 +526,36 @@ func TestFailedAttemptsAreKeptForOperators(t *testing.T) {
 	require.Equal(t, "retryable", attempts[1].Outcome)
 	require.Contains(t, attempts[1].Error, "HTTP 429")
 }
+
+// An answer that proves the provider did not act (a refusal, a 429) leaves
+// an effect failed but not in doubt, so stuck does not tell an operator to
+// look for a delivery that cannot have happened; an earlier in-doubt
+// attempt (a 503) keeps it in doubt.
+func TestProvenFailuresAreNotInDoubt(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{maxAttempts: 2})
+	b.recv.Respond("/gone", fakes.Status(410))
+	b.recv.Respond("/busy", fakes.Status(429), fakes.Status(429))
+	b.recv.Respond("/flaky-then-gone", fakes.Status(503), fakes.Status(410))
+	b.start(t)
+	gone, busy, flaky := b.enqueue(t, "/gone"), b.enqueue(t, "/busy"), b.enqueue(t, "/flaky-then-gone")
+	for _, c := range []struct {
+		id      uuid.UUID
+		inDoubt bool
+		advice  string
+	}{
+		{gone.ID, false, "The provider refused it (permanent)"},
+		{busy.ID, false, "The provider never acted"},
+		{flaky.ID, true, "An earlier request may have been delivered"},
+	} {
+		e := b.waitFor(t, c.id, sideeffects.StateFailed)
+		require.Equal(t, c.inDoubt, e.InDoubt, deref(e.LastError))
+		stuck, err := b.store.Stuck(context.Background(), b.db.Pool, time.Now(), 10)
+		require.NoError(t, err)
+		for _, s := range stuck {
+			if s.ID == c.id {
+				require.Contains(t, s.Diagnosis(time.Now(), time.Hour, 0), c.advice)
+			}
+		}
+	}
+}

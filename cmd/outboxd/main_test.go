@@ -100,6 +100,8 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"migrate", "--schema", "a,public"}, nil, "--schema"},
 		{[]string{"run", "--webhook-secret", testSecret, "--stripe-webhook-secret", "sk_live_1"}, nil, "STRIPE_WEBHOOK_SECRET"},
 		{[]string{"run", "--webhook-secret", testSecret, "--sendgrid-event-public-key", "not a key"}, nil, "SENDGRID_EVENT_PUBLIC_KEY"},
+		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-admin-token", "short"}, nil, "OUTBOXD_WEB_ADMIN_TOKEN"},
+		{[]string{"run", "--webhook-secret", testSecret, "--web-admin-token", "0123456789abcdef0123"}, nil, "--web-addr"},
 	}
 	for _, tc := range cases {
 		for k, v := range tc.env {
@@ -176,7 +178,7 @@ func TestHelpListsEveryEnvironmentVariable(t *testing.T) {
 	for _, env := range []string{"DATABASE_URL", "OUTBOXD_SCHEMA", "OUTBOXD_WEBHOOK_SECRET", "OUTBOXD_WEBHOOK_ALLOW_CIDRS",
 		"OUTBOXD_CONCURRENCY", "OUTBOXD_JOB_TIMEOUT", "OUTBOXD_RESCUE_AFTER", "OUTBOXD_HTTP_ADDR", "OUTBOXD_SHUTDOWN_TIMEOUT",
 		"STRIPE_API_KEY", "STRIPE_API_BASE", "SENDGRID_API_KEY", "SENDGRID_API_HOST", "OUTBOXD_IN_DOUBT_POLICY",
-		"OUTBOXD_EVENTS_ADDR", "STRIPE_WEBHOOK_SECRET", "SENDGRID_EVENT_PUBLIC_KEY"} {
+		"OUTBOXD_EVENTS_ADDR", "STRIPE_WEBHOOK_SECRET", "SENDGRID_EVENT_PUBLIC_KEY", "OUTBOXD_WEB_ADDR", "OUTBOXD_WEB_ADMIN_TOKEN"} {
 		require.True(t, strings.Contains(out, "$"+env+"]"), "--help lacks %s", env)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/envflag"
+	"github.com/outboxd/outboxd/internal/webui"
 	"github.com/outboxd/outboxd/outbox/outboxmigrate"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
@@ -65,6 +67,8 @@ type runConfig struct {
 	SendGridTimeout time.Duration
 
 	EventsAddr             string
+	WebAddr                string
+	WebAdminToken          string
 	StripeWebhookSecret    string
 	SendGridEventPublicKey string
 }
@@ -139,6 +143,10 @@ already older than --rescue-after and re-fires it within seconds.`,
 	envflag.Bind(f, "stripe-webhook-secret", "STRIPE_WEBHOOK_SECRET")
 	f.StringVar(&c.SendGridEventPublicKey, "sendgrid-event-public-key", "", "SendGrid signed Event Webhook verification key (base64); enables POST /events/sendgrid")
 	envflag.Bind(f, "sendgrid-event-public-key", "SENDGRID_EVENT_PUBLIC_KEY")
+	f.StringVar(&c.WebAddr, "web-addr", "", "address of the web view under /ui/, e.g. 127.0.0.1:8082 (empty: off; it shows payloads and errors, so keep it on loopback or behind your SSO proxy)")
+	envflag.Bind(f, "web-addr", "OUTBOXD_WEB_ADDR")
+	f.StringVar(&c.WebAdminToken, "web-admin-token", "", "enables the web view's actions for requests carrying it (basic auth password or bearer token; at least 16 characters); empty: read-only")
+	envflag.Bind(f, "web-admin-token", "OUTBOXD_WEB_ADMIN_TOKEN")
 	return cmd
 }
 
@@ -267,6 +275,12 @@ func (c *runConfig) validate() error {
 			}
 			return cli.Usagef("%s (%s) is %s: it must be at least %s", d.flag, d.env, d.v, d.min)
 		}
+	}
+	if c.WebAdminToken != "" && len(c.WebAdminToken) < 16 {
+		return cli.Usagef("--web-admin-token (OUTBOXD_WEB_ADMIN_TOKEN) must be at least 16 characters (e.g. openssl rand -hex 24)")
+	}
+	if c.WebAdminToken != "" && c.WebAddr == "" {
+		return cli.Usagef("--web-admin-token (OUTBOXD_WEB_ADMIN_TOKEN) is set but the web view is off: set --web-addr (OUTBOXD_WEB_ADDR)")
 	}
 	if c.StripeWebhookSecret != "" {
 		if _, err := stripe.EventVerifier(c.StripeWebhookSecret, 0); err != nil {
@@ -400,6 +414,25 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		log.Info("provider events served", "addr", ln.Addr().String(), "endpoints", ecfg.String())
 	}
 
+	var webSrv *http.Server
+	if c.WebAddr != "" {
+		h, err := c.webView(pool, g.Schema, inDoubt, log)
+		if err != nil {
+			return cli.UsageError{Err: err}
+		}
+		ln, err := net.Listen("tcp", c.WebAddr)
+		if err != nil {
+			return cli.Usagef("--web-addr (OUTBOXD_WEB_ADDR) %q: %w", c.WebAddr, err)
+		}
+		webSrv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := webSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("web view stopped", "error", err)
+			}
+		}()
+		log.Info("web view served", "url", "http://"+ln.Addr().String()+"/ui/", "actions", c.WebAdminToken != "")
+	}
+
 	// River's own context must outlive the signal so that Stop can drain.
 	if err := d.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start dispatcher: %w", err)
@@ -450,11 +483,33 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if eventsSrv != nil {
 		_ = eventsSrv.Shutdown(stopCtx)
 	}
+	if webSrv != nil {
+		_ = webSrv.Shutdown(stopCtx)
+	}
 	if stopErr != nil {
 		return fmt.Errorf("stop dispatcher: %w", stopErr)
 	}
 	log.Info("outboxd stopped")
 	return nil
+}
+
+// webView builds the web view with the operator API and the policies
+// outboxctl uses.
+func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[string]providers.InDoubtPolicy, log *slog.Logger) (http.Handler, error) {
+	guarantees := c.Policies.Guarantees()
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema, Guarantees: guarantees, InDoubt: inDoubt})
+	if err != nil {
+		return nil, err
+	}
+	return webui.New(webui.Config{Pool: pool, Schema: schema, Operator: op, AdminToken: c.WebAdminToken, Logger: log,
+		FiredBound: c.RescueAfter + time.Minute,
+		KeyWindow: func(provider string) time.Duration {
+			g := guarantees[provider]
+			if g.KeyWindow <= 0 {
+				return 0
+			}
+			return g.KeyWindow - g.KeyWindowMargin
+		}})
 }
 
 // healthHandler serves /healthz (the process is alive) and /readyz (the

@@ -1,0 +1,347 @@
+package webui_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/internal/webui"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+const (
+	secret     = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	adminToken = "test-admin-token-0123456789"
+)
+
+// site is a real dispatcher on real Postgres with a recording webhook
+// receiver, the web view in front of it, and effects in the situations an
+// operator meets.
+type site struct {
+	db    *testdb.DB
+	store *sideeffects.Store
+	recv  *fakes.Receiver
+	ui    *httptest.Server
+	ids   map[string]uuid.UUID
+}
+
+func newSite(t *testing.T) *site {
+	t.Helper()
+	s := &site{db: testdb.New(t), ids: map[string]uuid.UUID{}}
+	s.store = sideeffects.NewStore(s.db.Schema)
+	var err error
+	s.recv, err = fakes.NewReceiver(secret)
+	require.NoError(t, err)
+	t.Cleanup(s.recv.Close)
+	hostile := func(w http.ResponseWriter, _ *http.Request) int {
+		w.WriteHeader(http.StatusGone)
+		_, _ = io.WriteString(w, `<script>alert("pwned")</script> endpoint retired`)
+		return http.StatusGone
+	}
+	s.recv.Respond("/gone", hostile)
+	s.recv.Respond("/busy", fakes.Status(429), fakes.Status(429))
+	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loop, Timeout: 2 * time.Second})
+	require.NoError(t, err)
+	d, err := sideeffects.NewDispatcher(s.db.Pool, sideeffects.Config{
+		Schema: s.db.Schema, Providers: []providers.Provider{wh},
+		Retry:         sideeffects.RetryPolicy{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TestOnly: true,
+	})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Stop(ctx)
+	})
+	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema,
+		Guarantees: map[string]providers.Guarantees{"webhook": wh.Guarantees()}})
+	require.NoError(t, err)
+	h, err := webui.New(webui.Config{Pool: s.db.Pool, Schema: s.db.Schema, Operator: op, AdminToken: adminToken,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	s.ui = httptest.NewServer(h)
+	t.Cleanup(s.ui.Close)
+
+	ob, err := outbox.New(outbox.Config{Schema: s.db.Schema, WebhookAllowedNetworks: loop})
+	require.NoError(t, err)
+	for _, name := range []string{"ok", "gone", "busy", "nojob"} {
+		require.NoError(t, pgx.BeginFunc(context.Background(), s.db.Pool, func(tx pgx.Tx) error {
+			res, err := ob.Enqueue(context.Background(), tx, outbox.Event{ID: uuid.New(), Type: "order.paid", AggregateType: "order", AggregateID: "ord_" + name},
+				outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "` + s.recv.URL + "/" + name + `", "body": {}}`)})
+			if err == nil {
+				s.ids[name] = res.Effects[0].ID
+			}
+			return err
+		}))
+	}
+	s.wait(t, "ok", sideeffects.StateConfirmed)
+	s.wait(t, "gone", sideeffects.StateFailed)
+	s.wait(t, "busy", sideeffects.StateFailed)
+	s.wait(t, "nojob", sideeffects.StateConfirmed)
+	// A row an application wrote by SQL an hour ago, with no job: stuck.
+	_, err = s.db.Pool.Exec(context.Background(), `INSERT INTO `+s.db.Schema+`.side_effects (id, source_id, kind, provider, payload, created_at, updated_at)
+		SELECT $2, source_id, 'webhook.by_hand', provider, payload, now() - interval '1 hour', now() - interval '1 hour'
+		FROM `+s.db.Schema+`.side_effects WHERE id = $1`, s.ids["nojob"], uuid.New())
+	require.NoError(t, err)
+	return s
+}
+
+func (s *site) wait(t *testing.T, name string, state sideeffects.State) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		e, err := s.store.Get(context.Background(), s.db.Pool, s.ids[name])
+		return err == nil && e.State == state
+	}, 30*time.Second, 10*time.Millisecond, "%s: want %s", name, state)
+}
+
+func (s *site) url(path string) string { return s.ui.URL + "/ui/" + path }
+
+// browser starts headless Chromium (Debian's chromium package); without it
+// the test is skipped locally and fails in CI, where .ci/run installs it.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("chromium is not installed: .ci/run installs Debian's chromium package")
+		}
+		t.Skip("chromium not installed (apt-get install chromium)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1000))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	bctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	require.NoError(t, chromedp.Do(bctx), "start chromium") // no timeout on the first run: it would stop the browser
+	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// b drives one browser tab in a test.
+type b struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+func (b b) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	require.NoError(b.t, chromedp.Do(b.ctx, steps...))
+}
+
+func (b b) text(sel string) string {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	require.NoError(b.t, err)
+	return v
+}
+
+func (b b) count(sel string) int {
+	b.t.Helper()
+	n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
+	require.NoError(b.t, err)
+	return n
+}
+
+// shot saves a screenshot of the page for a person to look at (not
+// committed): OUTBOXD_SCREENSHOTS, else .screenshots at the repository root.
+func (b b) shot(name string) {
+	b.t.Helper()
+	dir := os.Getenv("OUTBOXD_SCREENSHOTS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", ".screenshots")
+	}
+	require.NoError(b.t, os.MkdirAll(dir, 0o755))
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	require.NoError(b.t, err)
+	p := filepath.Join(dir, name+".png")
+	require.NoError(b.t, os.WriteFile(p, png, 0o644))
+	b.t.Logf("screenshot: %s", p)
+}
+
+func TestWebViewInABrowser(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	br := b{t, browser(t)}
+
+	// Overview: the stuck and failed effects, with the diagnosis.
+	br.do(chromedp.Navigate(s.url("")), chromedp.WaitVisible(chromedp.CSS("#stuck")))
+	text := br.text("#stuck")
+	require.Contains(t, text, s.ids["gone"].String())
+	require.Contains(t, text, s.ids["busy"].String())
+	require.Contains(t, text, "no live River job")
+	require.Contains(t, text, "The provider refused it (permanent)")
+	require.Contains(t, br.text("#reasons"), "HTTP 410 (endpoint gone)")
+	require.Contains(t, br.text("#counts"), "failed")
+	require.Positive(t, br.count("#chart rect.confirmed"), "the chart shows the confirmed effects")
+	br.shot("overview")
+
+	// Search by idempotency key.
+	busy, err := s.store.Get(context.Background(), s.db.Pool, s.ids["busy"])
+	require.NoError(t, err)
+	br.do(chromedp.Navigate(s.url("effects")), chromedp.WaitVisible(chromedp.CSS(`input[name="q"]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name="q"]`), busy.IdempotencyKey), chromedp.Submit(chromedp.CSS(`input[name="q"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#results")))
+	require.Contains(t, br.text("#results"), busy.ID.String())
+	br.shot("search")
+
+	// The effect page: its attempt history.
+	br.do(chromedp.Click(chromedp.CSS("#results a")), chromedp.WaitVisible(chromedp.CSS("#attempts")))
+	text = br.text("#attempts")
+	require.Contains(t, text, "retryable")
+	require.Equal(t, 2, strings.Count(text, "HTTP 429"), "both attempts")
+	br.shot("effect")
+
+	// A receiver's error body with <script> is text, and no script of it runs.
+	br.do(chromedp.Navigate(s.url("effects/"+s.ids["gone"].String())), chromedp.WaitVisible(chromedp.CSS("#columns")))
+	require.Contains(t, br.text("#columns"), `<script>alert("pwned")</script> endpoint retired`)
+	require.Equal(t, 1, br.count("script"), "only the view's own app.js")
+	br.shot("effect-hostile-error")
+
+	// Retry with a reason, as an admin: the dry run first, then the change
+	// and its audit row; the dispatcher delivers it (the receiver accepts
+	// now).
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("ada:"+adminToken))
+	br.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
+			return err
+		}
+		_, err := cdp.Call(ctx, tg, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": auth}})
+		return err
+	}))
+	br.do(chromedp.Navigate(s.url("effects/"+busy.ID.String()+"/actions/retry")), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
+	require.Contains(t, br.text("#dryrun"), "would move failed -> pending")
+	br.shot("action-retry")
+	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "rate limit raised"),
+		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, br.text("#flash"), "retry by web:ada: failed -> pending")
+	s.wait(t, "busy", sideeffects.StateConfirmed)
+	audit, err := s.store.Audit(context.Background(), s.db.Pool, busy.ID)
+	require.NoError(t, err)
+	require.Len(t, audit, 1)
+	require.Equal(t, "retry", audit[0].Action)
+	require.Equal(t, "web:ada", audit[0].Actor)
+	require.Equal(t, "rate limit raised", audit[0].Reason)
+	br.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#audit")))
+	require.Contains(t, br.text("#audit"), "rate limit raised")
+	br.shot("effect-after-retry")
+
+	// A cross-site page that posts the action form: the browser sends the
+	// credential, but not this site's CSRF token. Refused; nothing changes.
+	gone := s.ids["gone"].String()
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `<html><body><form id="f" method="post" action="%s"><input name="reason" value="pwned"></form>
+			<script>document.getElementById("f").submit()</script></body></html>`, s.url("effects/"+gone+"/actions/cancel"))
+	}))
+	defer evil.Close()
+	evilURL := strings.Replace(evil.URL, "127.0.0.1", "localhost", 1) // another site
+	br.do(chromedp.Navigate(evilURL))
+	require.Eventually(t, func() bool {
+		loc, err := chromedp.Run(br.ctx, chromedp.Location())
+		return err == nil && strings.Contains(loc, "/actions/cancel")
+	}, 10*time.Second, 20*time.Millisecond)
+	br.do(chromedp.WaitReady(chromedp.CSS("body")))
+	require.Contains(t, br.text("body"), "refused")
+	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids["gone"])
+	require.NoError(t, err)
+	require.Equal(t, sideeffects.StateFailed, e.State, "not cancelled")
+}
+
+// Without the credential an action is refused; with it but without the
+// CSRF token too; a read-only view has no actions at all.
+func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	id := s.ids["gone"].String()
+	post := func(auth string, form url.Values, cookie *http.Cookie) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, s.url("effects/"+id+"/actions/cancel"), strings.NewReader(form.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if auth != "" {
+			req.SetBasicAuth("mallory", auth)
+		}
+		if cookie != nil {
+			req.AddCookie(cookie)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	resp := post("", url.Values{"reason": {"x"}}, nil)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("WWW-Authenticate"), "Basic")
+	require.Equal(t, http.StatusUnauthorized, post("wrong-token-0123456789", url.Values{"reason": {"x"}}, nil).StatusCode)
+	require.Equal(t, http.StatusForbidden, post(adminToken, url.Values{"reason": {"x"}}, nil).StatusCode, "no CSRF token")
+	require.Equal(t, http.StatusForbidden, post(adminToken, url.Values{"reason": {"x"}, "csrf": {strings.Repeat("a", 64)}},
+		&http.Cookie{Name: "outboxd_csrf", Value: strings.Repeat("b", 64)}).StatusCode, "a token not this browser's")
+	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids["gone"])
+	require.NoError(t, err)
+	require.Equal(t, sideeffects.StateFailed, e.State)
+
+	// With both, and no reason: refused with the form again.
+	tok := strings.Repeat("c", 64)
+	resp = post(adminToken, url.Values{"csrf": {tok}}, &http.Cookie{Name: "outboxd_csrf", Value: tok})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	resp = post(adminToken, url.Values{"csrf": {tok}, "reason": {"endpoint retired"}}, &http.Cookie{Name: "outboxd_csrf", Value: tok})
+	require.Equal(t, http.StatusOK, resp.StatusCode, "followed the redirect to the effect page")
+	e, err = s.store.Get(context.Background(), s.db.Pool, s.ids["gone"])
+	require.NoError(t, err)
+	require.Equal(t, sideeffects.StateCancelled, e.State)
+
+	// Every page carries the security headers.
+	resp, err = http.Get(s.url(""))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, webui.ContentSecurityPolicy, resp.Header.Get("Content-Security-Policy"))
+	require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
+}
+
+func TestReadOnlyViewRefusesActions(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
+	require.NoError(t, err)
+	h, err := webui.New(webui.Config{Pool: db.Pool, Schema: db.Schema, Operator: op})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/ui/effects/" + uuid.NewString() + "/actions/retry")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Contains(t, string(body), "read-only")
+	_, err = webui.New(webui.Config{Pool: db.Pool, Operator: op, AdminToken: "short"})
+	require.ErrorContains(t, err, "at least 16 characters")
+}

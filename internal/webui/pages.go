@@ -1,0 +1,481 @@
+package webui
+
+import (
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+type overviewData struct {
+	Now           time.Time
+	Gauges        []sideeffects.StateGauge
+	Stuck         []stuckRow
+	Reasons       []sideeffects.ReasonCount
+	Chart         template.HTML
+	ConfirmedHour int64
+	FailedHour    int64
+}
+
+type stuckRow struct {
+	sideeffects.StuckEffect
+	Diagnosis string
+}
+
+func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, now := r.Context(), time.Now()
+	d := overviewData{Now: now.UTC()}
+	var err error
+	if d.Gauges, err = u.store.StateGauges(ctx, u.cfg.Pool); err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read the counts", err)
+		return
+	}
+	stuck, err := u.store.Stuck(ctx, u.cfg.Pool, now.Add(-5*time.Minute), 50)
+	if err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read stuck effects", err)
+		return
+	}
+	for _, s := range stuck {
+		d.Stuck = append(d.Stuck, stuckRow{s, s.Diagnosis(now, u.cfg.FiredBound, u.cfg.KeyWindow(s.Provider))})
+	}
+	if d.Reasons, err = u.store.FailureReasons(ctx, u.cfg.Pool, 20); err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read failure reasons", err)
+		return
+	}
+	start := now.Truncate(time.Minute).Add(-59 * time.Minute)
+	minutes, err := u.store.Throughput(ctx, u.cfg.Pool, start)
+	if err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read throughput", err)
+		return
+	}
+	for _, m := range minutes {
+		d.ConfirmedHour += m.Confirmed
+		d.FailedHour += m.Failed
+	}
+	d.Chart = chart(start, minutes)
+	u.render(w, r, http.StatusOK, "overview", "Overview", d)
+}
+
+// chart draws confirmed (green) and failed (red) effects per minute over
+// 60 minutes as inline SVG. Only numbers go into it.
+func chart(start time.Time, minutes []sideeffects.MinuteCount) template.HTML {
+	const width, height, slots = 600.0, 140.0, 60
+	var c, f [slots]int64
+	var top int64 = 1
+	for _, m := range minutes {
+		i := int(m.Minute.Sub(start) / time.Minute)
+		if i < 0 || i >= slots {
+			continue
+		}
+		c[i], f[i] = m.Confirmed, m.Failed
+		top = max(top, m.Confirmed+m.Failed)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="chart" id="chart" viewBox="0 0 %d %d" role="img" aria-label="confirmed and failed per minute">`, int(width), int(height+14))
+	bar := width / slots
+	for i := range slots {
+		hc := float64(c[i]) / float64(top) * height
+		hf := float64(f[i]) / float64(top) * height
+		x := float64(i) * bar
+		if hc > 0 {
+			fmt.Fprintf(&b, `<rect class="confirmed" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %d confirmed</title></rect>`,
+				x, height-hc, bar-1, hc, start.Add(time.Duration(i)*time.Minute).UTC().Format("15:04"), c[i])
+		}
+		if hf > 0 {
+			fmt.Fprintf(&b, `<rect class="failed" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %d failed</title></rect>`,
+				x, height-hc-hf, bar-1, hf, start.Add(time.Duration(i)*time.Minute).UTC().Format("15:04"), f[i])
+		}
+		if i%15 == 0 {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s</text>`, x, int(height+12), start.Add(time.Duration(i)*time.Minute).UTC().Format("15:04"))
+		}
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="10" text-anchor="end">max %d/min</text></svg>`, int(width-2), top)
+	return template.HTML(b.String()) //nolint:gosec // numbers and times only
+}
+
+type searchData struct {
+	Q, AggType, AggID, Kind, State, Since, Until string
+	States                                       []string
+	Searched                                     bool
+	Error                                        string
+	Effects                                      []*sideeffects.Effect
+	Next                                         string
+}
+
+var keyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+const pageSize = 50
+
+func (u *ui) search(w http.ResponseWriter, r *http.Request) {
+	ctx, q := r.Context(), r.URL.Query()
+	d := searchData{Q: strings.TrimSpace(q.Get("q")), AggType: q.Get("aggregate_type"), AggID: q.Get("aggregate_id"),
+		Kind: q.Get("kind"), State: q.Get("state"), Since: q.Get("since"), Until: q.Get("until")}
+	for _, s := range []sideeffects.State{sideeffects.StatePending, sideeffects.StateFired, sideeffects.StateConfirmed, sideeffects.StateFailed, sideeffects.StateCancelled} {
+		d.States = append(d.States, string(s))
+	}
+	d.Searched = len(q) > 0
+	if !d.Searched {
+		u.render(w, r, http.StatusOK, "search", "Search", d)
+		return
+	}
+	status := http.StatusOK
+	var err error
+	switch {
+	case d.Q != "":
+		d.Effects, err = u.lookup(r, d.Q)
+	case d.AggType != "" || d.AggID != "":
+		if d.AggType == "" || d.AggID == "" {
+			err = errors.New("aggregate: give both its type (e.g. order) and its id (e.g. ord_1022)")
+			break
+		}
+		var evs []sideeffects.EventEffects
+		if evs, err = u.store.EventsOfAggregate(ctx, u.cfg.Pool, d.AggType, d.AggID, pageSize); err != nil {
+			break
+		}
+		for _, ev := range evs {
+			effs, e2 := u.store.EffectsOfEvent(ctx, u.cfg.Pool, ev.ID)
+			if e2 != nil {
+				err = e2
+				break
+			}
+			d.Effects = append(d.Effects, effs...)
+		}
+	default:
+		f := sideeffects.Filter{Kind: d.Kind, Limit: pageSize + 1}
+		if d.State != "" {
+			if !slices.Contains(d.States, d.State) {
+				err = fmt.Errorf("state %q: use one of %s", d.State, strings.Join(d.States, ", "))
+				break
+			}
+			f.States = []sideeffects.State{sideeffects.State(d.State)}
+		}
+		if f.Since, err = parseTime("since", d.Since); err != nil {
+			break
+		}
+		if f.Before, err = parseTime("until", d.Until); err != nil {
+			break
+		}
+		if after := q.Get("after"); after != "" {
+			id, perr := uuid.Parse(after)
+			if perr != nil {
+				err = errors.New("after: the id of the last effect of the previous page")
+				break
+			}
+			if f.After, err = u.store.Get(ctx, u.cfg.Pool, id); err != nil {
+				break
+			}
+		}
+		if d.Effects, err = u.store.List(ctx, u.cfg.Pool, f); err != nil {
+			break
+		}
+		if len(d.Effects) > pageSize {
+			d.Effects = d.Effects[:pageSize]
+			next := url.Values{}
+			for k, v := range q {
+				next[k] = v
+			}
+			next.Set("after", d.Effects[pageSize-1].ID.String())
+			d.Next = u.cfg.Prefix + "effects?" + next.Encode()
+		}
+	}
+	if err != nil {
+		d.Error, d.Effects, status = err.Error(), nil, http.StatusBadRequest
+		if errors.Is(err, sideeffects.ErrNotFound) {
+			d.Error, status = "no effect with that id", http.StatusOK
+		}
+	}
+	u.render(w, r, status, "search", "Search", d)
+}
+
+// lookup finds effects by effect id, event id or idempotency key.
+func (u *ui) lookup(r *http.Request, q string) ([]*sideeffects.Effect, error) {
+	ctx := r.Context()
+	if keyRE.MatchString(q) {
+		e, err := u.store.GetByKey(ctx, u.cfg.Pool, q)
+		if errors.Is(err, sideeffects.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return []*sideeffects.Effect{e}, nil
+	}
+	id, err := uuid.Parse(q)
+	if err != nil {
+		return nil, errors.New("search: give an effect id or event id (a UUID) or an idempotency key (64 hex digits)")
+	}
+	e, err := u.store.Get(ctx, u.cfg.Pool, id)
+	if err == nil {
+		return []*sideeffects.Effect{e}, nil
+	}
+	if !errors.Is(err, sideeffects.ErrNotFound) {
+		return nil, err
+	}
+	return u.store.EffectsOfEvent(ctx, u.cfg.Pool, id) // an event id, or nothing
+}
+
+func parseTime(field, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return time.Now().Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return t, fmt.Errorf("%s %q: give a time such as 2026-11-23T10:00:00Z, or a duration back from now such as 2h", field, s)
+	}
+	return t, nil
+}
+
+type effectData struct {
+	Effect           *sideeffects.Effect
+	Columns          [][2]string
+	Event            *sideeffects.Event
+	Siblings         []*sideeffects.Effect
+	Attempts         []sideeffects.Attempt
+	ConfirmedAttempt string
+	Jobs             []sideeffects.Job
+	Audit            []sideeffects.AuditEntry
+	Delivery         *sideeffects.Delivery
+	Drift            []sideeffects.DriftRecord
+	Actions          []string
+	Flash            string
+}
+
+func (u *ui) loadEffect(w http.ResponseWriter, r *http.Request) *sideeffects.Effect {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		u.fail(w, http.StatusBadRequest, "not an effect id: find effects with Search", nil)
+		return nil
+	}
+	e, err := u.store.Get(r.Context(), u.cfg.Pool, id)
+	if errors.Is(err, sideeffects.ErrNotFound) {
+		u.fail(w, http.StatusNotFound, "no effect with id "+id.String()+" (never, or purged after retention)", nil)
+		return nil
+	}
+	if err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read the effect", err)
+		return nil
+	}
+	return e
+}
+
+func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
+	e := u.loadEffect(w, r)
+	if e == nil {
+		return
+	}
+	ctx, db := r.Context(), u.cfg.Pool
+	d := effectData{Effect: e, Actions: actionsFor(e.State), Flash: r.URL.Query().Get("done")}
+	var err error
+	load := func(f func() error) {
+		if err == nil {
+			err = f()
+		}
+	}
+	load(func() (err error) { d.Event, err = u.store.Event(ctx, db, e.SourceID); return })
+	load(func() (err error) { d.Siblings, err = u.store.EffectsOfEvent(ctx, db, e.SourceID); return })
+	load(func() (err error) { d.Attempts, err = u.store.Attempts(ctx, db, e.ID); return })
+	load(func() (err error) { d.Jobs, err = u.store.Jobs(ctx, db, e.ID); return })
+	load(func() (err error) { d.Audit, err = u.store.Audit(ctx, db, e.ID); return })
+	load(func() (err error) { d.Delivery, err = u.store.Delivery(ctx, db, e.ID); return })
+	load(func() (err error) {
+		d.Drift, err = u.store.Drift(ctx, db, sideeffects.DriftFilter{EffectID: &e.ID})
+		return
+	})
+	if err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read the effect's history", err)
+		return
+	}
+	if e.State == sideeffects.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil {
+		d.ConfirmedAttempt = e.ConfirmedAt.Sub(*e.FiredAt).Round(time.Millisecond).String()
+	}
+	ts := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	deref := func(s *string) string {
+		if s == nil {
+			return "-"
+		}
+		return *s
+	}
+	d.Columns = [][2]string{
+		{"kind", e.Kind}, {"provider", e.Provider}, {"state", string(e.State)}, {"idempotency key", e.IdempotencyKey},
+		{"attempts", fmt.Sprintf("%d since the last redrive, %d in all, %d redrives", e.Attempts, e.TotalAttempts, e.Redrives)},
+		{"in doubt", fmt.Sprint(e.InDoubt)}, {"acknowledged", ts(e.AcknowledgedAt)}, {"last error", deref(e.LastError)},
+		{"provider ref", deref(e.ProviderRef)}, {"replayed", fmt.Sprint(e.Replayed)}, {"next attempt", ts(e.NextAttemptAt)},
+		{"created", ts(&e.CreatedAt)}, {"updated", ts(&e.UpdatedAt)}, {"first fired", ts(e.FirstFiredAt)},
+		{"key window from", ts(e.KeyWindowFrom)}, {"fired", ts(e.FiredAt)}, {"confirmed", ts(e.ConfirmedAt)},
+		{"payload", string(e.Payload)},
+	}
+	u.render(w, r, http.StatusOK, "effect", "Effect "+e.ID.String(), d)
+}
+
+// actionsFor lists the actions an effect's state allows.
+func actionsFor(s sideeffects.State) []string {
+	switch s {
+	case sideeffects.StatePending:
+		return []string{"cancel", "confirm"}
+	case sideeffects.StateFired:
+		return []string{"retry", "cancel", "confirm"}
+	case sideeffects.StateFailed:
+		return []string{"retry", "cancel", "confirm", "acknowledge"}
+	case sideeffects.StateCancelled:
+		return []string{"retry", "confirm"}
+	}
+	return nil
+}
+
+var actionHelp = map[string]string{
+	"retry":       "Back to pending with a new River job and the same key; refused while a call may be in flight, for an at_most_once effect in doubt without allowing a duplicate, and near or past the key window without force.",
+	"cancel":      "Never fire it. A call in flight may still reach the provider; its acknowledgement is then kept in the audit trail.",
+	"confirm":     "Record that the provider did it, with its reference, after checking the provider.",
+	"acknowledge": "Keep it failed, reviewed and correct (a card decline, a retired endpoint): out of stuck and the failed-effects alert.",
+}
+
+type actionData struct {
+	Effect         *sideeffects.Effect
+	Action, Help   string
+	Reason, Ref    string
+	Force          bool
+	AllowDuplicate bool
+	DryRun         sideeffects.Change
+	DryRunText     string
+	Error          string
+}
+
+func (u *ui) actionForm(w http.ResponseWriter, r *http.Request) {
+	actor, ok := u.admin(w, r)
+	if !ok {
+		return
+	}
+	e := u.loadEffect(w, r)
+	if e == nil {
+		return
+	}
+	d := &actionData{Effect: e, Action: r.PathValue("action"), Force: r.URL.Query().Get("force") == "1",
+		AllowDuplicate: r.URL.Query().Get("allow_duplicate") == "1"}
+	u.showAction(w, r, d, actor, http.StatusOK)
+}
+
+func (u *ui) showAction(w http.ResponseWriter, r *http.Request, d *actionData, actor string, status int) {
+	help, known := actionHelp[d.Action]
+	if !known {
+		u.fail(w, http.StatusNotFound, "unknown action: retry, cancel, confirm or acknowledge", nil)
+		return
+	}
+	d.Help = help
+	ch, err := u.perform(r, d, actor, true)
+	if err != nil {
+		d.DryRunText = err.Error()
+	} else {
+		d.DryRun, d.DryRunText = ch, describe(ch)
+	}
+	u.render(w, r, status, "action", d.Action+" "+d.Effect.ID.String(), d)
+}
+
+func (u *ui) act(w http.ResponseWriter, r *http.Request) {
+	actor, ok := u.admin(w, r)
+	if !ok {
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		u.fail(w, http.StatusBadRequest, "unreadable form", nil)
+		return
+	}
+	if err := u.sameOrigin(r); err != nil {
+		u.fail(w, http.StatusForbidden, "refused: "+err.Error(), nil)
+		return
+	}
+	e := u.loadEffect(w, r)
+	if e == nil {
+		return
+	}
+	d := &actionData{Effect: e, Action: r.PathValue("action"), Reason: strings.TrimSpace(r.PostFormValue("reason")),
+		Ref: strings.TrimSpace(r.PostFormValue("ref")), Force: r.PostFormValue("force") == "1", AllowDuplicate: r.PostFormValue("allow_duplicate") == "1"}
+	if _, known := actionHelp[d.Action]; !known {
+		u.fail(w, http.StatusNotFound, "unknown action: retry, cancel, confirm or acknowledge", nil)
+		return
+	}
+	switch {
+	case d.Reason == "":
+		d.Error = "a reason is required: say why, for the audit trail"
+	case d.Action == "confirm" && d.Ref == "":
+		d.Error = "confirm needs the provider's reference for what it did"
+	}
+	if d.Error != "" {
+		u.showAction(w, r, d, actor, http.StatusBadRequest)
+		return
+	}
+	ch, err := u.perform(r, d, actor, false)
+	if err == nil && !ch.Applied {
+		err = errors.New(cmpOr(ch.Skipped, "not applied"))
+	}
+	if err != nil {
+		d.Error = "not done: " + err.Error()
+		u.showAction(w, r, d, actor, http.StatusConflict)
+		return
+	}
+	u.cfg.Logger.Info("web action", "action", d.Action, "effect_id", e.ID, "actor", actor, "from", ch.From, "to", ch.To)
+	done := fmt.Sprintf("%s by %s: %s -> %s", d.Action, actor, ch.From, ch.To)
+	if ch.Warning != "" {
+		done += " (" + ch.Warning + ")"
+	}
+	http.Redirect(w, r, u.cfg.Prefix+"effects/"+e.ID.String()+"?done="+url.QueryEscape(done), http.StatusSeeOther)
+}
+
+// perform runs the action through the operator API, as outboxctl does.
+func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) (sideeffects.Change, error) {
+	ctx, op := r.Context(), u.cfg.Operator
+	opts := sideeffects.ActionOpts{Actor: actor, Reason: cmpOr(d.Reason, "(dry run)"), DryRun: dryRun, Force: d.Force,
+		AllowDuplicate: d.AllowDuplicate, Ref: d.Ref}
+	ids := []uuid.UUID{d.Effect.ID}
+	var chs []sideeffects.Change
+	var err error
+	switch d.Action {
+	case "retry":
+		chs, err = op.Retry(ctx, ids, opts)
+	case "cancel":
+		chs, err = op.Cancel(ctx, ids, opts)
+	case "acknowledge":
+		chs, err = op.Acknowledge(ctx, ids, opts)
+	case "confirm":
+		if dryRun && opts.Ref == "" {
+			opts.Ref = "(reference)"
+		}
+		var ch sideeffects.Change
+		ch, err = op.Confirm(ctx, d.Effect.ID, opts)
+		chs = []sideeffects.Change{ch}
+	}
+	if err != nil {
+		return sideeffects.Change{}, err
+	}
+	if len(chs) != 1 {
+		return sideeffects.Change{}, errors.New("the effect is gone")
+	}
+	return chs[0], nil
+}
+
+func describe(ch sideeffects.Change) string {
+	if !ch.Applied {
+		return "Would be refused: " + ch.Skipped
+	}
+	s := fmt.Sprintf("The effect would move %s -> %s, with an audit row naming you and your reason.", ch.From, ch.To)
+	if ch.Warning != "" {
+		s += " Warning: " + ch.Warning
+	}
+	return s
+}

@@ -1,0 +1,233 @@
+// Package webui is outboxd's web view for operators: an overview (counts,
+// stuck effects with the same diagnosis as `outboxctl stuck`, failure
+// reasons, confirmed and failed per minute), search, the effect page, and
+// the operator's actions with the same functions and guards as outboxctl.
+//
+// It is server-rendered with html/template and embedded assets, read-only
+// unless an admin token is configured, protects actions against CSRF, and
+// is served with a restrictive Content-Security-Policy. `outboxd run`
+// serves it on --web-addr (off by default).
+package webui
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Config configures the web view.
+type Config struct {
+	Pool     *pgxpool.Pool
+	Schema   string
+	Operator *sideeffects.Operator
+	// Prefix is the path the view is served under. Default "/ui/".
+	Prefix string
+	// AdminToken enables actions: a request carrying it (HTTP basic auth
+	// with it as password, the user name as actor; or a bearer token) may
+	// act. Empty: read-only.
+	AdminToken string
+	// KeyWindow is a provider's key window minus margin, for the stuck
+	// diagnosis (as outboxctl reads it).
+	KeyWindow func(provider string) time.Duration
+	// FiredBound is the crash-recovery bound of the stuck diagnosis.
+	FiredBound time.Duration
+	Logger     *slog.Logger
+}
+
+type ui struct {
+	cfg   Config
+	store *sideeffects.Store
+	pages map[string]*template.Template
+}
+
+// ContentSecurityPolicy is sent with every response: only this origin's
+// stylesheet and script, no inline code, no framing, forms post here only.
+const ContentSecurityPolicy = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+const csrfCookie = "outboxd_csrf"
+
+// New returns the web view's handler.
+func New(cfg Config) (http.Handler, error) {
+	if cfg.Pool == nil || cfg.Operator == nil {
+		return nil, errors.New("webui: Pool and Operator are required")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "/ui/"
+	}
+	if !strings.HasPrefix(cfg.Prefix, "/") || !strings.HasSuffix(cfg.Prefix, "/") {
+		return nil, fmt.Errorf("webui: Prefix %q must start and end with /", cfg.Prefix)
+	}
+	if cfg.AdminToken != "" && len(cfg.AdminToken) < 16 {
+		return nil, errors.New("webui: the admin token must be at least 16 characters (e.g. openssl rand -hex 24)")
+	}
+	if cfg.KeyWindow == nil {
+		cfg.KeyWindow = func(string) time.Duration { return 0 }
+	}
+	if cfg.FiredBound == 0 {
+		cfg.FiredBound = sideeffects.DefaultRescueAfter + time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	u := &ui{cfg: cfg, store: cfg.Operator.Store(), pages: map[string]*template.Template{}}
+	funcs := template.FuncMap{
+		"age":   func(d time.Duration) string { return d.Round(time.Second).String() },
+		"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
+		"deref": func(s *string) string {
+			if s == nil {
+				return ""
+			}
+			return *s
+		},
+	}
+	for _, page := range []string{"overview", "search", "effect", "action"} {
+		t, err := template.New(page).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
+		if err != nil {
+			return nil, fmt.Errorf("webui: template %s: %w", page, err)
+		}
+		u.pages[page] = t
+	}
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, err
+	}
+	p := cfg.Prefix
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+p+"{$}", u.overview)
+	mux.HandleFunc("GET "+p+"effects", u.search)
+	mux.HandleFunc("GET "+p+"effects/{id}", u.effect)
+	mux.HandleFunc("GET "+p+"effects/{id}/actions/{action}", u.actionForm)
+	mux.HandleFunc("POST "+p+"effects/{id}/actions/{action}", u.act)
+	mux.Handle("GET "+p+"static/", http.StripPrefix(p+"static/", http.FileServerFS(static)))
+	if p != "/" {
+		mux.Handle("GET /{$}", http.RedirectHandler(p, http.StatusFound))
+	}
+	return secure(mux), nil
+}
+
+// secure sets the headers every response carries.
+func secure(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", ContentSecurityPolicy)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Cache-Control", "no-store")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// view is what every page template gets.
+type view struct {
+	Title  string
+	Prefix string
+	Schema string
+	Admin  bool
+	CSRF   string
+	Data   any
+}
+
+func (u *ui) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
+	v := view{Title: title, Prefix: u.cfg.Prefix, Schema: cmpOr(u.cfg.Schema, "search_path"), Admin: u.cfg.AdminToken != "",
+		CSRF: u.csrfToken(w, r), Data: data}
+	var b strings.Builder
+	if err := u.pages[page].ExecuteTemplate(&b, "layout", v); err != nil {
+		u.cfg.Logger.Error("webui: render", "page", page, "error", err)
+		http.Error(w, "could not render the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+func (u *ui) fail(w http.ResponseWriter, status int, msg string, err error) {
+	if err != nil {
+		u.cfg.Logger.Error("webui: "+msg, "error", err)
+	}
+	http.Error(w, msg, status)
+}
+
+// csrfToken returns this browser's CSRF token, setting the cookie that
+// carries it when there is none. A form posts it back; a cross-site page
+// can neither read the cookie nor make the browser send it (SameSite=Strict).
+func (u *ui) csrfToken(w http.ResponseWriter, r *http.Request) string {
+	if c, err := r.Cookie(csrfCookie); err == nil && len(c.Value) == 64 {
+		return c.Value
+	}
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	tok := hex.EncodeToString(b[:])
+	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: tok, Path: u.cfg.Prefix, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	return tok
+}
+
+// sameOrigin refuses a state-changing request that comes from another site
+// or lacks the CSRF token of this browser.
+func (u *ui) sameOrigin(r *http.Request) error {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return fmt.Errorf("cross-site request (%s)", site)
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+		ou, err := url.Parse(o)
+		if err != nil || ou.Host != r.Host {
+			return fmt.Errorf("request from origin %s", o)
+		}
+	}
+	c, err := r.Cookie(csrfCookie)
+	form := r.PostFormValue("csrf")
+	if err != nil || form == "" || subtle.ConstantTimeCompare([]byte(c.Value), []byte(form)) != 1 {
+		return errors.New("missing or wrong CSRF token: reload the page and submit its form again")
+	}
+	return nil
+}
+
+// admin authenticates an action: HTTP basic auth with the admin token as
+// password (the user name is the actor), or a bearer token. It answers
+// the request itself when it returns false.
+func (u *ui) admin(w http.ResponseWriter, r *http.Request) (actor string, ok bool) {
+	if u.cfg.AdminToken == "" {
+		u.fail(w, http.StatusForbidden, "read-only: this outboxd has no admin credential configured (--web-admin-token)", nil)
+		return "", false
+	}
+	tok := []byte(u.cfg.AdminToken)
+	if user, pass, hasBasic := r.BasicAuth(); hasBasic && subtle.ConstantTimeCompare([]byte(pass), tok) == 1 {
+		return "web:" + cmpOr(user, "admin"), true
+	}
+	if b, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); hasBearer && subtle.ConstantTimeCompare([]byte(b), tok) == 1 {
+		return "web:token", true
+	}
+	w.Header().Set("WWW-Authenticate", `Basic realm="outboxd actions", charset="UTF-8"`)
+	u.fail(w, http.StatusUnauthorized, "actions need the admin credential: your name as user, the admin token as password", nil)
+	return "", false
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,7 @@
+-- +goose Up
+-- The web view and outboxctl events search events by aggregate (type and
+-- id): "did the refund for order 1022 go out?".
+CREATE INDEX outbox_events_aggregate_idx ON outbox_events (aggregate_type, aggregate_id);
+
+-- +goose Down
+DROP INDEX outbox_events_aggregate_idx;
