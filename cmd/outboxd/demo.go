@@ -27,6 +27,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/webui"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outbox/outboxmigrate"
@@ -39,7 +40,7 @@ import (
 )
 
 func newDemoCmd(g *globalConfig) *cobra.Command {
-	var keep bool
+	var keep, serve bool
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Enqueue a few events locally and watch their effects confirmed",
@@ -51,9 +52,12 @@ gets 409), dispatch the effects, and print each effect's path
 pending -> fired -> confirmed with timings. One receiver endpoint fails once
 with HTTP 500, to show a retry carrying the same webhook-id.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return demo(cmd.Context(), cmd.OutOrStdout(), g, keep) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return demo(cmd.Context(), cmd.OutOrStdout(), g, keep, serve)
+		},
 	}
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the demo schema afterwards for inspection")
+	cmd.Flags().BoolVar(&serve, "serve", false, "keep the web view running after the demo, with actions enabled, until Ctrl-C")
 	return cmd
 }
 
@@ -104,7 +108,7 @@ type demoEffect struct {
 	committed time.Time
 }
 
-func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error {
+func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool) error {
 	pool, err := cli.Connect(ctx, g.URL, 10)
 	if err != nil {
 		return err
@@ -186,6 +190,16 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 		defer cancel()
 		_ = d.Stop(stopCtx)
 	}()
+
+	// The web view, on loopback, for as long as the demo runs (--serve: until
+	// Ctrl-C, with actions enabled).
+	webURL, token, stopWeb, err := demoWebView(pool, schema, serve, map[string]providers.Guarantees{
+		wh.Name(): wh.Guarantees(), st.Name(): st.Guarantees(), sg.Name(): sg.Guarantees()})
+	if err != nil {
+		return err
+	}
+	defer stopWeb()
+	fmt.Fprintf(out, "  web view: %s (read-only; `outboxd demo --serve` keeps it up with actions)\n", webURL)
 
 	orders := []struct {
 		id, path string
@@ -344,7 +358,37 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep bool) error 
 	if keep {
 		fmt.Fprintf(out, "schema %s kept: SELECT * FROM %s.side_effects;\n", schema, schema)
 	}
+	if serve {
+		fmt.Fprintf(out, "\nweb view: %s\nactions: any user name, password %s\nCtrl-C to stop\n", webURL, token)
+		<-ctx.Done()
+	}
 	return nil
+}
+
+// demoWebView serves the web view of schema on a loopback port; with
+// actions, an admin token is made up and returned.
+func demoWebView(pool *pgxpool.Pool, schema string, actions bool, g map[string]providers.Guarantees) (url, token string, stop func(), err error) {
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema, Guarantees: g})
+	if err != nil {
+		return "", "", nil, err
+	}
+	if actions {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		token = hex.EncodeToString(b[:])
+	}
+	h, err := webui.New(webui.Config{Pool: pool, Schema: schema, Operator: op, AdminToken: token,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return "", "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	return "http://" + ln.Addr().String() + "/ui/", token, func() { _ = srv.Close() }, nil
 }
 
 // demoSendGridEvent posts SendGrid's signed processed event for effect f

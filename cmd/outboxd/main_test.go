@@ -58,6 +58,7 @@ func TestDemoConfirmsEveryEffect(t *testing.T) {
 	out, err := execute(context.Background(), "demo", "--database-url", testdb.URL())
 	require.NoError(t, err, out)
 	require.Contains(t, out, "all 6 effects confirmed")
+	require.Regexp(t, `web view: http://127\.0\.0\.1:\d+/ui/ \(read-only`, out)
 	require.Contains(t, out, "(HTTP 500: in doubt) -> fired", "a 5xx does not prove the receiver did nothing: re-fired with the same id")
 	require.Contains(t, out, "HTTP 201, Idempotent-Replayed: true; orders, events, dispatch jobs: [3 3 6] before, [3 3 6] after")
 	require.Contains(t, out, `same key, changed amount: HTTP 409 {"error":{"code":"idempotency_key_reused"`)
