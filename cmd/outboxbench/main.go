@@ -65,6 +65,7 @@ type report struct {
 	Dispatch    []dispatchResult `json:"dispatch,omitempty"`
 	Latency     []latencyResult  `json:"latency,omitempty"`
 	Admin       []adminResult    `json:"admin,omitempty"`
+	Web         []webResult      `json:"web,omitempty"`
 }
 
 type machine struct {
@@ -136,6 +137,7 @@ type bench struct {
 	s      settings
 	pool   *pgxpool.Pool
 	schema string
+	web    []webResult
 }
 
 func run(ctx context.Context, out io.Writer, s settings) error {
@@ -183,6 +185,7 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 		if rep.Admin, err = bn.adminQueries(ctx); err != nil {
 			return fmt.Errorf("admin queries: %w", err)
 		}
+		rep.Web = bn.web
 	}
 	printReport(out, rep)
 	if s.Out != "" {
@@ -250,6 +253,12 @@ func printReport(out io.Writer, rep report) {
 		fmt.Fprintln(tw, "\nADMIN QUERY\tROWS\tMEDIAN\tINTENDED INDEX USED\tPLAN")
 		for _, r := range rep.Admin {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%t\t%s\n", r.Name, r.Rows, ms(r.Median), r.IndexUsed, r.Plan)
+		}
+	}
+	if len(rep.Web) > 0 {
+		fmt.Fprintln(tw, "\nWEB VIEW PAGE (IN-PROCESS)\tROWS\tMEDIAN\tMAX OF 9\tTARGET < 100MS")
+		for _, r := range rep.Web {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%t\n", r.Page, r.Rows, ms(r.Median), ms(r.Max), r.Median < 100*time.Millisecond)
 		}
 	}
 	_ = tw.Flush()

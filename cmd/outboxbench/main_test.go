@@ -37,6 +37,7 @@ func TestBenchRuns(t *testing.T) {
 	require.Len(t, rep.Dispatch, 4, "River fast, River with outboxd's settings, outboxd no-op, outboxd webhook")
 	require.Len(t, rep.Latency, 2, "one rate, both ways of inserting jobs")
 	require.Len(t, rep.Admin, 3)
+	require.Len(t, rep.Web, 6, "every web view page timed")
 	require.Equal(t, 200, rep.Dispatch[2].N)
 	require.Positive(t, rep.Dispatch[2].VsRiver)
 	require.Positive(t, rep.Dispatch[2].VsRiverSame)
