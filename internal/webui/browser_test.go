@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -345,3 +346,60 @@ func TestReadOnlyViewRefusesActions(t *testing.T) {
 	_, err = webui.New(webui.Config{Pool: db.Pool, Operator: op, AdminToken: "short"})
 	require.ErrorContains(t, err, "at least 16 characters")
 }
+
+// Search pages through results 50 at a time, newest first, with a cursor:
+// every effect once, none twice.
+func TestSearchPagesWithAKeysetCursor(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	for i := range 60 {
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"}, outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
+				Payload: json.RawMessage(fmt.Sprintf(`{"url": "https://hooks.example.com/%d", "body": {}}`, i))})
+			return err
+		}))
+	}
+	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
+	require.NoError(t, err)
+	h, err := webui.New(webui.Config{Pool: db.Pool, Schema: db.Schema, Operator: op})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	get := func(path string) string {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(b)
+	}
+	seen := map[string]bool{}
+	page := get("/ui/effects?state=pending&kind=webhook.order_paid")
+	for range 3 {
+		for _, m := range regexpEffectLink.FindAllStringSubmatch(page, -1) {
+			require.False(t, seen[m[1]], "listed twice: %s", m[1])
+			seen[m[1]] = true
+		}
+		next := regexpNext.FindStringSubmatch(page)
+		if next == nil {
+			break
+		}
+		page = get(strings.ReplaceAll(next[1], "&amp;", "&"))
+	}
+	require.Len(t, seen, 60)
+	resp, err := http.Get(srv.URL + "/ui/effects?since=yesterday")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, string(body), "since &#34;yesterday&#34;: give a time")
+}
+
+var (
+	regexpEffectLink = regexp.MustCompile(`href="/ui/effects/([0-9a-f-]{36})"`)
+	regexpNext       = regexp.MustCompile(`<a id="next" href="([^"]+)"`)
+)
