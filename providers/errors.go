@@ -117,3 +117,20 @@ func RedactString(s string, secrets []string) string {
 	}
 	return s
 }
+
+// StatusError describes a provider's HTTP answer: "<prefix>HTTP <status>
+// (<note>): <body>", the body cut to 512 bytes, made valid UTF-8, and left
+// out when empty.
+func StatusError(prefix string, status int, note string, body []byte) error {
+	msg := fmt.Sprintf("%sHTTP %d", prefix, status)
+	if note != "" {
+		msg += " (" + note + ")"
+	}
+	if len(body) > 512 {
+		body = body[:512]
+	}
+	if s := strings.TrimSpace(strings.ToValidUTF8(string(body), "?")); s != "" {
+		msg += ": " + s
+	}
+	return errors.New(msg)
+}

@@ -58,9 +58,6 @@ const (
 
 // Guarantees are what a provider promises about repeated requests.
 type Guarantees struct {
-	// IdempotencyKeys is true when the provider deduplicates requests that
-	// carry the same key.
-	IdempotencyKeys bool
 	// KeyWindow is how long after the first request the provider remembers a
 	// key. Workers never fire an effect later than KeyWindow minus
 	// KeyWindowMargin after its first fire. Zero means the provider has no

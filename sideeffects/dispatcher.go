@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +30,8 @@ const (
 	DefaultConcurrency = 400
 	DefaultJobTimeout  = time.Minute
 	DefaultRescueAfter = 2 * time.Minute
+	// DefaultShutdownTimeout is how long Stop lets in-flight calls finish.
+	DefaultShutdownTimeout = 30 * time.Second
 	// DefaultFetchCooldown and DefaultFetchPollInterval are tighter than
 	// River's (100ms, 1s), chosen by measurement (docs/performance.md): an
 	// effect is usually fired within a few milliseconds of its commit, and
@@ -55,6 +59,9 @@ type Config struct {
 	// JobTimeout cancels an attempt that runs longer. It must exceed every
 	// provider's request timeout. Default 1m.
 	JobTimeout time.Duration
+	// ShutdownTimeout is how long Stop lets in-flight attempts finish
+	// before River cancels them. Default 30s.
+	ShutdownTimeout time.Duration
 	// RescueAfter is how long a job may stay running before River assumes
 	// its worker died and retries it. Must exceed JobTimeout. Default 2m.
 	RescueAfter time.Duration
@@ -89,88 +96,102 @@ type Dispatcher struct {
 	intake *intake
 }
 
-// NewDispatcher validates cfg and builds a dispatcher; Start runs it.
-func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
-	if len(cfg.Providers) == 0 {
-		return nil, errors.New("dispatcher: no providers configured")
-	}
+// withDefaults fills in the zero fields of cfg, as River's Config does.
+func (cfg Config) withDefaults() Config {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.JobTimeout == 0 {
-		cfg.JobTimeout = DefaultJobTimeout
-	}
-	if cfg.RescueAfter == 0 {
-		cfg.RescueAfter = DefaultRescueAfter
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"job timeout", cfg.JobTimeout}, {"rescue-after", cfg.RescueAfter}, {"fetch cooldown", cfg.FetchCooldown},
-		{"fetch poll interval", cfg.FetchPollInterval}, {"sweep interval", cfg.SweepInterval}, {"sweep grace", cfg.SweepGrace},
-		{"retention interval", cfg.RetentionInterval}, {"retry base delay", cfg.Retry.BaseDelay}, {"retry max delay", cfg.Retry.MaxDelay}} {
-		if d.v < 0 {
-			return nil, fmt.Errorf("dispatcher: %s is %s: it must not be negative", d.name, d.v)
-		}
-	}
-	if cfg.Retry.MaxAttempts < 0 {
-		return nil, fmt.Errorf("dispatcher: retry max attempts is %d: it must not be negative", cfg.Retry.MaxAttempts)
-	}
-	if cfg.SweepInterval > 0 && cfg.SweepInterval < time.Second {
-		return nil, fmt.Errorf("dispatcher: sweep interval is %s: it must be at least 1s", cfg.SweepInterval)
-	}
-	if cfg.RescueAfter <= cfg.JobTimeout {
-		return nil, fmt.Errorf("dispatcher: rescue-after (%s) must exceed job-timeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
-	}
+	cfg.JobTimeout = cmp.Or(cfg.JobTimeout, DefaultJobTimeout)
+	cfg.RescueAfter = cmp.Or(cfg.RescueAfter, DefaultRescueAfter)
+	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout)
 	cfg.FetchCooldown = cmp.Or(cfg.FetchCooldown, DefaultFetchCooldown)
 	cfg.FetchPollInterval = cmp.Or(cfg.FetchPollInterval, DefaultFetchPollInterval)
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, DefaultSweepInterval)
 	cfg.SweepGrace = cmp.Or(cfg.SweepGrace, DefaultSweepGrace)
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
 	cfg.RetentionInterval = cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval)
+	cfg.Retry = cfg.Retry.withDefaults()
+	return cfg
+}
+
+// validate checks cfg after withDefaults, naming the setting at fault; the
+// checks run in a fixed order, so the same config always reports the same
+// error.
+func (cfg Config) validate() error {
+	if len(cfg.Providers) == 0 {
+		return errors.New("dispatcher: no providers configured")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"job timeout", cfg.JobTimeout}, {"rescue-after", cfg.RescueAfter}, {"shutdown timeout", cfg.ShutdownTimeout},
+		{"fetch cooldown", cfg.FetchCooldown}, {"fetch poll interval", cfg.FetchPollInterval}, {"sweep interval", cfg.SweepInterval},
+		{"sweep grace", cfg.SweepGrace}, {"retention interval", cfg.RetentionInterval}, {"retry base delay", cfg.Retry.BaseDelay},
+		{"retry max delay", cfg.Retry.MaxDelay}} {
+		if d.v < 0 {
+			return fmt.Errorf("dispatcher: %s is %s: it must not be negative", d.name, d.v)
+		}
+	}
+	if cfg.Retry.MaxAttempts < 0 {
+		return fmt.Errorf("dispatcher: retry max attempts is %d: it must not be negative", cfg.Retry.MaxAttempts)
+	}
+	if cfg.SweepInterval < time.Second {
+		return fmt.Errorf("dispatcher: sweep interval is %s: it must be at least 1s", cfg.SweepInterval)
+	}
+	if cfg.RescueAfter <= cfg.JobTimeout {
+		return fmt.Errorf("dispatcher: rescue-after (%s) must exceed job-timeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
+	}
+	seen := map[string]bool{}
+	for _, p := range cfg.Providers {
+		name := p.Name()
+		if seen[name] {
+			return fmt.Errorf("dispatcher: provider %q configured twice", name)
+		}
+		seen[name] = true
+		if n := cfg.Concurrency[name]; n < 0 {
+			return fmt.Errorf("dispatcher: concurrency for %q must be positive, got %d", name, n)
+		}
+		g := p.Guarantees()
+		if g.KeyWindow < 0 || g.KeyWindowMargin < 0 || (g.KeyWindow > 0 && g.KeyWindow <= g.KeyWindowMargin) {
+			return fmt.Errorf("dispatcher: the %s key window (%s) must exceed its margin (%s): no retry could ever be made", name, g.KeyWindow, g.KeyWindowMargin)
+		}
+		if cfg.Retention > 0 && g.KeyWindow > 0 && cfg.Retention <= g.KeyWindow {
+			return fmt.Errorf("dispatcher: retention (%s) must exceed the %s key window (%s): a purged effect no longer deduplicates", cfg.Retention, name, g.KeyWindow)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Concurrency)) {
+		if !seen[name] {
+			return fmt.Errorf("dispatcher: concurrency set for unknown provider %q", name)
+		}
+	}
+	return nil
+}
+
+// NewDispatcher validates cfg and builds a dispatcher; Start runs it.
+func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	store := NewStore(cfg.Schema)
 	w := &Worker{
 		pool:      pool,
 		store:     store,
 		providers: make(map[string]providers.Provider, len(cfg.Providers)),
 		inDoubt:   cfg.InDoubt,
-		retry:     cfg.Retry.withDefaults(),
+		retry:     cfg.Retry,
 		logger:    cfg.Logger,
 		metrics:   cmp.Or[Observer](cfg.Metrics, noObserver{}),
 	}
 	queues := make(map[string]river.QueueConfig, len(cfg.Providers))
 	for _, p := range cfg.Providers {
 		name := p.Name()
-		if _, dup := w.providers[name]; dup {
-			return nil, fmt.Errorf("dispatcher: provider %q configured twice", name)
-		}
 		w.providers[name] = p
 		if sh, ok := p.(providers.SecretHolder); ok {
 			w.secrets = append(w.secrets, sh.Secrets()...)
 		}
 		w.providerNames = append(w.providerNames, name)
-		n := cfg.Concurrency[name]
-		if n < 0 {
-			return nil, fmt.Errorf("dispatcher: concurrency for %q must be positive, got %d", name, n)
-		}
-		if n == 0 {
-			n = DefaultConcurrency
-		}
-		queues[name] = river.QueueConfig{MaxWorkers: n}
-	}
-	for name := range cfg.Concurrency {
-		if _, ok := w.providers[name]; !ok {
-			return nil, fmt.Errorf("dispatcher: concurrency set for unknown provider %q", name)
-		}
-	}
-	for _, p := range cfg.Providers {
-		g := p.Guarantees()
-		if g.KeyWindow < 0 || g.KeyWindowMargin < 0 || (g.KeyWindow > 0 && g.KeyWindow <= g.KeyWindowMargin) {
-			return nil, fmt.Errorf("dispatcher: the %s key window (%s) must exceed its margin (%s): no retry could ever be made", p.Name(), g.KeyWindow, g.KeyWindowMargin)
-		}
-		if cfg.Retention > 0 && g.KeyWindow > 0 && cfg.Retention <= g.KeyWindow {
-			return nil, fmt.Errorf("dispatcher: retention (%s) must exceed the %s key window (%s): a purged effect no longer deduplicates", cfg.Retention, p.Name(), g.KeyWindow)
-		}
+		queues[name] = river.QueueConfig{MaxWorkers: cmp.Or(cfg.Concurrency[name], DefaultConcurrency)}
 	}
 	queues[MaintenanceQueue] = river.QueueConfig{MaxWorkers: 1}
 	workers := river.NewWorkers()
@@ -199,6 +220,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		Workers:              workers,
 		JobTimeout:           cfg.JobTimeout,
 		RescueStuckJobsAfter: cfg.RescueAfter,
+		SoftStopTimeout:      cfg.ShutdownTimeout,
 		FetchCooldown:        cfg.FetchCooldown,
 		FetchPollInterval:    cfg.FetchPollInterval,
 		Logger:               cfg.Logger,
@@ -224,21 +246,25 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops fetching and waits for in-flight attempts until ctx is done;
-// then it cancels them. A cancelled attempt leaves its effect fired, to be
-// re-fired with the same key by this or another replica.
+// Stop stops fetching and lets in-flight attempts finish for
+// Config.ShutdownTimeout, after which River cancels them (its soft stop).
+// If ctx ends first, they are cancelled then (River's StopAndCancel). It
+// returns when every worker has returned. A cancelled attempt leaves its
+// effect fired, to be re-fired with the same key by this or another
+// replica.
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	// The batchers serve the workers until the last one has returned.
 	defer d.worker.stopBatchers()
 	d.intake.stopIntake()
 	err := d.client.Stop(ctx)
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		hardCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	if ctx.Err() != nil {
+		hard, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		return d.client.StopAndCancel(hardCtx)
+		return d.client.StopAndCancel(hard)
 	}
 	return err
 }
 
-// River is the underlying River client, for subscriptions and inserts.
-func (d *Dispatcher) River() *river.Client[pgx.Tx] { return d.client }
+// Stopped is closed once the dispatcher has stopped, however the stop
+// began (Stop, or the cancellation of Start's context).
+func (d *Dispatcher) Stopped() <-chan struct{} { return d.client.Stopped() }

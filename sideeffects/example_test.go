@@ -47,7 +47,7 @@ func (smsProvider) ValidatePayload(_ string, raw json.RawMessage) error {
 
 // Guarantees: the SMS gateway deduplicates on the key for a day.
 func (smsProvider) Guarantees() providers.Guarantees {
-	return providers.Guarantees{IdempotencyKeys: true, KeyWindow: 24 * time.Hour, KeyWindowMargin: time.Hour, InDoubt: providers.AtLeastOnce}
+	return providers.Guarantees{KeyWindow: 24 * time.Hour, KeyWindowMargin: time.Hour, InDoubt: providers.AtLeastOnce}
 }
 
 func (s smsProvider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {

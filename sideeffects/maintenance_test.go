@@ -7,8 +7,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/fakes"
@@ -213,13 +217,19 @@ func TestSweeperIsolatesARowItCannotQueue(t *testing.T) {
 		require.NoError(t, err, sql)
 	}
 	// Swept by hand before any dispatcher runs (its own sweeper would race).
-	d, err := sideeffects.NewDispatcher(b.db.Pool, b.cfg)
-	require.NoError(t, err)
-	n, err := b.store.Sweep(ctx, b.db.Pool, d.River(), time.Now())
+	n, err := b.store.Sweep(ctx, b.db.Pool, insertClient(t, b.db.Pool, b.db.Schema), time.Now())
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the good effect got its job")
 	b.start(t)
 	b.waitFor(t, good.ID, sideeffects.StateConfirmed)
 	bad := b.waitFor(t, uuid.MustParse("00000000-0000-0000-0000-0000000000aa"), sideeffects.StateFailed)
 	require.Contains(t, deref(bad.LastError), `provider "Webhook" is not a valid River queue name`)
+}
+
+// insertClient is an insert-only River client, for calling Sweep directly.
+func insertClient(t *testing.T, pool *pgxpool.Pool, schema string) *river.Client[pgx.Tx] {
+	t.Helper()
+	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
+	require.NoError(t, err)
+	return c
 }

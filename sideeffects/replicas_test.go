@@ -40,7 +40,7 @@ type countingProvider struct {
 func (p *countingProvider) Name() string                                  { return "noop" }
 func (p *countingProvider) ValidatePayload(string, json.RawMessage) error { return nil }
 func (p *countingProvider) Guarantees() providers.Guarantees {
-	return providers.Guarantees{IdempotencyKeys: true, InDoubt: providers.AtLeastOnce}
+	return providers.Guarantees{InDoubt: providers.AtLeastOnce}
 }
 
 func (p *countingProvider) Send(_ context.Context, req providers.Request) (providers.Result, error) {

@@ -439,7 +439,7 @@ type gatedProvider struct {
 func (p *gatedProvider) Name() string                                  { return "gated" }
 func (p *gatedProvider) ValidatePayload(string, json.RawMessage) error { return nil }
 func (p *gatedProvider) Guarantees() providers.Guarantees {
-	return providers.Guarantees{IdempotencyKeys: true, InDoubt: providers.AtMostOnce}
+	return providers.Guarantees{InDoubt: providers.AtMostOnce}
 }
 func (p *gatedProvider) Send(context.Context, providers.Request) (providers.Result, error) {
 	p.sends.Add(1)
@@ -558,4 +558,33 @@ func TestProvenFailuresAreNotInDoubt(t *testing.T) {
 			}
 		}
 	}
+}
+
+// River's soft stop: in-flight attempts get Config.ShutdownTimeout, then
+// River cancels them, well before the caller's own deadline; the effect
+// stays fired for the next process.
+func TestShutdownTimeoutCancelsHangingAttempts(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	inFlight := make(chan struct{})
+	b.recv.Respond("/hang", func(w http.ResponseWriter, r *http.Request) int {
+		close(inFlight)
+		<-r.Context().Done()
+		return 0
+	})
+	cfg := b.cfg
+	cfg.ShutdownTimeout = 100 * time.Millisecond
+	d, err := sideeffects.NewDispatcher(b.db.Pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	e := b.enqueue(t, "/hang")
+	<-inFlight
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, d.Stop(ctx))
+	require.NoError(t, ctx.Err(), "River cancelled the attempt at ShutdownTimeout, not the caller's deadline")
+	<-d.Stopped()
+	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, sideeffects.StateFired, got.State)
 }

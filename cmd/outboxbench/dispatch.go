@@ -50,7 +50,7 @@ type noopProvider struct {
 func (p *noopProvider) Name() string                                  { return "noop" }
 func (p *noopProvider) ValidatePayload(string, json.RawMessage) error { return nil }
 func (p *noopProvider) Guarantees() providers.Guarantees {
-	return providers.Guarantees{IdempotencyKeys: true, InDoubt: providers.AtLeastOnce}
+	return providers.Guarantees{InDoubt: providers.AtLeastOnce}
 }
 
 func (p *noopProvider) Send(_ context.Context, req providers.Request) (providers.Result, error) {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -12,22 +10,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/fakes"
-	"github.com/outboxd/outboxd/internal/webui"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outbox/outboxmigrate"
@@ -36,7 +29,6 @@ import (
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
-	"github.com/outboxd/outboxd/sideeffects/providerevents"
 )
 
 func newDemoCmd(g *globalConfig) *cobra.Command {
@@ -59,47 +51,6 @@ with HTTP 500, to show a retry carrying the same webhook-id.`,
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the demo schema afterwards for inspection")
 	cmd.Flags().BoolVar(&serve, "serve", false, "keep the web view running after the demo, with actions enabled, until Ctrl-C")
 	return cmd
-}
-
-// fire is one provider call the demo saw.
-type fire struct {
-	at      time.Time
-	outcome string
-}
-
-// recorder notes when each effect was fired and how each attempt ended,
-// for the demo's report.
-type recorder struct {
-	mu    sync.Mutex
-	fires map[string][]fire
-}
-
-func (r *recorder) wrap(p providers.Provider) providers.Provider {
-	return &recordingProvider{Provider: p, rec: r}
-}
-
-func (r *recorder) firesOf(id uuid.UUID) []fire {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]fire(nil), r.fires[id.String()]...)
-}
-
-type recordingProvider struct {
-	providers.Provider
-	rec *recorder
-}
-
-func (p *recordingProvider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
-	start := time.Now()
-	res, err := p.Provider.Send(ctx, req)
-	outcome := "ok"
-	if err != nil {
-		outcome = err.Error()
-	}
-	p.rec.mu.Lock()
-	p.rec.fires[req.EffectID] = append(p.rec.fires[req.EffectID], fire{at: start, outcome: outcome})
-	p.rec.mu.Unlock()
-	return res, err
 }
 
 type demoEffect struct {
@@ -363,240 +314,4 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 		<-ctx.Done()
 	}
 	return nil
-}
-
-// demoWebView serves the web view of schema on a loopback port; with
-// actions, an admin token is made up and returned.
-func demoWebView(pool *pgxpool.Pool, schema string, actions bool, g map[string]providers.Guarantees) (url, token string, stop func(), err error) {
-	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema, Guarantees: g})
-	if err != nil {
-		return "", "", nil, err
-	}
-	if actions {
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		token = hex.EncodeToString(b[:])
-	}
-	h, err := webui.New(webui.Config{Pool: pool, Schema: schema, Operator: op, AdminToken: token,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return "", "", nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", "", nil, err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	return "http://" + ln.Addr().String() + "/ui/", token, func() { _ = srv.Close() }, nil
-}
-
-// demoSendGridEvent posts SendGrid's signed processed event for effect f
-// twice (SendGrid delivers at least once) to outboxd's provider events
-// endpoint and reports what it did.
-func demoSendGridEvent(ctx context.Context, pool *pgxpool.Pool, schema string, f *sideeffects.Effect) (string, error) {
-	signer, err := fakes.NewSendGridEventSigner()
-	if err != nil {
-		return "", err
-	}
-	h, err := providerevents.New(pool, providerevents.Config{Schema: schema, SendGridPublicKey: signer.PublicKey(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return "", err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	defer srv.Close()
-	body, err := json.Marshal([]map[string]any{fakes.SendGridEvent("sg_demo_processed", "processed", f.IdempotencyKey, "msg_demo_accepted", time.Now())})
-	if err != nil {
-		return "", err
-	}
-	var answers []string
-	for range 2 {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ln.Addr().String()+providerevents.SendGridPath, bytes.NewReader(body))
-		if err != nil {
-			return "", err
-		}
-		req.Header = signer.Headers(body)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return "", err
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		answers = append(answers, fmt.Sprintf("HTTP %d %s", resp.StatusCode, strings.TrimSpace(string(b))))
-	}
-	return fmt.Sprintf("SendGrid's signed processed event, delivered twice: %s; %s -> the email is confirmed once, not re-sent",
-		answers[0], answers[1]), nil
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-// orderCreated is POST /orders' answer.
-type orderCreated struct {
-	EventID uuid.UUID             `json:"event_id"`
-	Effects []outbox.EffectResult `json:"effects"`
-}
-
-// demoAPI serves POST /orders on a loopback port, behind the
-// Idempotency-Key middleware, and returns its base URL.
-func demoAPI(pool *pgxpool.Pool, schema string, ob *outbox.Outbox, receiver string) (string, func(), error) {
-	mw, err := idempotency.New(pool, idempotency.Config{Schema: schema})
-	if err != nil {
-		return "", nil, err
-	}
-	create := func(w http.ResponseWriter, r *http.Request) {
-		var in struct {
-			ID      string `json:"id"`
-			Amount  int    `json:"amount"`
-			Path    string `json:"path"`
-			Capture bool   `json:"capture"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.ID == "" {
-			http.Error(w, `{"error": "id and amount required"}`, http.StatusUnprocessableEntity)
-			return
-		}
-		ctx := r.Context()
-		tx, _ := idempotency.Tx(ctx)
-		if _, err := tx.Exec(ctx, "INSERT INTO "+schema+".orders (id, amount, paid_at) VALUES ($1, $2, now())", in.ID, in.Amount); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		res, err := ob.Enqueue(ctx, tx, orderEvent(in.ID, in.Amount), orderEffects(receiver, in.ID, in.Path, in.Capture)...)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		_ = json.NewEncoder(w).Encode(orderCreated{EventID: res.EventID, Effects: res.Effects})
-	}
-	mux := http.NewServeMux()
-	mux.Handle("POST /orders", mw.Transactional(http.HandlerFunc(create)))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
-}
-
-type apiAnswer struct {
-	status   int
-	replayed string
-	body     []byte
-}
-
-func postOrder(ctx context.Context, api, key, body string) (apiAnswer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api+"/orders", strings.NewReader(body))
-	if err != nil {
-		return apiAnswer{}, err
-	}
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return apiAnswer{}, fmt.Errorf("POST /orders: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return apiAnswer{status: resp.StatusCode, replayed: cmp.Or(resp.Header.Get(idempotency.ReplayedHeader), "absent"), body: b}, err
-}
-
-func orderEvent(id string, amount int) outbox.Event {
-	return outbox.Event{
-		ID:            outbox.EventID("order.paid", id),
-		AggregateType: "order",
-		AggregateID:   id,
-		Type:          "order.paid",
-		Payload:       json.RawMessage(fmt.Sprintf(`{"order": %q, "amount": %d, "currency": "eur"}`, id, amount)),
-	}
-}
-
-func orderEffects(base, id, path string, capture bool) []outbox.Effect {
-	body := fmt.Sprintf(`{"type": "order.paid", "order": %q}`, id)
-	effs := []outbox.Effect{{
-		Kind: "webhook.order_paid", Provider: webhook.Name,
-		Payload: json.RawMessage(fmt.Sprintf(`{"url": %q, "body": %s}`, base+path, body)),
-	}}
-	if capture {
-		effs = append(effs, outbox.Effect{
-			Kind: "stripe.capture", Provider: stripe.Name,
-			Payload: json.RawMessage(fmt.Sprintf(`{"operation": "payment_intent.capture", "params": {"id": "pi_%s"}}`, strings.TrimPrefix(id, "ord_"))),
-		})
-	}
-	if path == "/orders" {
-		effs = append(effs, outbox.Effect{
-			Kind: "email.receipt", Provider: sendgrid.Name,
-			Payload: json.RawMessage(fmt.Sprintf(`{"from": {"email": "shop@example.com", "name": "Shop"},
-				"to": [{"email": "customer+%s@example.com"}], "subject": "Receipt for %s", "text": "Thank you for order %s."}`, id, id, id)),
-		})
-	}
-	return effs
-}
-
-// demoStripe runs stripe-mock when it is installed, else a local fake, and
-// says which.
-func demoStripe() (base, what string, stop func()) {
-	if bin, err := fakes.FindStripeMock(); err == nil {
-		if url, stop, err := fakes.RunStripeMock(bin); err == nil {
-			return url, "stripe-mock " + url + " (Stripe's API spec and fixtures)", stop
-		}
-	}
-	f := fakes.NewFakeStripe()
-	return f.URL, "local fake Stripe " + f.URL + " (stripe-mock not installed: go install github.com/stripe/stripe-mock@" +
-		fakes.StripeMockVersion + ")", f.Close
-}
-
-// path renders an effect's transitions, e.g.
-// "pending -> fired +12ms (HTTP 500: in doubt) -> fired +0.6s -> confirmed +0.6s".
-// After an answer that proves the provider did nothing the effect goes
-// back to pending; after any other failure it stays fired (in doubt) and is
-// re-fired with the same key.
-func path(e demoEffect, f *sideeffects.Effect, fires []fire) string {
-	since := func(t time.Time) string {
-		d := t.Sub(e.committed)
-		if d < time.Second {
-			return fmt.Sprintf("+%dms", d.Milliseconds())
-		}
-		return fmt.Sprintf("+%.2fs", d.Seconds())
-	}
-	var b strings.Builder
-	b.WriteString("pending")
-	for i, fr := range fires {
-		fmt.Fprintf(&b, " -> fired %s", since(fr.at))
-		if fr.outcome != "ok" {
-			msg, class := fr.outcome, ""
-			if i := strings.Index(msg, ": "); i >= 0 {
-				msg, class = msg[i+2:], msg[:i]
-			}
-			if len(msg) > 60 {
-				msg = msg[:57] + "..."
-			}
-			if class == "in_doubt" {
-				msg += ": in doubt"
-			}
-			fmt.Fprintf(&b, " (%s)", msg)
-			if i < len(fires)-1 && class == "retryable" {
-				b.WriteString(" -> pending")
-			}
-		}
-	}
-	switch {
-	case f.State == sideeffects.StateConfirmed && f.ConfirmedAt != nil:
-		fmt.Fprintf(&b, " -> confirmed %s", since(*f.ConfirmedAt))
-	default:
-		fmt.Fprintf(&b, " -> %s", f.State)
-	}
-	return b.String()
 }

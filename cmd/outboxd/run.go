@@ -368,7 +368,10 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		Retry:         sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
 		JobTimeout:    c.JobTimeout,
 		RescueAfter:   c.RescueAfter,
-		Logger:        log,
+		// River's soft stop: in-flight calls get this long after a signal,
+		// then their contexts are cancelled.
+		ShutdownTimeout: max(c.ShutdownTimeout, time.Millisecond),
+		Logger:          log,
 	})
 	if err != nil {
 		return cli.UsageError{Err: err}
@@ -433,8 +436,9 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		log.Info("web view served", "url", "http://"+ln.Addr().String()+"/ui/", "actions", c.WebAdminToken != "")
 	}
 
-	// River's own context must outlive the signal so that Stop can drain.
-	if err := d.Start(context.WithoutCancel(ctx)); err != nil {
+	// The signal cancels ctx, which starts River's soft stop
+	// (ShutdownTimeout); Stop below waits for it and stops the rest.
+	if err := d.Start(ctx); err != nil {
 		return fmt.Errorf("start dispatcher: %w", err)
 	}
 	started.Store(true)
@@ -474,7 +478,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	<-ctx.Done()
 	log.Info("signal received: draining", "timeout", c.ShutdownTimeout)
 	started.Store(false)
-	stopCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	stopCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout+15*time.Second)
 	defer cancel()
 	stopErr := d.Stop(stopCtx)
 	if srv != nil {

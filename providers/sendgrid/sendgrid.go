@@ -106,7 +106,7 @@ func (p *Provider) Guarantees() providers.Guarantees { return Guarantees }
 
 // Guarantees are SendGrid's: no keys, so no key window, and in-doubt
 // attempts are not re-sent unless a kind opts in.
-var Guarantees = providers.Guarantees{IdempotencyKeys: false, InDoubt: providers.AtMostOnce}
+var Guarantees = providers.Guarantees{InDoubt: providers.AtMostOnce}
 
 // Send implements providers.Provider.
 func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
@@ -150,14 +150,11 @@ func (p *Provider) send(ctx context.Context, client *rest.Client, r rest.Request
 }
 
 func statusError(resp *rest.Response) error {
-	body := strings.TrimSpace(resp.Body)
-	if len(body) > 512 {
-		body = body[:512]
+	note := ""
+	if strings.TrimSpace(resp.Body) == "" {
+		note = "empty body"
 	}
-	if strings.TrimSpace(body) == "" {
-		return fmt.Errorf("sendgrid HTTP %d (empty body)", resp.StatusCode)
-	}
-	return fmt.Errorf("sendgrid HTTP %d: %s", resp.StatusCode, strings.ToValidUTF8(body, "?"))
+	return providers.StatusError("sendgrid ", resp.StatusCode, note, []byte(resp.Body))
 }
 
 // rateLimitReset reads X-RateLimit-Reset (a Unix time) as a delay.

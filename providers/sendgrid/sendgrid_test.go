@@ -110,7 +110,7 @@ func TestTimeoutIsInDoubt(t *testing.T) {
 	class, _ := providers.Classify(err)
 	require.Equal(t, providers.ClassInDoubt, class, "error: %v", err)
 	require.Equal(t, providers.AtMostOnce, p.Guarantees().InDoubt, "default: never re-send an email in doubt")
-	require.False(t, p.Guarantees().IdempotencyKeys)
+	require.Zero(t, p.Guarantees().KeyWindow, "no keys, so no key window")
 }
 
 func TestValidatePayloadRejectsBadInput(t *testing.T) {

@@ -145,7 +145,6 @@ func (p *Provider) Guarantees() providers.Guarantees { return p.cfg.Guarantees()
 // same key until KeyWindow minus KeyWindowMargin.
 func (c Config) Guarantees() providers.Guarantees {
 	return providers.Guarantees{
-		IdempotencyKeys: true,
 		KeyWindow:       cmp.Or(c.KeyWindow, DefaultKeyWindow),
 		KeyWindowMargin: cmp.Or(c.KeyWindowMargin, DefaultKeyWindowMargin),
 		InDoubt:         providers.AtLeastOnce,

@@ -192,7 +192,6 @@ func (p *Provider) Guarantees() providers.Guarantees { return p.cfg.Guarantees()
 // re-sent with the same id.
 func (c Config) Guarantees() providers.Guarantees {
 	return providers.Guarantees{
-		IdempotencyKeys: true,
 		KeyWindow:       cmp.Or(c.KeyWindow, DefaultKeyWindow),
 		KeyWindowMargin: KeyWindowMargin,
 		InDoubt:         providers.AtLeastOnce,
@@ -256,12 +255,5 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 }
 
 func statusError(resp *http.Response, snippet []byte, note string) error {
-	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
-	if note != "" {
-		msg += " (" + note + ")"
-	}
-	if s := strings.TrimSpace(strings.ToValidUTF8(string(snippet), "?")); s != "" {
-		msg += ": " + s
-	}
-	return errors.New(msg)
+	return providers.StatusError("", resp.StatusCode, note, snippet)
 }
