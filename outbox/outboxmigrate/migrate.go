@@ -28,8 +28,9 @@ import (
 // that an application's own goose migrations can live in the same schema.
 const VersionTable = "outboxd_schema_version"
 
-// lockKey serialises concurrent migrators (several replicas starting at once).
-const lockKey = 0x6f7574626f7864 // "outboxd"
+// lockKey serialises concurrent migrators of one schema (several replicas
+// starting at once); migrations of different schemas run side by side.
+const lockKey = `hashtextextended('outboxd migrate ' || $1, 0)`
 
 // Result says what a run changed; an up-to-date schema gives zero counts.
 type Result struct {
@@ -49,10 +50,10 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) (Result, error) 
 		return res, fmt.Errorf("migrate: connect: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(lockKey)); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock("+lockKey+")", schema); err != nil {
 		return res, fmt.Errorf("migrate: take lock: %w", err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(lockKey)) //nolint:errcheck // released with the session anyway
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock("+lockKey+")", schema) //nolint:errcheck // released with the session anyway
 
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		return res, fmt.Errorf("migrate: create schema %q: %w", schema, err)
