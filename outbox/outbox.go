@@ -19,11 +19,11 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // Limits on what one Enqueue accepts.
@@ -104,11 +104,11 @@ const (
 
 // IntakeChannel is the Postgres notification channel on which Enqueue
 // wakes the dispatchers under JobsByDispatcher; the payload is the schema.
-const IntakeChannel = sideeffects.IntakeChannel
+const IntakeChannel = engine.IntakeChannel
 
 // Outbox enqueues events and side effects. It is safe for concurrent use.
 type Outbox struct {
-	store      *sideeffects.Store
+	store      *engine.Store
 	validators map[string]providers.Validator
 	maxPayload int
 	river      *river.Client[pgx.Tx]
@@ -129,7 +129,7 @@ func New(cfg Config) (*Outbox, error) {
 		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	o := &Outbox{
-		store:      sideeffects.NewStore(cfg.Schema),
+		store:      engine.NewStore(cfg.Schema),
 		validators: make(map[string]providers.Validator, len(cfg.Providers)),
 		maxPayload: cfg.MaxPayloadBytes,
 		river:      cfg.River,
@@ -260,9 +260,9 @@ func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Eff
 	res := &Result{EventID: ev.ID, Effects: make([]EffectResult, len(effects))}
 	for i, e := range effects {
 		res.Effects[i] = EffectResult{
-			ID:        sideeffects.EffectID(ev.ID, e.Kind),
+			ID:        engine.EffectID(ev.ID, e.Kind),
 			Kind:      e.Kind,
-			Key:       sideeffects.Key(ev.ID, e.Kind),
+			Key:       engine.Key(ev.ID, e.Kind),
 			Duplicate: true,
 		}
 	}
@@ -303,7 +303,7 @@ func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Eff
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
-	var missing []sideeffects.NewEffect
+	var missing []engine.NewEffect
 	for i, x := range existing {
 		if x.Exists && !x.Same {
 			return nil, &ConflictError{EventID: ev.ID, Kind: x.Kind}
@@ -323,7 +323,7 @@ func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Eff
 
 // insertEffects inserts effects of event id and a dispatch job for each one
 // actually inserted, marking those in res as not duplicate.
-func (o *Outbox) insertEffects(ctx context.Context, tx pgx.Tx, id uuid.UUID, effects []sideeffects.NewEffect, res *Result) error {
+func (o *Outbox) insertEffects(ctx context.Context, tx pgx.Tx, id uuid.UUID, effects []engine.NewEffect, res *Result) error {
 	if len(effects) == 0 {
 		return nil
 	}
@@ -339,7 +339,7 @@ func (o *Outbox) insertEffects(ctx context.Context, tx pgx.Tx, id uuid.UUID, eff
 			return fmt.Errorf("outbox: %w", err)
 		}
 		for i, x := range existing {
-			if !inserted[sideeffects.EffectID(id, effects[i].Kind)] && !x.Same {
+			if !inserted[engine.EffectID(id, effects[i].Kind)] && !x.Same {
 				return &ConflictError{EventID: id, Kind: x.Kind}
 			}
 		}
@@ -349,7 +349,7 @@ func (o *Outbox) insertEffects(ctx context.Context, tx pgx.Tx, id uuid.UUID, eff
 
 // insertJobs inserts a dispatch job for each effect in inserted and marks it
 // not duplicate in res.
-func (o *Outbox) insertJobs(ctx context.Context, tx pgx.Tx, id uuid.UUID, effects []sideeffects.NewEffect, inserted map[uuid.UUID]bool, res *Result) error {
+func (o *Outbox) insertJobs(ctx context.Context, tx pgx.Tx, id uuid.UUID, effects []engine.NewEffect, inserted map[uuid.UUID]bool, res *Result) error {
 	params := make([]river.InsertManyParams, 0, len(inserted))
 	for i := range res.Effects {
 		if inserted[res.Effects[i].ID] {
@@ -373,8 +373,8 @@ func (o *Outbox) insertJobs(ctx context.Context, tx pgx.Tx, id uuid.UUID, effect
 		return nil
 	}
 	for _, e := range effects {
-		if eid := sideeffects.EffectID(id, e.Kind); inserted[eid] {
-			params = append(params, sideeffects.JobParams(eid, e.Provider))
+		if eid := engine.EffectID(id, e.Kind); inserted[eid] {
+			params = append(params, engine.JobParams(eid, e.Provider))
 		}
 	}
 	if len(params) == 0 {
@@ -387,11 +387,11 @@ func (o *Outbox) insertJobs(ctx context.Context, tx pgx.Tx, id uuid.UUID, effect
 }
 
 // validate checks everything it can before the first write.
-func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (sideeffects.NewEvent, []sideeffects.NewEffect, error) {
+func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (engine.NewEvent, []engine.NewEffect, error) {
 	invalid := func(field, problem string, args ...any) error {
 		return &ValidationError{Field: field, Problem: fmt.Sprintf(problem, args...)}
 	}
-	var ne sideeffects.NewEvent
+	var ne engine.NewEvent
 	if tx == nil {
 		return ne, nil, invalid("tx", "nil: pass the application's open pgx.Tx")
 	}
@@ -424,12 +424,12 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (sideeffects.Ne
 	if err := o.checkPayload(payload); err != nil {
 		return ne, nil, invalid("event.payload", "%s", err)
 	}
-	ne = sideeffects.NewEvent{ID: ev.ID, AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, EventType: ev.Type, Payload: payload}
+	ne = engine.NewEvent{ID: ev.ID, AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, Type: ev.Type, Payload: payload}
 
 	if len(effects) > MaxEffects {
 		return ne, nil, invalid("effects", "%d effects, over the limit of %d per event", len(effects), MaxEffects)
 	}
-	out := make([]sideeffects.NewEffect, len(effects))
+	out := make([]engine.NewEffect, len(effects))
 	seen := make(map[string]int, len(effects))
 	for i, e := range effects {
 		field := fmt.Sprintf("effects[%d]", i)
@@ -455,7 +455,7 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (sideeffects.Ne
 		if err := v.ValidatePayload(e.Kind, e.Payload); err != nil {
 			return ne, nil, invalid(field+".payload", "%s", err)
 		}
-		out[i] = sideeffects.NewEffect{Kind: e.Kind, Provider: e.Provider, Payload: e.Payload}
+		out[i] = engine.NewEffect{Kind: e.Kind, Provider: e.Provider, Payload: e.Payload}
 	}
 	return ne, out, nil
 }

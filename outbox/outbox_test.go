@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxmetrics"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 type testBundle struct {
@@ -43,7 +43,7 @@ func (b *testBundle) counts(t *testing.T) (events, effects, jobs int) {
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM `+s+`.outbox_events),
 		(SELECT count(*) FROM `+s+`.side_effects),
-		(SELECT count(*) FROM `+s+`.river_job WHERE kind = $1)`, sideeffects.JobKind).Scan(&events, &effects, &jobs))
+		(SELECT count(*) FROM `+s+`.river_job WHERE kind = $1)`, engine.JobKind).Scan(&events, &effects, &jobs))
 	return
 }
 
@@ -89,15 +89,15 @@ func TestEnqueueCommitAndRollback(t *testing.T) {
 		require.Len(t, res.Effects, 2)
 		for _, e := range res.Effects {
 			require.False(t, e.Duplicate)
-			require.Equal(t, sideeffects.Key(id, e.Kind), e.Key)
+			require.Equal(t, engine.Key(id, e.Kind), e.Key)
 		}
 		events, effects, jobs := b.counts(t)
 		require.Equal(t, [3]int{1, 2, 2}, [3]int{events, effects, jobs})
 
 		ctx := context.Background()
-		e, err := sideeffects.NewStore(b.db.Schema).Get(ctx, b.db.Pool, res.Effects[0].ID)
+		e, err := engine.NewStore(b.db.Schema).Get(ctx, b.db.Pool, res.Effects[0].ID)
 		require.NoError(t, err)
-		require.Equal(t, sideeffects.StatePending, e.State)
+		require.Equal(t, engine.StatePending, e.State)
 		require.Equal(t, res.Effects[0].Key, e.IdempotencyKey)
 		var queue string
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT queue FROM `+b.db.Schema+`.river_job

@@ -120,7 +120,8 @@ func Example_customProvider() {
 }
 
 // Example_operator retries a failed effect the way outboxctl retry does:
-// same rules, same audit trail.
+// same rules, same audit trail, after listing what is stuck with the same
+// diagnosis as outboxctl stuck.
 func Example_operator() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
@@ -134,6 +135,13 @@ func Example_operator() {
 	})
 	if err != nil {
 		log.Fatal(err)
+	}
+	stuck, err := op.Stuck(ctx, 5*time.Minute, 100)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, s := range stuck {
+		fmt.Printf("%s %s %s: %s\n", s.ID, s.Kind, s.State, s.Diagnosis(time.Now(), sideeffects.DefaultRescueAfter+time.Minute, 0))
 	}
 	id := uuid.MustParse("0190c3a0-7b1e-7c3d-9f00-000000000001")
 	changes, err := op.Retry(ctx, []uuid.UUID{id}, sideeffects.ActionOpts{Actor: "oncall@example.com", Reason: "receiver fixed"})

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/internal/engine"
 )
 
 type adminResult struct {
@@ -67,7 +67,7 @@ FROM numbered, LATERAL (SELECT CASE WHEN i % 1000 < 3 THEN 'pending' WHEN i % 10
 	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+b.schema+".side_effects"); err != nil {
 		return nil, err
 	}
-	store := sideeffects.NewStore(b.schema)
+	store := engine.NewStore(b.schema)
 	now := time.Now()
 	timeIt := func(fn func() error) (time.Duration, error) {
 		var ds []time.Duration

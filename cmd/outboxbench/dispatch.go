@@ -18,9 +18,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 type dispatchResult struct {
@@ -194,8 +194,8 @@ func (b *bench) burnDown(ctx context.Context, name string, n int, p providers.Pr
 	return dispatchResult{Name: name, N: n, Seconds: elapsed.Seconds(), PerSecond: float64(n) / elapsed.Seconds()}, nil
 }
 
-func (b *bench) dispatcher(p providers.Provider) (*sideeffects.Dispatcher, error) {
-	return sideeffects.NewDispatcher(b.pool, sideeffects.Config{
+func (b *bench) dispatcher(p providers.Provider) (*engine.Dispatcher, error) {
+	return engine.NewDispatcher(b.pool, engine.Config{
 		Schema:            b.schema,
 		Providers:         []providers.Provider{p},
 		Concurrency:       map[string]int{p.Name(): b.s.Workers},
@@ -255,7 +255,7 @@ RETURNING id`, n, provider, payload)
 	for i := 0; i < len(ids); i += 5000 {
 		params := make([]river.InsertManyParams, 0, 5000)
 		for _, id := range ids[i:min(i+5000, len(ids))] {
-			params = append(params, sideeffects.JobParams(id, provider))
+			params = append(params, engine.JobParams(id, provider))
 		}
 		if _, err := client.InsertMany(ctx, params); err != nil {
 			return err

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/providers"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // What provider events recorded is visible to the operator: a confirmed
@@ -44,7 +44,7 @@ func TestShowAndDriftReportProviderEvents(t *testing.T) {
 	out, err = b.run(t, "", "show", cancelled.ID.String())
 	require.NoError(t, err, out)
 	require.Contains(t, out, "Drift found in provider events (1):")
-	out, err = b.run(t, "", "drift", "--reason", sideeffects.DriftTwoObjects)
+	out, err = b.run(t, "", "drift", "--reason", engine.DriftTwoObjects)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "no drift in the last 168h")
 	_, err = b.run(t, "", "drift", "--since", "yesterday")

@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox/idempotency"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // A request of a three-phase endpoint hangs holding its key: the operator
@@ -26,7 +26,7 @@ import (
 func TestKeysFindAndReleaseAStuckClaim(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	b := &testBundle{db: db, store: sideeffects.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+	b := &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
 	mw, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	hang := make(chan struct{})

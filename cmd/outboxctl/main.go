@@ -28,9 +28,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/outbox/outboxmigrate"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 func main() { cli.Main("outboxctl", newRootCmd(os.Stdin)) }
@@ -44,7 +44,7 @@ type app struct {
 	stdin    io.Reader
 
 	pool *pgxpool.Pool
-	op   *sideeffects.Operator
+	op   *engine.Operator
 }
 
 func newRootCmd(stdin io.Reader) *cobra.Command {
@@ -102,7 +102,7 @@ func (a *app) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{
+	op, err := engine.NewOperator(pool, engine.OperatorConfig{
 		Schema: a.Schema, Guarantees: a.Policies.Guarantees(), InDoubt: inDoubt,
 	})
 	if err != nil {
@@ -112,7 +112,7 @@ func (a *app) open(ctx context.Context) error {
 	return nil
 }
 
-func (a *app) store() *sideeffects.Store { return a.op.Store() }
+func (a *app) store() *engine.Store { return a.op.Store() }
 
 func (a *app) actor() string {
 	if a.Actor != "" {
@@ -130,11 +130,11 @@ func (a *app) actor() string {
 var keyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // resolve turns an effect id or idempotency key into an effect.
-func (a *app) resolve(ctx context.Context, ref string) (*sideeffects.Effect, error) {
+func (a *app) resolve(ctx context.Context, ref string) (*engine.Effect, error) {
 	if id, err := uuid.Parse(ref); err == nil {
 		e, err := a.store().Get(ctx, a.pool, id)
-		if errors.Is(err, sideeffects.ErrNotFound) {
-			if evs, evErr := a.store().Events(ctx, a.pool, sideeffects.EventFilter{ID: id, Limit: 1}); evErr == nil && len(evs) == 1 {
+		if errors.Is(err, engine.ErrNotFound) {
+			if evs, evErr := a.store().Events(ctx, a.pool, engine.EventFilter{ID: id, Limit: 1}); evErr == nil && len(evs) == 1 {
 				return nil, fmt.Errorf("%s is an event, not an effect: `outboxctl events %s` shows it with its effects", id, id)
 			}
 			return nil, fmt.Errorf("no effect with id %s in schema %q: find ids with `outboxctl list`", id, a.Schema)
@@ -146,7 +146,7 @@ func (a *app) resolve(ctx context.Context, ref string) (*sideeffects.Effect, err
 	}
 	if keyRE.MatchString(strings.ToLower(ref)) {
 		e, err := a.store().GetByKey(ctx, a.pool, strings.ToLower(ref))
-		if errors.Is(err, sideeffects.ErrNotFound) {
+		if errors.Is(err, engine.ErrNotFound) {
 			return nil, fmt.Errorf("no effect with idempotency key %s in schema %q", ref, a.Schema)
 		}
 		if err != nil {

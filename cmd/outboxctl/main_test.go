@@ -13,14 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 type testBundle struct {
 	db    *testdb.DB
-	store *sideeffects.Store
+	store *engine.Store
 	// seeded effect ids by name
 	ids map[string]uuid.UUID
 }
@@ -29,7 +29,7 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	db := testdb.New(t)
-	b := &testBundle{db: db, store: sideeffects.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+	b := &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
 	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -95,7 +95,7 @@ func (b *testBundle) run(t *testing.T, stdin string, args ...string) (string, er
 	return out.String(), err
 }
 
-func (b *testBundle) effect(t *testing.T, name string) *sideeffects.Effect {
+func (b *testBundle) effect(t *testing.T, name string) *engine.Effect {
 	t.Helper()
 	e, err := b.store.Get(context.Background(), b.db.Pool, b.ids[name])
 	require.NoError(t, err)
@@ -123,22 +123,22 @@ func TestList(t *testing.T) {
 
 	out, err = b.run(t, "", "list", "--state", "failed", "--json")
 	require.NoError(t, err)
-	var failed []sideeffects.Effect
+	var failed []engine.Effect
 	require.NoError(t, json.Unmarshal([]byte(out), &failed))
 	require.Len(t, failed, 2)
 	for _, e := range failed {
-		require.Equal(t, sideeffects.StateFailed, e.State)
+		require.Equal(t, engine.StateFailed, e.State)
 	}
 
 	out, err = b.run(t, "", "list", "--provider", "sendgrid", "--json")
 	require.NoError(t, err)
-	var mails []sideeffects.Effect
+	var mails []engine.Effect
 	require.NoError(t, json.Unmarshal([]byte(out), &mails))
 	require.Len(t, mails, 2)
 
 	out, err = b.run(t, "", "list", "--kind", "email.receipt", "--older-than", "720h", "--json")
 	require.NoError(t, err)
-	var old []sideeffects.Effect
+	var old []engine.Effect
 	require.NoError(t, json.Unmarshal([]byte(out), &old))
 	require.Len(t, old, 1)
 	require.Equal(t, b.ids["confirmed_old"], old[0].ID)
@@ -153,7 +153,7 @@ func TestList(t *testing.T) {
 		}
 		out, err := b.run(t, "", args...)
 		require.NoError(t, err)
-		var es []sideeffects.Effect
+		var es []engine.Effect
 		require.NoError(t, json.Unmarshal([]byte(out), &es))
 		for i, e := range es {
 			require.False(t, seen[e.ID], "effect %s on two pages", e.ID)
@@ -237,7 +237,7 @@ func TestAcknowledgeTakesAFailedEffectOutOfStuck(t *testing.T) {
 	out, err := b.run(t, "", "acknowledge", id, "--reason", "endpoint retired by the customer")
 	require.NoError(t, err, out)
 	e := b.effect(t, "failed")
-	require.Equal(t, sideeffects.StateFailed, e.State, "still failed: nothing pretends it was done")
+	require.Equal(t, engine.StateFailed, e.State, "still failed: nothing pretends it was done")
 	require.NotNil(t, e.AcknowledgedAt)
 
 	out, err = b.run(t, "", "stuck", "--json")
@@ -271,13 +271,13 @@ func TestEventsShowWhatEachEventProduced(t *testing.T) {
 
 	out, err := b.run(t, "", "events", "--aggregate", "order:failed", "--json")
 	require.NoError(t, err)
-	var evs []sideeffects.EventEffects
+	var evs []engine.EventEffects
 	require.NoError(t, json.Unmarshal([]byte(out), &evs))
 	require.Len(t, evs, 1)
 	require.Equal(t, eventID, evs[0].ID)
 	require.Len(t, evs[0].Effects, 1)
 	require.Equal(t, "webhook.order_paid", evs[0].Effects[0].Kind)
-	require.Equal(t, sideeffects.StateFailed, evs[0].Effects[0].State)
+	require.Equal(t, engine.StateFailed, evs[0].Effects[0].State)
 
 	// Events lacking an expected effect: every order without a receipt.
 	out, err = b.run(t, "", "events", "--type", "order.paid", "--missing-kind", "email.receipt", "--json")
@@ -304,7 +304,7 @@ func TestDispatchersShowsWhoDispatchedWithWhat(t *testing.T) {
 	require.NoError(t, b.store.DispatcherSeen(ctx, b.db.Pool, "web-1-42-1", true))
 	out, err := b.run(t, "", "dispatchers", "--json")
 	require.NoError(t, err)
-	var ds []sideeffects.DispatcherRecord
+	var ds []engine.DispatcherRecord
 	require.NoError(t, json.Unmarshal([]byte(out), &ds))
 	require.Len(t, ds, 1)
 	require.Equal(t, "web-1", ds[0].Host)
@@ -324,7 +324,7 @@ func TestRequeueGivesJoblessEffectsAJob(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Equal(t, 1, b.jobCount(t, "pending_nojob"))
 	e := b.effect(t, "pending_nojob")
-	require.Equal(t, sideeffects.StatePending, e.State, "the state does not change")
+	require.Equal(t, engine.StatePending, e.State, "the state does not change")
 
 	out, err = b.run(t, "", "requeue", id, "--reason", "again")
 	require.Equal(t, 1, cli.ExitCode(err))
@@ -364,7 +364,7 @@ func TestRetry(t *testing.T) {
 		require.NoError(t, err, out)
 		require.Contains(t, out, "done")
 		after := b.effect(t, "failed")
-		require.Equal(t, sideeffects.StatePending, after.State)
+		require.Equal(t, engine.StatePending, after.State)
 		require.Equal(t, before.IdempotencyKey, after.IdempotencyKey)
 		require.Zero(t, after.Attempts, "a fresh round of attempts")
 		require.Equal(t, jobs+1, b.jobCount(t, "failed"))
@@ -386,7 +386,7 @@ func TestRetry(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, strings.Count(out, "would change (dry run)"))
 		require.Contains(t, out, "skipped: key window closed", "the dry run shows what a retry would refuse")
-		require.Equal(t, sideeffects.StateFailed, b.effect(t, "failed").State)
+		require.Equal(t, engine.StateFailed, b.effect(t, "failed").State)
 		require.Equal(t, 1, b.jobCount(t, "failed"))
 	})
 
@@ -395,12 +395,12 @@ func TestRetry(t *testing.T) {
 		b := setup(t)
 		_, err := b.run(t, "", "retry", "--state", "failed", "--reason", "r")
 		require.Equal(t, 2, cli.ExitCode(err), "no answer: %v", err)
-		require.Equal(t, sideeffects.StateFailed, b.effect(t, "failed").State)
+		require.Equal(t, engine.StateFailed, b.effect(t, "failed").State)
 
 		out, err := b.run(t, "yes\n", "retry", "--state", "failed", "--reason", "r")
 		require.NoError(t, err, out)
-		require.Equal(t, sideeffects.StatePending, b.effect(t, "failed").State)
-		require.Equal(t, sideeffects.StateFailed, b.effect(t, "failed_old_window").State, "past its key window: needs --force")
+		require.Equal(t, engine.StatePending, b.effect(t, "failed").State)
+		require.Equal(t, engine.StateFailed, b.effect(t, "failed_old_window").State, "past its key window: needs --force")
 	})
 
 	t.Run("near or past the key window needs --force and starts a new window", func(t *testing.T) {
@@ -413,12 +413,12 @@ func TestRetry(t *testing.T) {
 		require.Contains(t, out, "key window closed")
 		require.Contains(t, out, before.IdempotencyKey, "names the key to look up at the provider")
 		require.Contains(t, out, "retry --force")
-		require.Equal(t, sideeffects.StateFailed, b.effect(t, "failed_old_window").State)
+		require.Equal(t, engine.StateFailed, b.effect(t, "failed_old_window").State)
 		require.Equal(t, before.KeyWindowFrom, b.effect(t, "failed_old_window").KeyWindowFrom, "a refused retry changes nothing")
 
 		out, err = b.run(t, "", "retry", id, "--reason", "checked at provider: never arrived", "--force", "--json")
 		require.NoError(t, err)
-		var chs []sideeffects.Change
+		var chs []engine.Change
 		require.NoError(t, json.Unmarshal([]byte(out), &chs))
 		require.True(t, chs[0].Applied)
 		require.True(t, chs[0].RestartsKeyWindow)
@@ -437,7 +437,7 @@ func TestRetry(t *testing.T) {
 		_, err = b.run(t, "", "retry", before.ID.String(), "--reason", "endpoint restored")
 		require.NoError(t, err)
 		after := b.effect(t, "failed")
-		require.Equal(t, sideeffects.StatePending, after.State)
+		require.Equal(t, engine.StatePending, after.State)
 		require.Equal(t, before.KeyWindowFrom, after.KeyWindowFrom, "the key window runs from the first request")
 		require.Zero(t, after.Attempts, "a fresh round of attempts")
 		require.Equal(t, 20, after.TotalAttempts)
@@ -458,13 +458,13 @@ func TestRetry(t *testing.T) {
 			out, err := b.run(t, "", append([]string{"retry", id, "--reason", "r"}, extra...)...)
 			require.Equal(t, 1, cli.ExitCode(err), "%v", extra)
 			require.Contains(t, out, "--allow-duplicate")
-			require.Equal(t, sideeffects.StateFailed, b.effect(t, "failed").State)
+			require.Equal(t, engine.StateFailed, b.effect(t, "failed").State)
 		}
 		out, err := b.run(t, "", "retry", id, "--reason", "customer asked for it again", "--allow-duplicate")
 		require.NoError(t, err, out)
 		require.Contains(t, out, "may get it twice")
 		after := b.effect(t, "failed")
-		require.Equal(t, sideeffects.StatePending, after.State)
+		require.Equal(t, engine.StatePending, after.State)
 		require.False(t, after.InDoubt, "the operator accepted the risk: the worker sends it")
 		out, err = b.run(t, "", "show", id, "--json")
 		require.NoError(t, err)
@@ -478,19 +478,19 @@ func TestRetry(t *testing.T) {
 		out, err := b.run(t, "", "retry", id, "--reason", "r")
 		require.Equal(t, 1, cli.ExitCode(err))
 		require.Contains(t, out, "without --force")
-		require.Equal(t, sideeffects.StateFired, b.effect(t, "fired_stale").State)
+		require.Equal(t, engine.StateFired, b.effect(t, "fired_stale").State)
 		// Its River job is running: a call may be in flight.
 		out, err = b.run(t, "", "retry", id, "--reason", "worker host lost", "--force")
 		require.Equal(t, 1, cli.ExitCode(err))
 		require.Contains(t, out, "is running for it")
-		require.Equal(t, sideeffects.StateFired, b.effect(t, "fired_stale").State)
+		require.Equal(t, engine.StateFired, b.effect(t, "fired_stale").State)
 		// Once River has rescued the job, a forced retry goes through.
 		_, err = b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.river_job SET state = 'retryable' WHERE args->>'effect_id' = $1::text`, id)
 		require.NoError(t, err)
 		_, err = b.run(t, "", "retry", id, "--reason", "worker host lost", "--force")
 		require.NoError(t, err)
 		e := b.effect(t, "fired_stale")
-		require.Equal(t, sideeffects.StatePending, e.State)
+		require.Equal(t, engine.StatePending, e.State)
 		require.True(t, e.InDoubt, "the worker applies the in-doubt policy to the re-fire")
 	})
 }
@@ -500,23 +500,23 @@ func TestCancelAndConfirm(t *testing.T) {
 	b := setup(t)
 	_, err := b.run(t, "", "cancel", b.ids["pending"].String(), "--reason", "order refunded by hand")
 	require.NoError(t, err)
-	require.Equal(t, sideeffects.StateCancelled, b.effect(t, "pending").State)
+	require.Equal(t, engine.StateCancelled, b.effect(t, "pending").State)
 
 	_, err = b.run(t, "", "confirm", b.ids["failed"].String(), "--reason", "found in the receiver's log")
 	require.Equal(t, 2, cli.ExitCode(err), "--ref is required")
 	out, err := b.run(t, "", "confirm", b.ids["failed"].String(), "--ref", "rcv-42", "--reason", "found in the receiver's log")
 	require.NoError(t, err, out)
 	e := b.effect(t, "failed")
-	require.Equal(t, sideeffects.StateConfirmed, e.State)
+	require.Equal(t, engine.StateConfirmed, e.State)
 	require.Equal(t, "rcv-42", *e.ProviderRef)
 
 	out, err = b.run(t, "", "show", e.ID.String(), "--json")
 	require.NoError(t, err)
 	var shown struct {
-		Effect sideeffects.Effect       `json:"effect"`
-		Event  sideeffects.Event        `json:"event"`
-		Jobs   []sideeffects.Job        `json:"jobs"`
-		Audit  []sideeffects.AuditEntry `json:"audit"`
+		Effect engine.Effect       `json:"effect"`
+		Event  engine.Event        `json:"event"`
+		Jobs   []engine.Job        `json:"jobs"`
+		Audit  []engine.AuditEntry `json:"audit"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &shown))
 	require.Equal(t, "failed", shown.Event.AggregateID)
@@ -533,7 +533,7 @@ func TestStats(t *testing.T) {
 	b := setup(t)
 	out, err := b.run(t, "", "stats", "--json", "--window", "24h")
 	require.NoError(t, err)
-	var st sideeffects.Stats
+	var st engine.Stats
 	require.NoError(t, json.Unmarshal([]byte(out), &st))
 	require.Equal(t, 86400.0, st.WindowSeconds, "the window in seconds, not nanoseconds")
 	counts := map[string]int64{}
@@ -560,7 +560,7 @@ func TestStats(t *testing.T) {
 	// --window all counts every row kept.
 	out, err = b.run(t, "", "stats", "--window", "all", "--json")
 	require.NoError(t, err)
-	st = sideeffects.Stats{}
+	st = engine.Stats{}
 	require.NoError(t, json.Unmarshal([]byte(out), &st))
 	require.Equal(t, int64(2), st.Confirmed, "the 40-day-old one too")
 	_, err = b.run(t, "", "stats", "--window", "forever")
@@ -571,7 +571,7 @@ func TestStats(t *testing.T) {
 	require.NoError(t, err)
 	out, err = b.run(t, "", "stats", "--window", "24h", "--json")
 	require.NoError(t, err)
-	st = sideeffects.Stats{}
+	st = engine.Stats{}
 	require.NoError(t, json.Unmarshal([]byte(out), &st))
 	require.Equal(t, int64(1), st.Confirmed, "by the dispatcher")
 	require.Equal(t, int64(1), st.ConfirmedByHand)
@@ -661,7 +661,7 @@ func TestReceiverTextCannotDriveTheTerminal(t *testing.T) {
 	out, err := b.run(t, "", "show", b.ids["failed"].String(), "--json")
 	require.NoError(t, err)
 	var shown struct {
-		Effect sideeffects.Effect `json:"effect"`
+		Effect engine.Effect `json:"effect"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &shown), "JSON output stays parseable")
 	require.Equal(t, hostile, deref(shown.Effect.LastError), "and carries the text exactly")

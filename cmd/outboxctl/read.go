@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/internal/engine"
 )
 
 func newStuckCmd(a *app) *cobra.Command {
@@ -40,7 +40,7 @@ actions and the one that could cause a second real-world effect.`,
 			}
 			now := time.Now()
 			type row struct {
-				sideeffects.StuckEffect
+				engine.StuckEffect
 				Diagnosis string `json:"diagnosis"`
 			}
 			rows := make([]row, len(stuck))
@@ -64,7 +64,7 @@ actions and the one that could cause a second real-world effect.`,
 		},
 	}
 	cmd.Flags().DurationVar(&olderThan, "older-than", 5*time.Minute, "only live effects unchanged for at least this long")
-	cmd.Flags().DurationVar(&firedBound, "fired-bound", sideeffects.DefaultRescueAfter+time.Minute, "crash-recovery bound: fired longer than this is reported")
+	cmd.Flags().DurationVar(&firedBound, "fired-bound", engine.DefaultRescueAfter+time.Minute, "crash-recovery bound: fired longer than this is reported")
 	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many effects")
 	return cmd
 }
@@ -95,12 +95,12 @@ func (f *filterFlags) set() bool {
 	return len(f.states) > 0 || f.kind != "" || f.provider != "" || f.source != "" || f.since > 0 || f.olderThan > 0
 }
 
-func (f *filterFlags) filter() (sideeffects.Filter, error) {
-	var out sideeffects.Filter
+func (f *filterFlags) filter() (engine.Filter, error) {
+	var out engine.Filter
 	for _, s := range f.states {
-		st := sideeffects.State(strings.ToLower(strings.TrimSpace(s)))
+		st := engine.State(strings.ToLower(strings.TrimSpace(s)))
 		switch st {
-		case sideeffects.StatePending, sideeffects.StateFired, sideeffects.StateConfirmed, sideeffects.StateFailed, sideeffects.StateCancelled:
+		case engine.StatePending, engine.StateFired, engine.StateConfirmed, engine.StateFailed, engine.StateCancelled:
 			out.States = append(out.States, st)
 		default:
 			return out, cli.Usagef("--state %q: use pending, fired, confirmed, failed or cancelled", s)
@@ -215,7 +215,7 @@ func newShowCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			drift, err := a.store().Drift(ctx, a.pool, sideeffects.DriftFilter{EffectID: &e.ID})
+			drift, err := a.store().Drift(ctx, a.pool, engine.DriftFilter{EffectID: &e.ID})
 			if err != nil {
 				return err
 			}
@@ -245,7 +245,7 @@ func newShowCmd(a *app) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
 			}
 			fmt.Fprintln(tw)
-			fmt.Fprintf(tw, "event\t%s %s (%s %s) at %s\n", ev.ID, ev.EventType, ev.AggregateType, ev.AggregateID, ev.CreatedAt.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "event\t%s %s (%s %s) at %s\n", ev.ID, ev.Type, ev.AggregateType, ev.AggregateID, ev.CreatedAt.UTC().Format(time.RFC3339))
 			fmt.Fprintf(tw, "event payload\t%s\n", ev.Payload)
 			if err := tw.Flush(); err != nil {
 				return err
@@ -257,7 +257,7 @@ func newShowCmd(a *app) *cobra.Command {
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", at.Attempt, at.StartedAt.UTC().Format(time.RFC3339Nano), at.Outcome,
 					at.Duration, at.Host, strings.ReplaceAll(at.Error, "\n", " "))
 			}
-			if e.State == sideeffects.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil {
+			if e.State == engine.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil {
 				fmt.Fprintf(tw, "%d\t%s\tconfirmed\t%s\t\tref %s\n", e.TotalAttempts, ts(e.FiredAt),
 					e.ConfirmedAt.Sub(*e.FiredAt).Round(time.Millisecond), short(e.ProviderRef, 200))
 			}
@@ -290,7 +290,7 @@ func newShowCmd(a *app) *cobra.Command {
 			fmt.Fprintln(tw, "AT\tACTOR\tACTION\tFROM\tTO\tREASON")
 			for _, au := range audit {
 				reason := au.Reason
-				if au.Action == sideeffects.ActionLateAck {
+				if au.Action == engine.ActionLateAck {
 					var d struct {
 						Ref string `json:"provider_ref"`
 					}
@@ -305,7 +305,7 @@ func newShowCmd(a *app) *cobra.Command {
 }
 
 // deliveryLine renders a mail's delivery status from provider events.
-func deliveryLine(d *sideeffects.Delivery) string {
+func deliveryLine(d *engine.Delivery) string {
 	if d == nil {
 		return "-"
 	}
@@ -349,7 +349,7 @@ Drift changes no effect: decide, then confirm, retry or undo at the provider.`,
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			recs, err := a.store().Drift(ctx, a.pool, sideeffects.DriftFilter{Since: time.Now().Add(-d), Reason: reason, Limit: limit})
+			recs, err := a.store().Drift(ctx, a.pool, engine.DriftFilter{Since: time.Now().Add(-d), Reason: reason, Limit: limit})
 			if err != nil {
 				return err
 			}
@@ -454,7 +454,7 @@ func secs(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
 }
 
-func attemptsLine(e *sideeffects.Effect) string {
+func attemptsLine(e *engine.Effect) string {
 	if e.Redrives == 0 {
 		return fmt.Sprint(e.Attempts)
 	}
@@ -465,7 +465,7 @@ func attemptsLine(e *sideeffects.Effect) string {
 	return fmt.Sprintf("%d since the last redrive, %d in all, %d redrive%s", e.Attempts, e.TotalAttempts, e.Redrives, plural)
 }
 
-func doubtLine(e *sideeffects.Effect) string {
+func doubtLine(e *engine.Effect) string {
 	if !e.InDoubt {
 		return "false"
 	}
@@ -473,7 +473,7 @@ func doubtLine(e *sideeffects.Effect) string {
 }
 
 // windowNote says when the effect's key window closes, if its provider has one.
-func (a *app) windowNote(e *sideeffects.Effect) string {
+func (a *app) windowNote(e *engine.Effect) string {
 	w := a.keyWindow(e.Provider)
 	if w <= 0 || e.KeyWindowFrom == nil {
 		return ""
@@ -500,7 +500,7 @@ index (enqueueing pays for none), so this reads the whole table: expect it
 to take longer than the other commands on large tables.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f := sideeffects.EventFilter{Type: typ, MissingKind: missing, Limit: limit}
+			f := engine.EventFilter{Type: typ, MissingKind: missing, Limit: limit}
 			if aggregate != "" {
 				f.AggregateType, f.AggregateID, _ = strings.Cut(aggregate, ":")
 			}
@@ -542,7 +542,7 @@ to take longer than the other commands on large tables.`,
 				if len(effects) == 0 {
 					effects = []string{"(none)"}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s:%s\t%s\n", ev.ID, ev.CreatedAt.UTC().Format(time.RFC3339), ev.EventType,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s:%s\t%s\n", ev.ID, ev.CreatedAt.UTC().Format(time.RFC3339), ev.Type,
 					ev.AggregateType, ev.AggregateID, strings.Join(effects, " "))
 			}
 			return tw.Flush()

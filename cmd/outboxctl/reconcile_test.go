@@ -11,10 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // stripeList answers a Stripe search or list request with objects.
@@ -30,13 +30,13 @@ func stripeList(object string, objects ...map[string]any) fakes.Response {
 func TestReconcileAsksStripeAndSuggests(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	b := &testBundle{db: db, store: sideeffects.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+	b := &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
 	st := fakes.NewFakeStripe()
 	t.Cleanup(st.Close)
 	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
 	require.NoError(t, err)
 	ctx := context.Background()
-	enqueue := func(name, payload string) *sideeffects.Effect {
+	enqueue := func(name, payload string) *engine.Effect {
 		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"},
 				outbox.Effect{Kind: "stripe." + name, Provider: "stripe", Payload: json.RawMessage(payload)})
@@ -70,7 +70,7 @@ func TestReconcileAsksStripeAndSuggests(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "applied: failed -> confirmed with ref cus_found (audited)")
 	got := b.effect(t, "customer")
-	require.Equal(t, sideeffects.StateConfirmed, got.State)
+	require.Equal(t, engine.StateConfirmed, got.State)
 	require.Equal(t, "cus_found", *got.ProviderRef)
 	audit, err := b.store.Audit(ctx, db.Pool, got.ID)
 	require.NoError(t, err)
@@ -98,7 +98,7 @@ func TestReconcileAsksStripeAndSuggests(t *testing.T) {
 	require.Contains(t, out, "a retry is safe within the key window")
 	_, err = run("reconcile", none.ID.String(), "--apply")
 	require.Error(t, err)
-	require.Equal(t, sideeffects.StateFailed, b.effect(t, "customer2").State)
+	require.Equal(t, engine.StateFailed, b.effect(t, "customer2").State)
 
 	// Two objects for one key.
 	st.Respond("/v1/customers/search", stripeList("search_result",

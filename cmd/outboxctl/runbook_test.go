@@ -17,13 +17,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/webhook"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // The runbook in docs/outboxctl.md, performed: for each failure reason a
@@ -58,7 +58,7 @@ func newRunbook(t *testing.T) *runbook {
 	t.Cleanup(sg.Close)
 	ob, err := outbox.New(outbox.Config{Schema: db.Schema, WebhookAllowedNetworks: loopback})
 	require.NoError(t, err)
-	return &runbook{testBundle: &testBundle{db: db, store: sideeffects.NewStore(db.Schema), ids: map[string]uuid.UUID{}}, recv: recv, sg: sg, ob: ob}
+	return &runbook{testBundle: &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}, recv: recv, sg: sg, ob: ob}
 }
 
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
@@ -70,9 +70,9 @@ func (r *runbook) start(t *testing.T) {
 	require.NoError(t, err)
 	sgp, err := sendgrid.New(sendgrid.Config{APIKey: "SG.runbook", APIHost: r.sg.URL, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	d, err := sideeffects.NewDispatcher(r.db.Pool, sideeffects.Config{
+	d, err := engine.NewDispatcher(r.db.Pool, engine.Config{
 		Schema: r.db.Schema, Providers: []providers.Provider{wh, sgp},
-		Retry:         sideeffects.RetryPolicy{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+		Retry:         engine.RetryPolicy{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond, SweepInterval: time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TestOnly: true,
 	})
@@ -98,9 +98,9 @@ func (r *runbook) enqueue(t *testing.T, name string, e outbox.Effect) uuid.UUID 
 	return r.ids[name]
 }
 
-func (r *runbook) waitState(t *testing.T, name string, state sideeffects.State) *sideeffects.Effect {
+func (r *runbook) waitState(t *testing.T, name string, state engine.State) *engine.Effect {
 	t.Helper()
-	var e *sideeffects.Effect
+	var e *engine.Effect
 	require.Eventually(t, func() bool {
 		e = r.effect(t, name)
 		return e.State == state
@@ -136,13 +136,13 @@ func TestRunbook(t *testing.T) {
 		r := startRunbook(t)
 		r.sg.Respond(fakes.Status(500))
 		id := r.enqueue(t, "mail", mail()).String()
-		r.waitState(t, "mail", sideeffects.StateFailed)
+		r.waitState(t, "mail", engine.StateFailed)
 		r.settle(t, "mail")
 		out, err := r.run(t, "", "retry", id, "--reason", "customer says nothing arrived")
 		require.Equal(t, 1, cli.ExitCode(err), out)
 		out, err = r.run(t, "", "confirm", id, "--ref", "msg_from_activity_feed", "--reason", "in the Activity Feed")
 		require.NoError(t, err, out)
-		r.waitState(t, "mail", sideeffects.StateConfirmed)
+		r.waitState(t, "mail", engine.StateConfirmed)
 		r.settle(t, "mail")
 		require.Len(t, r.sg.Requests(), 1, "one mail")
 	})
@@ -156,7 +156,7 @@ func TestRunbook(t *testing.T) {
 			r.recv.Respond("/gone", fakes.Status(410))
 			id := r.enqueue(t, "hook", outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
 				Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/gone", "body": {}}`)}).String()
-			r.waitState(t, "hook", sideeffects.StateFailed)
+			r.waitState(t, "hook", engine.StateFailed)
 			r.settle(t, "hook")
 			out, err := r.run(t, "", action, id, "--reason", "endpoint retired")
 			require.NoError(t, err, out)
@@ -177,12 +177,12 @@ func TestRunbook(t *testing.T) {
 		r.recv.Respond("/busy", fakes.Status(429), fakes.Status(429))
 		id := r.enqueue(t, "hook", outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
 			Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/busy", "body": {}}`)}).String()
-		e := r.waitState(t, "hook", sideeffects.StateFailed)
+		e := r.waitState(t, "hook", engine.StateFailed)
 		require.Contains(t, deref(e.LastError), "retries exhausted")
 		r.settle(t, "hook")
 		out, err := r.run(t, "", "retry", id, "--reason", "rate limit raised")
 		require.NoError(t, err, out)
-		r.waitState(t, "hook", sideeffects.StateConfirmed)
+		r.waitState(t, "hook", engine.StateConfirmed)
 		ds := r.recv.Deliveries()
 		require.Len(t, ds, 3, "two refused, one accepted")
 		for _, d := range ds {
@@ -210,8 +210,8 @@ func TestRunbook(t *testing.T) {
 				WHERE args->>'effect_id' = $1 AND state = 'retryable'`, id)
 			return err == nil && tag.RowsAffected() == 1
 		}, 30*time.Second, 10*time.Millisecond)
-		e := r.waitState(t, "hook", sideeffects.StateFailed)
-		require.Contains(t, deref(e.LastError), sideeffects.ReasonKeyWindow)
+		e := r.waitState(t, "hook", engine.StateFailed)
+		require.Contains(t, deref(e.LastError), engine.ReasonKeyWindow)
 		r.settle(t, "hook")
 		out, err := r.run(t, "", "retry", id, "--reason", "try again")
 		require.Equal(t, 1, cli.ExitCode(err), out)
@@ -223,12 +223,12 @@ func TestRunbook(t *testing.T) {
 		// Not found at the receiver instead: a forced retry fires it again,
 		// with the same key, under a new key window.
 		_, err = r.db.Pool.Exec(context.Background(), `UPDATE `+r.db.Schema+`.side_effects
-			SET state = 'failed', last_error = $2 WHERE id = $1`, id, sideeffects.ReasonKeyWindow)
+			SET state = 'failed', last_error = $2 WHERE id = $1`, id, engine.ReasonKeyWindow)
 		require.NoError(t, err)
 		r.recv.Respond("/slow") // answers 2xx from now on
 		out, err = r.run(t, "", "retry", id, "--force", "--reason", "not in the receiver's log")
 		require.NoError(t, err, out)
-		r.waitState(t, "hook", sideeffects.StateConfirmed)
+		r.waitState(t, "hook", engine.StateConfirmed)
 		ds := r.recv.Deliveries()
 		require.Len(t, ds, 2)
 		require.Equal(t, ds[0].ID, ds[1].ID, "the same key")
@@ -262,7 +262,7 @@ func TestRunbook(t *testing.T) {
 		require.Contains(t, out, r.effect(t, "charge").IdempotencyKey, "names the key to look up")
 
 		r.start(t)
-		e := r.waitState(t, "charge", sideeffects.StateConfirmed)
+		e := r.waitState(t, "charge", engine.StateConfirmed)
 		r.settle(t, "charge")
 		ds := r.recv.Deliveries()
 		require.Len(t, ds, 1, "re-fired once")
@@ -277,7 +277,7 @@ func TestRunbook(t *testing.T) {
 		r := startRunbook(t)
 		good := r.enqueue(t, "template", outbox.Effect{Kind: "webhook.template", Provider: "webhook",
 			Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/orders", "body": {}}`)})
-		r.waitState(t, "template", sideeffects.StateConfirmed)
+		r.waitState(t, "template", engine.StateConfirmed)
 		s := r.db.Schema
 		bad := uuid.New()
 		r.ids["bad"] = bad
@@ -293,13 +293,13 @@ func TestRunbook(t *testing.T) {
 		n, err := r.store.Sweep(context.Background(), r.db.Pool, riverClient(t, r.db.Pool, s), time.Now())
 		require.NoError(t, err)
 		require.Zero(t, n)
-		e := r.waitState(t, "bad", sideeffects.StateFailed)
-		require.Contains(t, deref(e.LastError), sideeffects.ReasonUnqueueable)
+		e := r.waitState(t, "bad", engine.StateFailed)
+		require.Contains(t, deref(e.LastError), engine.ReasonUnqueueable)
 		_, err = r.db.Pool.Exec(context.Background(), `UPDATE `+s+`.side_effects SET provider = 'webhook' WHERE id = $1`, bad)
 		require.NoError(t, err)
 		out, err := r.run(t, "", "retry", bad.String(), "--reason", "provider name fixed")
 		require.NoError(t, err, out)
-		r.waitState(t, "bad", sideeffects.StateConfirmed)
+		r.waitState(t, "bad", engine.StateConfirmed)
 		r.settle(t, "bad")
 		require.Len(t, r.recv.ByID()[e.IdempotencyKey], 1, "delivered once")
 	})

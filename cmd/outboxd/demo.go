@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
@@ -28,7 +29,6 @@ import (
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 func newDemoCmd(g *globalConfig) *cobra.Command {
@@ -121,10 +121,10 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 	fmt.Fprintf(out, "  sendgrid: local fake SendGrid %s (SendGrid has no test server)\n\n", sgFake.URL)
 
 	// Start dispatching first, as a running outboxd would be.
-	d, err := sideeffects.NewDispatcher(pool, sideeffects.Config{
+	d, err := engine.NewDispatcher(pool, engine.Config{
 		Schema:            schema,
 		Providers:         []providers.Provider{rec.wrap(wh), rec.wrap(st), rec.wrap(sg)},
-		Retry:             sideeffects.RetryPolicy{BaseDelay: 500 * time.Millisecond},
+		Retry:             engine.RetryPolicy{BaseDelay: 500 * time.Millisecond},
 		FetchCooldown:     20 * time.Millisecond,
 		FetchPollInterval: 200 * time.Millisecond,
 		// The demo reports every outcome itself, the expected failures too.
@@ -200,7 +200,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 	body := fmt.Sprintf(`{"id": %q, "amount": %d, "path": %q, "capture": %t}`, first.id, first.amount, first.path, first.capture)
 	counts := func() (rows [3]int, err error) {
 		err = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+schema+`.orders), (SELECT count(*) FROM `+schema+`.outbox_events),
-			(SELECT count(*) FROM `+schema+`.river_job WHERE kind = $1)`, sideeffects.DispatchArgs{}.Kind()).Scan(&rows[0], &rows[1], &rows[2])
+			(SELECT count(*) FROM `+schema+`.river_job WHERE kind = $1)`, engine.DispatchArgs{}.Kind()).Scan(&rows[0], &rows[1], &rows[2])
 		return rows, err
 	}
 	before, err := counts()
@@ -223,9 +223,9 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 	}
 	fmt.Fprintf(out, "same key, changed amount: HTTP %d %s\n\n", a.status, strings.TrimSpace(string(a.body)))
 
-	store := sideeffects.NewStore(schema)
+	store := engine.NewStore(schema)
 	deadline := time.Now().Add(30 * time.Second)
-	final := make([]*sideeffects.Effect, len(effects))
+	final := make([]*engine.Effect, len(effects))
 	for i, e := range effects {
 		for {
 			got, err := store.Get(ctx, pool, e.ID)
@@ -247,7 +247,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 	// mail processed; outboxd's events endpoint confirms it.
 	var events []string
 	for i, f := range final {
-		if f.State != sideeffects.StateFailed || f.Provider != sendgrid.Name {
+		if f.State != engine.StateFailed || f.Provider != sendgrid.Name {
 			continue
 		}
 		events = append(events, fmt.Sprintf("%s %s: parked after SendGrid answered 500 (%s)", effects[i].order, f.Kind, deref(f.LastError)))
@@ -267,7 +267,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 	webhooks := 0
 	for i, e := range effects {
 		f := final[i]
-		if f.State == sideeffects.StateConfirmed {
+		if f.State == engine.StateConfirmed {
 			confirmed++
 		}
 		if f.Provider == webhook.Name {

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
@@ -26,7 +27,6 @@ import (
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -248,9 +248,9 @@ func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
 		done <- cmd.ExecuteContext(runCtx)
 	}()
 
-	store := sideeffects.NewStore(db.Schema)
-	want := map[string]sideeffects.State{"webhook.order_paid": sideeffects.StateConfirmed,
-		"stripe.refund": sideeffects.StateFailed, "email.receipt": sideeffects.StateFailed}
+	store := engine.NewStore(db.Schema)
+	want := map[string]engine.State{"webhook.order_paid": engine.StateConfirmed,
+		"stripe.refund": engine.StateFailed, "email.receipt": engine.StateFailed}
 	secrets := []string{testSecret, strings.TrimPrefix(testSecret, "whsec_"), stripeKey, sendgridKey}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, e := range effects {
@@ -385,13 +385,13 @@ func TestRunConfirmsAnInDoubtEmailFromItsProviderEvent(t *testing.T) {
 		}
 		return err
 	}))
-	store := sideeffects.NewStore(db.Schema)
-	state := func() *sideeffects.Effect {
+	store := engine.NewStore(db.Schema)
+	state := func() *engine.Effect {
 		e, err := store.Get(context.Background(), db.Pool, eff.ID)
 		require.NoError(t, err)
 		return e
 	}
-	require.Eventually(t, func() bool { return state().State == sideeffects.StateFailed }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return state().State == engine.StateFailed }, 30*time.Second, 20*time.Millisecond)
 	require.Contains(t, *state().LastError, "in doubt: not re-sent")
 
 	body, err := json.Marshal([]map[string]any{fakes.SendGridEvent("sg_evt_1", "processed", eff.Key, "msg_accepted", time.Now())})
@@ -406,7 +406,7 @@ func TestRunConfirmsAnInDoubtEmailFromItsProviderEvent(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 	}
 	e := state()
-	require.Equal(t, sideeffects.StateConfirmed, e.State)
+	require.Equal(t, engine.StateConfirmed, e.State)
 	require.Equal(t, "msg_accepted", *e.ProviderRef)
 	require.Len(t, sg.Requests(), 1, "never re-sent")
 

@@ -20,16 +20,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/envflag"
+	"github.com/outboxd/outboxd/internal/providerevents"
 	"github.com/outboxd/outboxd/internal/webui"
 	"github.com/outboxd/outboxd/outbox/outboxmigrate"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
-	"github.com/outboxd/outboxd/sideeffects"
 	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
-	"github.com/outboxd/outboxd/sideeffects/providerevents"
 )
 
 // DefaultStripeConcurrency keeps the Stripe queue under Stripe's default
@@ -100,21 +100,21 @@ already older than --rescue-after and re-fires it within seconds.`,
 	f.Int32Var(&c.MaxConns, "db-max-conns", 20, "maximum Postgres connections")
 	envflag.Bind(f, "db-max-conns", "OUTBOXD_DB_MAX_CONNS")
 	f.StringToIntVar(&c.Concurrency, "concurrency", map[string]int{},
-		fmt.Sprintf("workers per provider queue, e.g. webhook=20 (default %d each; stripe %d, under Stripe's live-mode rate limit)", sideeffects.DefaultConcurrency, DefaultStripeConcurrency))
+		fmt.Sprintf("workers per provider queue, e.g. webhook=20 (default %d each; stripe %d, under Stripe's live-mode rate limit)", engine.DefaultConcurrency, DefaultStripeConcurrency))
 	envflag.Bind(f, "concurrency", "OUTBOXD_CONCURRENCY")
-	f.IntVar(&c.MaxAttempts, "max-attempts", sideeffects.DefaultMaxAttempts, "fires after which an effect fails")
+	f.IntVar(&c.MaxAttempts, "max-attempts", engine.DefaultMaxAttempts, "fires after which an effect fails")
 	envflag.Bind(f, "max-attempts", "OUTBOXD_MAX_ATTEMPTS")
-	f.DurationVar(&c.RetryBaseDelay, "retry-base-delay", sideeffects.DefaultBaseDelay, "delay after the first failed attempt (doubles each time, jittered)")
+	f.DurationVar(&c.RetryBaseDelay, "retry-base-delay", engine.DefaultBaseDelay, "delay after the first failed attempt (doubles each time, jittered)")
 	envflag.Bind(f, "retry-base-delay", "OUTBOXD_RETRY_BASE_DELAY")
-	f.DurationVar(&c.RetryMaxDelay, "retry-max-delay", sideeffects.DefaultMaxDelay, "longest delay between attempts")
+	f.DurationVar(&c.RetryMaxDelay, "retry-max-delay", engine.DefaultMaxDelay, "longest delay between attempts")
 	envflag.Bind(f, "retry-max-delay", "OUTBOXD_RETRY_MAX_DELAY")
-	f.DurationVar(&c.JobTimeout, "job-timeout", sideeffects.DefaultJobTimeout, "cancel an attempt running longer (must exceed provider timeouts)")
+	f.DurationVar(&c.JobTimeout, "job-timeout", engine.DefaultJobTimeout, "cancel an attempt running longer (must exceed provider timeouts)")
 	envflag.Bind(f, "job-timeout", "OUTBOXD_JOB_TIMEOUT")
-	f.DurationVar(&c.RescueAfter, "rescue-after", sideeffects.DefaultRescueAfter, "re-run a job whose worker vanished after this long (must exceed --job-timeout)")
+	f.DurationVar(&c.RescueAfter, "rescue-after", engine.DefaultRescueAfter, "re-run a job whose worker vanished after this long (must exceed --job-timeout)")
 	envflag.Bind(f, "rescue-after", "OUTBOXD_RESCUE_AFTER")
-	f.DurationVar(&c.SweepInterval, "sweep-interval", sideeffects.DefaultSweepInterval, "how often the leader re-inserts jobs for pending/fired effects that have none")
+	f.DurationVar(&c.SweepInterval, "sweep-interval", engine.DefaultSweepInterval, "how often the leader re-inserts jobs for pending/fired effects that have none")
 	envflag.Bind(f, "sweep-interval", "OUTBOXD_SWEEP_INTERVAL")
-	f.DurationVar(&c.Retention, "retention", sideeffects.DefaultRetention, "keep terminal effects this long, then purge them (must exceed every key window; 0 disables)")
+	f.DurationVar(&c.Retention, "retention", engine.DefaultRetention, "keep terminal effects this long, then purge them (must exceed every key window; 0 disables)")
 	envflag.Bind(f, "retention", "OUTBOXD_RETENTION")
 	c.Policies.Bind(f)
 	f.StringVar(&c.WebhookSecret, "webhook-secret", "", "Standard Webhooks signing secret, whsec_<base64>; enables the webhook provider")
@@ -348,7 +348,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		dispatchmetrics.NewStateCollector(pool, sideeffects.NewStore(g.Schema)))
+		dispatchmetrics.NewStateCollector(pool, g.Schema))
 	metrics, err := dispatchmetrics.New(reg)
 	if err != nil {
 		return err
@@ -357,7 +357,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if retention <= 0 {
 		retention = -1 // disabled
 	}
-	d, err := sideeffects.NewDispatcher(pool, sideeffects.Config{
+	d, err := engine.NewDispatcher(pool, engine.Config{
 		Schema:        g.Schema,
 		SweepInterval: c.SweepInterval,
 		Retention:     retention,
@@ -365,7 +365,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		Providers:     provs,
 		Concurrency:   c.concurrency(provs),
 		InDoubt:       inDoubt,
-		Retry:         sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
+		Retry:         engine.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
 		JobTimeout:    c.JobTimeout,
 		RescueAfter:   c.RescueAfter,
 		// River's soft stop: in-flight calls get this long after a signal,
@@ -451,7 +451,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 
 	// Record the settings this process dispatches with, for outboxctl
 	// dispatchers; refreshed every 30s, marked stopped on the way out.
-	store := sideeffects.NewStore(g.Schema)
+	store := engine.NewStore(g.Schema)
 	host, _ := os.Hostname()
 	self := fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().Unix())
 	if err := store.RecordDispatcher(ctx, pool, self, host, os.Getpid(), c.settings(names, provs)); err != nil {
@@ -501,7 +501,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 // outboxctl uses.
 func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[string]providers.InDoubtPolicy, log *slog.Logger) (http.Handler, error) {
 	guarantees := c.Policies.Guarantees()
-	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema, Guarantees: guarantees, InDoubt: inDoubt})
+	op, err := engine.NewOperator(pool, engine.OperatorConfig{Schema: schema, Guarantees: guarantees, InDoubt: inDoubt})
 	if err != nil {
 		return nil, err
 	}

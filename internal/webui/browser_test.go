@@ -26,13 +26,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/internal/webui"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 const (
@@ -45,7 +45,7 @@ const (
 // operator meets.
 type site struct {
 	db    *testdb.DB
-	store *sideeffects.Store
+	store *engine.Store
 	recv  *fakes.Receiver
 	ui    *httptest.Server
 	ids   map[string]uuid.UUID
@@ -54,7 +54,7 @@ type site struct {
 func newSite(t *testing.T) *site {
 	t.Helper()
 	s := &site{db: testdb.New(t), ids: map[string]uuid.UUID{}}
-	s.store = sideeffects.NewStore(s.db.Schema)
+	s.store = engine.NewStore(s.db.Schema)
 	var err error
 	s.recv, err = fakes.NewReceiver(secret)
 	require.NoError(t, err)
@@ -69,9 +69,9 @@ func newSite(t *testing.T) *site {
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loop, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	d, err := sideeffects.NewDispatcher(s.db.Pool, sideeffects.Config{
+	d, err := engine.NewDispatcher(s.db.Pool, engine.Config{
 		Schema: s.db.Schema, Providers: []providers.Provider{wh},
-		Retry:         sideeffects.RetryPolicy{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+		Retry:         engine.RetryPolicy{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TestOnly: true,
 	})
@@ -82,7 +82,7 @@ func newSite(t *testing.T) *site {
 		defer cancel()
 		_ = d.Stop(ctx)
 	})
-	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema,
+	op, err := engine.NewOperator(s.db.Pool, engine.OperatorConfig{Schema: s.db.Schema,
 		Guarantees: map[string]providers.Guarantees{"webhook": wh.Guarantees()}})
 	require.NoError(t, err)
 	h, err := webui.New(webui.Config{Pool: s.db.Pool, Schema: s.db.Schema, Operator: op, AdminToken: adminToken,
@@ -103,10 +103,10 @@ func newSite(t *testing.T) *site {
 			return err
 		}))
 	}
-	s.wait(t, "ok", sideeffects.StateConfirmed)
-	s.wait(t, "gone", sideeffects.StateFailed)
-	s.wait(t, "busy", sideeffects.StateFailed)
-	s.wait(t, "nojob", sideeffects.StateConfirmed)
+	s.wait(t, "ok", engine.StateConfirmed)
+	s.wait(t, "gone", engine.StateFailed)
+	s.wait(t, "busy", engine.StateFailed)
+	s.wait(t, "nojob", engine.StateConfirmed)
 	// A row an application wrote by SQL an hour ago, with no job: stuck.
 	_, err = s.db.Pool.Exec(context.Background(), `INSERT INTO `+s.db.Schema+`.side_effects (id, source_id, kind, provider, payload, created_at, updated_at)
 		SELECT $2, source_id, 'webhook.by_hand', provider, payload, now() - interval '1 hour', now() - interval '1 hour'
@@ -115,7 +115,7 @@ func newSite(t *testing.T) *site {
 	return s
 }
 
-func (s *site) wait(t *testing.T, name string, state sideeffects.State) {
+func (s *site) wait(t *testing.T, name string, state engine.State) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		e, err := s.store.Get(context.Background(), s.db.Pool, s.ids[name])
@@ -246,7 +246,7 @@ func TestWebViewInABrowser(t *testing.T) {
 	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "rate limit raised"),
 		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "retry by web:ada: failed -> pending")
-	s.wait(t, "busy", sideeffects.StateConfirmed)
+	s.wait(t, "busy", engine.StateConfirmed)
 	audit, err := s.store.Audit(context.Background(), s.db.Pool, busy.ID)
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
@@ -275,7 +275,7 @@ func TestWebViewInABrowser(t *testing.T) {
 	require.Contains(t, br.text("body"), "refused")
 	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids["gone"])
 	require.NoError(t, err)
-	require.Equal(t, sideeffects.StateFailed, e.State, "not cancelled")
+	require.Equal(t, engine.StateFailed, e.State, "not cancelled")
 }
 
 // Without the credential an action is refused; with it but without the
@@ -308,7 +308,7 @@ func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
 		&http.Cookie{Name: "outboxd_csrf", Value: strings.Repeat("b", 64)}).StatusCode, "a token not this browser's")
 	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids["gone"])
 	require.NoError(t, err)
-	require.Equal(t, sideeffects.StateFailed, e.State)
+	require.Equal(t, engine.StateFailed, e.State)
 
 	// With both, and no reason: refused with the form again.
 	tok := strings.Repeat("c", 64)
@@ -318,7 +318,7 @@ func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "followed the redirect to the effect page")
 	e, err = s.store.Get(context.Background(), s.db.Pool, s.ids["gone"])
 	require.NoError(t, err)
-	require.Equal(t, sideeffects.StateCancelled, e.State)
+	require.Equal(t, engine.StateCancelled, e.State)
 
 	// Every page carries the security headers.
 	resp, err = http.Get(s.url(""))
@@ -331,7 +331,7 @@ func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
 func TestReadOnlyViewRefusesActions(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
+	op, err := engine.NewOperator(db.Pool, engine.OperatorConfig{Schema: db.Schema})
 	require.NoError(t, err)
 	h, err := webui.New(webui.Config{Pool: db.Pool, Schema: db.Schema, Operator: op})
 	require.NoError(t, err)
@@ -362,7 +362,7 @@ func TestSearchPagesWithAKeysetCursor(t *testing.T) {
 			return err
 		}))
 	}
-	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
+	op, err := engine.NewOperator(db.Pool, engine.OperatorConfig{Schema: db.Schema})
 	require.NoError(t, err)
 	h, err := webui.New(webui.Config{Pool: db.Pool, Schema: db.Schema, Operator: op})
 	require.NoError(t, err)

@@ -13,21 +13,21 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/internal/engine"
 )
 
 type overviewData struct {
 	Now           time.Time
-	Gauges        []sideeffects.StateGauge
+	Gauges        []engine.StateGauge
 	Stuck         []stuckRow
-	Reasons       []sideeffects.ReasonCount
+	Reasons       []engine.ReasonCount
 	Chart         template.HTML
 	ConfirmedHour int64
 	FailedHour    int64
 }
 
 type stuckRow struct {
-	sideeffects.StuckEffect
+	engine.StuckEffect
 	Diagnosis string
 }
 
@@ -67,7 +67,7 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 
 // chart draws confirmed (green) and failed (red) effects per minute over
 // 60 minutes as inline SVG. Only numbers go into it.
-func chart(start time.Time, minutes []sideeffects.MinuteCount) template.HTML {
+func chart(start time.Time, minutes []engine.MinuteCount) template.HTML {
 	const width, height, slots = 600.0, 140.0, 60
 	var c, f [slots]int64
 	var top int64 = 1
@@ -107,7 +107,7 @@ type searchData struct {
 	States                                       []string
 	Searched                                     bool
 	Error                                        string
-	Effects                                      []*sideeffects.Effect
+	Effects                                      []*engine.Effect
 	Next                                         string
 }
 
@@ -119,7 +119,7 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 	ctx, q := r.Context(), r.URL.Query()
 	d := searchData{Q: strings.TrimSpace(q.Get("q")), AggType: q.Get("aggregate_type"), AggID: q.Get("aggregate_id"),
 		Kind: q.Get("kind"), State: q.Get("state"), Since: q.Get("since"), Until: q.Get("until")}
-	for _, s := range []sideeffects.State{sideeffects.StatePending, sideeffects.StateFired, sideeffects.StateConfirmed, sideeffects.StateFailed, sideeffects.StateCancelled} {
+	for _, s := range []engine.State{engine.StatePending, engine.StateFired, engine.StateConfirmed, engine.StateFailed, engine.StateCancelled} {
 		d.States = append(d.States, string(s))
 	}
 	d.Searched = len(q) > 0
@@ -137,7 +137,7 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 			err = errors.New("aggregate: give both its type (e.g. order) and its id (e.g. ord_1022)")
 			break
 		}
-		var evs []sideeffects.EventEffects
+		var evs []engine.EventEffects
 		if evs, err = u.store.EventsOfAggregate(ctx, u.cfg.Pool, d.AggType, d.AggID, pageSize); err != nil {
 			break
 		}
@@ -150,13 +150,13 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 			d.Effects = append(d.Effects, effs...)
 		}
 	default:
-		f := sideeffects.Filter{Kind: d.Kind, Limit: pageSize + 1}
+		f := engine.Filter{Kind: d.Kind, Limit: pageSize + 1}
 		if d.State != "" {
 			if !slices.Contains(d.States, d.State) {
 				err = fmt.Errorf("state %q: use one of %s", d.State, strings.Join(d.States, ", "))
 				break
 			}
-			f.States = []sideeffects.State{sideeffects.State(d.State)}
+			f.States = []engine.State{engine.State(d.State)}
 		}
 		if f.Since, err = parseTime("since", d.Since); err != nil {
 			break
@@ -189,7 +189,7 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		d.Error, d.Effects, status = err.Error(), nil, http.StatusBadRequest
-		if errors.Is(err, sideeffects.ErrNotFound) {
+		if errors.Is(err, engine.ErrNotFound) {
 			d.Error, status = "no effect with that id", http.StatusOK
 		}
 	}
@@ -197,17 +197,17 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 }
 
 // lookup finds effects by effect id, event id or idempotency key.
-func (u *ui) lookup(r *http.Request, q string) ([]*sideeffects.Effect, error) {
+func (u *ui) lookup(r *http.Request, q string) ([]*engine.Effect, error) {
 	ctx := r.Context()
 	if keyRE.MatchString(q) {
 		e, err := u.store.GetByKey(ctx, u.cfg.Pool, q)
-		if errors.Is(err, sideeffects.ErrNotFound) {
+		if errors.Is(err, engine.ErrNotFound) {
 			return nil, nil
 		}
 		if err != nil {
 			return nil, err
 		}
-		return []*sideeffects.Effect{e}, nil
+		return []*engine.Effect{e}, nil
 	}
 	id, err := uuid.Parse(q)
 	if err != nil {
@@ -215,9 +215,9 @@ func (u *ui) lookup(r *http.Request, q string) ([]*sideeffects.Effect, error) {
 	}
 	e, err := u.store.Get(ctx, u.cfg.Pool, id)
 	if err == nil {
-		return []*sideeffects.Effect{e}, nil
+		return []*engine.Effect{e}, nil
 	}
-	if !errors.Is(err, sideeffects.ErrNotFound) {
+	if !errors.Is(err, engine.ErrNotFound) {
 		return nil, err
 	}
 	return u.store.EffectsOfEvent(ctx, u.cfg.Pool, id) // an event id, or nothing
@@ -238,28 +238,28 @@ func parseTime(field, s string) (time.Time, error) {
 }
 
 type effectData struct {
-	Effect           *sideeffects.Effect
+	Effect           *engine.Effect
 	Columns          [][2]string
-	Event            *sideeffects.Event
-	Siblings         []*sideeffects.Effect
-	Attempts         []sideeffects.Attempt
+	Event            *engine.Event
+	Siblings         []*engine.Effect
+	Attempts         []engine.Attempt
 	ConfirmedAttempt string
-	Jobs             []sideeffects.Job
-	Audit            []sideeffects.AuditEntry
-	Delivery         *sideeffects.Delivery
-	Drift            []sideeffects.DriftRecord
+	Jobs             []engine.Job
+	Audit            []engine.AuditEntry
+	Delivery         *engine.Delivery
+	Drift            []engine.DriftRecord
 	Actions          []string
 	Flash            string
 }
 
-func (u *ui) loadEffect(w http.ResponseWriter, r *http.Request) *sideeffects.Effect {
+func (u *ui) loadEffect(w http.ResponseWriter, r *http.Request) *engine.Effect {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
 		u.fail(w, http.StatusBadRequest, "not an effect id: find effects with Search", nil)
 		return nil
 	}
 	e, err := u.store.Get(r.Context(), u.cfg.Pool, id)
-	if errors.Is(err, sideeffects.ErrNotFound) {
+	if errors.Is(err, engine.ErrNotFound) {
 		u.fail(w, http.StatusNotFound, "no effect with id "+id.String()+" (never, or purged after retention)", nil)
 		return nil
 	}
@@ -290,14 +290,14 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 	load(func() (err error) { d.Audit, err = u.store.Audit(ctx, db, e.ID); return })
 	load(func() (err error) { d.Delivery, err = u.store.Delivery(ctx, db, e.ID); return })
 	load(func() (err error) {
-		d.Drift, err = u.store.Drift(ctx, db, sideeffects.DriftFilter{EffectID: &e.ID})
+		d.Drift, err = u.store.Drift(ctx, db, engine.DriftFilter{EffectID: &e.ID})
 		return
 	})
 	if err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read the effect's history", err)
 		return
 	}
-	if e.State == sideeffects.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil {
+	if e.State == engine.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil {
 		d.ConfirmedAttempt = e.ConfirmedAt.Sub(*e.FiredAt).Round(time.Millisecond).String()
 	}
 	ts := func(t *time.Time) string {
@@ -325,15 +325,15 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 }
 
 // actionsFor lists the actions an effect's state allows.
-func actionsFor(s sideeffects.State) []string {
+func actionsFor(s engine.State) []string {
 	switch s {
-	case sideeffects.StatePending:
+	case engine.StatePending:
 		return []string{"cancel", "confirm"}
-	case sideeffects.StateFired:
+	case engine.StateFired:
 		return []string{"retry", "cancel", "confirm"}
-	case sideeffects.StateFailed:
+	case engine.StateFailed:
 		return []string{"retry", "cancel", "confirm", "acknowledge"}
-	case sideeffects.StateCancelled:
+	case engine.StateCancelled:
 		return []string{"retry", "confirm"}
 	}
 	return nil
@@ -347,12 +347,12 @@ var actionHelp = map[string]string{
 }
 
 type actionData struct {
-	Effect         *sideeffects.Effect
+	Effect         *engine.Effect
 	Action, Help   string
 	Reason, Ref    string
 	Force          bool
 	AllowDuplicate bool
-	DryRun         sideeffects.Change
+	DryRun         engine.Change
 	DryRunText     string
 	Error          string
 }
@@ -438,12 +438,12 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 }
 
 // perform runs the action through the operator API, as outboxctl does.
-func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) (sideeffects.Change, error) {
+func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) (engine.Change, error) {
 	ctx, op := r.Context(), u.cfg.Operator
-	opts := sideeffects.ActionOpts{Actor: actor, Reason: cmpOr(d.Reason, "(dry run)"), DryRun: dryRun, Force: d.Force,
+	opts := engine.ActionOpts{Actor: actor, Reason: cmpOr(d.Reason, "(dry run)"), DryRun: dryRun, Force: d.Force,
 		AllowDuplicate: d.AllowDuplicate, Ref: d.Ref}
 	ids := []uuid.UUID{d.Effect.ID}
-	var chs []sideeffects.Change
+	var chs []engine.Change
 	var err error
 	switch d.Action {
 	case "retry":
@@ -456,20 +456,20 @@ func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) 
 		if dryRun && opts.Ref == "" {
 			opts.Ref = "(reference)"
 		}
-		var ch sideeffects.Change
+		var ch engine.Change
 		ch, err = op.Confirm(ctx, d.Effect.ID, opts)
-		chs = []sideeffects.Change{ch}
+		chs = []engine.Change{ch}
 	}
 	if err != nil {
-		return sideeffects.Change{}, err
+		return engine.Change{}, err
 	}
 	if len(chs) != 1 {
-		return sideeffects.Change{}, errors.New("the effect is gone")
+		return engine.Change{}, errors.New("the effect is gone")
 	}
 	return chs[0], nil
 }
 
-func describe(ch sideeffects.Change) string {
+func describe(ch engine.Change) string {
 	if !ch.Applied {
 		return "Would be refused: " + ch.Skipped
 	}

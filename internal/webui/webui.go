@@ -26,7 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/internal/engine"
 )
 
 //go:embed templates/*.html
@@ -39,7 +39,7 @@ var staticFS embed.FS
 type Config struct {
 	Pool     *pgxpool.Pool
 	Schema   string
-	Operator *sideeffects.Operator
+	Operator *engine.Operator
 	// Prefix is the path the view is served under. Default "/ui/".
 	Prefix string
 	// AdminToken enables actions: a request carrying it (HTTP basic auth
@@ -56,7 +56,7 @@ type Config struct {
 
 type ui struct {
 	cfg   Config
-	store *sideeffects.Store
+	store *engine.Store
 	pages map[string]*template.Template
 }
 
@@ -85,7 +85,7 @@ func New(cfg Config) (http.Handler, error) {
 		cfg.KeyWindow = func(string) time.Duration { return 0 }
 	}
 	if cfg.FiredBound == 0 {
-		cfg.FiredBound = sideeffects.DefaultRescueAfter + time.Minute
+		cfg.FiredBound = engine.DefaultRescueAfter + time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -18,10 +18,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // shop is an application with one endpoint, POST /orders, that writes an
@@ -437,7 +437,7 @@ func TestDispatcherPurgesExpiredKeysNoRequestHolds(t *testing.T) {
 	go func() { done <- s.post(t, "key-held", `{"order": "ord_held2", "amount": 1}`) }()
 	<-reached
 
-	n, _, err := sideeffects.NewStore(s.db.Schema).PurgeExpired(ctx, s.db.Pool)
+	n, _, err := engine.NewStore(s.db.Schema).PurgeExpired(ctx, s.db.Pool)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "only key-old")
 	close(release)

@@ -19,9 +19,9 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox/inbox"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -146,7 +146,7 @@ func TestClaimReportsWhetherAMessageIsNew(t *testing.T) {
 	// Past its retention an id is purged by outboxd's maintenance.
 	_, err = db.Pool.Exec(ctx, "UPDATE "+db.Schema+".inbox_messages SET expires_at = now() - interval '1 second' WHERE source = 'google'")
 	require.NoError(t, err)
-	_, purged, err := sideeffects.NewStore(db.Schema).PurgeExpired(ctx, db.Pool)
+	_, purged, err := engine.NewStore(db.Schema).PurgeExpired(ctx, db.Pool)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, purged)
 	require.True(t, claim("google", "n_1"), "a redelivery after the retention is new")

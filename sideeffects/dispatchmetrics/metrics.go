@@ -12,8 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/providers"
 )
 
 // Metrics are the dispatcher's Prometheus metrics. Labels are bounded:
@@ -118,15 +119,16 @@ func (m *Metrics) ProviderEvent(ev providers.EventReport, res sideeffects.EventR
 // each is. Every replica reports the same database-wide values.
 type StateCollector struct {
 	pool    *pgxpool.Pool
-	store   *sideeffects.Store
+	store   *engine.Store
 	count   *prometheus.Desc
 	oldest  *prometheus.Desc
 	up      *prometheus.Desc
 	timeout time.Duration
 }
 
-// NewStateCollector builds a collector for the tables behind store.
-func NewStateCollector(pool *pgxpool.Pool, store *sideeffects.Store) *StateCollector {
+// NewStateCollector builds a collector for the effects table in schema.
+func NewStateCollector(pool *pgxpool.Pool, schema string) *StateCollector {
+	store := engine.NewStore(schema)
 	return &StateCollector{
 		pool:  pool,
 		store: store,

@@ -1,0 +1,46 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Attempt is one failed attempt of an effect, as outboxctl show lists it.
+type Attempt struct {
+	EffectID  uuid.UUID     `json:"effect_id"`
+	Attempt   int           `json:"attempt"`
+	StartedAt time.Time     `json:"started_at"`
+	Duration  time.Duration `json:"duration_ns"`
+	// Outcome is the error class: retryable, in_doubt or permanent.
+	Outcome string `json:"outcome"`
+	Error   string `json:"error"`
+	// Host is the destination the provider called, when it says.
+	Host string `json:"host"`
+}
+
+// RecordAttempt records a failed attempt.
+func (s *Store) RecordAttempt(ctx context.Context, db DB, a Attempt) error {
+	if _, err := db.Exec(ctx, s.q.recordAttempt, a.EffectID, a.Attempt, a.StartedAt, a.Duration.Milliseconds(), a.Outcome, a.Error, a.Host); err != nil {
+		return fmt.Errorf("record attempt of effect %s: %w", a.EffectID, err)
+	}
+	return nil
+}
+
+// Attempts lists the failed attempts of effect id, oldest first.
+func (s *Store) Attempts(ctx context.Context, db DB, id uuid.UUID) ([]Attempt, error) {
+	rows, err := db.Query(ctx, s.q.attemptsOf, id)
+	if err != nil {
+		return nil, fmt.Errorf("attempts of effect %s: %w", id, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		var ms int64
+		err := r.Scan(&a.EffectID, &a.Attempt, &a.StartedAt, &ms, &a.Outcome, &a.Error, &a.Host)
+		a.Duration = time.Duration(ms) * time.Millisecond
+		return a, err
+	})
+}

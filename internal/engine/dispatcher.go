@@ -1,0 +1,270 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/outboxd/outboxd/providers"
+)
+
+// Defaults for Config's zero values. Together they bound crash recovery: an
+// effect left fired by a killed process is rescued by River after
+// RescueAfter, noticed within River's 30s rescuer interval, and re-fired
+// after the first retry delay, about 3 minutes in all with the defaults; a
+// dispatcher that starts later rescues such a job within seconds.
+const (
+	// DefaultConcurrency is high because most workers wait: on the shared
+	// claim and confirm statements (larger batches are cheaper per effect)
+	// or on a provider. Measured in docs/performance.md.
+	DefaultConcurrency = 400
+	DefaultJobTimeout  = time.Minute
+	DefaultRescueAfter = 2 * time.Minute
+	// DefaultShutdownTimeout is how long Stop lets in-flight calls finish.
+	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultFetchCooldown and DefaultFetchPollInterval are tighter than
+	// River's (100ms, 1s), chosen by measurement (docs/performance.md): an
+	// effect is usually fired within a few milliseconds of its commit, and
+	// within the poll interval when its insert notification was coalesced
+	// with another.
+	DefaultFetchCooldown     = 5 * time.Millisecond
+	DefaultFetchPollInterval = 100 * time.Millisecond
+)
+
+// Config configures a Dispatcher.
+type Config struct {
+	// Schema holds outboxd's and River's tables ("" uses search_path).
+	Schema string
+	// Providers are the providers this process dispatches for; each gets its
+	// own River queue, named after it, so a slow provider cannot starve the
+	// others.
+	Providers []providers.Provider
+	// Concurrency is the number of workers per provider queue. A provider
+	// not listed gets DefaultConcurrency.
+	Concurrency map[string]int
+	// InDoubt overrides a provider's in-doubt policy for individual kinds.
+	InDoubt map[string]providers.InDoubtPolicy
+	// Retry is the retry schedule.
+	Retry RetryPolicy
+	// JobTimeout cancels an attempt that runs longer. It must exceed every
+	// provider's request timeout. Default 1m.
+	JobTimeout time.Duration
+	// ShutdownTimeout is how long Stop lets in-flight attempts finish
+	// before River cancels them. Default 30s.
+	ShutdownTimeout time.Duration
+	// RescueAfter is how long a job may stay running before River assumes
+	// its worker died and retries it. Must exceed JobTimeout. Default 2m.
+	RescueAfter time.Duration
+	// FetchCooldown and FetchPollInterval tune River's fetch loop. Defaults
+	// 20ms and 250ms.
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+	// SweepInterval is how often the leader looks for pending and fired
+	// effects without a dispatch job. Default 1m.
+	SweepInterval time.Duration
+	// SweepGrace leaves alone effects changed more recently than this.
+	// Default 1m.
+	SweepGrace time.Duration
+	// Retention is how long terminal effects are kept; it must exceed every
+	// provider's key window. Default 30 days; -1 disables the purge.
+	Retention time.Duration
+	// RetentionInterval is how often the purge runs. Default 1h.
+	RetentionInterval time.Duration
+	// Metrics, when set, receives what the dispatcher measures (see package
+	// dispatchmetrics for Prometheus).
+	Metrics Observer
+	// Logger receives outboxd's and River's logs. Default slog.Default().
+	Logger *slog.Logger
+	// TestOnly shortens River's start-up for tests.
+	TestOnly bool
+}
+
+// Dispatcher runs River workers that fire side effects.
+type Dispatcher struct {
+	client *river.Client[pgx.Tx]
+	worker *Worker
+	intake *intake
+}
+
+// withDefaults fills in the zero fields of cfg, as River's Config does.
+func (cfg Config) withDefaults() Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.JobTimeout = cmp.Or(cfg.JobTimeout, DefaultJobTimeout)
+	cfg.RescueAfter = cmp.Or(cfg.RescueAfter, DefaultRescueAfter)
+	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	cfg.FetchCooldown = cmp.Or(cfg.FetchCooldown, DefaultFetchCooldown)
+	cfg.FetchPollInterval = cmp.Or(cfg.FetchPollInterval, DefaultFetchPollInterval)
+	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, DefaultSweepInterval)
+	cfg.SweepGrace = cmp.Or(cfg.SweepGrace, DefaultSweepGrace)
+	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
+	cfg.RetentionInterval = cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval)
+	cfg.Retry = cfg.Retry.withDefaults()
+	return cfg
+}
+
+// validate checks cfg after withDefaults, naming the setting at fault; the
+// checks run in a fixed order, so the same config always reports the same
+// error.
+func (cfg Config) validate() error {
+	if len(cfg.Providers) == 0 {
+		return errors.New("dispatcher: no providers configured")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"job timeout", cfg.JobTimeout}, {"rescue-after", cfg.RescueAfter}, {"shutdown timeout", cfg.ShutdownTimeout},
+		{"fetch cooldown", cfg.FetchCooldown}, {"fetch poll interval", cfg.FetchPollInterval}, {"sweep interval", cfg.SweepInterval},
+		{"sweep grace", cfg.SweepGrace}, {"retention interval", cfg.RetentionInterval}, {"retry base delay", cfg.Retry.BaseDelay},
+		{"retry max delay", cfg.Retry.MaxDelay}} {
+		if d.v < 0 {
+			return fmt.Errorf("dispatcher: %s is %s: it must not be negative", d.name, d.v)
+		}
+	}
+	if cfg.Retry.MaxAttempts < 0 {
+		return fmt.Errorf("dispatcher: retry max attempts is %d: it must not be negative", cfg.Retry.MaxAttempts)
+	}
+	if cfg.SweepInterval < time.Second {
+		return fmt.Errorf("dispatcher: sweep interval is %s: it must be at least 1s", cfg.SweepInterval)
+	}
+	if cfg.RescueAfter <= cfg.JobTimeout {
+		return fmt.Errorf("dispatcher: rescue-after (%s) must exceed job-timeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
+	}
+	seen := map[string]bool{}
+	for _, p := range cfg.Providers {
+		name := p.Name()
+		if seen[name] {
+			return fmt.Errorf("dispatcher: provider %q configured twice", name)
+		}
+		seen[name] = true
+		if n := cfg.Concurrency[name]; n < 0 {
+			return fmt.Errorf("dispatcher: concurrency for %q must be positive, got %d", name, n)
+		}
+		g := p.Guarantees()
+		if g.KeyWindow < 0 || g.KeyWindowMargin < 0 || (g.KeyWindow > 0 && g.KeyWindow <= g.KeyWindowMargin) {
+			return fmt.Errorf("dispatcher: the %s key window (%s) must exceed its margin (%s): no retry could ever be made", name, g.KeyWindow, g.KeyWindowMargin)
+		}
+		if cfg.Retention > 0 && g.KeyWindow > 0 && cfg.Retention <= g.KeyWindow {
+			return fmt.Errorf("dispatcher: retention (%s) must exceed the %s key window (%s): a purged effect no longer deduplicates", cfg.Retention, name, g.KeyWindow)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Concurrency)) {
+		if !seen[name] {
+			return fmt.Errorf("dispatcher: concurrency set for unknown provider %q", name)
+		}
+	}
+	return nil
+}
+
+// NewDispatcher validates cfg and builds a dispatcher; Start runs it.
+func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	store := NewStore(cfg.Schema)
+	w := &Worker{
+		pool:      pool,
+		store:     store,
+		providers: make(map[string]providers.Provider, len(cfg.Providers)),
+		inDoubt:   cfg.InDoubt,
+		retry:     cfg.Retry,
+		logger:    cfg.Logger,
+		metrics:   cmp.Or[Observer](cfg.Metrics, noObserver{}),
+	}
+	queues := make(map[string]river.QueueConfig, len(cfg.Providers))
+	for _, p := range cfg.Providers {
+		name := p.Name()
+		w.providers[name] = p
+		if sh, ok := p.(providers.SecretHolder); ok {
+			w.secrets = append(w.secrets, sh.Secrets()...)
+		}
+		w.providerNames = append(w.providerNames, name)
+		queues[name] = river.QueueConfig{MaxWorkers: cmp.Or(cfg.Concurrency[name], DefaultConcurrency)}
+	}
+	queues[MaintenanceQueue] = river.QueueConfig{MaxWorkers: 1}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, w); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	if err := river.AddWorkerSafely[SweepArgs](workers, &sweepWorker{pool: pool, store: store, grace: cfg.SweepGrace, logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	periodicJobs := []*river.PeriodicJob{periodic(cfg.SweepInterval, SweepArgs{})}
+	if err := river.AddWorkerSafely[RetentionArgs](workers, &retentionWorker{pool: pool, store: store, retention: cfg.Retention, logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	if cfg.Retention > 0 {
+		periodicJobs = append(periodicJobs, periodic(cfg.RetentionInterval, RetentionArgs{}))
+	}
+	// Expired idempotency keys (outbox/idempotency) go whatever the
+	// effects' retention.
+	if err := river.AddWorkerSafely[KeyExpiryArgs](workers, &keyExpiryWorker{pool: pool, store: store, logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	periodicJobs = append(periodicJobs, periodic(cfg.RetentionInterval, KeyExpiryArgs{}))
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Schema:               cfg.Schema,
+		Queues:               queues,
+		Workers:              workers,
+		JobTimeout:           cfg.JobTimeout,
+		RescueStuckJobsAfter: cfg.RescueAfter,
+		SoftStopTimeout:      cfg.ShutdownTimeout,
+		FetchCooldown:        cfg.FetchCooldown,
+		FetchPollInterval:    cfg.FetchPollInterval,
+		Logger:               cfg.Logger,
+		PeriodicJobs:         periodicJobs,
+		TestOnly:             cfg.TestOnly,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: river client: %w", err)
+	}
+	return &Dispatcher{client: client, worker: w, intake: &intake{
+		pool: pool, store: store, schema: cfg.Schema, poll: cfg.FetchPollInterval, logger: cfg.Logger, client: client,
+	}}, nil
+}
+
+// Start begins fetching and working dispatch jobs.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.worker.startBatchers()
+	if err := d.client.Start(ctx); err != nil {
+		d.worker.stopBatchers()
+		return err
+	}
+	d.intake.start()
+	return nil
+}
+
+// Stop stops fetching and lets in-flight attempts finish for
+// Config.ShutdownTimeout, after which River cancels them (its soft stop).
+// If ctx ends first, they are cancelled then (River's StopAndCancel). It
+// returns when every worker has returned. A cancelled attempt leaves its
+// effect fired, to be re-fired with the same key by this or another
+// replica.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	// The batchers serve the workers until the last one has returned.
+	defer d.worker.stopBatchers()
+	d.intake.stopIntake()
+	err := d.client.Stop(ctx)
+	if ctx.Err() != nil {
+		hard, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return d.client.StopAndCancel(hard)
+	}
+	return err
+}
+
+// Stopped is closed once the dispatcher has stopped, however the stop
+// began (Stop, or the cancellation of Start's context).
+func (d *Dispatcher) Stopped() <-chan struct{} { return d.client.Stopped() }

@@ -1,0 +1,56 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DispatcherRecord is what an outboxd run recorded about itself: where it
+// runs and the settings it dispatches with (never secrets).
+type DispatcherRecord struct {
+	ID        string          `json:"id"`
+	Host      string          `json:"host"`
+	PID       int             `json:"pid"`
+	StartedAt time.Time       `json:"started_at"`
+	SeenAt    time.Time       `json:"seen_at"`
+	StoppedAt *time.Time      `json:"stopped_at"`
+	Settings  json.RawMessage `json:"settings"`
+}
+
+// RecordDispatcher records (or refreshes) a running dispatcher's settings.
+func (s *Store) RecordDispatcher(ctx context.Context, db DB, id, host string, pid int, settings any) error {
+	raw, err := json.Marshal(settings)
+	if err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, s.q.recordDispatcher, id, host, pid, raw); err != nil {
+		return fmt.Errorf("record dispatcher: %w", err)
+	}
+	return nil
+}
+
+// DispatcherSeen refreshes a dispatcher's seen_at, or with stopped set, marks
+// it stopped.
+func (s *Store) DispatcherSeen(ctx context.Context, db DB, id string, stopped bool) error {
+	if _, err := db.Exec(ctx, s.q.dispatcherSeen, id, stopped); err != nil {
+		return fmt.Errorf("dispatcher seen: %w", err)
+	}
+	return nil
+}
+
+// Dispatchers lists the recorded dispatchers, most recently seen first.
+func (s *Store) Dispatchers(ctx context.Context, db DB, limit int) ([]DispatcherRecord, error) {
+	rows, err := db.Query(ctx, s.q.dispatchers, limit)
+	if err != nil {
+		return nil, fmt.Errorf("dispatchers: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (DispatcherRecord, error) {
+		var d DispatcherRecord
+		err := r.Scan(&d.ID, &d.Host, &d.PID, &d.StartedAt, &d.SeenAt, &d.StoppedAt, &d.Settings)
+		return d, err
+	})
+}

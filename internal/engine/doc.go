@@ -1,0 +1,18 @@
+// Package sideeffects owns the side_effects state machine and the River
+// worker that drives it.
+//
+//	pending --claim (committed before the provider is called)--> fired
+//	fired   --acknowledged (same tx completes the River job)--> confirmed
+//	fired   --retryable (provider did not act)--> pending, retried later
+//	fired   --in doubt (timeout, crash)--> fired, re-fired with the same key
+//	pending|fired --permanent, retries exhausted, key window passed--> failed
+//
+// Every transition is one guarded UPDATE ... WHERE state IN (...) in
+// queries.go; a transition that no longer applies changes nothing. The
+// worker, the enqueue side (package outbox) and the admin CLI all go through
+// Store, so the rules are written once.
+//
+// An effect's idempotency key is Key(event id, kind); Postgres computes the
+// same value in the generated side_effects.idempotency_key column, so rows
+// written by plain SQL carry the right key too.
+package engine

@@ -1,0 +1,210 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/providers"
+)
+
+// Provider events close the loop: an event that shows the provider applied
+// an effect's request confirms an effect outboxd holds as in doubt; an event
+// that contradicts what outboxd holds is recorded as drift.
+
+// Drift reasons.
+const (
+	// DriftUnknownKey: an event carries an outboxd key no effect has.
+	DriftUnknownKey = "unknown_key"
+	// DriftActedWhileFailed: the provider acted on an effect outboxd holds as
+	// failed (not in doubt: outboxd believed nothing was applied).
+	DriftActedWhileFailed = "acted_while_failed"
+	// DriftActedWhileCancelled: the provider acted on a cancelled effect.
+	DriftActedWhileCancelled = "acted_while_cancelled"
+	// DriftTwoObjects: a second, distinct provider object carries the key of
+	// a confirmed effect.
+	DriftTwoObjects = "two_objects"
+	// DriftUndone: the object of a confirmed effect was later undone (a
+	// refund failed, a payment intent canceled).
+	DriftUndone = "undone_after_confirm"
+)
+
+// ActionEventConfirm is the audit action of an effect confirmed by a
+// provider event.
+const ActionEventConfirm = "event_confirm"
+
+// EventResult is what one provider event did.
+type EventResult struct {
+	// Effect is the effect the event's key matches, as it was before.
+	Effect *Effect
+	// Confirmed says the event confirmed the effect.
+	Confirmed bool
+	// Drift is the drift reasons recorded.
+	Drift []string
+}
+
+// ApplyProviderEvent applies a verified provider event in tx: confirm the
+// effect it proves done (pending, fired, or failed in doubt), record the
+// mail's delivery status, and record drift. An event without an outboxd key
+// does nothing.
+func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.EventReport) (EventResult, error) {
+	var res EventResult
+	if ev.Key == "" {
+		return res, nil
+	}
+	e, err := s.getOne(ctx, tx, s.q.getEffectByKeyForUpdate, ev.Key)
+	if errors.Is(err, ErrNotFound) {
+		return res, s.drift(ctx, tx, &res, ev, nil, DriftUnknownKey, fmt.Sprintf(
+			"no effect has key %s: purged after --retention, in another schema or database, or the key was copied; check %s at %s and whether your records expect it",
+			ev.Key, orNone(ev.ObjectID), ev.Provider))
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Effect = e
+	if ev.Delivery != "" {
+		if _, err := tx.Exec(ctx, s.q.recordDelivery, e.ID, ev.Delivery, ev.Detail, ev.EventID, cmpTime(ev.At)); err != nil {
+			return res, fmt.Errorf("record delivery of effect %s: %w", e.ID, err)
+		}
+	}
+	if ev.Outcome == providers.EventInformational {
+		return res, nil
+	}
+	switch {
+	case e.State == StatePending || e.State == StateFired || (e.State == StateFailed && e.InDoubt):
+		before, err := s.transitionReturning(ctx, tx, ActionEventConfirm, s.q.eventConfirm, e.ID, ev.ObjectID)
+		if err != nil {
+			return res, err
+		}
+		if before != nil {
+			res.Confirmed = true
+			if err := s.audit(ctx, tx, e.ID, ActionEventConfirm, "provider:"+ev.Provider,
+				fmt.Sprintf("confirmed by provider event %s (%s)", ev.EventID, ev.Type), before.State, StateConfirmed,
+				map[string]any{"event_id": ev.EventID, "event_type": ev.Type, "object": ev.ObjectID, "last_error": before.LastError}); err != nil {
+				return res, err
+			}
+		}
+	case e.State == StateFailed:
+		if err := s.drift(ctx, tx, &res, ev, e, DriftActedWhileFailed, fmt.Sprintf(
+			"%s acted on %s although outboxd failed it (%s): check %s; if it stands, `outboxctl confirm %s --ref %s`, else undo it at %s",
+			ev.Provider, e.ID, deref(e.LastError), orNone(ev.ObjectID), e.ID, orNone(ev.ObjectID), ev.Provider)); err != nil {
+			return res, err
+		}
+	case e.State == StateCancelled:
+		if err := s.drift(ctx, tx, &res, ev, e, DriftActedWhileCancelled, fmt.Sprintf(
+			"%s acted on %s although it was cancelled: check %s and undo it at %s if it must not stand",
+			ev.Provider, e.ID, orNone(ev.ObjectID), ev.Provider)); err != nil {
+			return res, err
+		}
+	case e.State == StateConfirmed && e.ProviderRef != nil && *e.ProviderRef != "" && ev.ObjectID != "" && *e.ProviderRef != ev.ObjectID:
+		if err := s.drift(ctx, tx, &res, ev, e, DriftTwoObjects, fmt.Sprintf(
+			"%s holds two objects for key %s: %s (confirmed) and %s: the request was applied twice; check both and undo one",
+			ev.Provider, ev.Key, *e.ProviderRef, ev.ObjectID)); err != nil {
+			return res, err
+		}
+	}
+	if ev.Outcome == providers.EventUndone && e.State != StateCancelled {
+		if err := s.drift(ctx, tx, &res, ev, e, DriftUndone, fmt.Sprintf(
+			"%s reports %s of %s as %s (%s) after it was applied: the effect is confirmed but did not stand; decide whether to enqueue it anew",
+			ev.Provider, orNone(ev.ObjectID), e.ID, ev.Type, orNone(ev.Detail))); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func (s *Store) drift(ctx context.Context, tx pgx.Tx, res *EventResult, ev providers.EventReport, e *Effect, reason, hint string) error {
+	var (
+		id    *uuid.UUID
+		kind  string
+		state string
+	)
+	if e != nil {
+		id, kind, state = &e.ID, e.Kind, string(e.State)
+	}
+	if _, err := tx.Exec(ctx, s.q.insertDrift, reason, ev.Provider, kind, id, state, ev.Key, ev.EventID, ev.Type, ev.ObjectID, hint); err != nil {
+		return fmt.Errorf("record drift: %w", err)
+	}
+	res.Drift = append(res.Drift, reason)
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func cmpTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Now()
+	}
+	return t
+}
+
+// Delivery is a mail's delivery status from the provider's events.
+type Delivery struct {
+	Status    string    `json:"status"`
+	Detail    string    `json:"detail,omitempty"`
+	EventID   string    `json:"event_id"`
+	EventAt   time.Time `json:"event_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Delivery returns effect id's delivery status, nil when no event told one.
+func (s *Store) Delivery(ctx context.Context, db DB, id uuid.UUID) (*Delivery, error) {
+	var d Delivery
+	err := db.QueryRow(ctx, s.q.getDelivery, id).Scan(&d.Status, &d.Detail, &d.EventID, &d.EventAt, &d.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return &d, err
+}
+
+// DriftRecord is one disagreement between outboxd and a provider.
+type DriftRecord struct {
+	ID             int64      `json:"id"`
+	Reason         string     `json:"reason"`
+	Provider       string     `json:"provider"`
+	Kind           string     `json:"kind,omitempty"`
+	EffectID       *uuid.UUID `json:"effect_id,omitempty"`
+	EffectState    string     `json:"effect_state,omitempty"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	EventID        string     `json:"event_id"`
+	EventType      string     `json:"event_type"`
+	ObjectID       string     `json:"object_id,omitempty"`
+	Check          string     `json:"check"`
+	CreatedAt      time.Time  `json:"created_at"`
+}
+
+// DriftFilter selects drift records; zero fields match all.
+type DriftFilter struct {
+	Since    time.Time
+	Reason   string
+	EffectID *uuid.UUID
+	Limit    int
+}
+
+// Drift lists drift records, newest first.
+func (s *Store) Drift(ctx context.Context, db DB, f DriftFilter) ([]DriftRecord, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	rows, err := db.Query(ctx, s.q.listDrift, f.Since, f.Reason, f.EffectID, f.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[DriftRecord])
+}

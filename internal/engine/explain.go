@@ -1,0 +1,30 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// ExplainAdmin returns the JSON plans of the statements behind Stuck and
+// Stats, keyed by name, so their index use can be checked at scale.
+func (s *Store) ExplainAdmin(ctx context.Context, db DB, notSince, since time.Time) (map[string]string, error) {
+	plans := map[string]string{}
+	for name, q := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"stuck":          {s.q.stuck, []any{notSince, 100}},
+		"stats.counts":   {s.q.statsCounts, []any{since}},
+		"stats.oldest":   {s.q.statsOldest, nil},
+		"stats.attempts": {s.q.statsAttempts, []any{since}},
+		"stats.latency":  {s.q.statsLatency, []any{since}},
+	} {
+		var plan string
+		if err := db.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+q.sql, q.args...).Scan(&plan); err != nil {
+			return nil, fmt.Errorf("explain %s: %w", name, err)
+		}
+		plans[name] = plan
+	}
+	return plans, nil
+}

@@ -1,0 +1,7 @@
+package engine
+
+import "context"
+
+// SetBeforeConfirm injects a failure point between the provider's
+// acknowledgement and the confirming transaction.
+func SetBeforeConfirm(d *Dispatcher, f func(ctx context.Context) error) { d.worker.beforeConfirm = f }

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// IntakeChannel is the notification channel on which Enqueue wakes the
+// dispatchers when applications let them insert the River jobs; the
+// payload is the schema.
+const IntakeChannel = "outboxd_intake"
+
+// intakeBatch bounds how many effects one intake transaction moves.
+const intakeBatch = 1000
+
+// intake gives River jobs to the effects applications queued in
+// outbox_intake (outbox.JobsByDispatcher): woken by IntakeChannel, and
+// polling every pollInterval in case a notification was coalesced or lost,
+// it deletes a batch of intake rows and inserts their jobs in one
+// transaction, so a crash at any point loses no effect. Every dispatcher
+// runs one; SKIP LOCKED lets them share the work.
+type intake struct {
+	pool   *pgxpool.Pool
+	store  *Store
+	schema string
+	poll   time.Duration
+	logger *slog.Logger
+	client *river.Client[pgx.Tx]
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func (in *intake) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	in.stop, in.done = cancel, make(chan struct{})
+	go in.run(ctx)
+}
+
+func (in *intake) stopIntake() {
+	if in.stop != nil {
+		in.stop()
+		<-in.done
+	}
+}
+
+func (in *intake) run(ctx context.Context) {
+	defer close(in.done)
+	for ctx.Err() == nil {
+		if err := in.listen(ctx); err != nil && ctx.Err() == nil {
+			in.logger.Error("intake: will retry in 1s", "error", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// listen holds a connection that LISTENs on IntakeChannel and drains the
+// intake whenever woken or every poll interval, until an error.
+func (in *intake) listen(ctx context.Context) error {
+	conn, err := in.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+IntakeChannel); err != nil {
+		return err
+	}
+	defer func() {
+		// Leave the pooled connection as it was found.
+		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, "UNLISTEN "+IntakeChannel); err != nil {
+			conn.Conn().Close(uctx) //nolint:errcheck // the pool discards it
+		}
+	}()
+	for ctx.Err() == nil {
+		n, err := in.drain(ctx)
+		if err != nil {
+			return err
+		}
+		if n == intakeBatch {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, in.poll)
+		_, err = conn.Conn().WaitForNotification(wctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("wait for %s: %w", IntakeChannel, err)
+		}
+	}
+	return nil
+}
+
+// drain moves one batch of intake rows into River jobs and returns how many
+// it took.
+func (in *intake) drain(ctx context.Context) (int, error) {
+	n := 0
+	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, in.store.q.takeIntake, intakeBatch)
+		if err != nil {
+			return err
+		}
+		params, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (river.InsertManyParams, error) {
+			var id uuid.UUID
+			var provider string
+			err := r.Scan(&id, &provider)
+			return JobParams(id, provider), err
+		})
+		if err != nil || len(params) == 0 {
+			return err
+		}
+		n = len(params)
+		_, err = in.client.InsertManyTx(ctx, tx, params)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("intake: %w", err)
+	}
+	return n, nil
+}

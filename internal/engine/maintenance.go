@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// MaintenanceQueue runs the sweeper and retention jobs, one at a time.
+const MaintenanceQueue = "outboxd_maintenance"
+
+// Defaults for the maintenance settings of Config.
+const (
+	DefaultSweepInterval     = time.Minute
+	DefaultSweepGrace        = time.Minute
+	DefaultRetention         = 30 * 24 * time.Hour
+	DefaultRetentionInterval = time.Hour
+	sweepBatch               = 1000
+)
+
+// SweepArgs are the arguments of the periodic sweep job.
+type SweepArgs struct{}
+
+// Kind implements river.JobArgs.
+func (SweepArgs) Kind() string { return "outboxd.sweep" }
+
+// sweepWorker re-inserts dispatch jobs for pending and fired effects that
+// have none: rows written by plain SQL, or whose job River discarded or
+// cleaned up. It runs on the leader only, as River's periodic jobs do.
+type sweepWorker struct {
+	river.WorkerDefaults[SweepArgs]
+	pool   *pgxpool.Pool
+	store  *Store
+	grace  time.Duration
+	logger *slog.Logger
+}
+
+func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
+	n, err := w.store.Sweep(ctx, w.pool, river.ClientFromContext[pgx.Tx](ctx), time.Now().Add(-w.grace))
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		w.logger.Info("sweeper inserted dispatch jobs for effects that had none", "effects", n)
+	}
+	return nil
+}
+
+// Sweep inserts a dispatch job for every pending or fired effect unchanged
+// since notSince that has no live job, in batches, and returns how many it
+// inserted. One bad row cannot stall the others: an effect whose job
+// cannot be inserted (a provider name River refuses as a queue, written by
+// plain SQL before the CHECK existed) is failed with the reason.
+func (s *Store) Sweep(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], notSince time.Time) (int, error) {
+	total := 0
+	for {
+		var inserted, seen int
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, s.q.sweep, notSince, sweepBatch)
+			if err != nil {
+				return err
+			}
+			type row struct {
+				id       uuid.UUID
+				provider string
+			}
+			found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+				var x row
+				err := r.Scan(&x.id, &x.provider)
+				return x, err
+			})
+			if err != nil || len(found) == 0 {
+				return err
+			}
+			seen = len(found)
+			var params []river.InsertManyParams
+			for _, x := range found {
+				if !QueueNameValid(x.provider) {
+					if err := s.failUnqueueable(ctx, tx, x.id, fmt.Errorf("provider %q is not a valid River queue name", x.provider)); err != nil {
+						return err
+					}
+					continue
+				}
+				params = append(params, JobParams(x.id, x.provider))
+			}
+			n, err := insertJobs(ctx, tx, client, params)
+			if err == nil {
+				inserted = n
+				return nil
+			}
+			// The batch failed: insert one by one, failing the rows River
+			// refuses.
+			for _, p := range params {
+				n, err := insertJobs(ctx, tx, client, []river.InsertManyParams{p})
+				if err != nil {
+					if err := s.failUnqueueable(ctx, tx, p.Args.(DispatchArgs).EffectID, err); err != nil {
+						return err
+					}
+					continue
+				}
+				inserted += n
+			}
+			return nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("sweep: %w", err)
+		}
+		total += inserted
+		if seen < sweepBatch {
+			return total, nil
+		}
+	}
+}
+
+// insertJobs inserts params in a savepoint, so that a failure leaves tx
+// usable, and returns how many jobs were new.
+func insertJobs(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], params []river.InsertManyParams) (int, error) {
+	if len(params) == 0 {
+		return 0, nil
+	}
+	n := 0
+	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+		res, err := client.InsertManyTx(ctx, sp, params)
+		for _, r := range res {
+			if !r.UniqueSkippedAsDuplicate {
+				n++
+			}
+		}
+		return err
+	})
+	return n, err
+}
+
+// ReasonUnqueueable prefixes the reason of an effect no job can be
+// inserted for.
+const ReasonUnqueueable = "cannot be dispatched"
+
+func (s *Store) failUnqueueable(ctx context.Context, tx pgx.Tx, id uuid.UUID, cause error) error {
+	_, err := s.Fail(ctx, tx, id, fmt.Sprintf("%s: %v: fix the row (provider must name a configured provider) and retry it, or cancel it", ReasonUnqueueable, cause))
+	return err
+}
+
+var queueNameRE = regexp.MustCompile(`^[a-z0-9]+([_-][a-z0-9]+)*$`)
+
+// QueueNameValid reports whether name can be a provider name: a River queue
+// name, as the side_effects CHECK requires.
+func QueueNameValid(name string) bool { return len(name) <= 64 && queueNameRE.MatchString(name) }
+
+// RetentionArgs are the arguments of the periodic retention job.
+type RetentionArgs struct{}
+
+// Kind implements river.JobArgs.
+func (RetentionArgs) Kind() string { return "outboxd.retention" }
+
+// retentionWorker purges terminal effects older than the retention period
+// and events left without effects. Pending and fired effects are never
+// touched.
+type retentionWorker struct {
+	river.WorkerDefaults[RetentionArgs]
+	pool      *pgxpool.Pool
+	store     *Store
+	retention time.Duration
+	logger    *slog.Logger
+}
+
+func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs]) error {
+	res, err := w.store.Purge(ctx, w.pool, time.Now().Add(-w.retention), false)
+	if err != nil {
+		return err
+	}
+	if res.Effects > 0 || res.Events > 0 {
+		w.logger.Info("retention purged terminal effects", "effects", res.Effects, "events", res.Events, "older_than", w.retention)
+	}
+	return nil
+}
+
+// Timeout lets a large purge run longer than a dispatch attempt.
+func (w *retentionWorker) Timeout(*river.Job[RetentionArgs]) time.Duration { return 30 * time.Minute }
+
+// KeyExpiryArgs are the arguments of the periodic job that deletes expired
+// idempotency keys and inbox message ids.
+type KeyExpiryArgs struct{}
+
+// Kind implements river.JobArgs.
+func (KeyExpiryArgs) Kind() string { return "outboxd.idempotency_key_expiry" }
+
+// keyExpiryWorker deletes expired idempotency keys and inbox message ids,
+// in batches, on the leader. A key a request holds is never deleted: a row
+// locked by a request taking it over is skipped, and a three-phase claim
+// still within its lock deadline is kept.
+type keyExpiryWorker struct {
+	river.WorkerDefaults[KeyExpiryArgs]
+	pool   *pgxpool.Pool
+	store  *Store
+	logger *slog.Logger
+}
+
+func (w *keyExpiryWorker) Work(ctx context.Context, _ *river.Job[KeyExpiryArgs]) error {
+	keys, msgs, err := w.store.PurgeExpired(ctx, w.pool)
+	if keys > 0 || msgs > 0 {
+		w.logger.Info("purged expired idempotency keys and inbox message ids", "keys", keys, "inbox_messages", msgs)
+	}
+	return err
+}
+
+// PurgeExpired deletes expired idempotency keys no request holds and
+// expired inbox message ids, and returns how many of each.
+func (s *Store) PurgeExpired(ctx context.Context, pool *pgxpool.Pool) (keys, messages int64, err error) {
+	for _, p := range []struct {
+		sql string
+		n   *int64
+	}{{s.q.purgeExpiredKeys, &keys}, {s.q.purgeExpiredInbox, &messages}} {
+		for {
+			tag, err := pool.Exec(ctx, p.sql, sweepBatch)
+			if err != nil {
+				return keys, messages, fmt.Errorf("purge expired keys and message ids: %w", err)
+			}
+			*p.n += tag.RowsAffected()
+			if tag.RowsAffected() < sweepBatch {
+				break
+			}
+		}
+	}
+	return keys, messages, nil
+}
+
+func periodic(interval time.Duration, args river.JobArgs) *river.PeriodicJob {
+	return river.NewPeriodicJob(river.PeriodicInterval(interval),
+		func() (river.JobArgs, *river.InsertOpts) {
+			return args, &river.InsertOpts{Queue: MaintenanceQueue, UniqueOpts: river.UniqueOpts{ByPeriod: interval}}
+		}, &river.PeriodicJobOpts{ID: args.Kind(), RunOnStart: true})
+}

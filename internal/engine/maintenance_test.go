@@ -1,0 +1,235 @@
+package engine_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
+)
+
+func TestSweeperDispatchesRowsWrittenBySQL(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.cfg.SweepGrace = time.Millisecond
+	ctx := context.Background()
+	s := b.db.Schema
+	// A system without Go records an event and an effect with plain SQL,
+	// and no River job.
+	eventID := uuid.New()
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO `+s+`.outbox_events (id, event_type, payload) VALUES ($1, 'order.paid', '{}')`, eventID)
+	require.NoError(t, err)
+	var effectID uuid.UUID
+	var sqlKey string
+	err = b.db.Pool.QueryRow(ctx, `INSERT INTO `+s+`.side_effects (id, source_id, kind, provider, payload)
+		VALUES (gen_random_uuid(), $1, 'webhook.legacy', 'webhook', jsonb_build_object('url', $2::text, 'body', '{"from": "sql"}'::jsonb))
+		RETURNING id, `+s+`.outboxd_idempotency_key(source_id, kind)`, eventID, b.recv.URL+"/legacy").Scan(&effectID, &sqlKey)
+	require.NoError(t, err)
+
+	b.start(t)
+	got := b.waitFor(t, effectID, engine.StateConfirmed)
+	require.Equal(t, sqlKey, got.IdempotencyKey)
+	ds := b.recv.Deliveries()
+	require.Len(t, ds, 1)
+	require.Equal(t, sqlKey, ds[0].ID, "the SQL form of the key is what the receiver sees")
+	require.Equal(t, engine.Key(eventID, "webhook.legacy"), ds[0].ID)
+}
+
+func TestSweeperRecoversDiscardedJob(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.cfg.SweepGrace = time.Millisecond
+	e := b.enqueue(t, "/orders")
+	// River gave up on the job (discarded) while the effect was pending.
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.river_job SET state = 'discarded', finalized_at = now()
+		WHERE args->>'effect_id' = $1::text`, e.ID)
+	require.NoError(t, err)
+	b.start(t)
+	b.waitFor(t, e.ID, engine.StateConfirmed)
+	require.Len(t, b.recv.Deliveries(), 1)
+}
+
+func TestRetentionPurgesOnlyTerminalEffects(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.cfg.Retention = 48 * time.Hour
+	ctx := context.Background()
+	s := b.db.Schema
+	confirmed := b.enqueue(t, "/orders")
+	failed := b.enqueue(t, "/orders")
+	pending := b.enqueue(t, "/orders")
+	fired := b.enqueue(t, "/orders")
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+s+`.river_job SET state = 'completed', finalized_at = now()`)
+	require.NoError(t, err)
+	for id, state := range map[uuid.UUID]string{confirmed.ID: "confirmed", failed.ID: "failed", pending.ID: "pending", fired.ID: "fired"} {
+		_, err := b.db.Pool.Exec(ctx, `UPDATE `+s+`.side_effects SET state = $2, created_at = now() - interval '3 days',
+			updated_at = now() - interval '3 days' WHERE id = $1`, id, state)
+		require.NoError(t, err)
+	}
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+s+`.outbox_events SET created_at = now() - interval '3 days'`)
+	require.NoError(t, err)
+
+	b.start(t)
+	// The old pending and fired effects are swept and dispatched, never purged.
+	b.waitFor(t, pending.ID, engine.StateConfirmed)
+	b.waitFor(t, fired.ID, engine.StateConfirmed)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.side_effects WHERE id = ANY($1)`,
+			[]uuid.UUID{confirmed.ID, failed.ID}).Scan(&n))
+		if n == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "retention never purged the terminal effects")
+		time.Sleep(50 * time.Millisecond)
+	}
+	var events int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.outbox_events`).Scan(&events))
+	require.Equal(t, 2, events, "events of purged effects go too; events of live ones stay")
+}
+
+func TestRetentionMustExceedKeyWindows(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.cfg.Retention = time.Hour
+	_, err := engine.NewDispatcher(b.db.Pool, b.cfg)
+	require.ErrorContains(t, err, "must exceed the webhook key window")
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	reg := prometheus.NewRegistry()
+	var err error
+	b.cfg.Metrics, err = dispatchmetrics.New(reg)
+	require.NoError(t, err)
+	reg.MustRegister(dispatchmetrics.NewStateCollector(b.db.Pool, b.db.Schema))
+	b.recv.Respond("/flaky", fakes.Status(500))
+	// One effect waits, unfired, for a queue nobody serves.
+	stalled := b.enqueueEffect(t, emailEffect("email.receipt"))
+	b.start(t)
+	e1 := b.enqueue(t, "/orders")
+	e2 := b.enqueue(t, "/flaky")
+	b.waitFor(t, e1.ID, engine.StateConfirmed)
+	b.waitFor(t, e2.ID, engine.StateConfirmed)
+
+	// The worker counts a transition just after its commit: wait for it.
+	want := `
+# HELP outboxd_transitions_total State transitions made by workers, by provider, kind and the state entered.
+# TYPE outboxd_transitions_total counter
+outboxd_transitions_total{kind="webhook.order_paid",provider="webhook",to="confirmed"} 2
+outboxd_transitions_total{kind="webhook.order_paid",provider="webhook",to="fired"} 3
+`
+	require.Eventually(t, func() bool {
+		return testutil.GatherAndCompare(reg, strings.NewReader(want), "outboxd_transitions_total") == nil
+	}, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "outboxd_transitions_total"))
+	require.Equal(t, 2, testutil.CollectAndCount(reg, "outboxd_provider_call_duration_seconds"), "an ok and an in_doubt series (a 5xx proves nothing)")
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP outboxd_effects Effects in a live or failed state, by state and kind.
+# TYPE outboxd_effects gauge
+outboxd_effects{kind="email.receipt",state="pending"} 1
+`), "outboxd_effects"))
+	_ = stalled
+}
+
+// A purge that picked an old failed effect must not delete it if an
+// operator moved it back to pending before the DELETE reached the row.
+func TestPurgeSparesAnEffectRedrivenMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	e := b.enqueue(t, "/orders")
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'failed', updated_at = now() - interval '40 days' WHERE id = $1`, e.ID)
+	require.NoError(t, err)
+
+	// The operator's redrive holds the row while the purge runs.
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'pending', updated_at = now() WHERE id = $1`, e.ID)
+	require.NoError(t, err)
+
+	type result struct {
+		res engine.PurgeResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := b.store.Purge(ctx, b.db.Pool, time.Now().Add(-30*24*time.Hour), false)
+		done <- result{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM "`+b.db.Schema+`".side_effects%'`).Scan(&waiting)
+		return err == nil && waiting == 1
+	}, 30*time.Second, 10*time.Millisecond, "the purge reaches the locked row")
+	require.NoError(t, tx.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Zero(t, r.res.Effects)
+	got, err := b.store.Get(ctx, b.db.Pool, e.ID)
+	require.NoError(t, err, "the redriven effect still exists")
+	require.Equal(t, engine.StatePending, got.State)
+}
+
+func TestProviderMustBeAQueueName(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	e := b.enqueue(t, "/orders")
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO `+b.db.Schema+`.side_effects (id, source_id, kind, provider, payload)
+		SELECT gen_random_uuid(), source_id, 'webhook.other', 'Webhook', payload FROM `+b.db.Schema+`.side_effects WHERE id = $1`, e.ID)
+	require.ErrorContains(t, err, "side_effects_provider_queue_name", "plain SQL cannot write a provider River cannot queue")
+}
+
+// A row River cannot queue (here: in a database whose CHECK was dropped)
+// must not stop the sweeper from re-queueing every other job-less effect.
+func TestSweeperIsolatesARowItCannotQueue(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	good := b.enqueue(t, "/orders")
+	s := b.db.Schema
+	for _, sql := range []string{
+		`ALTER TABLE ` + s + `.side_effects DROP CONSTRAINT side_effects_provider_queue_name`,
+		`INSERT INTO ` + s + `.side_effects (id, source_id, kind, provider, payload, updated_at)
+			SELECT '00000000-0000-0000-0000-0000000000aa', source_id, 'webhook.other', 'Webhook', payload, now() - interval '1 hour'
+			FROM ` + s + `.side_effects WHERE id = '` + good.ID.String() + `'`,
+		`DELETE FROM ` + s + `.river_job`,
+		`UPDATE ` + s + `.side_effects SET updated_at = now() - interval '1 hour'`,
+	} {
+		_, err := b.db.Pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	// Swept by hand before any dispatcher runs (its own sweeper would race).
+	n, err := b.store.Sweep(ctx, b.db.Pool, insertClient(t, b.db.Pool, b.db.Schema), time.Now())
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the good effect got its job")
+	b.start(t)
+	b.waitFor(t, good.ID, engine.StateConfirmed)
+	bad := b.waitFor(t, uuid.MustParse("00000000-0000-0000-0000-0000000000aa"), engine.StateFailed)
+	require.Contains(t, deref(bad.LastError), `provider "Webhook" is not a valid River queue name`)
+}
+
+// insertClient is an insert-only River client, for calling Sweep directly.
+func insertClient(t *testing.T, pool *pgxpool.Pool, schema string) *river.Client[pgx.Tx] {
+	t.Helper()
+	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
+	require.NoError(t, err)
+	return c
+}

@@ -1,0 +1,384 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/outboxd/outboxd/providers"
+)
+
+// Operator actions recorded in side_effect_audit.action.
+const (
+	ActionRetry   = "retry"
+	ActionCancel  = "cancel"
+	ActionConfirm = "confirm"
+	ActionRequeue = "requeue"
+	// ActionAcknowledge marks a failed effect as reviewed.
+	ActionAcknowledge = "acknowledge"
+	// ActionLateAck records a provider's acknowledgement that arrived after
+	// an operator's action.
+	ActionLateAck = "late_ack"
+)
+
+// actorOutboxd is the audit actor of what the dispatcher itself records.
+const actorOutboxd = "outboxd"
+
+// Operator performs the transitions people make by hand, each in one
+// transaction with its audit row (and, for retry, its new River job).
+type Operator struct {
+	pool  *pgxpool.Pool
+	store *Store
+	river *river.Client[pgx.Tx]
+	cfg   OperatorConfig
+}
+
+// OperatorConfig tells the operator what the dispatchers were told: the
+// guarantees of each provider and the per-kind in-doubt policies, so that a
+// redrive applies the same rules a worker would.
+type OperatorConfig struct {
+	// Schema holds outboxd's and River's tables ("" uses search_path).
+	Schema string
+	// Guarantees by provider name. A provider not listed is treated as
+	// having no idempotency keys: an effect of it in doubt is at_most_once.
+	Guarantees map[string]providers.Guarantees
+	// InDoubt overrides a provider's in-doubt policy for individual kinds.
+	InDoubt map[string]providers.InDoubtPolicy
+}
+
+// RedriveReserve is the part of a key window a retry must leave: a retry
+// with less of the window left (or none) needs Force, because the provider
+// may forget the key before the new round of attempts ends. It is
+// min(2h, a quarter of the window).
+func RedriveReserve(window time.Duration) time.Duration { return min(2*time.Hour, window/4) }
+
+// NewOperator builds an Operator.
+func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: cfg.Schema})
+	if err != nil {
+		return nil, fmt.Errorf("operator: river client: %w", err)
+	}
+	return &Operator{pool: pool, store: NewStore(cfg.Schema), river: rc, cfg: cfg}, nil
+}
+
+// Pool is the operator's pool, for reads through Store.
+func (o *Operator) Pool() *pgxpool.Pool { return o.pool }
+
+// Store is the operator's store, for reads.
+func (o *Operator) Store() *Store { return o.store }
+
+// Policy is the in-doubt policy that applies to effects of kind at provider.
+func (o *Operator) Policy(provider, kind string) providers.InDoubtPolicy {
+	if p, ok := o.cfg.InDoubt[kind]; ok {
+		return p
+	}
+	if g, ok := o.cfg.Guarantees[provider]; ok && g.InDoubt != "" {
+		return g.InDoubt
+	}
+	return providers.AtMostOnce
+}
+
+// ActionOpts describe who acts and why.
+type ActionOpts struct {
+	Actor  string
+	Reason string
+	// DryRun reports what would change and changes nothing.
+	DryRun bool
+	// Force lets retry move a fired effect back to pending, and retry an
+	// effect whose key window has (nearly) passed, after the operator
+	// checked the provider; the re-fire then starts a new key window.
+	Force bool
+	// AllowDuplicate lets retry re-send an at_most_once effect whose last
+	// request may have been delivered: the operator accepts that the
+	// recipient may get it twice.
+	AllowDuplicate bool
+	// Ref is the provider's reference, for confirm.
+	Ref string
+}
+
+// Change is what an action did, or would do, to one effect.
+type Change struct {
+	Effect *Effect `json:"effect"`
+	From   State   `json:"from"`
+	To     State   `json:"to"`
+	// Applied is true when the transition was (or, in a dry run, would be)
+	// made; Skipped says why not otherwise.
+	Applied bool   `json:"applied"`
+	Skipped string `json:"skipped,omitempty"`
+	// Warning is something the operator must know about an applied change.
+	Warning string `json:"warning,omitempty"`
+	// JobInserted is true when retry inserted a new River job (false when a
+	// live job existed already).
+	JobInserted bool `json:"job_inserted,omitempty"`
+	// ClearsDoubt is true when retry re-sends an at_most_once effect in
+	// doubt (AllowDuplicate); RestartsKeyWindow when a forced retry starts a
+	// new key window.
+	ClearsDoubt       bool `json:"clears_doubt,omitempty"`
+	RestartsKeyWindow bool `json:"restarts_key_window,omitempty"`
+}
+
+// Retry moves failed or cancelled effects (and, with Force, fired ones) back
+// to pending with a fresh round of attempts, and inserts a River job for
+// each. The idempotency key, the key window, the total attempts and the
+// doubt about earlier requests carry over, so the worker applies the same
+// in-doubt policy and window as before. Refused, per effect, while a River
+// job for it is running; for an at_most_once effect in doubt without
+// AllowDuplicate; and near or past the key window without Force.
+func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+	allowed := []State{StateFailed, StateCancelled}
+	if opts.Force {
+		allowed = append(allowed, StateFired)
+	}
+	check := func(ctx context.Context, db DB, e *Effect, ch *Change) (string, error) {
+		return o.retryCheck(ctx, db, e, ch, opts)
+	}
+	return o.each(ctx, ids, opts, ActionRetry, StatePending, allowed, check, func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (*Effect, error) {
+		before, err := o.store.transitionReturning(ctx, tx, ActionRetry, o.store.q.redrive, e.ID, opts.Force, ch.ClearsDoubt, ch.RestartsKeyWindow)
+		if err != nil || before == nil {
+			return before, err
+		}
+		res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{JobParams(e.ID, e.Provider)})
+		if err != nil {
+			return nil, fmt.Errorf("insert dispatch job for %s: %w", e.ID, err)
+		}
+		ch.JobInserted = len(res) == 1 && !res[0].UniqueSkippedAsDuplicate
+		return before, nil
+	})
+}
+
+// retryCheck says why effect e must not be retried with opts, or "" when
+// it may, noting on ch what the retry will do.
+func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change, opts ActionOpts) (string, error) {
+	job, err := o.store.jobIn(ctx, db, e.ID, "running")
+	if err != nil {
+		return "", err
+	}
+	if job != 0 {
+		return fmt.Sprintf("River job %d is running for it: a call may be in flight. Wait for it to end (or for River to rescue it after --rescue-after), then look again", job), nil
+	}
+	var warnings []string
+	if e.InDoubt && o.Policy(e.Provider, e.Kind) == providers.AtMostOnce {
+		if !opts.AllowDuplicate {
+			return fmt.Sprintf("in doubt and at_most_once: an earlier request may have been delivered, and %s has no idempotency key to stop a second one. "+
+				"Check the provider for key %s; if it was done, `outboxctl confirm --ref`; to re-send anyway, accepting a possible duplicate, `outboxctl retry --allow-duplicate`",
+				e.Provider, e.IdempotencyKey), nil
+		}
+		ch.ClearsDoubt = true
+		warnings = append(warnings, "re-sent although an earlier request may have been delivered: the recipient may get it twice")
+	}
+	g := o.cfg.Guarantees[e.Provider]
+	if window := g.KeyWindow - g.KeyWindowMargin; g.KeyWindow > 0 && e.KeyWindowFrom != nil {
+		closes := e.KeyWindowFrom.Add(window)
+		left := time.Until(closes)
+		if left < RedriveReserve(window) {
+			state := "closes in " + left.Round(time.Minute).String()
+			if left <= 0 {
+				state = "closed " + (-left).Round(time.Minute).String() + " ago"
+			}
+			if !opts.Force {
+				return fmt.Sprintf("key window %s (first request with the key at %s): %s may forget key %s before a new round of attempts ends, and a re-fire could then act twice. "+
+					"Check at the provider whether it was done; if so, `outboxctl confirm --ref`; if not, `outboxctl retry --force` fires it again under a new key window",
+					state, e.KeyWindowFrom.UTC().Format(time.RFC3339), e.Provider, e.IdempotencyKey), nil
+			}
+			ch.RestartsKeyWindow = true
+			warnings = append(warnings, "key window "+state+": forced, the next request starts a new key window")
+		}
+	}
+	ch.Warning = strings.Join(warnings, "; ")
+	return "", nil
+}
+
+// Requeue gives pending and fired effects that have no live River job (rows
+// written by SQL, jobs discarded or cleaned up) a new one, as the sweeper
+// would, without waiting for it. The state does not change; a fired
+// effect's re-fire applies its in-doubt policy as any re-fire does. An
+// effect that has a live job is skipped.
+func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+	check := func(ctx context.Context, db DB, e *Effect, _ *Change) (string, error) {
+		job, err := o.store.jobIn(ctx, db, e.ID, liveJobStates...)
+		if err != nil || job == 0 {
+			return "", err
+		}
+		return fmt.Sprintf("River job %d is live for it already: nothing to requeue", job), nil
+	}
+	return o.each(ctx, ids, opts, ActionRequeue, "", []State{StatePending, StateFired}, check,
+		func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (*Effect, error) {
+			res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{JobParams(e.ID, e.Provider)})
+			if err != nil {
+				return nil, fmt.Errorf("insert dispatch job for %s: %w", e.ID, err)
+			}
+			ch.JobInserted = len(res) == 1 && !res[0].UniqueSkippedAsDuplicate
+			return e, nil
+		})
+}
+
+// Acknowledge records that failed effects were reviewed and are correctly
+// failed (a card decline, a retired endpoint): they stay failed, with who
+// and why in the audit trail, and leave "stuck" and the failed-effects
+// gauge. A later retry clears the acknowledgement.
+func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+	if opts.Reason == "" {
+		return nil, errors.New("acknowledge needs a reason")
+	}
+	check := func(_ context.Context, _ DB, e *Effect, _ *Change) (string, error) {
+		if e.AcknowledgedAt != nil {
+			return "acknowledged already at " + e.AcknowledgedAt.UTC().Format(time.RFC3339), nil
+		}
+		return "", nil
+	}
+	return o.each(ctx, ids, opts, ActionAcknowledge, StateFailed, []State{StateFailed}, check,
+		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
+			return o.store.transitionReturning(ctx, tx, ActionAcknowledge, o.store.q.acknowledge, e.ID)
+		})
+}
+
+// Cancel moves pending, fired or failed effects to cancelled: no worker will
+// fire them again. A fired effect may have a call in flight; if the provider
+// acknowledges it, the acknowledgement is recorded in the audit trail.
+func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+	return o.each(ctx, ids, opts, ActionCancel, StateCancelled, []State{StatePending, StateFired, StateFailed}, nil,
+		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
+			return o.store.transitionReturning(ctx, tx, ActionCancel, o.store.q.cancel, e.ID)
+		})
+}
+
+// Confirm records that effect id was performed, as checked at the provider,
+// with the provider's reference.
+func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts ActionOpts) (Change, error) {
+	if opts.Ref == "" {
+		return Change{}, errors.New("confirm needs the provider's reference (--ref)")
+	}
+	chs, err := o.each(ctx, []uuid.UUID{id}, opts, ActionConfirm, StateConfirmed,
+		[]State{StatePending, StateFired, StateFailed, StateCancelled}, nil,
+		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
+			return o.store.transitionReturning(ctx, tx, ActionConfirm, o.store.q.resolveConfirmed, e.ID, opts.Ref)
+		})
+	if err != nil {
+		return Change{}, err
+	}
+	return chs[0], nil
+}
+
+type (
+	applyFunc func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (before *Effect, err error)
+	// checkFunc says why an action must not apply to e ("" when it may).
+	checkFunc func(ctx context.Context, db DB, e *Effect, ch *Change) (skip string, err error)
+)
+
+// each applies one transition per effect, each in its own transaction with
+// its audit row. The row is locked and checked again inside the
+// transaction; an effect not in an allowed state, or refused by check, is
+// skipped, not changed.
+func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts ActionOpts, action string, to State, allowed []State, check checkFunc, apply applyFunc) ([]Change, error) {
+	if opts.Actor == "" {
+		return nil, errors.New("an actor is required for the audit trail")
+	}
+	out := make([]Change, 0, len(ids))
+	for _, id := range ids {
+		e, err := o.store.Get(ctx, o.pool, id)
+		if err != nil {
+			return out, err
+		}
+		ch := Change{Effect: e, From: e.State, To: cmp.Or(to, e.State)}
+		if !stateIn(e.State, allowed) {
+			ch.Skipped = fmt.Sprintf("%s effects cannot be %s", e.State, pastTense(action))
+			if action == ActionRetry && e.State == StateFired {
+				ch.Skipped += " without --force (a call may be in flight; River re-fires it by itself)"
+			}
+			out = append(out, ch)
+			continue
+		}
+		if action == ActionCancel && e.State == StateFired {
+			ch.Warning = "was fired: a call may be in flight and still reach the provider; its acknowledgement would be recorded in the audit trail"
+		}
+		if opts.DryRun {
+			if check != nil {
+				if ch.Skipped, err = check(ctx, o.pool, e, &ch); err != nil {
+					return out, err
+				}
+			}
+			ch.Applied = ch.Skipped == ""
+			out = append(out, ch)
+			continue
+		}
+		var skipped string
+		err = pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+			locked, err := o.store.transitionReturning(ctx, tx, "lock", o.store.q.getEffectForUpdate, id)
+			if err != nil {
+				return err
+			}
+			if locked == nil || !stateIn(locked.State, allowed) {
+				return errConcurrentChange
+			}
+			if to == "" {
+				ch.To = locked.State
+			}
+			if check != nil {
+				if skipped, err = check(ctx, tx, locked, &ch); err != nil || skipped != "" {
+					return err
+				}
+			}
+			before, err := apply(ctx, tx, locked, &ch)
+			if err != nil {
+				return err
+			}
+			if before == nil {
+				return errConcurrentChange
+			}
+			ch.Effect, ch.From = before, before.State
+			return o.store.audit(ctx, tx, id, action, opts.Actor, opts.Reason, before.State, ch.To, map[string]any{
+				"attempts": before.Attempts, "total_attempts": before.TotalAttempts, "last_error": before.LastError,
+				"in_doubt": before.InDoubt, "first_fired_at": before.FirstFiredAt, "key_window_from": before.KeyWindowFrom,
+				"provider_ref": opts.Ref, "warning": ch.Warning, "job_inserted": ch.JobInserted,
+				"clears_doubt": ch.ClearsDoubt, "restarts_key_window": ch.RestartsKeyWindow,
+			})
+		})
+		switch {
+		case errors.Is(err, errConcurrentChange):
+			ch.Skipped = "changed state meanwhile; look again"
+		case err != nil:
+			return out, fmt.Errorf("%s effect %s: %w", action, id, err)
+		case skipped != "":
+			ch.Skipped = skipped
+		default:
+			ch.Applied = true
+		}
+		out = append(out, ch)
+	}
+	return out, nil
+}
+
+var errConcurrentChange = errors.New("state changed concurrently")
+
+func stateIn(s State, set []State) bool {
+	for _, x := range set {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+func pastTense(action string) string {
+	switch action {
+	case ActionRetry:
+		return "retried"
+	case ActionCancel:
+		return "cancelled"
+	case ActionRequeue:
+		return "requeued"
+	case ActionAcknowledge:
+		return "acknowledged"
+	default:
+		return "confirmed"
+	}
+}

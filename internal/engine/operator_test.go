@@ -1,0 +1,219 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
+)
+
+func (b *workerBundle) operator(t *testing.T) *engine.Operator {
+	t.Helper()
+	op, err := engine.NewOperator(b.db.Pool, engine.OperatorConfig{
+		Schema: b.db.Schema,
+		Guarantees: map[string]providers.Guarantees{
+			webhook.Name: webhook.Config{}.Guarantees(), sendgrid.Name: sendgrid.Guarantees,
+		},
+	})
+	require.NoError(t, err)
+	return op
+}
+
+const (
+	testWait  = 30 * time.Second
+	pollEvery = 20 * time.Millisecond
+)
+
+func (b *workerBundle) effect(t *testing.T, id uuid.UUID) *engine.Effect {
+	t.Helper()
+	e, err := b.store.Get(context.Background(), b.db.Pool, id)
+	require.NoError(t, err)
+	return e
+}
+
+func (b *workerBundle) audit(t *testing.T, id uuid.UUID) []engine.AuditEntry {
+	t.Helper()
+	entries, err := b.store.Audit(context.Background(), b.db.Pool, id)
+	require.NoError(t, err)
+	return entries
+}
+
+// inFlight starts a dispatcher whose worker, once SendGrid has accepted an
+// effect's mail, waits before confirming until the returned func is called;
+// it returns after the acknowledgement arrived.
+func (b *workerBundle) inFlight(t *testing.T, reg prometheus.Registerer) (*fakes.FakeSendGrid, outbox.EffectResult, func()) {
+	t.Helper()
+	f := b.useFakeSendGrid(t)
+	var err error
+	b.cfg.Metrics, err = dispatchmetrics.New(reg)
+	require.NoError(t, err)
+	d := b.start(t)
+	acked, release := make(chan struct{}), make(chan struct{})
+	engine.SetBeforeConfirm(d, func(ctx context.Context) error {
+		close(acked)
+		<-release
+		return nil
+	})
+	e := b.enqueueEffect(t, emailEffect("email.receipt"))
+	<-acked
+	return f, e, func() { close(release) }
+}
+
+func TestAcknowledgementAfterOperatorActionIsNeverLost(t *testing.T) {
+	t.Parallel()
+	opts := engine.ActionOpts{Actor: "oncall", Reason: "test"}
+
+	t.Run("retry --force is refused while the call is in flight", func(t *testing.T) {
+		t.Parallel()
+		b := setupWorker(t, workerOpts{})
+		reg := prometheus.NewRegistry()
+		f, e, release := b.inFlight(t, reg)
+		op := b.operator(t)
+		force := opts
+		force.Force = true
+		chs, err := op.Retry(context.Background(), []uuid.UUID{e.ID}, force)
+		require.NoError(t, err)
+		require.False(t, chs[0].Applied)
+		require.Contains(t, chs[0].Skipped, "is running for it")
+		release()
+		got := b.waitFor(t, e.ID, engine.StateConfirmed)
+		require.Equal(t, "msg_1", deref(got.ProviderRef))
+		require.Len(t, f.Requests(), 1)
+	})
+
+	t.Run("cancel while in flight: the acknowledgement is recorded, not dropped", func(t *testing.T) {
+		t.Parallel()
+		b := setupWorker(t, workerOpts{})
+		reg := prometheus.NewRegistry()
+		f, e, release := b.inFlight(t, reg)
+		chs, err := b.operator(t).Cancel(context.Background(), []uuid.UUID{e.ID}, opts)
+		require.NoError(t, err)
+		require.True(t, chs[0].Applied)
+		release()
+		var late engine.AuditEntry
+		require.Eventually(t, func() bool {
+			for _, a := range b.audit(t, e.ID) {
+				if a.Action == engine.ActionLateAck {
+					late = a
+					return true
+				}
+			}
+			return false
+		}, testWait, pollEvery)
+		require.Equal(t, "outboxd", late.Actor)
+		require.Equal(t, "cancelled", late.FromState)
+		require.Equal(t, "cancelled", late.ToState, "the operator's decision stands")
+		var d map[string]any
+		require.NoError(t, json.Unmarshal(late.Details, &d))
+		require.Equal(t, "msg_1", d["provider_ref"])
+		got := b.effect(t, e.ID)
+		require.Equal(t, engine.StateCancelled, got.State)
+		require.Equal(t, "msg_1", deref(got.ProviderRef), "the ref is kept on the effect")
+		require.Len(t, f.Requests(), 1)
+		b.waitForJob(t, e.ID, "completed")
+		require.Zero(t, testutil.ToFloat64(transitionsTo(t, reg, "confirmed")), "no transition to confirmed happened")
+	})
+
+	t.Run("moved to pending while in flight: confirmed all the same, audited", func(t *testing.T) {
+		t.Parallel()
+		b := setupWorker(t, workerOpts{})
+		reg := prometheus.NewRegistry()
+		f, e, release := b.inFlight(t, reg)
+		// What an operator's redrive racing the call does to the row.
+		_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.side_effects SET state = 'pending', attempts = 0 WHERE id = $1`, e.ID)
+		require.NoError(t, err)
+		release()
+		got := b.waitFor(t, e.ID, engine.StateConfirmed)
+		require.Equal(t, "msg_1", deref(got.ProviderRef))
+		entries := b.audit(t, e.ID)
+		require.Len(t, entries, 1)
+		require.Equal(t, engine.ActionLateAck, entries[0].Action)
+		require.Equal(t, "pending", entries[0].FromState)
+		require.Equal(t, "confirmed", entries[0].ToState)
+		b.waitForJob(t, e.ID, "completed")
+		require.Len(t, f.Requests(), 1, "never fired a second time")
+		require.Equal(t, 1.0, testutil.ToFloat64(transitionsTo(t, reg, "confirmed")))
+	})
+}
+
+// An effect whose earlier request is in doubt, moved back to pending by any
+// path (here plain SQL as an old redrive did it, with first_fired_at
+// cleared), is parked again under at_most_once, not re-sent.
+func TestEveryRefireOfAnEffectInDoubtAppliesThePolicy(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	f := b.useFakeSendGrid(t, fakes.Status(500))
+	b.start(t)
+	e := b.enqueueEffect(t, emailEffect("email.receipt"))
+	b.waitFor(t, e.ID, engine.StateFailed)
+	b.waitForJob(t, e.ID, "cancelled")
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.side_effects
+		SET state = 'pending', attempts = 0, first_fired_at = NULL, updated_at = now() - interval '1 hour' WHERE id = $1`, e.ID)
+	require.NoError(t, err)
+	n, err := b.store.Sweep(context.Background(), b.db.Pool, insertClient(t, b.db.Pool, b.db.Schema), time.Now())
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	b.waitForJob(t, e.ID, "cancelled")
+	got := b.waitFor(t, e.ID, engine.StateFailed)
+	require.True(t, strings.HasPrefix(deref(got.LastError), engine.ReasonInDoubt), deref(got.LastError))
+	require.Len(t, f.Requests(), 1, "not sent a second time")
+}
+
+func transitionsTo(t *testing.T, reg *prometheus.Registry, to string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sum"})
+	for _, mf := range mfs {
+		if mf.GetName() != "outboxd_transitions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "to" && l.GetValue() == to {
+					g.Add(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return g
+}
+
+// An acknowledged failed effect leaves the failed gauge the alert reads.
+func TestAcknowledgedFailuresLeaveTheFailedGauge(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	e := b.enqueue(t, "/orders")
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'failed', last_error = 'HTTP 410 (endpoint gone)' WHERE id = $1`, e.ID)
+	require.NoError(t, err)
+	failed := func() int64 {
+		gauges, err := b.store.StateGauges(ctx, b.db.Pool)
+		require.NoError(t, err)
+		for _, g := range gauges {
+			if g.State == engine.StateFailed {
+				return g.Count
+			}
+		}
+		return 0
+	}
+	require.Equal(t, int64(1), failed())
+	chs, err := b.operator(t).Acknowledge(ctx, []uuid.UUID{e.ID}, engine.ActionOpts{Actor: "oncall", Reason: "endpoint retired"})
+	require.NoError(t, err)
+	require.True(t, chs[0].Applied)
+	require.Zero(t, failed())
+}

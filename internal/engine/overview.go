@@ -1,0 +1,67 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// What the web view's overview and search read, each from an index.
+
+// ReasonCount is how many unacknowledged failed effects of a kind share a
+// failure reason (the last error without its class, up to the first ": ").
+type ReasonCount struct {
+	Kind   string `json:"kind"`
+	Reason string `json:"reason"`
+	Count  int64  `json:"count"`
+}
+
+// FailureReasons groups the failed effects not acknowledged by kind and
+// reason, most frequent first.
+func (s *Store) FailureReasons(ctx context.Context, db DB, limit int) ([]ReasonCount, error) {
+	rows, err := db.Query(ctx, s.q.failureReasons, limit)
+	if err != nil {
+		return nil, fmt.Errorf("failure reasons: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[ReasonCount])
+}
+
+// MinuteCount is how many effects were confirmed and failed in one minute.
+type MinuteCount struct {
+	Minute    time.Time `json:"minute"`
+	Confirmed int64     `json:"confirmed"`
+	Failed    int64     `json:"failed"`
+}
+
+// Throughput counts effects confirmed and failed per minute since since
+// (by the time they last changed), oldest first; minutes with neither are
+// left out.
+func (s *Store) Throughput(ctx context.Context, db DB, since time.Time) ([]MinuteCount, error) {
+	rows, err := db.Query(ctx, s.q.throughput, since)
+	if err != nil {
+		return nil, fmt.Errorf("throughput: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[MinuteCount])
+}
+
+// EventsOfAggregate returns the newest events of one aggregate with their
+// effects.
+func (s *Store) EventsOfAggregate(ctx context.Context, db DB, aggType, aggID string, limit int) ([]EventEffects, error) {
+	rows, err := db.Query(ctx, s.q.eventsOfAggregate, aggType, aggID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("events of %s %s: %w", aggType, aggID, err)
+	}
+	return collectEventEffects(rows)
+}
+
+// EffectsOfEvent returns every effect of event id.
+func (s *Store) EffectsOfEvent(ctx context.Context, db DB, id uuid.UUID) ([]*Effect, error) {
+	rows, err := db.Query(ctx, s.q.effectsOfEvent, id)
+	if err != nil {
+		return nil, fmt.Errorf("effects of event %s: %w", id, err)
+	}
+	return pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Effect])
+}

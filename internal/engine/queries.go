@@ -1,0 +1,624 @@
+package engine
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// All of outboxd's SQL against its own tables. "/*schema*/" is replaced once,
+// when a Store is built, by the quoted schema name and a dot.
+
+const effectColumns = `id, source_id, kind, provider, idempotency_key, payload, state, attempts,
+	last_error, provider_ref, replayed, next_attempt_at, created_at, updated_at, fired_at, first_fired_at, confirmed_at,
+	in_doubt, total_attempts, redrives, key_window_from, acknowledged_at`
+
+const (
+	sqlInsertEvent = `
+INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (id) DO NOTHING`
+
+	// A new event and its effects in one statement: the effects are
+	// inserted only if the event was. $6.. are the effects' arrays.
+	sqlInsertEventWithEffects = `
+WITH ev AS (
+	INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
+	VALUES ($1, $2, $3, $4, $5)
+	ON CONFLICT (id) DO NOTHING
+	RETURNING id
+)
+INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload)
+SELECT u.id, ev.id, u.kind, u.provider, u.payload
+FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[]) AS u(id, kind, provider, payload)
+RETURNING id`
+
+	// sqlInsertEventWithEffects, also queueing each effect in the intake
+	// for a dispatcher to give it a River job.
+	sqlInsertEventWithEffectsIntake = `
+WITH ev AS (
+	INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
+	VALUES ($1, $2, $3, $4, $5)
+	ON CONFLICT (id) DO NOTHING
+	RETURNING id
+), eff AS (
+	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload)
+	SELECT u.id, ev.id, u.kind, u.provider, u.payload
+	FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[]) AS u(id, kind, provider, payload)
+	RETURNING id, provider
+)
+INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FROM eff`
+
+	// sqlInsertEffects, also queueing each inserted effect in the intake.
+	sqlInsertEffectsIntake = `
+WITH eff AS (
+	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload)
+	SELECT u.id, $1, u.kind, u.provider, u.payload
+	FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[]) AS u(id, kind, provider, payload)
+	ON CONFLICT DO NOTHING
+	RETURNING id, provider
+), q AS (
+	INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FROM eff
+)
+SELECT id FROM eff`
+
+	// Takes up to $1 effects from the intake, skipping rows another
+	// dispatcher is taking.
+	sqlTakeIntake = `
+DELETE FROM /*schema*/outbox_intake WHERE ctid = ANY(ARRAY(
+	SELECT ctid FROM /*schema*/outbox_intake LIMIT $1 FOR UPDATE SKIP LOCKED))
+RETURNING effect_id, provider`
+
+	sqlEventMatches = `
+SELECT aggregate_type = $2 AND aggregate_id = $3 AND event_type = $4 AND payload = $5::jsonb
+FROM /*schema*/outbox_events WHERE id = $1`
+
+	// ON CONFLICT without a target: id, idempotency_key and (source_id, kind)
+	// are all derived from (source_id, kind), so any of them means "exists".
+	sqlInsertEffects = `
+INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload)
+SELECT u.id, $1, u.kind, u.provider, u.payload
+FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[]) AS u(id, kind, provider, payload)
+ON CONFLICT DO NOTHING
+RETURNING id`
+
+	sqlCompareEffects = `
+SELECT u.kind, s.id IS NOT NULL, coalesce(s.provider = u.provider AND s.payload = u.payload, false)
+FROM unnest($2::text[], $3::text[], $4::jsonb[]) WITH ORDINALITY AS u(kind, provider, payload, ord)
+LEFT JOIN /*schema*/side_effects s ON s.source_id = $1 AND s.kind = u.kind
+ORDER BY u.ord`
+
+	sqlGetEffect = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE id = $1`
+
+	sqlGetEffectForUpdate = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE id = $1 FOR UPDATE`
+
+	sqlGetEffectByKeyForUpdate = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE idempotency_key = $1 FOR UPDATE`
+
+	// The newest dispatch job of effect $1 in one of the states $2, or 0.
+	sqlJobIn = `
+SELECT coalesce(max(id), 0) FROM /*schema*/river_job
+WHERE kind = 'outboxd.dispatch' AND state::text = ANY($2) AND args @> jsonb_build_object('effect_id', $1::uuid)`
+
+	sqlGetEffectByKey = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE idempotency_key = $1`
+
+	// Transitions. Each names the states it leaves from; zero rows affected
+	// means the transition no longer applies and nothing changed.
+
+	// pending|fired -> fired, guarded on the state the worker read ($2), so
+	// that an operator's action in between wins.
+	sqlClaim = `
+UPDATE /*schema*/side_effects
+SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 1, in_doubt = true,
+	fired_at = now(), first_fired_at = coalesce(first_fired_at, now()), key_window_from = coalesce(key_window_from, now()),
+	next_attempt_at = NULL, updated_at = now()
+WHERE id = $1 AND state = $2 AND state IN ('pending', 'fired')
+RETURNING ` + effectColumns
+
+	// pending -> fired for the effects in $1 never fired before, of a
+	// provider this process has ($2): the common first attempt, which needs
+	// no in-doubt or key-window decision, for many effects in one statement.
+	sqlClaimFirstMany = `
+UPDATE /*schema*/side_effects
+SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 1, in_doubt = true,
+	fired_at = now(), first_fired_at = now(), key_window_from = coalesce(key_window_from, now()),
+	next_attempt_at = NULL, updated_at = now()
+WHERE id = ANY($1) AND state = 'pending' AND first_fired_at IS NULL AND NOT in_doubt AND provider = ANY($2)
+RETURNING ` + effectColumns
+
+	// fired -> confirmed on the providers' acknowledgements of many
+	// effects: $1 ids, $2 refs ('' for none), $3 replayed flags. Also from
+	// pending and failed: an operator's action while the call was in flight
+	// does not undo what the provider did. Returns the state each left, with
+	// the error it clears; no row for an effect cancelled, confirmed or gone
+	// (see sqlLateAck). Rows are locked in id order.
+	sqlConfirmMany = `
+WITH input AS (
+	SELECT * FROM unnest($1::uuid[], $2::text[], $3::boolean[]) AS u(id, ref, replayed)
+), before AS (
+	SELECT e.id, e.state, e.last_error FROM /*schema*/side_effects e
+	WHERE e.id IN (SELECT id FROM input) ORDER BY e.id FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
+SET state = 'confirmed', confirmed_at = now(), provider_ref = nullif(input.ref, ''), replayed = input.replayed,
+	last_error = NULL, in_doubt = false, next_attempt_at = NULL, updated_at = now()
+FROM before JOIN input ON input.id = before.id
+WHERE e.id = before.id AND before.state IN ('fired', 'pending', 'failed')
+RETURNING e.id, before.state, before.last_error`
+
+	// An acknowledgement for an effect that an operator cancelled or
+	// confirmed meanwhile: kept on the row (when it has no ref yet) and in
+	// the audit trail, never dropped. $3 is the audit details.
+	sqlLateAck = `
+WITH upd AS (
+	UPDATE /*schema*/side_effects SET provider_ref = coalesce(provider_ref, $2)
+	WHERE id = $1 RETURNING state
+)
+INSERT INTO /*schema*/side_effect_audit (effect_id, action, actor, reason, from_state, to_state, details)
+SELECT $1, 'late_ack', 'outboxd', $4, upd.state, upd.state, $3 FROM upd`
+
+	// fired -> back to what it was before a claim whose request was never
+	// made ($2.. the columns as they were).
+	sqlUnclaim = `
+UPDATE /*schema*/side_effects
+SET state = $2, attempts = attempts - 1, total_attempts = total_attempts - 1, in_doubt = $3,
+	fired_at = $4, first_fired_at = $5, key_window_from = $6, next_attempt_at = $7, updated_at = now()
+WHERE id = $1 AND state = 'fired'`
+
+	// fired -> pending: the provider proved it did not act.
+	sqlRelease = `
+UPDATE /*schema*/side_effects
+SET state = 'pending', in_doubt = $4, last_error = $2, next_attempt_at = $3, updated_at = now()
+WHERE id = $1 AND state = 'fired'`
+
+	// fired -> fired: outcome unknown; keep fired so the next attempt is
+	// known to be a re-fire.
+	sqlRecordInDoubt = `
+UPDATE /*schema*/side_effects
+SET last_error = $2, next_attempt_at = $3, updated_at = now()
+WHERE id = $1 AND state = 'fired'`
+
+	// pending|fired -> failed.
+	sqlFail = `
+UPDATE /*schema*/side_effects
+SET state = 'failed', last_error = $2, next_attempt_at = NULL, updated_at = now()
+WHERE id = $1 AND state IN ('pending', 'fired')`
+
+	// fired -> failed after an answer proving the provider did not act:
+	// in doubt ($3) only if an earlier request may have been applied.
+	sqlFailProven = `
+UPDATE /*schema*/side_effects
+SET state = 'failed', last_error = $2, in_doubt = $3, next_attempt_at = NULL, updated_at = now()
+WHERE id = $1 AND state = 'fired'`
+)
+
+// Operator transitions: each locks the row, checks the state it leaves from
+// and returns the row as it was, for the audit trail.
+const (
+	// pending|fired|failed -> cancelled.
+	sqlCancel = `
+WITH before AS (
+	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+	WHERE id = $1 AND state IN ('pending', 'fired', 'failed') FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
+SET state = 'cancelled', next_attempt_at = NULL, updated_at = now()
+FROM before WHERE e.id = before.id
+RETURNING ` + beforeColumns
+
+	// failed|cancelled (and, when $2, fired) -> pending: a fresh round of
+	// attempts with the same key. The key window, the doubt about earlier
+	// requests and the total attempts carry over; $3 clears the doubt (the
+	// operator accepts the risk of a duplicate) and $4 restarts the key
+	// window (the operator checked the provider), each audited.
+	sqlRedrive = `
+WITH before AS (
+	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+	WHERE id = $1 AND (state IN ('failed', 'cancelled') OR (state = 'fired' AND $2::boolean)) FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
+SET state = 'pending', attempts = 0, redrives = e.redrives + 1, next_attempt_at = NULL, updated_at = now(), acknowledged_at = NULL,
+	in_doubt = e.in_doubt AND NOT $3::boolean,
+	key_window_from = CASE WHEN $4::boolean THEN NULL ELSE e.key_window_from END
+FROM before WHERE e.id = before.id
+RETURNING ` + beforeColumns
+
+	// any but confirmed -> confirmed, by hand after checking the provider.
+	sqlResolveConfirmed = `
+WITH before AS (
+	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+	WHERE id = $1 AND state IN ('pending', 'fired', 'failed', 'cancelled') FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
+SET state = 'confirmed', provider_ref = $2, confirmed_at = now(), next_attempt_at = NULL, updated_at = now(),
+	last_error = NULL, in_doubt = false
+FROM before WHERE e.id = before.id
+RETURNING ` + beforeColumns
+
+	// pending|fired|failed in doubt -> confirmed, by a provider event that
+	// shows the request was applied ($2 the provider's object, kept when the
+	// row has a ref).
+	sqlEventConfirm = `
+WITH before AS (
+	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+	WHERE id = $1 AND (state IN ('pending', 'fired') OR (state = 'failed' AND in_doubt)) FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
+SET state = 'confirmed', provider_ref = coalesce(e.provider_ref, nullif($2, '')), confirmed_at = now(), next_attempt_at = NULL,
+	updated_at = now(), last_error = NULL, in_doubt = false
+FROM before WHERE e.id = before.id
+RETURNING ` + beforeColumns
+
+	// A mail's delivery status from the provider's events; a later status
+	// never gives way to an earlier one delivered out of order (processed <
+	// deferred < delivered, bounce, dropped).
+	sqlRecordDelivery = `
+INSERT INTO /*schema*/side_effect_deliveries AS d (effect_id, status, detail, event_id, event_at)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (effect_id) DO UPDATE SET status = excluded.status, detail = excluded.detail, event_id = excluded.event_id,
+	event_at = excluded.event_at, updated_at = now()
+WHERE (CASE excluded.status WHEN 'processed' THEN 1 WHEN 'deferred' THEN 2 ELSE 3 END)
+	> (CASE d.status WHEN 'processed' THEN 1 WHEN 'deferred' THEN 2 ELSE 3 END)
+	OR ((CASE d.status WHEN 'processed' THEN 1 WHEN 'deferred' THEN 2 ELSE 3 END) = (CASE excluded.status WHEN 'processed' THEN 1 WHEN 'deferred' THEN 2 ELSE 3 END)
+		AND excluded.event_at >= d.event_at)`
+
+	sqlGetDelivery = `SELECT status, detail, event_id, event_at, updated_at FROM /*schema*/side_effect_deliveries WHERE effect_id = $1`
+
+	sqlInsertDrift = `
+INSERT INTO /*schema*/provider_drift (reason, provider, kind, effect_id, effect_state, idempotency_key, event_id, event_type, object_id, check_hint)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+	sqlListDrift = `
+SELECT id, reason, provider, kind, effect_id, effect_state, idempotency_key, event_id, event_type, object_id, check_hint, created_at
+FROM /*schema*/provider_drift
+WHERE created_at >= $1 AND ($2 = '' OR reason = $2) AND ($3::uuid IS NULL OR effect_id = $3)
+ORDER BY id DESC LIMIT $4`
+
+	// failed -> failed, acknowledged as reviewed and correctly failed.
+	sqlAcknowledge = `
+WITH before AS (
+	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+	WHERE id = $1 AND state = 'failed' AND acknowledged_at IS NULL FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
+SET acknowledged_at = now()
+FROM before WHERE e.id = before.id
+RETURNING ` + beforeColumns
+
+	sqlInsertAudit = `
+INSERT INTO /*schema*/side_effect_audit (effect_id, action, actor, reason, from_state, to_state, details)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
+
+	sqlListAudit = `
+SELECT id, effect_id, action, actor, reason, from_state, to_state, details, created_at
+FROM /*schema*/side_effect_audit WHERE effect_id = $1 ORDER BY id`
+)
+
+const beforeColumns = `before.id, before.source_id, before.kind, before.provider, before.idempotency_key, before.payload,
+	before.state, before.attempts, before.last_error, before.provider_ref, before.replayed, before.next_attempt_at,
+	before.created_at, before.updated_at, before.fired_at, before.first_fired_at, before.confirmed_at,
+	before.in_doubt, before.total_attempts, before.redrives, before.key_window_from, before.acknowledged_at`
+
+// Inspection: what operators and the stuck/stats commands read.
+const (
+	// Filters are NULL when unset. Newest first; ($7, $8) is the keyset
+	// cursor (created_at, id) of the last row of the previous page.
+	sqlListEffects = `
+SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+WHERE ($1::text[] IS NULL OR state = ANY($1))
+	AND ($2::text IS NULL OR kind = $2)
+	AND ($3::text IS NULL OR provider = $3)
+	AND ($4::uuid IS NULL OR source_id = $4)
+	AND ($5::timestamptz IS NULL OR created_at >= $5)
+	AND ($6::timestamptz IS NULL OR created_at < $6)
+	AND ($7::timestamptz IS NULL OR (created_at, id) < ($7, $8::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT $9`
+
+	// Live effects not updated since $1, and failed ones, with their newest
+	// live River job if any. Each branch matches one partial index.
+	sqlStuck = `
+WITH stuck AS (
+	(SELECT * FROM /*schema*/side_effects
+	 WHERE state IN ('pending', 'fired') AND updated_at < $1 ORDER BY updated_at LIMIT $2)
+	UNION ALL
+	(SELECT * FROM /*schema*/side_effects
+	 WHERE state = 'failed' AND acknowledged_at IS NULL ORDER BY updated_at LIMIT $2)
+	ORDER BY updated_at LIMIT $2
+)
+SELECT ` + effectColumnsE + `, j.id, j.state, j.scheduled_at
+FROM stuck e
+LEFT JOIN LATERAL (
+	SELECT id, state::text, scheduled_at FROM /*schema*/river_job
+	WHERE kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', e.id)
+		AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+	ORDER BY id DESC LIMIT 1
+) j ON true
+ORDER BY e.updated_at`
+
+	sqlEventOf = `
+SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at
+FROM /*schema*/outbox_events WHERE id = $1`
+
+	// Events, newest first, each with its effects' kinds and states. Filters
+	// are NULL when unset; $4 keeps events lacking an effect of that kind.
+	// outbox_events has no secondary index (enqueue pays for none): this
+	// reads the table.
+	sqlEvents = `
+SELECT ev.id, ev.aggregate_type, ev.aggregate_id, ev.event_type, ev.payload, ev.created_at,
+	coalesce((SELECT jsonb_agg(jsonb_build_object('id', e.id, 'kind', e.kind, 'state', e.state) ORDER BY e.kind)
+		FROM /*schema*/side_effects e WHERE e.source_id = ev.id), '[]'::jsonb)
+FROM /*schema*/outbox_events ev
+WHERE ($1::text IS NULL OR ev.event_type = $1)
+	AND ($2::text IS NULL OR ev.aggregate_type = $2)
+	AND ($3::text IS NULL OR ev.aggregate_id = $3)
+	AND ($4::text IS NULL OR NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = ev.id AND e.kind = $4))
+	AND ($5::timestamptz IS NULL OR ev.created_at >= $5)
+	AND ($6::uuid IS NULL OR ev.id = $6)
+ORDER BY ev.created_at DESC, ev.id DESC
+LIMIT $7`
+
+	// The web view's reads: each from an index.
+	sqlFailureReasons = `
+SELECT kind, CASE WHEN last_error LIKE 'in doubt: not re-sent%' THEN 'in doubt: not re-sent'
+		ELSE split_part(regexp_replace(coalesce(last_error, ''), '^(permanent|retryable|in_doubt): ', ''), ': ', 1) END AS reason,
+	count(*)
+FROM /*schema*/side_effects
+WHERE state = 'failed' AND acknowledged_at IS NULL
+GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT $1`
+
+	sqlThroughput = `
+SELECT date_trunc('minute', updated_at) AS minute,
+	count(*) FILTER (WHERE state = 'confirmed'), count(*) FILTER (WHERE state = 'failed')
+FROM /*schema*/side_effects
+WHERE state IN ('confirmed', 'failed', 'cancelled') AND updated_at >= $1
+GROUP BY 1 ORDER BY 1`
+
+	sqlEventsOfAggregate = `
+SELECT ev.id, ev.aggregate_type, ev.aggregate_id, ev.event_type, ev.payload, ev.created_at,
+	coalesce((SELECT jsonb_agg(jsonb_build_object('id', e.id, 'kind', e.kind, 'state', e.state) ORDER BY e.kind)
+		FROM /*schema*/side_effects e WHERE e.source_id = ev.id), '[]'::jsonb)
+FROM /*schema*/outbox_events ev
+WHERE ev.aggregate_type = $1 AND ev.aggregate_id = $2
+ORDER BY ev.created_at DESC, ev.id DESC
+LIMIT $3`
+
+	sqlEffectsOfEvent = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE source_id = $1 ORDER BY kind`
+
+	sqlJobsOf = `
+SELECT id, state::text, queue, attempt, max_attempts, created_at, scheduled_at, finalized_at, errors
+FROM /*schema*/river_job
+WHERE kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', $1::uuid)
+ORDER BY id`
+
+	// Counts of live and failed effects come from the partial indexes;
+	// confirmed and cancelled ones are counted over the window ($1), through
+	// the terminal index (a confirmed row's updated_at is its confirmed_at).
+	sqlStatsCounts = `
+SELECT state, kind, count(*) FROM /*schema*/side_effects
+WHERE state IN ('pending', 'fired')
+GROUP BY state, kind
+UNION ALL
+SELECT 'failed', kind, count(*) FROM /*schema*/side_effects
+WHERE state = 'failed' AND acknowledged_at IS NULL
+GROUP BY kind
+UNION ALL
+SELECT 'failed_acknowledged', kind, count(*) FROM /*schema*/side_effects
+WHERE state = 'failed' AND acknowledged_at IS NOT NULL
+GROUP BY kind
+UNION ALL
+SELECT state, kind, count(*) FROM /*schema*/side_effects
+WHERE state IN ('confirmed', 'cancelled') AND updated_at >= $1
+GROUP BY state, kind
+ORDER BY 1, 2`
+
+	sqlStatsOldest = `
+SELECT
+	(SELECT min(created_at) FROM /*schema*/side_effects WHERE state = 'pending'),
+	(SELECT min(fired_at) FROM /*schema*/side_effects WHERE state = 'fired')`
+
+	sqlStatsAttempts = `
+SELECT CASE WHEN attempts <= 3 THEN attempts::text WHEN attempts <= 5 THEN '4-5'
+	WHEN attempts <= 10 THEN '6-10' ELSE '>10' END AS bucket, count(*)
+FROM /*schema*/side_effects
+WHERE state = 'confirmed' AND updated_at >= $1
+GROUP BY 1 ORDER BY min(attempts)`
+
+	sqlStatsLatency = `
+SELECT count(*),
+	coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM confirmed_at - created_at)), 0),
+	coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM confirmed_at - created_at)), 0),
+	coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM confirmed_at - created_at)), 0)
+FROM /*schema*/side_effects e
+WHERE state = 'confirmed' AND updated_at >= $1
+	AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effect_audit a WHERE a.effect_id = e.id AND a.action = 'confirm')`
+
+	// Effects confirmed by an operator since $1.
+	sqlStatsByHand = `
+SELECT count(DISTINCT effect_id) FROM /*schema*/side_effect_audit
+WHERE action = 'confirm' AND to_state = 'confirmed' AND created_at >= $1`
+
+	// Purge: terminal effects older than $1, in batches of $2; then events
+	// older than $1 left without effects.
+	sqlPurgeCount = `
+SELECT count(*) FROM /*schema*/side_effects
+WHERE state IN ('confirmed', 'failed', 'cancelled') AND updated_at < $1`
+
+	// The outer conditions are checked again on the row as it is when the
+	// DELETE gets to it: an effect an operator moved back to pending
+	// meanwhile is not deleted.
+	sqlPurgeEffects = `
+DELETE FROM /*schema*/side_effects WHERE id IN (
+	SELECT id FROM /*schema*/side_effects
+	WHERE state IN ('confirmed', 'failed', 'cancelled') AND updated_at < $1
+	LIMIT $2)
+	AND state IN ('confirmed', 'failed', 'cancelled') AND updated_at < $1`
+
+	// Events the purge would leave without effects.
+	sqlPurgeEventsCount = `
+SELECT count(*) FROM /*schema*/outbox_events ev
+WHERE ev.created_at < $1 AND NOT EXISTS (
+	SELECT 1 FROM /*schema*/side_effects e
+	WHERE e.source_id = ev.id AND NOT (e.state IN ('confirmed', 'failed', 'cancelled') AND e.updated_at < $1))`
+
+	// Expired idempotency keys, $1 at a time; skips rows a request has
+	// locked (taking an expired key over) and unexpired three-phase locks.
+	sqlPurgeExpiredKeys = `
+DELETE FROM /*schema*/idempotency_keys WHERE id IN (
+	SELECT id FROM /*schema*/idempotency_keys
+	WHERE expires_at <= now() AND NOT (state = 'in_progress' AND locked_until > now())
+	LIMIT $1 FOR UPDATE SKIP LOCKED)`
+
+	// Inbox message ids past their retention, $1 at a time.
+	sqlPurgeExpiredInbox = `
+DELETE FROM /*schema*/inbox_messages WHERE (source, message_id) IN (
+	SELECT source, message_id FROM /*schema*/inbox_messages WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
+
+	sqlPurgeEvents = `
+DELETE FROM /*schema*/outbox_events WHERE id IN (
+	SELECT ev.id FROM /*schema*/outbox_events ev
+	WHERE ev.created_at < $1 AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = ev.id)
+	LIMIT $2)
+	AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = outbox_events.id)`
+)
+
+// Dispatcher records (outboxctl dispatchers) and failed attempts.
+const (
+	sqlRecordAttempt = `
+INSERT INTO /*schema*/side_effect_attempts (effect_id, attempt, started_at, duration_ms, outcome, error, host)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
+
+	sqlAttemptsOf = `
+SELECT effect_id, attempt, started_at, duration_ms, outcome, error, host FROM /*schema*/side_effect_attempts
+WHERE effect_id = $1 ORDER BY attempt, started_at`
+
+	sqlRecordDispatcher = `
+INSERT INTO /*schema*/outboxd_dispatchers (id, host, pid, settings) VALUES ($1, $2, $3, $4)
+ON CONFLICT (id) DO UPDATE SET settings = EXCLUDED.settings, seen_at = now(), stopped_at = NULL`
+
+	sqlDispatcherSeen = `
+UPDATE /*schema*/outboxd_dispatchers SET seen_at = now(), stopped_at = CASE WHEN $2 THEN now() END WHERE id = $1`
+
+	sqlDispatchers = `
+SELECT id, host, pid, started_at, seen_at, stopped_at, settings FROM /*schema*/outboxd_dispatchers
+ORDER BY seen_at DESC LIMIT $1`
+)
+
+// Pending and fired effects without a live dispatch job, unchanged for $1:
+// rows written by plain SQL, or whose job was discarded or cleaned up.
+const sqlSweep = `
+SELECT e.id, e.provider FROM /*schema*/side_effects e
+WHERE e.state IN ('pending', 'fired') AND e.updated_at < $1
+	AND NOT EXISTS (
+		SELECT 1 FROM /*schema*/river_job j
+		WHERE j.kind = 'outboxd.dispatch' AND j.args @> jsonb_build_object('effect_id', e.id)
+			AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+ORDER BY e.updated_at
+LIMIT $2`
+
+// Gauges for /metrics: live and failed effects by state and kind, with the
+// age of the oldest.
+const sqlStateGauges = `
+SELECT state, kind, count(*),
+	extract(epoch FROM now() - min(CASE WHEN state = 'fired' THEN coalesce(fired_at, created_at) ELSE created_at END))::float8
+FROM /*schema*/side_effects
+WHERE state IN ('pending', 'fired')
+GROUP BY state, kind
+UNION ALL
+SELECT 'failed', kind, count(*), extract(epoch FROM now() - min(created_at))::float8
+FROM /*schema*/side_effects
+WHERE state = 'failed' AND acknowledged_at IS NULL
+GROUP BY kind`
+
+const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key, e.payload, e.state, e.attempts,
+	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at,
+	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from, e.acknowledged_at`
+
+// queries holds the statements with the schema filled in.
+type queries struct {
+	insertEvent, insertEventWithEffects, eventMatches                                          string
+	insertEffects, compareEffects                                                              string
+	insertEventWithEffectsIntake, insertEffectsIntake, takeIntake                              string
+	getEffect, getEffectByKey, getEffectForUpdate, jobIn                                       string
+	getEffectByKeyForUpdate, eventConfirm, recordDelivery, getDelivery, insertDrift, listDrift string
+	claim, lateAck, release, recordInDoubt, fail, failProven, unclaim                          string
+	claimFirstMany, confirmMany                                                                string
+
+	cancel, redrive, resolveConfirmed, insertAudit, listAudit, acknowledge string
+
+	listEffects, stuck, eventOf, jobsOf, events, failureReasons, throughput, eventsOfAggregate, effectsOfEvent string
+	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand                                         string
+	purgeCount, purgeEffects, purgeEventsCount, purgeEvents, purgeExpiredKeys, purgeExpiredInbox               string
+	stateGauges, sweep, recordDispatcher, dispatcherSeen, dispatchers, recordAttempt, attemptsOf               string
+}
+
+func newQueries(schema string) queries {
+	prefix := ""
+	if schema != "" {
+		prefix = pgx.Identifier{schema}.Sanitize() + "."
+	}
+	r := strings.NewReplacer("/*schema*/", prefix)
+	return queries{
+		insertEvent:                  r.Replace(sqlInsertEvent),
+		insertEventWithEffects:       r.Replace(sqlInsertEventWithEffects),
+		eventMatches:                 r.Replace(sqlEventMatches),
+		insertEventWithEffectsIntake: r.Replace(sqlInsertEventWithEffectsIntake),
+		insertEffectsIntake:          r.Replace(sqlInsertEffectsIntake),
+		takeIntake:                   r.Replace(sqlTakeIntake),
+		insertEffects:                r.Replace(sqlInsertEffects),
+		compareEffects:               r.Replace(sqlCompareEffects),
+		getEffect:                    r.Replace(sqlGetEffect),
+		getEffectByKey:               r.Replace(sqlGetEffectByKey),
+		getEffectForUpdate:           r.Replace(sqlGetEffectForUpdate),
+		getEffectByKeyForUpdate:      r.Replace(sqlGetEffectByKeyForUpdate),
+		eventConfirm:                 r.Replace(sqlEventConfirm),
+		recordDelivery:               r.Replace(sqlRecordDelivery),
+		getDelivery:                  r.Replace(sqlGetDelivery),
+		insertDrift:                  r.Replace(sqlInsertDrift),
+		listDrift:                    r.Replace(sqlListDrift),
+		jobIn:                        r.Replace(sqlJobIn),
+		claim:                        r.Replace(sqlClaim),
+		claimFirstMany:               r.Replace(sqlClaimFirstMany),
+		confirmMany:                  r.Replace(sqlConfirmMany),
+		lateAck:                      r.Replace(sqlLateAck),
+		unclaim:                      r.Replace(sqlUnclaim),
+		release:                      r.Replace(sqlRelease),
+		recordInDoubt:                r.Replace(sqlRecordInDoubt),
+		failProven:                   r.Replace(sqlFailProven),
+		fail:                         r.Replace(sqlFail),
+
+		cancel:           r.Replace(sqlCancel),
+		acknowledge:      r.Replace(sqlAcknowledge),
+		redrive:          r.Replace(sqlRedrive),
+		resolveConfirmed: r.Replace(sqlResolveConfirmed),
+		insertAudit:      r.Replace(sqlInsertAudit),
+		listAudit:        r.Replace(sqlListAudit),
+
+		listEffects:       r.Replace(sqlListEffects),
+		stuck:             r.Replace(sqlStuck),
+		eventOf:           r.Replace(sqlEventOf),
+		jobsOf:            r.Replace(sqlJobsOf),
+		events:            r.Replace(sqlEvents),
+		failureReasons:    r.Replace(sqlFailureReasons),
+		throughput:        r.Replace(sqlThroughput),
+		eventsOfAggregate: r.Replace(sqlEventsOfAggregate),
+		effectsOfEvent:    r.Replace(sqlEffectsOfEvent),
+		statsCounts:       r.Replace(sqlStatsCounts),
+		statsOldest:       r.Replace(sqlStatsOldest),
+		statsAttempts:     r.Replace(sqlStatsAttempts),
+		statsLatency:      r.Replace(sqlStatsLatency),
+		statsByHand:       r.Replace(sqlStatsByHand),
+		purgeCount:        r.Replace(sqlPurgeCount),
+		purgeEffects:      r.Replace(sqlPurgeEffects),
+		purgeEventsCount:  r.Replace(sqlPurgeEventsCount),
+		purgeEvents:       r.Replace(sqlPurgeEvents),
+		purgeExpiredKeys:  r.Replace(sqlPurgeExpiredKeys),
+		purgeExpiredInbox: r.Replace(sqlPurgeExpiredInbox),
+		stateGauges:       r.Replace(sqlStateGauges),
+		sweep:             r.Replace(sqlSweep),
+		recordDispatcher:  r.Replace(sqlRecordDispatcher),
+		dispatcherSeen:    r.Replace(sqlDispatcherSeen),
+		dispatchers:       r.Replace(sqlDispatchers),
+		recordAttempt:     r.Replace(sqlRecordAttempt),
+		attemptsOf:        r.Replace(sqlAttemptsOf),
+	}
+}

@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// State is a side effect's place in the state machine.
+type State string
+
+// The states of side_effects.state.
+const (
+	StatePending   State = "pending"
+	StateFired     State = "fired"
+	StateConfirmed State = "confirmed"
+	StateFailed    State = "failed"
+	StateCancelled State = "cancelled"
+)
+
+// Terminal reports whether no worker will ever fire an effect in state s.
+func (s State) Terminal() bool {
+	return s == StateConfirmed || s == StateFailed || s == StateCancelled
+}
+
+// Effect is a side_effects row.
+type Effect struct {
+	ID             uuid.UUID       `db:"id" json:"id"`
+	SourceID       uuid.UUID       `db:"source_id" json:"source_id"`
+	Kind           string          `db:"kind" json:"kind"`
+	Provider       string          `db:"provider" json:"provider"`
+	IdempotencyKey string          `db:"idempotency_key" json:"idempotency_key"`
+	Payload        json.RawMessage `db:"payload" json:"payload"`
+	State          State           `db:"state" json:"state"`
+	Attempts       int             `db:"attempts" json:"attempts"`
+	LastError      *string         `db:"last_error" json:"last_error"`
+	ProviderRef    *string         `db:"provider_ref" json:"provider_ref"`
+	Replayed       bool            `db:"replayed" json:"replayed"`
+	NextAttemptAt  *time.Time      `db:"next_attempt_at" json:"next_attempt_at"`
+	CreatedAt      time.Time       `db:"created_at" json:"created_at"`
+	UpdatedAt      time.Time       `db:"updated_at" json:"updated_at"`
+	FiredAt        *time.Time      `db:"fired_at" json:"fired_at"`
+	FirstFiredAt   *time.Time      `db:"first_fired_at" json:"first_fired_at"`
+	ConfirmedAt    *time.Time      `db:"confirmed_at" json:"confirmed_at"`
+	// InDoubt is true while an earlier request may have reached the provider
+	// without an acknowledgement. It survives failed, cancelled and
+	// redrives: every later fire applies the in-doubt policy.
+	InDoubt bool `db:"in_doubt" json:"in_doubt"`
+	// TotalAttempts counts fires over the effect's life; Attempts counts
+	// those since the last redrive.
+	TotalAttempts int `db:"total_attempts" json:"total_attempts"`
+	// Redrives counts operator redrives.
+	Redrives int `db:"redrives" json:"redrives"`
+	// KeyWindowFrom starts the provider's key window: the first request
+	// that carried the key. Only a forced retry, after checking the
+	// provider, restarts it.
+	KeyWindowFrom *time.Time `db:"key_window_from" json:"key_window_from"`
+	// AcknowledgedAt is when an operator acknowledged a failed effect as
+	// reviewed and correctly failed; it is then out of "stuck" and the
+	// failed gauge. A redrive clears it.
+	AcknowledgedAt *time.Time `db:"acknowledged_at" json:"acknowledged_at"`
+}

@@ -1,0 +1,394 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/outboxd/outboxd/providers"
+)
+
+// Failure reasons recorded in last_error when an effect ends failed.
+const (
+	ReasonKeyWindow = "key window expired: reconcile at provider"
+	ReasonInDoubt   = "in doubt: not re-sent"
+)
+
+// bookkeepingTimeout bounds the SQL that records an attempt's outcome. It
+// runs on a context detached from the job's, so a shutdown that cancels a
+// finished provider call still records the confirmation.
+const bookkeepingTimeout = 10 * time.Second
+
+// Worker is the River worker that fires one side effect per job.
+type Worker struct {
+	river.WorkerDefaults[DispatchArgs]
+
+	pool      *pgxpool.Pool
+	store     *Store
+	providers map[string]providers.Provider
+	// providerNames are the keys of providers, for SQL.
+	providerNames []string
+	inDoubt       map[string]providers.InDoubtPolicy
+	// secrets are every provider's credentials, removed from error texts
+	// before they are logged or stored (last_error, River's job errors).
+	secrets []string
+	retry   RetryPolicy
+	logger  *slog.Logger
+	metrics Observer
+
+	// retryAt hands the time chosen in Work to NextRetry, which River calls
+	// right after Work returns an error for the same job.
+	retryAt sync.Map // job id -> time.Time
+
+	// claims and confirms group the first claims and the confirmations of
+	// concurrent workers into one statement and commit each.
+	claims   *batcher[uuid.UUID, *Effect]
+	confirms *batcher[confirmReq, State]
+
+	// beforeConfirm, when set by tests, runs between the provider's
+	// acknowledgement and the confirming transaction.
+	beforeConfirm func(ctx context.Context) error
+}
+
+// confirmReq is one acknowledgement waiting to be recorded.
+type confirmReq struct {
+	effect *Effect
+	res    providers.Result
+	jobID  int64
+}
+
+func (w *Worker) startBatchers() {
+	if w.claims == nil {
+		w.claims = newBatcher(w.claimFirstMany)
+		w.confirms = newBatcher(w.confirmMany)
+	}
+	w.claims.start()
+	w.confirms.start()
+}
+
+func (w *Worker) stopBatchers() {
+	if w.claims != nil {
+		w.claims.stopBatcher()
+		w.confirms.stopBatcher()
+	}
+}
+
+// claimFirstMany claims the first attempt of every effect in ids that is
+// due one, in one statement; the others get nil.
+func (w *Worker) claimFirstMany(ctx context.Context, ids []uuid.UUID) ([]*Effect, error) {
+	claimed, err := w.store.ClaimFirstMany(ctx, w.pool, ids, w.providerNames)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Effect, len(ids))
+	for i, id := range ids {
+		out[i] = claimed[id]
+	}
+	return out, nil
+}
+
+// confirmMany records many acknowledgements in one transaction; see
+// confirm for what each result means.
+func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]State, error) {
+	out := make([]State, len(reqs))
+	acks := make([]Ack, len(reqs))
+	for i, r := range reqs {
+		acks[i] = Ack{ID: r.effect.ID, Ref: r.res.Ref, Replayed: r.res.Replayed}
+	}
+	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		confirmed, err := w.store.ConfirmMany(ctx, tx, acks)
+		if err != nil {
+			return err
+		}
+		for i, r := range reqs {
+			cf, ok := confirmed[r.effect.ID]
+			out[i] = cf.State
+			if ok && cf.State == StateFired {
+				continue
+			}
+			details := map[string]any{"provider_ref": r.res.Ref, "replayed": r.res.Replayed, "attempt": r.effect.Attempts, "job_id": r.jobID}
+			if !ok {
+				if _, err := w.store.RecordLateAck(ctx, tx, r.effect.ID, r.res.Ref, details,
+					"acknowledged by the provider after an operator's action: the provider did act; state kept"); err != nil {
+					return err
+				}
+				continue
+			}
+			details["cleared_error"] = cf.LastError
+			if err := w.store.audit(ctx, tx, r.effect.ID, ActionLateAck, actorOutboxd,
+				"acknowledged by the provider after an operator moved it to "+string(cf.State)+": the provider did act",
+				cf.State, StateConfirmed, details); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Work implements river.Worker.
+func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
+	id := job.Args.EffectID
+	// Most jobs are an effect's first attempt: claimed together with the
+	// first attempts of other workers, in one statement.
+	claimed, err := w.claims.do(ctx, id)
+	if err != nil {
+		return err
+	}
+	// before is the effect as it was before the claim, to undo it.
+	before := &Effect{ID: id, State: StatePending}
+	if claimed == nil {
+		if claimed, before, err = w.claimAgain(ctx, id); claimed == nil {
+			return err
+		}
+	}
+	p, ok := w.providers[claimed.Provider]
+	if !ok {
+		return fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, claimed.Provider)
+	}
+	// A provider that limits calls per destination may make the effect
+	// wait: the claim is undone (no request was made, no attempt counts)
+	// and the job tried again later.
+	release := func(error) {}
+	if gate, ok := p.(providers.Gate); ok {
+		r, wait, ok := gate.Admit(ctx, claimed.Payload)
+		if !ok {
+			if _, err := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); err != nil {
+				return err
+			}
+			return river.JobSnooze(wait)
+		}
+		release = r
+	}
+	sent := false
+	var sendErr error
+	defer func() {
+		if !sent {
+			sendErr = providers.ErrNotAttempted
+		}
+		release(sendErr)
+	}()
+	g := p.Guarantees()
+	policy := w.policy(claimed.Kind, g)
+	log := w.logger.With("effect_id", id, "kind", claimed.Kind, "provider", claimed.Provider, "attempt", claimed.Attempts)
+	w.metrics.Transition(claimed, StateFired)
+
+	start := time.Now()
+	sent = true
+	res, sendErr := p.Send(ctx, providers.Request{
+		EffectID: id.String(),
+		Kind:     claimed.Kind,
+		Key:      claimed.IdempotencyKey,
+		Payload:  claimed.Payload,
+		Attempt:  claimed.Attempts,
+	})
+	sendErr = providers.Redact(sendErr, w.secrets)
+	w.metrics.ProviderCall(claimed, time.Since(start), sendErr, res)
+
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+	defer cancel()
+	if sendErr == nil {
+		from, err := w.confirm(bctx, job, claimed, res)
+		if err != nil {
+			// Still fired: the next attempt re-fires with the same key and
+			// the provider answers from its idempotency record.
+			log.Warn("provider acknowledged but confirm failed; will re-fire with the same key", "error", err)
+			return err
+		}
+		switch from {
+		case StateFired:
+			w.metrics.Transition(claimed, StateConfirmed)
+			log.Debug("effect confirmed", "provider_ref", res.Ref, "replayed", res.Replayed)
+		case "":
+			log.Warn("provider acknowledged an effect an operator had cancelled or confirmed meanwhile; acknowledgement recorded in its audit trail, state kept",
+				"provider_ref", res.Ref)
+		default:
+			w.metrics.Transition(claimed, StateConfirmed)
+			log.Warn("provider acknowledged an effect an operator had moved meanwhile; confirmed, recorded in its audit trail",
+				"from", from, "provider_ref", res.Ref)
+		}
+		return nil
+	}
+
+	class, after := providers.Classify(sendErr)
+	host := ""
+	if h, ok := p.(providers.Hoster); ok {
+		host = h.Host(claimed.Payload)
+	}
+	if err := w.store.RecordAttempt(bctx, w.pool, Attempt{EffectID: id, Attempt: claimed.TotalAttempts, StartedAt: start,
+		Duration: time.Since(start), Outcome: class.String(), Error: sendErr.Error(), Host: host}); err != nil {
+		log.Warn("could not record the attempt in its history", "record_error", err)
+	}
+	log = log.With("class", class.String(), "error", sendErr)
+	// The answer proves this attempt was not applied (a refusal, a 429);
+	// the effect stays in doubt only if an earlier request with the key may
+	// have been.
+	priorDoubt := before.InDoubt || before.State == StateFired
+	proven := class == providers.ClassPermanent || class == providers.ClassRetryable
+	switch {
+	case class == providers.ClassPermanent:
+		return w.failProven(bctx, log, claimed, sendErr.Error(), sendErr, priorDoubt)
+	case class == providers.ClassInDoubt && policy == providers.AtMostOnce:
+		return w.fail(bctx, log, claimed, ReasonInDoubt+": "+unclassified(sendErr), sendErr)
+	case claimed.Attempts >= w.retry.MaxAttempts:
+		reason := fmt.Sprintf("retries exhausted after %d attempts: %v", claimed.Attempts, sendErr)
+		if proven {
+			return w.failProven(bctx, log, claimed, reason, sendErr, priorDoubt)
+		}
+		return w.fail(bctx, log, claimed, reason, sendErr)
+	}
+
+	next := time.Now().Add(max(after, w.retry.Delay(claimed.Attempts)))
+	if deadline := keyDeadline(claimed, g); !deadline.IsZero() && next.After(deadline) {
+		return w.fail(bctx, log, claimed, fmt.Sprintf("%s (last error: %v)", ReasonKeyWindow, sendErr), sendErr)
+	}
+	if class == providers.ClassRetryable {
+		var released bool
+		released, err = w.store.Release(bctx, w.pool, id, sendErr.Error(), next, priorDoubt)
+		if released {
+			w.metrics.Transition(claimed, StatePending)
+		}
+	} else {
+		_, err = w.store.RecordInDoubt(bctx, w.pool, id, sendErr.Error(), next)
+	}
+	if err != nil {
+		log.Error("recording attempt failed", "record_error", err)
+	}
+	log.Warn("attempt failed; will retry", "next_attempt_at", next)
+	w.retryAt.Store(job.ID, next)
+	return sendErr
+}
+
+// claimAgain handles every claim but the first: a retry, an in-doubt
+// re-fire, or an effect that must not be fired. It returns the claimed
+// effect and the effect as it was before, or nil with the error Work should
+// return.
+func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before *Effect, err error) {
+	e, err := w.store.Get(ctx, w.pool, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil, river.JobCancel(err)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if e.State.Terminal() {
+		// Confirmed, failed and cancelled effects are never fired again.
+		w.logger.Info("effect already "+string(e.State)+", not fired", "effect_id", id, "kind", e.Kind, "provider", e.Provider)
+		return nil, nil, nil
+	}
+	p, ok := w.providers[e.Provider]
+	if !ok {
+		return nil, nil, fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, e.Provider)
+	}
+	g := p.Guarantees()
+	log := w.logger.With("effect_id", id, "kind", e.Kind, "provider", e.Provider, "attempt", e.Attempts)
+	if (e.State == StateFired || e.InDoubt) && w.policy(e.Kind, g) == providers.AtMostOnce {
+		// An earlier request never reported back (a crash, a rescued job, or
+		// an operator's redrive of an effect in doubt).
+		why := "previous attempt did not finish"
+		if e.State != StateFired {
+			why = "an earlier request's outcome is unknown"
+		}
+		return nil, nil, w.fail(ctx, log, e, ReasonInDoubt+": "+why, nil)
+	}
+	if deadline := keyDeadline(e, g); !deadline.IsZero() && !time.Now().Before(deadline) {
+		return nil, nil, w.fail(ctx, log, e, ReasonKeyWindow, nil)
+	}
+	claimed, err = w.store.Claim(ctx, w.pool, id, e.State)
+	if err != nil {
+		return nil, nil, err
+	}
+	if claimed == nil {
+		log.Info("effect changed state before it was fired; not firing")
+	}
+	return claimed, e, nil
+}
+
+func (w *Worker) policy(kind string, g providers.Guarantees) providers.InDoubtPolicy {
+	if pol, ok := w.inDoubt[kind]; ok {
+		return pol
+	}
+	return g.InDoubt
+}
+
+// confirm records the provider's acknowledgement, together with those of
+// other workers, in one transaction committed before the job counts as
+// done (River completes it afterwards; a job that runs again for a
+// confirmed effect does nothing). It returns the state the effect left:
+// fired normally; pending or failed when an operator moved it while the
+// call was in flight (it is confirmed all the same: the provider acted); ""
+// when it was cancelled or confirmed meanwhile, and the acknowledgement is
+// kept in its audit trail.
+func (w *Worker) confirm(ctx context.Context, job *river.Job[DispatchArgs], e *Effect, res providers.Result) (State, error) {
+	if w.beforeConfirm != nil {
+		if err := w.beforeConfirm(ctx); err != nil {
+			return "", err
+		}
+	}
+	return w.confirms.do(ctx, confirmReq{effect: e, res: res, jobID: job.ID})
+}
+
+// fail moves the effect to failed and cancels the River job: failure is
+// outboxd's decision, and River must not retry past it.
+func (w *Worker) fail(ctx context.Context, log *slog.Logger, e *Effect, reason string, cause error) error {
+	failed, err := w.store.Fail(ctx, w.pool, e.ID, reason)
+	return w.failed(log, e, reason, cause, failed, err)
+}
+
+// failProven fails an effect whose last attempt the provider proved it
+// did not act on; inDoubt is whether an earlier request may have been.
+func (w *Worker) failProven(ctx context.Context, log *slog.Logger, e *Effect, reason string, cause error, inDoubt bool) error {
+	failed, err := w.store.FailProven(ctx, w.pool, e.ID, reason, inDoubt)
+	return w.failed(log, e, reason, cause, failed, err)
+}
+
+func (w *Worker) failed(log *slog.Logger, e *Effect, reason string, cause error, failed bool, err error) error {
+	if err != nil {
+		return err
+	}
+	if failed {
+		w.metrics.Transition(e, StateFailed)
+	}
+	log.Error("effect failed", "reason", reason)
+	if cause == nil {
+		cause = errors.New(reason)
+	}
+	return river.JobCancel(cause)
+}
+
+// NextRetry implements river.Worker: the time Work chose, or for a job River
+// rescued from a crashed worker, the first step of the schedule so that the
+// in-doubt effect is re-fired promptly.
+func (w *Worker) NextRetry(job *river.Job[DispatchArgs]) time.Time {
+	if t, ok := w.retryAt.LoadAndDelete(job.ID); ok {
+		return t.(time.Time)
+	}
+	return time.Now().Add(w.retry.Delay(1))
+}
+
+// unclassified is err's text without its class prefix ("in_doubt: …"),
+// for reasons that name the class themselves.
+func unclassified(err error) string {
+	var pe *providers.Error
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// keyDeadline is the last moment effect e may be fired, or zero when its
+// provider has no key window or it was never fired.
+func keyDeadline(e *Effect, g providers.Guarantees) time.Time {
+	if g.KeyWindow <= 0 || e.KeyWindowFrom == nil {
+		return time.Time{}
+	}
+	return e.KeyWindowFrom.Add(g.KeyWindow - g.KeyWindowMargin)
+}

@@ -1,0 +1,590 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/stripe"
+	"github.com/outboxd/outboxd/providers/webhook"
+)
+
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+
+type workerBundle struct {
+	db    *testdb.DB
+	ob    *outbox.Outbox
+	recv  *fakes.Receiver
+	store *engine.Store
+	cfg   engine.Config
+}
+
+type workerOpts struct {
+	maxAttempts  int
+	noLoopback   bool
+	webhookLimit time.Duration
+}
+
+func setupWorker(t *testing.T, opts workerOpts) *workerBundle {
+	t.Helper()
+	db := testdb.New(t)
+	recv, err := fakes.NewReceiver(secret)
+	require.NoError(t, err)
+	t.Cleanup(recv.Close)
+	allowed := loopback
+	if opts.noLoopback {
+		allowed = nil
+	}
+	p, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: allowed, Timeout: cmpOr(opts.webhookLimit, 5*time.Second)})
+	require.NoError(t, err)
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema, Providers: []providers.Validator{
+		webhook.Schema{AllowedNetworks: loopback}, stripe.Schema{}, sendgrid.Schema{},
+	}})
+	require.NoError(t, err)
+	return &workerBundle{
+		db: db, ob: ob, recv: recv, store: engine.NewStore(db.Schema),
+		cfg: engine.Config{
+			Schema:            db.Schema,
+			Providers:         []providers.Provider{p},
+			Retry:             engine.RetryPolicy{MaxAttempts: opts.maxAttempts, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond},
+			FetchCooldown:     10 * time.Millisecond,
+			FetchPollInterval: 50 * time.Millisecond,
+			Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+			TestOnly:          true,
+		},
+	}
+}
+
+func cmpOr(a, b time.Duration) time.Duration {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// start runs a dispatcher until the test ends.
+func (b *workerBundle) start(t *testing.T) *engine.Dispatcher {
+	t.Helper()
+	d, err := engine.NewDispatcher(b.db.Pool, b.cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Stop(ctx)
+	})
+	return d
+}
+
+// enqueue records one event with one webhook effect to path and returns the
+// effect.
+func (b *workerBundle) enqueue(t *testing.T, path string) outbox.EffectResult {
+	t.Helper()
+	return b.enqueueURL(t, b.recv.URL+path)
+}
+
+func (b *workerBundle) enqueueURL(t *testing.T, url string) outbox.EffectResult {
+	t.Helper()
+	return b.enqueueEffect(t, outbox.Effect{Kind: "webhook.order_paid", Provider: webhook.Name,
+		Payload: json.RawMessage(`{"url": "` + url + `", "body": {"type": "order.paid"}}`)})
+}
+
+// enqueueEffect records one event with the given effect.
+func (b *workerBundle) enqueueEffect(t *testing.T, effect outbox.Effect) outbox.EffectResult {
+	t.Helper()
+	ctx := context.Background()
+	var res *outbox.Result
+	err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = b.ob.Enqueue(ctx, tx,
+			outbox.Event{ID: uuid.New(), Type: "order.paid", Payload: json.RawMessage(`{"order": "ord_42"}`)}, effect)
+		return err
+	})
+	require.NoError(t, err)
+	return res.Effects[0]
+}
+
+// waitFor polls until the effect reaches state, failing after 30s.
+func (b *workerBundle) waitFor(t *testing.T, id uuid.UUID, state engine.State) *engine.Effect {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		e, err := b.store.Get(context.Background(), b.db.Pool, id)
+		require.NoError(t, err)
+		if e.State == state {
+			return e
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("effect %s: state %s after 30s, want %s (last error: %v)", id, e.State, state, deref(e.LastError))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func (b *workerBundle) jobState(t *testing.T, effectID uuid.UUID) string {
+	t.Helper()
+	var state string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT state FROM `+b.db.Schema+`.river_job
+		WHERE args->>'effect_id' = $1 ORDER BY id DESC LIMIT 1`, effectID.String()).Scan(&state))
+	return state
+}
+
+// waitForJob polls until the effect's newest River job reaches state; River
+// records outcomes asynchronously.
+func (b *workerBundle) waitForJob(t *testing.T, effectID uuid.UUID, state string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := b.jobState(t, effectID)
+		if got == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job of effect %s: state %s after 30s, want %s", effectID, got, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestDispatchConfirmsEveryEffect(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.start(t)
+	var effects []outbox.EffectResult
+	for range 20 {
+		effects = append(effects, b.enqueue(t, "/orders"))
+	}
+	for _, e := range effects {
+		got := b.waitFor(t, e.ID, engine.StateConfirmed)
+		require.Equal(t, 1, got.Attempts)
+		require.NotNil(t, got.ConfirmedAt)
+		b.waitForJob(t, e.ID, "completed") // River's completer records it after the confirmation
+	}
+	byID := b.recv.ByID()
+	require.Len(t, byID, len(effects), "one distinct webhook-id per effect")
+	for _, e := range effects {
+		ds := byID[e.Key]
+		require.Len(t, ds, 1, "effect %s delivered once", e.ID)
+		require.True(t, ds[0].Verified, "signature verifies with the Standard Webhooks library")
+		require.Equal(t, e.Key, ds[0].Key, "Idempotency-Key equals webhook-id")
+	}
+}
+
+func TestDispatchRetryableThenConfirmed(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.recv.Respond("/flaky", fakes.Status(500))
+	b.start(t)
+	e := b.enqueue(t, "/flaky")
+	got := b.waitFor(t, e.ID, engine.StateConfirmed)
+	require.Equal(t, 2, got.Attempts)
+	ds := b.recv.Deliveries()
+	require.Len(t, ds, 2)
+	require.Equal(t, []int{500, 204}, []int{ds[0].Status, ds[1].Status})
+	require.Equal(t, e.Key, ds[0].ID)
+	require.Equal(t, e.Key, ds[1].ID, "the retry carries the same webhook-id")
+}
+
+func TestDispatchGoneFails(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.recv.Respond("/gone", fakes.Status(http.StatusGone))
+	b.start(t)
+	e := b.enqueue(t, "/gone")
+	got := b.waitFor(t, e.ID, engine.StateFailed)
+	require.Equal(t, 1, got.Attempts)
+	require.Contains(t, deref(got.LastError), "HTTP 410")
+	require.Len(t, b.recv.Deliveries(), 1, "a permanent failure is not retried")
+	b.waitForJob(t, e.ID, "cancelled") // River does not retry past outboxd's decision
+}
+
+func TestDispatchHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.recv.Respond("/busy", fakes.Status(http.StatusTooManyRequests, "Retry-After", "2"))
+	b.start(t)
+	e := b.enqueue(t, "/busy")
+	b.waitFor(t, e.ID, engine.StateConfirmed)
+	ds := b.recv.Deliveries()
+	require.Len(t, ds, 2)
+	// The schedule alone would retry after ~10ms; the receiver asked for 2s.
+	require.GreaterOrEqual(t, ds[1].At.Sub(ds[0].At), 2*time.Second)
+}
+
+func TestDispatchRetriesExhausted(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{maxAttempts: 3})
+	b.recv.Respond("/down", fakes.Status(503), fakes.Status(503), fakes.Status(503), fakes.Status(503))
+	b.start(t)
+	e := b.enqueue(t, "/down")
+	got := b.waitFor(t, e.ID, engine.StateFailed)
+	require.Equal(t, 3, got.Attempts)
+	require.Contains(t, deref(got.LastError), "retries exhausted after 3 attempts")
+	for _, d := range b.recv.Deliveries() {
+		require.Equal(t, e.Key, d.ID)
+	}
+	require.Len(t, b.recv.Deliveries(), 3)
+}
+
+func TestConfirmFailureRefiresWithSameKey(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	d := b.start(t)
+	var calls atomic.Int32
+	var stateAtCrash atomic.Value
+	engine.SetBeforeConfirm(d, func(ctx context.Context) error {
+		if calls.Add(1) > 1 {
+			return nil
+		}
+		// The provider has acted; the process "dies" before confirming.
+		var state string
+		if err := b.db.Pool.QueryRow(ctx, `SELECT state FROM `+b.db.Schema+`.side_effects`).Scan(&state); err != nil {
+			return err
+		}
+		stateAtCrash.Store(state)
+		return errors.New("injected: crash before confirm")
+	})
+	e := b.enqueue(t, "/orders")
+	got := b.waitFor(t, e.ID, engine.StateConfirmed)
+	require.Equal(t, "fired", stateAtCrash.Load(), "fired is committed before the provider is called")
+	require.Equal(t, 2, got.Attempts)
+	ds := b.recv.Deliveries()
+	require.Len(t, ds, 2, "the in-doubt effect is re-fired")
+	require.Equal(t, e.Key, ds[0].ID)
+	require.Equal(t, e.Key, ds[1].ID, "with the same webhook-id, so the receiver can deduplicate")
+}
+
+func TestShutdownMidCallLeavesFiredForNextProcess(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	inFlight := make(chan struct{})
+	b.recv.Respond("/slow", func(w http.ResponseWriter, r *http.Request) int {
+		close(inFlight)
+		<-r.Context().Done() // hang until the caller gives up
+		return 0
+	})
+	first, err := engine.NewDispatcher(b.db.Pool, b.cfg)
+	require.NoError(t, err)
+	require.NoError(t, first.Start(context.Background()))
+	e := b.enqueue(t, "/slow")
+	<-inFlight
+
+	expired, cancel := context.WithCancel(context.Background())
+	cancel() // no grace period: in-flight attempts are cancelled at once
+	require.NoError(t, first.Stop(expired))
+
+	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, engine.StateFired, got.State, "an interrupted attempt stays fired")
+
+	b.start(t) // the next process
+	got = b.waitFor(t, e.ID, engine.StateConfirmed)
+	require.Equal(t, 2, got.Attempts)
+	byID := b.recv.ByID()
+	require.Len(t, byID, 1)
+	require.Len(t, byID[e.Key], 2, "both attempts carried the effect's key")
+}
+
+func TestLoopbackRefusedUnlessAllowed(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{noLoopback: true})
+	b.start(t)
+	port := b.recv.URL[strings.LastIndex(b.recv.URL, ":")+1:]
+	e := b.enqueueURL(t, "http://localhost:"+port+"/orders")
+	got := b.waitFor(t, e.ID, engine.StateFailed)
+	require.Contains(t, deref(got.LastError), "loopback")
+	require.Empty(t, b.recv.Deliveries())
+	// Delivery with loopback allowed is covered by every other test here.
+}
+
+func TestKeyWindowExpiredIsNotRefired(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	e := b.enqueue(t, "/orders")
+	// An attempt made 25 hours ago never reported back.
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.side_effects
+		SET state = 'fired', attempts = 1, first_fired_at = now() - interval '25 hours', key_window_from = now() - interval '25 hours' WHERE id = $1`, e.ID)
+	require.NoError(t, err)
+	b.start(t)
+	got := b.waitFor(t, e.ID, engine.StateFailed)
+	require.Equal(t, engine.ReasonKeyWindow, deref(got.LastError))
+	require.Equal(t, 1, got.Attempts)
+	require.Empty(t, b.recv.Deliveries(), "past the key window a re-fire could act twice")
+}
+
+func TestTerminalEffectsAreNeverFired(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	e := b.enqueue(t, "/orders")
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.side_effects SET state = 'cancelled' WHERE id = $1`, e.ID)
+	require.NoError(t, err)
+	b.start(t)
+	b.waitForJob(t, e.ID, "completed")
+	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, engine.StateCancelled, got.State)
+	require.Zero(t, got.Attempts)
+	require.Empty(t, b.recv.Deliveries())
+}
+
+func TestShutdownDrainsInFlightCalls(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	inFlight := make(chan struct{})
+	b.recv.Respond("/slow", func(w http.ResponseWriter, _ *http.Request) int {
+		close(inFlight)
+		time.Sleep(300 * time.Millisecond) // a slow but healthy receiver
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	d, err := engine.NewDispatcher(b.db.Pool, b.cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	e := b.enqueue(t, "/slow")
+	<-inFlight
+
+	// SIGTERM with a grace period: the call in flight finishes and is
+	// confirmed before Stop returns.
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, d.Stop(stopCtx))
+	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, engine.StateConfirmed, got.State)
+	require.Equal(t, 1, got.Attempts)
+	require.Len(t, b.recv.Deliveries(), 1)
+}
+
+// One hanging receiver must not take every worker of the webhook queue: with
+// outboxd's default settings and more effects waiting for a host that never
+// answers than the queue has workers (and a request timeout far longer
+// than the test's patience), an effect for a healthy host is still
+// delivered while the hanging requests are in flight.
+func TestHangingReceiverDoesNotStallOtherDestinations(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{webhookLimit: 5 * time.Minute})
+	b.cfg.JobTimeout = 6 * time.Minute
+	b.cfg.RescueAfter = 7 * time.Minute
+	b.start(t)
+
+	var inFlight, maxInFlight, finished atomic.Int32
+	release := make(chan struct{})
+	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		for {
+			m := maxInFlight.Load()
+			if n <= m || maxInFlight.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		inFlight.Add(-1)
+		finished.Add(1)
+	}))
+	t.Cleanup(func() { close(release); hanging.Close() })
+
+	// More effects for the hanging host than the queue has workers.
+	hangingEffects := engine.DefaultConcurrency + 50
+	for range hangingEffects {
+		b.enqueueURL(t, hanging.URL+"/slow")
+	}
+	require.Eventually(t, func() bool { return inFlight.Load() == webhook.DefaultMaxPerHost }, testWait, pollEvery,
+		"the hanging host gets its share of workers")
+	healthy := b.enqueue(t, "/orders")
+	b.waitFor(t, healthy.ID, engine.StateConfirmed)
+	require.Zero(t, finished.Load(), "delivered while every hanging request was still in flight")
+	require.Equal(t, int32(webhook.DefaultMaxPerHost), maxInFlight.Load(), "never more than the per-host cap at the hanging host")
+}
+
+// gatedProvider turns effects away at its gate a number of times before it
+// admits them, and acknowledges every request.
+type gatedProvider struct {
+	refuse  atomic.Int32
+	admits  atomic.Int32
+	sends   atomic.Int32
+	release atomic.Int32
+}
+
+func (p *gatedProvider) Name() string                                  { return "gated" }
+func (p *gatedProvider) ValidatePayload(string, json.RawMessage) error { return nil }
+func (p *gatedProvider) Guarantees() providers.Guarantees {
+	return providers.Guarantees{InDoubt: providers.AtMostOnce}
+}
+func (p *gatedProvider) Send(context.Context, providers.Request) (providers.Result, error) {
+	p.sends.Add(1)
+	return providers.Result{Ref: "ok"}, nil
+}
+func (p *gatedProvider) Admit(context.Context, json.RawMessage) (func(error), time.Duration, bool) {
+	p.admits.Add(1)
+	if p.refuse.Add(-1) >= 0 {
+		return nil, 10 * time.Millisecond, false
+	}
+	return func(error) { p.release.Add(1) }, 0, true
+}
+
+// An effect turned away at its provider's gate is not fired: the claim is
+// undone, no attempt counts, and (at_most_once notwithstanding) it is not
+// treated as in doubt when it is admitted later.
+func TestGateRefusalUndoesTheClaim(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	p := &gatedProvider{}
+	p.refuse.Store(3)
+	b.cfg.Providers = []providers.Provider{p}
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Providers: []providers.Validator{p}})
+	require.NoError(t, err)
+	b.ob = ob
+	b.start(t)
+	e := b.enqueueEffect(t, outbox.Effect{Kind: "gated.x", Provider: "gated", Payload: json.RawMessage(`{}`)})
+	got := b.waitFor(t, e.ID, engine.StateConfirmed)
+	require.Equal(t, int32(4), p.admits.Load(), "turned away three times, then admitted")
+	require.Equal(t, int32(1), p.sends.Load())
+	require.Equal(t, 1, got.Attempts, "the refusals spent no attempt")
+	require.Equal(t, 1, got.TotalAttempts)
+	require.Eventually(t, func() bool { return p.release.Load() == 1 }, testWait, pollEvery, "the slot is released")
+}
+
+// With outbox.JobsByDispatcher the application's transaction holds no River
+// job; the dispatcher gives every effect exactly one and fires it.
+func TestDispatcherInsertsJobsFromTheIntake(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.JobsByDispatcher,
+		Providers: []providers.Validator{webhook.Schema{AllowedNetworks: loopback}}})
+	require.NoError(t, err)
+	b.ob = ob
+	// Effects committed before any dispatcher runs are found by its poll.
+	early := b.enqueue(t, "/orders")
+	b.start(t)
+	var effects []outbox.EffectResult
+	for range 30 {
+		effects = append(effects, b.enqueue(t, "/orders"))
+	}
+	for _, e := range append(effects, early) {
+		b.waitFor(t, e.ID, engine.StateConfirmed)
+		var jobs int
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+b.db.Schema+`.river_job
+			WHERE args->>'effect_id' = $1`, e.ID.String()).Scan(&jobs))
+		require.Equal(t, 1, jobs, "one job per effect")
+		require.Len(t, b.recv.ByID()[e.Key], 1, "delivered once")
+	}
+	var left int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+b.db.Schema+`.outbox_intake`).Scan(&left))
+	require.Zero(t, left, "the intake is drained")
+}
+
+// Every failed attempt is kept with its time, duration, outcome, error and
+// the host that answered; the confirmation is on the effect itself.
+func TestFailedAttemptsAreKeptForOperators(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.recv.Respond("/flaky", fakes.Status(503), fakes.Status(429))
+	b.start(t)
+	e := b.enqueue(t, "/flaky")
+	got := b.waitFor(t, e.ID, engine.StateConfirmed)
+	require.Equal(t, 3, got.TotalAttempts)
+	attempts, err := b.store.Attempts(context.Background(), b.db.Pool, e.ID)
+	require.NoError(t, err)
+	require.Len(t, attempts, 2)
+	host := strings.TrimPrefix(b.recv.URL, "http://")
+	require.Equal(t, 1, attempts[0].Attempt)
+	require.Equal(t, "in_doubt", attempts[0].Outcome)
+	require.Contains(t, attempts[0].Error, "HTTP 503")
+	require.Equal(t, host, attempts[0].Host)
+	require.Equal(t, 2, attempts[1].Attempt)
+	require.Equal(t, "retryable", attempts[1].Outcome)
+	require.Contains(t, attempts[1].Error, "HTTP 429")
+}
+
+// An answer that proves the provider did not act (a refusal, a 429) leaves
+// an effect failed but not in doubt, so stuck does not tell an operator to
+// look for a delivery that cannot have happened; an earlier in-doubt
+// attempt (a 503) keeps it in doubt.
+func TestProvenFailuresAreNotInDoubt(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{maxAttempts: 2})
+	b.recv.Respond("/gone", fakes.Status(410))
+	b.recv.Respond("/busy", fakes.Status(429), fakes.Status(429))
+	b.recv.Respond("/flaky-then-gone", fakes.Status(503), fakes.Status(410))
+	b.start(t)
+	gone, busy, flaky := b.enqueue(t, "/gone"), b.enqueue(t, "/busy"), b.enqueue(t, "/flaky-then-gone")
+	for _, c := range []struct {
+		id      uuid.UUID
+		inDoubt bool
+		advice  string
+	}{
+		{gone.ID, false, "The provider refused it (permanent)"},
+		{busy.ID, false, "The provider never acted"},
+		{flaky.ID, true, "An earlier request may have been delivered"},
+	} {
+		e := b.waitFor(t, c.id, engine.StateFailed)
+		require.Equal(t, c.inDoubt, e.InDoubt, deref(e.LastError))
+		stuck, err := b.store.Stuck(context.Background(), b.db.Pool, time.Now(), 10)
+		require.NoError(t, err)
+		for _, s := range stuck {
+			if s.ID == c.id {
+				require.Contains(t, s.Diagnosis(time.Now(), time.Hour, 0), c.advice)
+			}
+		}
+	}
+}
+
+// River's soft stop: in-flight attempts get Config.ShutdownTimeout, then
+// River cancels them, well before the caller's own deadline; the effect
+// stays fired for the next process.
+func TestShutdownTimeoutCancelsHangingAttempts(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	inFlight := make(chan struct{})
+	b.recv.Respond("/hang", func(w http.ResponseWriter, r *http.Request) int {
+		close(inFlight)
+		<-r.Context().Done()
+		return 0
+	})
+	cfg := b.cfg
+	cfg.ShutdownTimeout = 100 * time.Millisecond
+	d, err := engine.NewDispatcher(b.db.Pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	e := b.enqueue(t, "/hang")
+	<-inFlight
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, d.Stop(ctx))
+	require.NoError(t, ctx.Err(), "River cancelled the attempt at ShutdownTimeout, not the caller's deadline")
+	<-d.Stopped()
+	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, engine.StateFired, got.State)
+}

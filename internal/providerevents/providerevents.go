@@ -1,0 +1,179 @@
+// Package providerevents receives the providers' signed events (Stripe
+// webhooks, SendGrid's Event Webhook), deduplicates them in the inbox, and
+// applies each to the effect whose key it carries: an effect in doubt that
+// the provider reports as done is confirmed, a mail's delivery status is
+// recorded, and disagreements are recorded as drift. `outboxd run` serves
+// it on --events-addr.
+package providerevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outbox/inbox"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/stripe"
+)
+
+// Inbox sources of the provider events.
+const (
+	SourceStripe   = "stripe-events"
+	SourceSendGrid = "sendgrid-events"
+)
+
+// Observer is told what each event did, after its delivery committed
+// (dispatchmetrics counts them).
+type Observer interface {
+	ProviderEvent(ev providers.EventReport, res engine.EventResult)
+}
+
+// Config configures the handler; an empty secret leaves that provider's
+// endpoint off.
+type Config struct {
+	Schema string
+	// StripeSecret is the Stripe webhook signing secret (whsec_…).
+	StripeSecret string
+	// StripeTolerance bounds the age of a Stripe signature (default 5m).
+	StripeTolerance time.Duration
+	// SendGridPublicKey is the Event Webhook verification key (base64).
+	SendGridPublicKey string
+	// Retention is how long event ids are remembered (default
+	// inbox.DefaultRetention, 7 days; never below the sender's retry window).
+	Retention time.Duration
+	Observer  Observer
+	Logger    *slog.Logger
+}
+
+// Paths of the endpoints, under wherever the handler is mounted.
+const (
+	StripePath   = "/events/stripe"
+	SendGridPath = "/events/sendgrid"
+)
+
+// New returns a handler serving POST /events/stripe and POST
+// /events/sendgrid for the providers configured.
+func New(pool *pgxpool.Pool, cfg Config) (http.Handler, error) {
+	if cfg.StripeSecret == "" && cfg.SendGridPublicKey == "" {
+		return nil, errors.New("provider events: configure a Stripe signing secret or a SendGrid verification key")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	var retention map[string]time.Duration
+	if cfg.Retention > 0 {
+		retention = map[string]time.Duration{SourceStripe: cfg.Retention, SourceSendGrid: cfg.Retention}
+	}
+	ib, err := inbox.New(pool, inbox.Config{Schema: cfg.Schema, Retention: retention, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	store := engine.NewStore(cfg.Schema)
+	mux := http.NewServeMux()
+	add := func(path, source string, v inbox.Verifier, parse func([]byte) (providers.EventReport, error)) error {
+		h, err := ib.Handler(source, v, func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+			ev, err := parse(m.Body)
+			if err != nil {
+				return err
+			}
+			res, err := store.ApplyProviderEvent(ctx, tx, ev)
+			if err != nil {
+				return err
+			}
+			if done, ok := ctx.Value(appliedKey{}).(*[]applied); ok {
+				*done = append(*done, applied{ev, res})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		mux.Handle("POST "+path, observed(h, cfg))
+		return nil
+	}
+	if cfg.StripeSecret != "" {
+		v, err := stripe.EventVerifier(cfg.StripeSecret, cfg.StripeTolerance)
+		if err != nil {
+			return nil, err
+		}
+		if err := add(StripePath, SourceStripe, v, stripe.ParseEvent); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.SendGridPublicKey != "" {
+		v, err := sendgrid.EventVerifier(cfg.SendGridPublicKey)
+		if err != nil {
+			return nil, err
+		}
+		if err := add(SendGridPath, SourceSendGrid, v, sendgrid.ParseEvent); err != nil {
+			return nil, err
+		}
+	}
+	return mux, nil
+}
+
+type appliedKey struct{}
+
+type applied struct {
+	ev  providers.EventReport
+	res engine.EventResult
+}
+
+// observed tells the observer and the log what each event did, once its
+// delivery committed (a 2xx).
+func observed(h http.Handler, cfg Config) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var done []applied
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), appliedKey{}, &done)))
+		if sw.status >= 300 {
+			return
+		}
+		for _, a := range done {
+			if cfg.Observer != nil {
+				cfg.Observer.ProviderEvent(a.ev, a.res)
+			}
+			if a.res.Confirmed {
+				cfg.Logger.Info("effect confirmed by provider event", "effect_id", a.res.Effect.ID, "kind", a.res.Effect.Kind,
+					"event_id", a.ev.EventID, "event_type", a.ev.Type, "object", a.ev.ObjectID)
+			}
+			for _, reason := range a.res.Drift {
+				attrs := []any{"reason", reason, "provider", a.ev.Provider, "event_id", a.ev.EventID, "event_type", a.ev.Type, "key", a.ev.Key}
+				if a.res.Effect != nil {
+					attrs = append(attrs, "effect_id", a.res.Effect.ID, "state", a.res.Effect.State)
+				}
+				cfg.Logger.Warn("drift between outboxd and a provider: see outboxctl drift", attrs...)
+			}
+		}
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(s int) {
+	w.status = s
+	w.ResponseWriter.WriteHeader(s)
+}
+
+// String names the endpoints configured, for the start-up log.
+func (cfg Config) String() string {
+	var s string
+	if cfg.StripeSecret != "" {
+		s += "POST " + StripePath + " "
+	}
+	if cfg.SendGridPublicKey != "" {
+		s += "POST " + SendGridPath
+	}
+	return fmt.Sprint(s)
+}

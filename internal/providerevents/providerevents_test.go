@@ -1,0 +1,347 @@
+package providerevents_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v79/webhook"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/providerevents"
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/sendgrid"
+)
+
+const stripeSecret = "whsec_test_events_secret"
+
+type env struct {
+	db    *testdb.DB
+	srv   *httptest.Server
+	store *engine.Store
+	ob    *outbox.Outbox
+	sgKey *ecdsa.PrivateKey
+	obs   *observer
+}
+
+type observer struct{ events []engine.EventResult }
+
+func (o *observer) ProviderEvent(_ providers.EventReport, res engine.EventResult) {
+	o.events = append(o.events, res)
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{db: testdb.New(t), obs: &observer{}}
+	var err error
+	e.sgKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	der, err := x509.MarshalPKIXPublicKey(&e.sgKey.PublicKey)
+	require.NoError(t, err)
+	h, err := providerevents.New(e.db.Pool, providerevents.Config{
+		Schema: e.db.Schema, StripeSecret: stripeSecret, SendGridPublicKey: base64.StdEncoding.EncodeToString(der),
+		Observer: e.obs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	e.srv = httptest.NewServer(h)
+	t.Cleanup(e.srv.Close)
+	e.store = engine.NewStore(e.db.Schema)
+	e.ob, err = outbox.New(outbox.Config{Schema: e.db.Schema})
+	require.NoError(t, err)
+	return e
+}
+
+func (e *env) enqueue(t *testing.T, eff outbox.Effect) *engine.Effect {
+	t.Helper()
+	ctx := context.Background()
+	var id uuid.UUID
+	require.NoError(t, pgx.BeginFunc(ctx, e.db.Pool, func(tx pgx.Tx) error {
+		res, err := e.ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"}, eff)
+		if err == nil {
+			id = res.Effects[0].ID
+		}
+		return err
+	}))
+	return e.get(t, id)
+}
+
+func (e *env) get(t *testing.T, id uuid.UUID) *engine.Effect {
+	t.Helper()
+	got, err := e.store.Get(context.Background(), e.db.Pool, id)
+	require.NoError(t, err)
+	return got
+}
+
+// set puts an effect in a state as a dispatcher would have left it.
+func (e *env) set(t *testing.T, id uuid.UUID, sql string, args ...any) {
+	t.Helper()
+	_, err := e.db.Pool.Exec(context.Background(), "UPDATE "+e.db.Schema+".side_effects SET "+sql+" WHERE id = $1", append([]any{id}, args...)...)
+	require.NoError(t, err)
+}
+
+func (e *env) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, e.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+e.db.Schema+"."+sql, args...).Scan(&n))
+	return n
+}
+
+func (e *env) post(t *testing.T, path string, body []byte, header http.Header) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+path, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header = header
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// stripeEvent sends a Stripe event signed as Stripe signs it.
+func (e *env) stripeEvent(t *testing.T, id, typ string, object map[string]any) (int, string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"id": id, "object": "event", "type": typ, "created": time.Now().Unix(),
+		"api_version": "2024-06-20", "data": map[string]any{"object": object}})
+	require.NoError(t, err)
+	now := time.Now()
+	sig := webhook.ComputeSignature(now, body, stripeSecret)
+	h := http.Header{"Stripe-Signature": {fmt.Sprintf("t=%d,v1=%s", now.Unix(), hex.EncodeToString(sig))}}
+	return e.post(t, providerevents.StripePath, body, h)
+}
+
+// sendgridEvents sends a batch of SendGrid events signed with the test key.
+func (e *env) sendgridEvents(t *testing.T, events ...map[string]any) (int, string) {
+	t.Helper()
+	body, err := json.Marshal(events)
+	require.NoError(t, err)
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	sum := sha256.Sum256(append([]byte(ts), body...))
+	sig, err := ecdsa.SignASN1(rand.Reader, e.sgKey, sum[:])
+	require.NoError(t, err)
+	h := http.Header{"X-Twilio-Email-Event-Webhook-Signature": {base64.StdEncoding.EncodeToString(sig)},
+		"X-Twilio-Email-Event-Webhook-Timestamp": {ts}}
+	return e.post(t, providerevents.SendGridPath, body, h)
+}
+
+func sgEvent(id, event, key, msgID string, at time.Time) map[string]any {
+	return map[string]any{"sg_event_id": id, "event": event, "email": "ada@example.com", "timestamp": at.Unix(),
+		"sg_message_id": msgID + ".filterdrecv-5bd4d7cbf5-xk2lm-1-65A1", sendgrid.CustomArgKey: key}
+}
+
+func mail() outbox.Effect {
+	return outbox.Effect{Kind: "email.receipt", Provider: "sendgrid", Payload: json.RawMessage(
+		`{"from": {"email": "shop@example.com"}, "to": [{"email": "ada@example.com"}], "subject": "Receipt", "text": "Thanks"}`)}
+}
+
+func customer() outbox.Effect {
+	return outbox.Effect{Kind: "stripe.customer", Provider: "stripe", Payload: json.RawMessage(
+		`{"operation": "customer.create", "params": {"email": "ada@example.com"}}`)}
+}
+
+// An email parked as "in doubt: not re-sent" by a real dispatcher (SendGrid
+// answered 500 after accepting it) resolves itself when SendGrid's
+// processed event arrives: confirmed with the message id, audited, and the
+// event delivered five times is applied once.
+func TestInDoubtEmailIsConfirmedByItsEvent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sg := fakes.NewFakeSendGrid()
+	t.Cleanup(sg.Close)
+	sg.Respond(fakes.Status(500))
+	sgp, err := sendgrid.New(sendgrid.Config{APIKey: "SG.events", APIHost: sg.URL, Timeout: 2 * time.Second})
+	require.NoError(t, err)
+	d, err := engine.NewDispatcher(e.db.Pool, engine.Config{
+		Schema: e.db.Schema, Providers: []providers.Provider{sgp}, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
+		Retry:  engine.RetryPolicy{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TestOnly: true,
+	})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Stop(ctx)
+	})
+	eff := e.enqueue(t, mail())
+	require.Eventually(t, func() bool { return e.get(t, eff.ID).State == engine.StateFailed }, 30*time.Second, 10*time.Millisecond)
+	require.Contains(t, *e.get(t, eff.ID).LastError, "in doubt: not re-sent")
+
+	processed := sgEvent("sg_evt_processed_1", "processed", eff.IdempotencyKey, "14c5d75ce93", time.Now().Add(-time.Minute))
+	for range 5 {
+		status, body := e.sendgridEvents(t, processed)
+		require.Equal(t, http.StatusOK, status, body)
+	}
+	got := e.get(t, eff.ID)
+	require.Equal(t, engine.StateConfirmed, got.State)
+	require.Equal(t, "14c5d75ce93", *got.ProviderRef)
+	require.Nil(t, got.LastError)
+	require.Equal(t, 1, e.count(t, "side_effect_audit WHERE effect_id = $1 AND action = 'event_confirm'", eff.ID), "five deliveries, applied once")
+	audit, err := e.store.Audit(context.Background(), e.db.Pool, eff.ID)
+	require.NoError(t, err)
+	require.Equal(t, "provider:sendgrid", audit[len(audit)-1].Actor)
+	require.Equal(t, "confirmed by provider event sg_evt_processed_1 (processed)", audit[len(audit)-1].Reason)
+	require.Len(t, sg.Requests(), 1, "never re-sent")
+	require.Len(t, e.obs.events, 1, "observed once")
+}
+
+// Delivered arrives before processed; then the mail bounces. The delivery
+// status never goes back to an earlier one, and a confirmed email that
+// bounced shows as bounced.
+func TestDeliveryStatusHandlesOutOfOrderEvents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	eff := e.enqueue(t, mail())
+	e.set(t, eff.ID, "state = 'fired', in_doubt = true, attempts = 1, fired_at = now()")
+	now := time.Now()
+	status, body := e.sendgridEvents(t,
+		sgEvent("sg_2", "delivered", eff.IdempotencyKey, "m1", now.Add(-time.Minute)),
+		sgEvent("sg_1", "processed", eff.IdempotencyKey, "m1", now.Add(-2*time.Minute)))
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `"processed": 2`)
+	require.Equal(t, engine.StateConfirmed, e.get(t, eff.ID).State, "confirmed by the first of them")
+	d, err := e.store.Delivery(context.Background(), e.db.Pool, eff.ID)
+	require.NoError(t, err)
+	require.Equal(t, "delivered", d.Status, "processed, older, does not overwrite delivered")
+
+	bounce := sgEvent("sg_3", "bounce", eff.IdempotencyKey, "m1", now)
+	bounce["reason"] = "550 5.1.1 user unknown"
+	status, _ = e.sendgridEvents(t, bounce)
+	require.Equal(t, http.StatusOK, status)
+	d, err = e.store.Delivery(context.Background(), e.db.Pool, eff.ID)
+	require.NoError(t, err)
+	require.Equal(t, "bounce", d.Status)
+	require.Equal(t, "550 5.1.1 user unknown", d.Detail)
+	require.Equal(t, engine.StateConfirmed, e.get(t, eff.ID).State, "the request was accepted; the mail bounced")
+	require.Equal(t, 1, e.count(t, "side_effect_audit WHERE effect_id = $1", eff.ID))
+}
+
+// A Stripe call that timed out leaves the effect fired, in doubt; the
+// customer.created event carrying its key confirms it with the object id.
+func TestStripeEventConfirmsAFiredEffect(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	eff := e.enqueue(t, customer())
+	e.set(t, eff.ID, "state = 'fired', in_doubt = true, attempts = 1, fired_at = now(), last_error = 'no response: timeout'")
+	status, body := e.stripeEvent(t, "evt_1", "customer.created",
+		map[string]any{"id": "cus_123", "object": "customer", "metadata": map[string]any{"outboxd_idempotency_key": eff.IdempotencyKey}})
+	require.Equal(t, http.StatusOK, status, body)
+	got := e.get(t, eff.ID)
+	require.Equal(t, engine.StateConfirmed, got.State)
+	require.Equal(t, "cus_123", *got.ProviderRef)
+	require.Zero(t, e.count(t, "provider_drift"))
+
+	// An event on an object outboxd did not create changes nothing.
+	status, _ = e.stripeEvent(t, "evt_2", "customer.created", map[string]any{"id": "cus_999", "object": "customer", "metadata": map[string]any{}})
+	require.Equal(t, http.StatusOK, status)
+	require.Zero(t, e.count(t, "provider_drift"))
+	require.Equal(t, 2, e.count(t, "inbox_messages"))
+}
+
+func TestBadSignaturesAreRefusedAndNothingIsStored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	eff := e.enqueue(t, mail())
+	e.set(t, eff.ID, "state = 'failed', in_doubt = true, attempts = 1, last_error = 'in doubt: not re-sent'")
+	body, _ := json.Marshal([]map[string]any{sgEvent("sg_x", "processed", eff.IdempotencyKey, "m1", time.Now())})
+	for name, h := range map[string]http.Header{
+		"no signature":      {},
+		"garbage signature": {"X-Twilio-Email-Event-Webhook-Signature": {"bm9wZQ=="}, "X-Twilio-Email-Event-Webhook-Timestamp": {"1700000000"}},
+	} {
+		status, _ := e.post(t, providerevents.SendGridPath, body, h)
+		require.Equal(t, http.StatusBadRequest, status, name)
+	}
+	// Signed by another key.
+	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	e2 := *e
+	e2.sgKey = other
+	status, _ := e2.sendgridEvents(t, sgEvent("sg_y", "processed", eff.IdempotencyKey, "m1", time.Now()))
+	require.Equal(t, http.StatusBadRequest, status)
+
+	sEvent, _ := json.Marshal(map[string]any{"id": "evt_bad", "type": "customer.created", "data": map[string]any{"object": map[string]any{}}})
+	status, _ = e.post(t, providerevents.StripePath, sEvent, http.Header{"Stripe-Signature": {"t=1,v1=00"}})
+	require.Equal(t, http.StatusBadRequest, status)
+
+	require.Zero(t, e.count(t, "inbox_messages"))
+	require.Equal(t, engine.StateFailed, e.get(t, eff.ID).State)
+}
+
+// Each drift class is recorded with the effect, the event and what to check.
+func TestDriftIsRecorded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	md := func(key string) map[string]any { return map[string]any{"outboxd_idempotency_key": key} }
+
+	// A key no effect has.
+	status, _ := e.stripeEvent(t, "evt_unknown", "customer.created", map[string]any{"id": "cus_1", "object": "customer", "metadata": md("f00d")})
+	require.Equal(t, http.StatusOK, status)
+
+	// Acted although failed (not in doubt) and although cancelled.
+	failed := e.enqueue(t, customer())
+	e.set(t, failed.ID, "state = 'failed', in_doubt = false, last_error = 'retries exhausted after 5 attempts: HTTP 429'")
+	e.stripeEvent(t, "evt_failed", "customer.created", map[string]any{"id": "cus_2", "object": "customer", "metadata": md(failed.IdempotencyKey)})
+	cancelled := e.enqueue(t, mail())
+	e.set(t, cancelled.ID, "state = 'cancelled'")
+	e.sendgridEvents(t, sgEvent("sg_c", "delivered", cancelled.IdempotencyKey, "m9", time.Now()))
+
+	// Two objects for one key, and a refund undone after it was confirmed.
+	twice := e.enqueue(t, customer())
+	e.set(t, twice.ID, "state = 'confirmed', provider_ref = 'cus_A', confirmed_at = now()")
+	e.stripeEvent(t, "evt_twice", "customer.created", map[string]any{"id": "cus_B", "object": "customer", "metadata": md(twice.IdempotencyKey)})
+	refund := e.enqueue(t, outbox.Effect{Kind: "stripe.refund", Provider: "stripe", Payload: json.RawMessage(
+		`{"operation": "refund.create", "params": {"payment_intent": "pi_1"}}`)})
+	e.set(t, refund.ID, "state = 'confirmed', provider_ref = 're_1', confirmed_at = now()")
+	e.stripeEvent(t, "evt_refund_failed", "refund.failed", map[string]any{"id": "re_1", "object": "refund", "status": "failed",
+		"failure_reason": "expired_or_canceled_card", "metadata": md(refund.IdempotencyKey)})
+
+	drift, err := e.store.Drift(context.Background(), e.db.Pool, engine.DriftFilter{})
+	require.NoError(t, err)
+	byReason := map[string]engine.DriftRecord{}
+	for _, d := range drift {
+		byReason[d.Reason] = d
+	}
+	require.Len(t, byReason, 5, "%+v", drift)
+	require.Nil(t, byReason[engine.DriftUnknownKey].EffectID)
+	require.Contains(t, byReason[engine.DriftUnknownKey].Check, "no effect has key f00d")
+	require.Equal(t, failed.ID, *byReason[engine.DriftActedWhileFailed].EffectID)
+	require.Contains(t, byReason[engine.DriftActedWhileFailed].Check, "outboxctl confirm "+failed.ID.String()+" --ref cus_2")
+	require.Equal(t, cancelled.ID, *byReason[engine.DriftActedWhileCancelled].EffectID)
+	require.Contains(t, byReason[engine.DriftTwoObjects].Check, "cus_A (confirmed) and cus_B")
+	require.Contains(t, byReason[engine.DriftUndone].Check, "refund.failed (failed: expired_or_canceled_card)")
+	require.Equal(t, engine.StateFailed, e.get(t, failed.ID).State, "drift changes no state")
+	require.Equal(t, engine.StateCancelled, e.get(t, cancelled.ID).State)
+	require.Equal(t, "cus_A", *e.get(t, twice.ID).ProviderRef)
+}
+
+func TestRetentionMustCoverTheSendersRetryWindow(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	_, err := providerevents.New(db.Pool, providerevents.Config{Schema: db.Schema, StripeSecret: stripeSecret, Retention: 24 * time.Hour})
+	require.ErrorContains(t, err, "shorter than the sender's retry window (72h0m0s)")
+	_, err = providerevents.New(db.Pool, providerevents.Config{Schema: db.Schema})
+	require.ErrorContains(t, err, "configure a Stripe signing secret or a SendGrid verification key")
+	_, err = providerevents.New(db.Pool, providerevents.Config{Schema: db.Schema, StripeSecret: "sk_live_oops"})
+	require.ErrorContains(t, err, "starts with whsec_")
+}

@@ -1,0 +1,174 @@
+// Package sideeffects runs the dispatcher that moves each side effect
+// pending -> fired -> confirmed with River workers, and the operator API
+// that inspects and repairs effects.
+//
+//	pending --claim (committed before the provider is called)--> fired
+//	fired   --acknowledged (committed before the job counts as done)--> confirmed
+//	fired   --retryable (the provider proved it did not act)--> pending, retried later
+//	fired   --in doubt (5xx, timeout, crash)--> fired, re-fired with the same key
+//	pending|fired --permanent, retries exhausted, key window passed--> failed
+//
+// Applications enqueue effects with package outbox, in their own
+// transaction, and run a Dispatcher here (or the outboxd binary). An
+// effect's idempotency key is Key(event id, kind); Postgres computes the
+// same value in the generated side_effects.idempotency_key column.
+//
+// The engine itself (SQL, worker, maintenance) lives in internal/engine;
+// this package is the part an application or an operator needs.
+package sideeffects
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/internal/engine"
+)
+
+// The effect as stored and read by operators, its states, and the
+// dispatcher's settings.
+type (
+	// Effect is a side_effects row.
+	Effect = engine.Effect
+	// State is an effect's state.
+	State = engine.State
+	// Config configures a Dispatcher; zero fields take the defaults below.
+	Config = engine.Config
+	// RetryPolicy is the retry schedule of Config.
+	RetryPolicy = engine.RetryPolicy
+	// Observer receives what the dispatcher measures (package
+	// dispatchmetrics implements it for Prometheus).
+	Observer = engine.Observer
+	// OperatorConfig configures an Operator.
+	OperatorConfig = engine.OperatorConfig
+	// ActionOpts are who acts and why, and the guards an action may lift.
+	ActionOpts = engine.ActionOpts
+	// Change is what an operator action did (or, in a dry run, would do)
+	// to one effect.
+	Change = engine.Change
+	// StuckEffect is an effect that is not progressing, with its live River
+	// job; Diagnosis says why and what to do.
+	StuckEffect = engine.StuckEffect
+	// EventResult is what one provider event did to the effect it names.
+	EventResult = engine.EventResult
+)
+
+// The states of side_effects.state.
+const (
+	StatePending   = engine.StatePending
+	StateFired     = engine.StateFired
+	StateConfirmed = engine.StateConfirmed
+	StateFailed    = engine.StateFailed
+	StateCancelled = engine.StateCancelled
+)
+
+// Defaults for Config's and RetryPolicy's zero values.
+const (
+	DefaultConcurrency       = engine.DefaultConcurrency
+	DefaultJobTimeout        = engine.DefaultJobTimeout
+	DefaultRescueAfter       = engine.DefaultRescueAfter
+	DefaultShutdownTimeout   = engine.DefaultShutdownTimeout
+	DefaultFetchCooldown     = engine.DefaultFetchCooldown
+	DefaultFetchPollInterval = engine.DefaultFetchPollInterval
+	DefaultSweepInterval     = engine.DefaultSweepInterval
+	DefaultSweepGrace        = engine.DefaultSweepGrace
+	DefaultRetention         = engine.DefaultRetention
+	DefaultRetentionInterval = engine.DefaultRetentionInterval
+	DefaultMaxAttempts       = engine.DefaultMaxAttempts
+	DefaultBaseDelay         = engine.DefaultBaseDelay
+	DefaultMaxDelay          = engine.DefaultMaxDelay
+)
+
+// Failure reasons an effect's last_error starts with.
+const (
+	ReasonInDoubt     = engine.ReasonInDoubt
+	ReasonKeyWindow   = engine.ReasonKeyWindow
+	ReasonUnqueueable = engine.ReasonUnqueueable
+)
+
+// ErrNotFound reports an effect id or key that no effect has.
+var ErrNotFound = engine.ErrNotFound
+
+// Key is the idempotency key of the effect of kind caused by event eventID:
+// hex(sha256(event id + ":" + kind)). It never changes.
+func Key(eventID uuid.UUID, kind string) string { return engine.Key(eventID, kind) }
+
+// Dispatcher runs the River workers that fire side effects.
+type Dispatcher struct{ d *engine.Dispatcher }
+
+// NewDispatcher validates cfg and builds a dispatcher; Start runs it.
+func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
+	d, err := engine.NewDispatcher(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Dispatcher{d: d}, nil
+}
+
+// Start starts dispatching. Cancelling ctx begins a graceful stop, as Stop
+// does.
+func (d *Dispatcher) Start(ctx context.Context) error { return d.d.Start(ctx) }
+
+// Stop stops fetching and lets in-flight attempts finish for
+// Config.ShutdownTimeout (or until ctx ends), then cancels them. A
+// cancelled attempt leaves its effect fired, to be re-fired with the same
+// key by this or another replica.
+func (d *Dispatcher) Stop(ctx context.Context) error { return d.d.Stop(ctx) }
+
+// Stopped is closed once the dispatcher has stopped.
+func (d *Dispatcher) Stopped() <-chan struct{} { return d.d.Stopped() }
+
+// Operator inspects and repairs effects, with the guards and audit trail
+// of outboxctl and the web view (they use it too).
+type Operator struct{ op *engine.Operator }
+
+// NewOperator returns the operator API over cfg.Schema.
+func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
+	op, err := engine.NewOperator(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Operator{op: op}, nil
+}
+
+// Get returns the effect with id.
+func (o *Operator) Get(ctx context.Context, id uuid.UUID) (*Effect, error) {
+	return o.op.Store().Get(ctx, o.op.Pool(), id)
+}
+
+// Stuck returns pending and fired effects unchanged for olderThan, and
+// failed ones not acknowledged, oldest first.
+func (o *Operator) Stuck(ctx context.Context, olderThan time.Duration, limit int) ([]StuckEffect, error) {
+	return o.op.Store().Stuck(ctx, o.op.Pool(), time.Now().Add(-olderThan), limit)
+}
+
+// Retry moves failed and cancelled effects (fired ones with Force) back to
+// pending with a new River job and the same key; see ActionOpts for the
+// guards it applies.
+func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+	return o.op.Retry(ctx, ids, opts)
+}
+
+// Requeue gives pending and fired effects without a live River job one.
+func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+	return o.op.Requeue(ctx, ids, opts)
+}
+
+// Cancel makes effects never fire.
+func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+	return o.op.Cancel(ctx, ids, opts)
+}
+
+// Confirm records that the provider performed an effect, with its
+// reference (opts.Ref), after checking the provider.
+func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts ActionOpts) (Change, error) {
+	return o.op.Confirm(ctx, id, opts)
+}
+
+// Acknowledge keeps failed effects failed, reviewed and correct, out of the
+// stuck list and the failed-effects alert.
+func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+	return o.op.Acknowledge(ctx, ids, opts)
+}
