@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxd/outboxd/internal/engine"
-	"github.com/outboxd/outboxd/sideeffects"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // Metrics are the dispatcher's Prometheus metrics. Labels are bounded:
