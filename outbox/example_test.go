@@ -7,7 +7,6 @@ import (
 	"log"
 	"os"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -25,12 +24,13 @@ func Example() {
 	}
 	defer pool.Close()
 
-	// outboxd migrate does this once per database.
-	schema := "outboxd_example_" + uuid.NewString()[:8]
-	if _, err := outboxmigrate.Up(ctx, pool, schema); err != nil {
+	// A schema of its own for the example; an application runs
+	// outboxmigrate.Up (or outboxd migrate) on its real schema once.
+	schema, drop, err := outboxmigrate.Temporary(ctx, pool, "outboxd_example")
+	if err != nil {
 		log.Fatal(err)
 	}
-	defer pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
+	defer drop()
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+schema+".orders (id text PRIMARY KEY, paid boolean)"); err != nil {
 		log.Fatal(err)
 	}

@@ -12,8 +12,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -146,13 +144,11 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 		return err
 	}
 	defer pool.Close()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	schema := "outboxd_bench_" + hex.EncodeToString(b[:])
-	if _, err := outboxmigrate.Up(ctx, pool, schema); err != nil {
+	schema, drop, err := outboxmigrate.Temporary(ctx, pool, "outboxd_bench")
+	if err != nil {
 		return err
 	}
-	defer pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
+	defer drop()
 	bn := &bench{s: s, pool: pool, schema: schema}
 
 	rep := report{Settings: s, Machine: describeMachine(ctx, pool)}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,14 +65,12 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 	}
 	defer pool.Close()
 
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	schema := "outboxd_demo_" + hex.EncodeToString(b[:])
-	if _, err := outboxmigrate.Up(ctx, pool, schema); err != nil {
+	schema, drop, err := outboxmigrate.Temporary(ctx, pool, "outboxd_demo")
+	if err != nil {
 		return err
 	}
 	if !keep {
-		defer pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
+		defer drop()
 	}
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+schema+".orders (id text PRIMARY KEY, amount int NOT NULL, paid_at timestamptz)"); err != nil {
 		return err

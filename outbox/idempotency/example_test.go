@@ -11,7 +11,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -29,11 +28,11 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	schema := "outboxd_example_" + uuid.NewString()[:8]
-	if _, err := outboxmigrate.Up(ctx, pool, schema); err != nil {
+	schema, drop, err := outboxmigrate.Temporary(ctx, pool, "outboxd_example")
+	if err != nil {
 		log.Fatal(err)
 	}
-	defer pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
+	defer drop()
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+schema+".orders (id text PRIMARY KEY, amount int NOT NULL)"); err != nil {
 		log.Fatal(err)
 	}

@@ -9,7 +9,9 @@ package outboxmigrate
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -147,4 +149,27 @@ func gooseProvider(pool *pgxpool.Pool, schema string) (*goose.Provider, *sql.DB,
 		return nil, nil, fmt.Errorf("migrate: goose: %w", err)
 	}
 	return p, db, nil
+}
+
+// Temporary creates a schema named prefix + "_" + 8 random hex digits,
+// applies every migration to it, and returns it with a func that drops it:
+// for demos, benchmarks, examples and tests that must not touch a real
+// schema.
+func Temporary(ctx context.Context, pool *pgxpool.Pool, prefix string) (schema string, drop func(), err error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", nil, err
+	}
+	schema = prefix + "_" + hex.EncodeToString(b[:])
+	if err := ValidSchema(schema); err != nil {
+		return "", nil, err
+	}
+	drop = func() {
+		_, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	}
+	if _, err := Up(ctx, pool, schema); err != nil {
+		drop()
+		return "", nil, err
+	}
+	return schema, drop, nil
 }

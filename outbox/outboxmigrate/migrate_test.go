@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/testdb"
@@ -47,4 +48,22 @@ func TestConcurrentUp(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 	require.NoError(t, outboxmigrate.Check(ctx, db.Pool, db.Schema))
+}
+
+func TestTemporarySchemaIsMigratedAndDropped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testdb.URL())
+	require.NoError(t, err)
+	defer pool.Close()
+	schema, drop, err := outboxmigrate.Temporary(ctx, pool, "outboxd_tmp")
+	require.NoError(t, err)
+	require.Regexp(t, `^outboxd_tmp_[0-9a-f]{8}$`, schema)
+	require.NoError(t, outboxmigrate.Check(ctx, pool, schema))
+	drop()
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1", schema).Scan(&n))
+	require.Zero(t, n, "dropped")
+	_, _, err = outboxmigrate.Temporary(ctx, pool, "Bad Prefix")
+	require.ErrorContains(t, err, "schema")
 }
