@@ -150,10 +150,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 			return err
 		}
 	}
-	p, ok := w.providers[claimed.Provider]
-	if !ok {
-		return fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, claimed.Provider)
-	}
+	// Both claims take only effects of providers this process has.
+	p := w.providers[claimed.Provider]
 	// A provider that limits calls per destination may make the effect
 	// wait: the claim is undone (no request was made, no attempt counts)
 	// and the job tried again later.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -178,15 +179,18 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
 	}
-	for route, d := range cfg.RouteRetention {
-		checkRetention(fmt.Sprintf("RouteRetention[%q]", route), d)
+	for _, route := range slices.Sorted(maps.Keys(cfg.RouteRetention)) {
+		checkRetention(fmt.Sprintf("RouteRetention[%q]", route), cfg.RouteRetention[route])
 	}
 	if cfg.StoreStatus == nil {
 		cfg.StoreStatus = func(int) bool { return true }
 	}
-	for name, d := range map[string]time.Duration{"InFlightWait": cfg.InFlightWait, "RetryAfter": cfg.RetryAfter, "LockTimeout": cfg.LockTimeout} {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("%s %s: must not be negative", name, d))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"InFlightWait", cfg.InFlightWait}, {"RetryAfter", cfg.RetryAfter}, {"LockTimeout", cfg.LockTimeout}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must not be negative", d.name, d.v))
 		}
 	}
 	if cfg.RetryAfter == 0 {

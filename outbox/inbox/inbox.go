@@ -23,8 +23,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,8 +71,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 	if cfg.Schema != "" && !schemaRE.MatchString(cfg.Schema) {
 		return nil, fmt.Errorf("inbox: Schema %q: use one lowercase name of letters, digits and _", cfg.Schema)
 	}
-	for src, d := range cfg.Retention {
-		if d <= 0 {
+	for _, src := range slices.Sorted(maps.Keys(cfg.Retention)) {
+		if d := cfg.Retention[src]; d <= 0 {
 			return nil, fmt.Errorf("inbox: Retention[%q] %s: must be positive", src, d)
 		}
 	}
