@@ -30,8 +30,10 @@ import (
 // The effect as stored and read by operators, its states, and the
 // dispatcher's settings.
 type (
-	// Effect is a side_effects row.
-	Effect = engine.Effect
+	// EffectRow is an effect as stored (a side_effects row) and read by
+	// operators; outbox.Effect is what an application asks for, and
+	// outbox.EffectResult what Enqueue recorded.
+	EffectRow = engine.Effect
 	// State is an effect's state.
 	State = engine.State
 	// Config configures a Dispatcher; zero fields take the defaults below.
@@ -134,7 +136,7 @@ func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
 }
 
 // Get returns the effect with id.
-func (o *Operator) Get(ctx context.Context, id uuid.UUID) (*Effect, error) {
+func (o *Operator) Get(ctx context.Context, id uuid.UUID) (*EffectRow, error) {
 	return o.op.Store().Get(ctx, o.op.Pool(), id)
 }
 

@@ -73,12 +73,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // Transition implements sideeffects.Observer.
-func (m *Metrics) Transition(e *sideeffects.Effect, to sideeffects.State) {
+func (m *Metrics) Transition(e *sideeffects.EffectRow, to sideeffects.State) {
 	m.transitions.WithLabelValues(e.Provider, e.Kind, string(to)).Inc()
 }
 
 // ProviderCall implements sideeffects.Observer.
-func (m *Metrics) ProviderCall(e *sideeffects.Effect, d time.Duration, err error, res providers.Result) {
+func (m *Metrics) ProviderCall(e *sideeffects.EffectRow, d time.Duration, err error, res providers.Result) {
 	outcome := "ok"
 	if err != nil {
 		class, _ := providers.Classify(err)
