@@ -665,3 +665,38 @@ func TestReleaseAStuckClaim(t *testing.T) {
 	_, _, err = keys.Get(ctx, uuid.New())
 	require.ErrorIs(t, err, idempotency.ErrNotFound)
 }
+
+// With InFlightWait, a duplicate waits for the request holding the key
+// (on the key row's lock, in Postgres) and then gets its response.
+func TestInFlightDuplicateWaitsForTheFirstAndReplays(t *testing.T) {
+	t.Parallel()
+	s := newShop(t, idempotency.Config{InFlightWait: 30 * time.Second}, "")
+	release := make(chan struct{})
+	reached := make(chan struct{})
+	s.after = func(http.ResponseWriter, *http.Request, pgx.Tx) bool {
+		if s.runs.Load() == 1 {
+			close(reached)
+			<-release
+		}
+		return false
+	}
+	first := make(chan answer)
+	go func() { first <- s.post(t, "key-wait", order) }()
+	<-reached
+	second := make(chan answer)
+	go func() { second <- s.post(t, "key-wait", order) }()
+	// The duplicate is waiting on the first request's uncommitted key.
+	require.Eventually(t, func() bool {
+		var n int
+		err := s.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%`+s.db.Schema+`.idempotency_keys%'`).Scan(&n)
+		return err == nil && n == 1
+	}, 10*time.Second, 5*time.Millisecond)
+	close(release)
+	f, g := <-first, <-second
+	require.Equal(t, http.StatusCreated, f.status)
+	require.Equal(t, f.body, g.body)
+	require.Equal(t, "true", g.header.Get(idempotency.ReplayedHeader))
+	require.EqualValues(t, 1, s.runs.Load())
+	s.requireRows(t, 1, 1)
+}
