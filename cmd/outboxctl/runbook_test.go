@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/netip"
 	"testing"
 	"time"
@@ -20,8 +18,8 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
@@ -70,19 +68,7 @@ func (r *runbook) start(t *testing.T) {
 	require.NoError(t, err)
 	sgp, err := sendgrid.New(sendgrid.Config{APIKey: "SG.runbook", APIHost: r.sg.URL, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	d, err := engine.NewDispatcher(r.db.Pool, engine.Config{
-		Schema: r.db.Schema, Providers: []providers.Provider{wh, sgp},
-		Retry:         engine.RetryPolicy{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
-		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond, SweepInterval: time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TestOnly: true,
-	})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
+	testdispatch.Start(t, r.db, engine.Config{Retry: engine.RetryPolicy{MaxAttempts: 2}, SweepInterval: time.Second}, wh, sgp)
 }
 
 func (r *runbook) enqueue(t *testing.T, name string, e outbox.Effect) uuid.UUID {

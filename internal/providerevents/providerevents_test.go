@@ -3,32 +3,23 @@ package providerevents_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/providerevents"
 	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
@@ -41,7 +32,7 @@ type env struct {
 	srv   *httptest.Server
 	store *engine.Store
 	ob    *outbox.Outbox
-	sgKey *ecdsa.PrivateKey
+	sg    *fakes.SendGridEventSigner
 	obs   *observer
 }
 
@@ -55,12 +46,10 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{db: testdb.New(t), obs: &observer{}}
 	var err error
-	e.sgKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	der, err := x509.MarshalPKIXPublicKey(&e.sgKey.PublicKey)
+	e.sg, err = fakes.NewSendGridEventSigner()
 	require.NoError(t, err)
 	h, err := providerevents.New(e.db.Pool, providerevents.Config{
-		Schema: e.db.Schema, StripeSecret: stripeSecret, SendGridPublicKey: base64.StdEncoding.EncodeToString(der),
+		Schema: e.db.Schema, StripeSecret: stripeSecret, SendGridPublicKey: e.sg.PublicKey(),
 		Observer: e.obs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)
@@ -125,10 +114,7 @@ func (e *env) stripeEvent(t *testing.T, id, typ string, object map[string]any) (
 	body, err := json.Marshal(map[string]any{"id": id, "object": "event", "type": typ, "created": time.Now().Unix(),
 		"api_version": "2024-06-20", "data": map[string]any{"object": object}})
 	require.NoError(t, err)
-	now := time.Now()
-	sig := webhook.ComputeSignature(now, body, stripeSecret)
-	h := http.Header{"Stripe-Signature": {fmt.Sprintf("t=%d,v1=%s", now.Unix(), hex.EncodeToString(sig))}}
-	return e.post(t, providerevents.StripePath, body, h)
+	return e.post(t, providerevents.StripePath, body, fakes.StripeSignatureHeaders(stripeSecret, body))
 }
 
 // sendgridEvents sends a batch of SendGrid events signed with the test key.
@@ -136,18 +122,11 @@ func (e *env) sendgridEvents(t *testing.T, events ...map[string]any) (int, strin
 	t.Helper()
 	body, err := json.Marshal(events)
 	require.NoError(t, err)
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	sum := sha256.Sum256(append([]byte(ts), body...))
-	sig, err := ecdsa.SignASN1(rand.Reader, e.sgKey, sum[:])
-	require.NoError(t, err)
-	h := http.Header{"X-Twilio-Email-Event-Webhook-Signature": {base64.StdEncoding.EncodeToString(sig)},
-		"X-Twilio-Email-Event-Webhook-Timestamp": {ts}}
-	return e.post(t, providerevents.SendGridPath, body, h)
+	return e.post(t, providerevents.SendGridPath, body, e.sg.Headers(body))
 }
 
 func sgEvent(id, event, key, msgID string, at time.Time) map[string]any {
-	return map[string]any{"sg_event_id": id, "event": event, "email": "ada@example.com", "timestamp": at.Unix(),
-		"sg_message_id": msgID + ".filterdrecv-5bd4d7cbf5-xk2lm-1-65A1", sendgrid.CustomArgKey: key}
+	return fakes.SendGridEvent(id, event, key, msgID, at)
 }
 
 func mail() outbox.Effect {
@@ -172,18 +151,7 @@ func TestInDoubtEmailIsConfirmedByItsEvent(t *testing.T) {
 	sg.Respond(fakes.Status(500))
 	sgp, err := sendgrid.New(sendgrid.Config{APIKey: "SG.events", APIHost: sg.URL, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	d, err := engine.NewDispatcher(e.db.Pool, engine.Config{
-		Schema: e.db.Schema, Providers: []providers.Provider{sgp}, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
-		Retry:  engine.RetryPolicy{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TestOnly: true,
-	})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
+	testdispatch.Start(t, e.db, engine.Config{Retry: engine.RetryPolicy{MaxAttempts: 3}}, sgp)
 	eff := e.enqueue(t, mail())
 	require.Eventually(t, func() bool { return e.get(t, eff.ID).State == engine.StateFailed }, 30*time.Second, 10*time.Millisecond)
 	require.Contains(t, *e.get(t, eff.ID).LastError, "in doubt: not re-sent")
@@ -273,10 +241,10 @@ func TestBadSignaturesAreRefusedAndNothingIsStored(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, status, name)
 	}
 	// Signed by another key.
-	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	other, err := fakes.NewSendGridEventSigner()
 	require.NoError(t, err)
 	e2 := *e
-	e2.sgKey = other
+	e2.sg = other
 	status, _ := e2.sendgridEvents(t, sgEvent("sg_y", "processed", eff.IdempotencyKey, "m1", time.Now()))
 	require.Equal(t, http.StatusBadRequest, status)
 

@@ -29,6 +29,7 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/internal/webui"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
@@ -69,19 +70,7 @@ func newSite(t *testing.T) *site {
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loop, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	d, err := engine.NewDispatcher(s.db.Pool, engine.Config{
-		Schema: s.db.Schema, Providers: []providers.Provider{wh},
-		Retry:         engine.RetryPolicy{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
-		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TestOnly: true,
-	})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
+	testdispatch.Start(t, s.db, engine.Config{Retry: engine.RetryPolicy{MaxAttempts: 2}}, wh)
 	op, err := engine.NewOperator(s.db.Pool, engine.OperatorConfig{Schema: s.db.Schema,
 		Guarantees: map[string]providers.Guarantees{"webhook": wh.Guarantees()}})
 	require.NoError(t, err)

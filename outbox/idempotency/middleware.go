@@ -61,17 +61,7 @@ func (ownedTx) Rollback(context.Context) error { return ErrTxOwned }
 // Transactional runs next inside a transaction that also claims the key
 // and stores the response; see the package documentation.
 func (m *Middleware) Transactional(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req, ok := m.prepare(w, r)
-		if !ok {
-			return
-		}
-		if req == nil {
-			next.ServeHTTP(w, r)
-			return
-		}
-		m.serveTransactional(w, r, req, next)
-	})
+	return m.guard(next, m.serveTransactional)
 }
 
 func (m *Middleware) serveTransactional(w http.ResponseWriter, r *http.Request, req *request, next http.Handler) {
@@ -142,6 +132,12 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 // the deadline reclaims a key whose request never finished. Use it only
 // for handlers that must call something synchronously.
 func (m *Middleware) ThreePhase(next http.Handler) http.Handler {
+	return m.guard(next, m.serveThreePhase)
+}
+
+// guard serves protected requests with serve, after checking the key and
+// reading the body; others go to next untouched.
+func (m *Middleware) guard(next http.Handler, serve func(http.ResponseWriter, *http.Request, *request, http.Handler)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, ok := m.prepare(w, r)
 		if !ok {
@@ -151,7 +147,7 @@ func (m *Middleware) ThreePhase(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		m.serveThreePhase(w, r, req, next)
+		serve(w, r, req, next)
 	})
 }
 
