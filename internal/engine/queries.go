@@ -349,7 +349,7 @@ SELECT ev.id, ev.aggregate_type, ev.aggregate_id, ev.event_type, ev.payload, ev.
 		FROM /*schema*/side_effects e WHERE e.source_id = ev.id), '[]'::jsonb)
 FROM /*schema*/outbox_events ev
 WHERE ($1::text IS NULL OR ev.event_type = $1)
-	AND ($2::text IS NULL OR ev.aggregate_type = $2)
+	AND ($2::text IS NULL OR (ev.aggregate_type = $2 AND ev.aggregate_type <> ''))
 	AND ($3::text IS NULL OR ev.aggregate_id = $3)
 	AND ($4::text IS NULL OR NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = ev.id AND e.kind = $4))
 	AND ($5::timestamptz IS NULL OR ev.created_at >= $5)
@@ -378,7 +378,7 @@ SELECT ev.id, ev.aggregate_type, ev.aggregate_id, ev.event_type, ev.payload, ev.
 	coalesce((SELECT jsonb_agg(jsonb_build_object('id', e.id, 'kind', e.kind, 'state', e.state) ORDER BY e.kind)
 		FROM /*schema*/side_effects e WHERE e.source_id = ev.id), '[]'::jsonb)
 FROM /*schema*/outbox_events ev
-WHERE ev.aggregate_type = $1 AND ev.aggregate_id = $2
+WHERE ev.aggregate_type = $1 AND ev.aggregate_id = $2 AND ev.aggregate_type <> '' -- the partial index's predicate, for generic plans
 ORDER BY ev.created_at DESC, ev.id DESC
 LIMIT $3`
 
