@@ -309,6 +309,21 @@ func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, engine.StateCancelled, e.State)
 
+	// A script with the bearer token needs no CSRF token: a browser never
+	// sends a bearer token by itself.
+	req, err := http.NewRequest(http.MethodPost, s.url("effects/"+s.ids["busy"].String()+"/actions/acknowledge"),
+		strings.NewReader(url.Values{"reason": {"rate limit is the receiver's"}}.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	e, err = s.store.Get(context.Background(), s.db.Pool, s.ids["busy"])
+	require.NoError(t, err)
+	require.NotNil(t, e.AcknowledgedAt, "acknowledged by the script")
+
 	// Every page carries the security headers.
 	resp, err = http.Get(s.url(""))
 	require.NoError(t, err)

@@ -388,7 +388,7 @@ func (u *ui) showAction(w http.ResponseWriter, r *http.Request, d *actionData, a
 }
 
 func (u *ui) act(w http.ResponseWriter, r *http.Request) {
-	actor, ok := u.admin(w, r)
+	actor, bearer, ok := u.authenticate(w, r)
 	if !ok {
 		return
 	}
@@ -396,9 +396,11 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, http.StatusBadRequest, "unreadable form", nil)
 		return
 	}
-	if err := u.sameOrigin(r); err != nil {
-		u.fail(w, http.StatusForbidden, "refused: "+err.Error(), nil)
-		return
+	if !bearer {
+		if err := u.sameOrigin(r); err != nil {
+			u.fail(w, http.StatusForbidden, "refused: "+err.Error(), nil)
+			return
+		}
 	}
 	e := u.loadEffect(w, r)
 	if e == nil {

@@ -209,20 +209,28 @@ func (u *ui) sameOrigin(r *http.Request) error {
 // password (the user name is the actor), or a bearer token. It answers
 // the request itself when it returns false.
 func (u *ui) admin(w http.ResponseWriter, r *http.Request) (actor string, ok bool) {
+	actor, _, ok = u.authenticate(w, r)
+	return actor, ok
+}
+
+// authenticate is admin, also saying whether the credential was a bearer
+// token: a browser never sends one by itself, so such a request needs no
+// CSRF token (basic auth is cached and sent by the browser: it does).
+func (u *ui) authenticate(w http.ResponseWriter, r *http.Request) (actor string, bearer, ok bool) {
 	if u.cfg.AdminToken == "" {
 		u.fail(w, http.StatusForbidden, "read-only: this outboxd has no admin credential configured (--web-admin-token)", nil)
-		return "", false
+		return "", false, false
 	}
 	tok := []byte(u.cfg.AdminToken)
 	if user, pass, hasBasic := r.BasicAuth(); hasBasic && subtle.ConstantTimeCompare([]byte(pass), tok) == 1 {
-		return "web:" + cmpOr(user, "admin"), true
+		return "web:" + cmpOr(user, "admin"), false, true
 	}
 	if b, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); hasBearer && subtle.ConstantTimeCompare([]byte(b), tok) == 1 {
-		return "web:token", true
+		return "web:token", true, true
 	}
 	w.Header().Set("WWW-Authenticate", `Basic realm="outboxd actions", charset="UTF-8"`)
 	u.fail(w, http.StatusUnauthorized, "actions need the admin credential: your name as user, the admin token as password", nil)
-	return "", false
+	return "", false, false
 }
 
 func cmpOr(a, b string) string {
