@@ -324,6 +324,13 @@ func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, e.AcknowledgedAt, "acknowledged by the script")
 
+	// The note after an action shows only in its own shape.
+	resp, err = http.Get(s.url("effects/" + id + "?done=" + url.QueryEscape("Your session expired: call +1 555 0100")))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NotContains(t, string(body), "session expired")
+
 	// Every page carries the security headers.
 	resp, err = http.Get(s.url(""))
 	require.NoError(t, err)

@@ -111,7 +111,10 @@ type searchData struct {
 	Next                                         string
 }
 
-var keyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var (
+	keyRE   = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	flashRE = regexp.MustCompile(`^(retry|cancel|confirm|acknowledge) by web:[^ ]{1,100}: [a-z]+ -> [a-z]+( \(.{0,300}\))?$`)
+)
 
 const pageSize = 50
 
@@ -276,7 +279,12 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, db := r.Context(), u.cfg.Pool
-	d := effectData{Effect: e, Actions: actionsFor(e.State), Flash: r.URL.Query().Get("done")}
+	d := effectData{Effect: e, Actions: actionsFor(e.State)}
+	// The note an action leaves after its redirect; only that shape is
+	// shown, so a crafted link cannot put other words in the green box.
+	if done := r.URL.Query().Get("done"); flashRE.MatchString(done) {
+		d.Flash = done
+	}
 	var err error
 	load := func(f func() error) {
 		if err == nil {
