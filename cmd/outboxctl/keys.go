@@ -68,7 +68,7 @@ func newKeysListCmd(a *app) *cobra.Command {
 			fmt.Fprintln(tw, "ID\tSTATE\tSTATUS\tAGE\tSCOPE\tMETHOD ROUTE\tKEY\tEXPIRES")
 			for _, k := range list {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s\t%s\t%s\n", k.ID, k.State, keyStatus(k), ago(k.CreatedAt),
-					orDash(k.Scope), k.Method, k.Route, shorten(k.Key, 40), keyExpiry(k))
+					orDash(k.Scope), k.Method, k.Route, short(&k.Key, 40), keyExpiry(k))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -95,11 +95,7 @@ func newKeysShowCmd(a *app) *cobra.Command {
 		Short: "One key: scope, route, state, stored response, expiry and audit trail",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseKeyID(args[0])
-			if err != nil {
-				return err
-			}
-			ks, err := a.keys(cmd.Context())
+			ks, id, err := a.keyArg(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -149,11 +145,7 @@ the handler a second time, so it needs --force. A key past its deadline is
 taken over by the next retry anyway; release it to record why.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseKeyID(args[0])
-			if err != nil {
-				return err
-			}
-			ks, err := a.keys(cmd.Context())
+			ks, id, err := a.keyArg(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -171,12 +163,14 @@ taken over by the next retry anyway; release it to record why.`,
 	return cmd
 }
 
-func parseKeyID(s string) (uuid.UUID, error) {
-	id, err := uuid.Parse(s)
+// keyArg parses a key id argument, then opens the keys of the schema.
+func (a *app) keyArg(ctx context.Context, arg string) (*idempotency.Keys, uuid.UUID, error) {
+	id, err := uuid.Parse(arg)
 	if err != nil {
-		return id, errors.New("pass a key's id (the ID column of `outboxctl keys list`; find a client's key with --key)")
+		return nil, id, errors.New("pass a key's id (the ID column of `outboxctl keys list`; find a client's key with --key)")
 	}
-	return id, nil
+	ks, err := a.keys(ctx)
+	return ks, id, err
 }
 
 func keyStatus(k *idempotency.Key) string {
@@ -211,11 +205,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
 }

@@ -123,6 +123,21 @@ func (s *shop) orders(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"order": %q, "event": %q, "run": %d}`, in.Order, res.EventID, n)
 }
 
+// holdFirstRun makes the first run of the handler wait, after its domain
+// writes and before its response, until release is called; reached is
+// closed when it waits.
+func (s *shop) holdFirstRun() (reached <-chan struct{}, release func()) {
+	r, rel := make(chan struct{}), make(chan struct{})
+	s.after = func(http.ResponseWriter, *http.Request, pgx.Tx) bool {
+		if s.runs.Load() == 1 {
+			close(r)
+			<-rel
+		}
+		return false
+	}
+	return r, func() { close(rel) }
+}
+
 type answer struct {
 	status int
 	header http.Header
@@ -534,15 +549,7 @@ func TestThreePhase(t *testing.T) {
 		t.Parallel()
 		for _, wait := range []time.Duration{0, time.Minute} {
 			s := newShop(t, idempotency.Config{InFlightWait: wait}, threePhase)
-			release := make(chan struct{})
-			reached := make(chan struct{})
-			s.after = func(http.ResponseWriter, *http.Request, pgx.Tx) bool {
-				if s.runs.Load() == 1 {
-					close(reached)
-					<-release
-				}
-				return false
-			}
+			reached, release := s.holdFirstRun()
 			first := make(chan answer)
 			go func() { first <- s.post(t, "key-busy", order) }()
 			<-reached
@@ -551,13 +558,13 @@ func TestThreePhase(t *testing.T) {
 				a := s.post(t, "key-busy", order)
 				require.Equal(t, http.StatusConflict, a.status)
 				require.Equal(t, "idempotency_key_in_use", a.code)
-				close(release)
+				release()
 				require.Equal(t, http.StatusCreated, (<-first).status)
 			} else {
 				second := make(chan answer)
 				go func() { second <- s.post(t, "key-busy", order) }()
 				require.Eventually(t, func() bool { return s.count(t, "idempotency_keys") == 1 }, time.Second, time.Millisecond)
-				close(release)
+				release()
 				f, g := <-first, <-second
 				require.Equal(t, http.StatusCreated, f.status)
 				require.Equal(t, f.body, g.body, "the waiting request got the replay")
@@ -586,15 +593,7 @@ func TestThreePhase(t *testing.T) {
 	t.Run("a claim past its lock deadline is reclaimed; the late outcome is not stored", func(t *testing.T) {
 		t.Parallel()
 		s := newShop(t, idempotency.Config{}, threePhase)
-		release := make(chan struct{})
-		reached := make(chan struct{})
-		s.after = func(http.ResponseWriter, *http.Request, pgx.Tx) bool {
-			if s.runs.Load() == 1 {
-				close(reached)
-				<-release
-			}
-			return false
-		}
+		reached, release := s.holdFirstRun()
 		first := make(chan answer)
 		go func() { first <- s.post(t, "key-stale", `{"order": "ord_a", "amount": 1}`) }()
 		<-reached
@@ -604,7 +603,7 @@ func TestThreePhase(t *testing.T) {
 		// (Another order id: the first request's order is still uncommitted.)
 		second := s.post(t, "key-stale", `{"order": "ord_b", "amount": 1}`)
 		require.Equal(t, http.StatusCreated, second.status, "reclaimed")
-		close(release)
+		release()
 		<-first
 		third := s.post(t, "key-stale", `{"order": "ord_b", "amount": 1}`)
 		require.Equal(t, second.body, third.body, "the stored response is the reclaimer's")
@@ -629,15 +628,7 @@ func mustKeys(t *testing.T, s *shop) *idempotency.Keys {
 func TestReleaseAStuckClaim(t *testing.T) {
 	t.Parallel()
 	s := newShop(t, idempotency.Config{}, threePhase)
-	release := make(chan struct{})
-	reached := make(chan struct{})
-	s.after = func(http.ResponseWriter, *http.Request, pgx.Tx) bool {
-		if s.runs.Load() == 1 {
-			close(reached)
-			<-release
-		}
-		return false
-	}
+	reached, release := s.holdFirstRun()
 	first := make(chan answer)
 	go func() { first <- s.post(t, "key-stuck", `{"order": "ord_a", "amount": 1}`) }()
 	<-reached
@@ -658,7 +649,7 @@ func TestReleaseAStuckClaim(t *testing.T) {
 	require.Equal(t, idempotency.AuditEntry{Action: "release", Actor: "ada", Reason: "pod gone", FromState: "in_progress", ToState: "failed", CreatedAt: audit[0].CreatedAt}, audit[0])
 
 	require.Equal(t, http.StatusCreated, s.post(t, "key-stuck", `{"order": "ord_b", "amount": 1}`).status, "a retry runs after the release")
-	close(release)
+	release()
 	<-first
 	_, err = keys.Release(ctx, k.ID, idempotency.ReleaseOpts{Actor: "ada", Reason: "again", Force: true})
 	require.ErrorContains(t, err, "completed, not in_progress")
@@ -671,15 +662,7 @@ func TestReleaseAStuckClaim(t *testing.T) {
 func TestInFlightDuplicateWaitsForTheFirstAndReplays(t *testing.T) {
 	t.Parallel()
 	s := newShop(t, idempotency.Config{InFlightWait: 30 * time.Second}, "")
-	release := make(chan struct{})
-	reached := make(chan struct{})
-	s.after = func(http.ResponseWriter, *http.Request, pgx.Tx) bool {
-		if s.runs.Load() == 1 {
-			close(reached)
-			<-release
-		}
-		return false
-	}
+	reached, release := s.holdFirstRun()
 	first := make(chan answer)
 	go func() { first <- s.post(t, "key-wait", order) }()
 	<-reached
@@ -692,7 +675,7 @@ func TestInFlightDuplicateWaitsForTheFirstAndReplays(t *testing.T) {
 			WHERE wait_event_type = 'Lock' AND query LIKE '%`+s.db.Schema+`.idempotency_keys%'`).Scan(&n)
 		return err == nil && n == 1
 	}, 10*time.Second, 5*time.Millisecond)
-	close(release)
+	release()
 	f, g := <-first, <-second
 	require.Equal(t, http.StatusCreated, f.status)
 	require.Equal(t, f.body, g.body)
