@@ -319,10 +319,10 @@ LIMIT $9`
 	sqlStuck = `
 WITH stuck AS (
 	(SELECT * FROM /*schema*/side_effects
-	 WHERE state IN ('pending', 'fired') AND updated_at < $1 ORDER BY updated_at LIMIT $2)
+	 WHERE phase = 'live' AND updated_at < $1 ORDER BY updated_at LIMIT $2)
 	UNION ALL
 	(SELECT * FROM /*schema*/side_effects
-	 WHERE state = 'failed' AND acknowledged_at IS NULL ORDER BY updated_at LIMIT $2)
+	 WHERE phase = 'failed' ORDER BY ended_at LIMIT $2)
 	ORDER BY updated_at LIMIT $2
 )
 SELECT ` + effectColumnsE + `, j.id, j.state, j.scheduled_at
@@ -363,14 +363,14 @@ SELECT kind, CASE WHEN last_error LIKE 'in doubt: not re-sent%' THEN 'in doubt: 
 		ELSE split_part(regexp_replace(coalesce(last_error, ''), '^(permanent|retryable|in_doubt): ', ''), ': ', 1) END AS reason,
 	count(*)
 FROM /*schema*/side_effects
-WHERE state = 'failed' AND acknowledged_at IS NULL
+WHERE phase = 'failed'
 GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT $1`
 
 	sqlThroughput = `
-SELECT date_trunc('minute', updated_at) AS minute,
-	count(*) FILTER (WHERE state = 'confirmed'), count(*) FILTER (WHERE state = 'failed')
+SELECT date_trunc('minute', ended_at) AS minute,
+	count(*) FILTER (WHERE phase = 'confirmed'), count(*) FILTER (WHERE phase IN ('failed', 'acknowledged'))
 FROM /*schema*/side_effects
-WHERE state IN ('confirmed', 'failed', 'cancelled') AND updated_at >= $1
+WHERE phase <> 'live' AND ended_at >= $1
 GROUP BY 1 ORDER BY 1`
 
 	sqlEventsOfAggregate = `
@@ -390,37 +390,38 @@ FROM /*schema*/river_job
 WHERE kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', $1::uuid)
 ORDER BY id`
 
-	// Counts of live and failed effects come from the partial indexes;
-	// confirmed and cancelled ones are counted over the window ($1), through
-	// the terminal index (a confirmed row's updated_at is its confirmed_at).
+	// Counts of live and failed effects come from the partial indexes (live
+	// ones read through to the heap: there are few); confirmed and cancelled
+	// ones are counted over the window ($1), index-only through the
+	// terminal index (by ended_at, when they ended).
 	sqlStatsCounts = `
 SELECT state, kind, count(*) FROM /*schema*/side_effects
-WHERE state IN ('pending', 'fired')
+WHERE phase = 'live'
 GROUP BY state, kind
 UNION ALL
 SELECT 'failed', kind, count(*) FROM /*schema*/side_effects
-WHERE state = 'failed' AND acknowledged_at IS NULL
+WHERE phase = 'failed'
 GROUP BY kind
 UNION ALL
 SELECT 'failed_acknowledged', kind, count(*) FROM /*schema*/side_effects
-WHERE state = 'failed' AND acknowledged_at IS NOT NULL
+WHERE phase = 'acknowledged'
 GROUP BY kind
 UNION ALL
-SELECT state, kind, count(*) FROM /*schema*/side_effects
-WHERE state IN ('confirmed', 'cancelled') AND updated_at >= $1
-GROUP BY state, kind
+SELECT phase, kind, count(*) FROM /*schema*/side_effects
+WHERE phase IN ('confirmed', 'cancelled') AND ended_at >= $1
+GROUP BY phase, kind
 ORDER BY 1, 2`
 
 	sqlStatsOldest = `
 SELECT
-	(SELECT min(created_at) FROM /*schema*/side_effects WHERE state = 'pending'),
-	(SELECT min(fired_at) FROM /*schema*/side_effects WHERE state = 'fired')`
+	(SELECT min(created_at) FROM /*schema*/side_effects WHERE phase = 'live' AND state = 'pending'),
+	(SELECT min(fired_at) FROM /*schema*/side_effects WHERE phase = 'live' AND state = 'fired')`
 
 	sqlStatsAttempts = `
 SELECT CASE WHEN attempts <= 3 THEN attempts::text WHEN attempts <= 5 THEN '4-5'
 	WHEN attempts <= 10 THEN '6-10' ELSE '>10' END AS bucket, count(*)
 FROM /*schema*/side_effects
-WHERE state = 'confirmed' AND updated_at >= $1
+WHERE phase = 'confirmed' AND ended_at >= $1
 GROUP BY 1 ORDER BY min(attempts)`
 
 	sqlStatsLatency = `
@@ -429,7 +430,7 @@ SELECT count(*),
 	coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM confirmed_at - created_at)), 0),
 	coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM confirmed_at - created_at)), 0)
 FROM /*schema*/side_effects e
-WHERE state = 'confirmed' AND updated_at >= $1
+WHERE phase = 'confirmed' AND ended_at >= $1
 	AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effect_audit a WHERE a.effect_id = e.id AND a.action = 'confirm')`
 
 	// Effects confirmed by an operator since $1.
@@ -441,7 +442,7 @@ WHERE action = 'confirm' AND to_state = 'confirmed' AND created_at >= $1`
 	// older than $1 left without effects.
 	sqlPurgeCount = `
 SELECT count(*) FROM /*schema*/side_effects
-WHERE state IN ('confirmed', 'failed', 'cancelled') AND updated_at < $1`
+WHERE phase <> 'live' AND ended_at < $1`
 
 	// The outer conditions are checked again on the row as it is when the
 	// DELETE gets to it: an effect an operator moved back to pending
@@ -449,16 +450,16 @@ WHERE state IN ('confirmed', 'failed', 'cancelled') AND updated_at < $1`
 	sqlPurgeEffects = `
 DELETE FROM /*schema*/side_effects WHERE id IN (
 	SELECT id FROM /*schema*/side_effects
-	WHERE state IN ('confirmed', 'failed', 'cancelled') AND updated_at < $1
+	WHERE phase <> 'live' AND ended_at < $1
 	LIMIT $2)
-	AND state IN ('confirmed', 'failed', 'cancelled') AND updated_at < $1`
+	AND phase <> 'live' AND ended_at < $1`
 
 	// Events the purge would leave without effects.
 	sqlPurgeEventsCount = `
 SELECT count(*) FROM /*schema*/outbox_events ev
 WHERE ev.created_at < $1 AND NOT EXISTS (
 	SELECT 1 FROM /*schema*/side_effects e
-	WHERE e.source_id = ev.id AND NOT (e.state IN ('confirmed', 'failed', 'cancelled') AND e.updated_at < $1))`
+	WHERE e.source_id = ev.id AND NOT (e.phase <> 'live' AND e.ended_at < $1))`
 
 	// Expired idempotency keys, $1 at a time; skips rows a request has
 	// locked (taking an expired key over) and unexpired three-phase locks.
@@ -507,7 +508,7 @@ ORDER BY seen_at DESC LIMIT $1`
 // rows written by plain SQL, or whose job was discarded or cleaned up.
 const sqlSweep = `
 SELECT e.id, e.provider FROM /*schema*/side_effects e
-WHERE e.state IN ('pending', 'fired') AND e.updated_at < $1
+WHERE e.phase = 'live' AND e.updated_at < $1
 	AND NOT EXISTS (
 		SELECT 1 FROM /*schema*/river_job j
 		WHERE j.kind = 'outboxd.dispatch' AND j.args @> jsonb_build_object('effect_id', e.id)
@@ -521,12 +522,12 @@ const sqlStateGauges = `
 SELECT state, kind, count(*),
 	extract(epoch FROM now() - min(CASE WHEN state = 'fired' THEN coalesce(fired_at, created_at) ELSE created_at END))::float8
 FROM /*schema*/side_effects
-WHERE state IN ('pending', 'fired')
+WHERE phase = 'live'
 GROUP BY state, kind
 UNION ALL
 SELECT 'failed', kind, count(*), extract(epoch FROM now() - min(created_at))::float8
 FROM /*schema*/side_effects
-WHERE state = 'failed' AND acknowledged_at IS NULL
+WHERE phase = 'failed'
 GROUP BY kind`
 
 const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key, e.payload, e.state, e.attempts,

@@ -1,0 +1,75 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// TestClaimsWriteNoIndexEntries checks that the transitions of a live
+// effect (claim, release after a refusal, an in-doubt record, a re-claim)
+// are HOT updates, which write no index entry, while leaving the live set
+// (confirm) is not. Postgres counts both, per transaction, in
+// pg_stat_xact_user_tables.
+func TestClaimsWriteNoIndexEntries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	var res *outbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		res, err = ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("test.hot", "1"), Type: "order.paid"},
+			outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/x", "body": {}}`)})
+		return err
+	}))
+	id := res.Effects[0].ID
+	store := engine.NewStore(db.Schema)
+
+	// updates returns the updates and HOT updates of side_effects so far
+	// in tx.
+	updates := func(tx pgx.Tx) (all, hot int64) {
+		require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+			WHERE schemaname = $1 AND relname = 'side_effects'`, db.Schema).Scan(&all, &hot))
+		return all, hot
+	}
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // after commit, a no-op
+	e, err := store.Claim(ctx, tx, id, engine.StatePending)
+	require.NoError(t, err)
+	require.NotNil(t, e)
+	ok, err := store.Release(ctx, tx, id, "retryable: HTTP 429", time.Now(), true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	e, err = store.Claim(ctx, tx, id, engine.StatePending)
+	require.NoError(t, err)
+	require.NotNil(t, e)
+	ok, err = store.RecordInDoubt(ctx, tx, id, "in doubt: timeout", time.Now())
+	require.NoError(t, err)
+	require.True(t, ok)
+	all, hot := updates(tx)
+	require.Equal(t, int64(4), all, "four transitions of a live effect")
+	require.Equal(t, int64(4), hot, "each one a HOT update: no index entry written")
+
+	confirmed, err := store.ConfirmMany(ctx, tx, []engine.Ack{{ID: id, Ref: "evt_1"}})
+	require.NoError(t, err)
+	require.Contains(t, confirmed, id)
+	all, hot = updates(tx)
+	require.Equal(t, int64(5), all)
+	require.Equal(t, int64(4), hot, "confirming leaves the live index: not HOT")
+	require.NoError(t, tx.Commit(ctx))
+
+	got, err := store.Get(ctx, db.Pool, id)
+	require.NoError(t, err)
+	require.Equal(t, engine.StateConfirmed, got.State)
+}
