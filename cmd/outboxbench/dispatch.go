@@ -32,6 +32,10 @@ type dispatchResult struct {
 	// VsRiverSame over River's with outboxd's settings. 0 for River itself.
 	VsRiver     float64 `json:"vs_river_fast,omitempty"`
 	VsRiverSame float64 `json:"vs_river_same_settings,omitempty"`
+	// Updates and HOTUpdates count side_effects updates during an outboxd
+	// burn-down, and those that wrote no index entry.
+	Updates    int64 `json:"updates,omitempty"`
+	HOTUpdates int64 `json:"hot_updates,omitempty"`
 }
 
 // River's no-op floor with fast settings, as a tuned job queue would run.
@@ -165,6 +169,9 @@ func (b *bench) burnDown(ctx context.Context, name string, n int, p providers.Pr
 	if err != nil {
 		return dispatchResult{}, err
 	}
+	if _, err := b.pool.Exec(ctx, "SELECT pg_stat_reset_single_table_counters($1::regclass)", b.schema+".side_effects"); err != nil {
+		return dispatchResult{}, err
+	}
 	done := make(chan struct{})
 	go progress(name, n, current, done)
 	start := time.Now()
@@ -188,10 +195,35 @@ func (b *bench) burnDown(ctx context.Context, name string, n int, p providers.Pr
 	if confirmed != n {
 		return dispatchResult{}, fmt.Errorf("%s: %d of %d effects confirmed", name, confirmed, n)
 	}
+	upd, hot, err := b.updates(ctx, 2*int64(n))
+	if err != nil {
+		return dispatchResult{}, err
+	}
 	if _, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job CASCADE"); err != nil {
 		return dispatchResult{}, err
 	}
-	return dispatchResult{Name: name, N: n, Seconds: elapsed.Seconds(), PerSecond: float64(n) / elapsed.Seconds()}, nil
+	return dispatchResult{Name: name, N: n, Seconds: elapsed.Seconds(), PerSecond: float64(n) / elapsed.Seconds(),
+		Updates: upd, HOTUpdates: hot}, nil
+}
+
+// updates reads how many updates of side_effects Postgres counted since the
+// counters were reset, and how many were HOT. Backends report their counts
+// up to a few seconds after their transactions, so it waits (at most 15s)
+// for at least want updates to be counted.
+func (b *bench) updates(ctx context.Context, want int64) (all, hot int64, err error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err = b.pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+			WHERE schemaname = $1 AND relname = 'side_effects'`, b.schema).Scan(&all, &hot)
+		if err != nil || all >= want || time.Now().After(deadline) {
+			return all, hot, err
+		}
+		select {
+		case <-ctx.Done():
+			return all, hot, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (b *bench) dispatcher(p providers.Provider) (*engine.Dispatcher, error) {
@@ -261,8 +293,7 @@ RETURNING id`, n, provider, payload)
 			return err
 		}
 	}
-	_, err = b.pool.Exec(ctx, "ANALYZE "+b.schema+".side_effects, "+b.schema+".river_job")
-	return err
+	return b.vacuum(ctx)
 }
 
 // waitFor waits until sent reports every call made (in process, so that

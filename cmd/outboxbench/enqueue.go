@@ -96,6 +96,9 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 // runTxs runs fn in transactions from conc goroutines for the configured
 // duration and reports rate and latency percentiles.
 func (b *bench) runTxs(ctx context.Context, name string, conc int, fn func(context.Context, pgx.Tx) error) (enqueueResult, error) {
+	if err := b.vacuum(ctx); err != nil {
+		return enqueueResult{}, err
+	}
 	return b.runLoop(ctx, name, conc, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
 	})

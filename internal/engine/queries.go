@@ -126,6 +126,18 @@ WHERE id = ANY($1) AND state = 'pending' AND first_fired_at IS NULL AND NOT in_d
 RETURNING ` + effectColumns
 
 	// fired -> confirmed on the providers' acknowledgements of many
+	// effects ($1 ids, $2 refs, '' for none, $3 replayed flags): the common
+	// case, in one plain guarded UPDATE that takes no separate row lock.
+	// Effects it does not return were not fired: see sqlConfirmMany.
+	sqlConfirmFiredMany = `
+UPDATE /*schema*/side_effects e
+SET state = 'confirmed', confirmed_at = now(), provider_ref = nullif(u.ref, ''), replayed = u.replayed,
+	last_error = NULL, in_doubt = false, next_attempt_at = NULL, updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::boolean[]) AS u(id, ref, replayed)
+WHERE e.id = u.id AND e.state = 'fired'
+RETURNING e.id`
+
+	// fired -> confirmed on the providers' acknowledgements of many
 	// effects: $1 ids, $2 refs ('' for none), $3 replayed flags. Also from
 	// pending and failed: an operator's action while the call was in flight
 	// does not undo what the provider did. Returns the state each left, with
@@ -542,7 +554,7 @@ type queries struct {
 	getEffect, getEffectByKey, getEffectForUpdate, jobIn                                       string
 	getEffectByKeyForUpdate, eventConfirm, recordDelivery, getDelivery, insertDrift, listDrift string
 	claim, lateAck, release, recordInDoubt, fail, failProven, unclaim                          string
-	claimFirstMany, confirmMany                                                                string
+	claimFirstMany, confirmFiredMany, confirmMany                                              string
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit, acknowledge string
 
@@ -579,6 +591,7 @@ func newQueries(schema string) queries {
 		jobIn:                        r.Replace(sqlJobIn),
 		claim:                        r.Replace(sqlClaim),
 		claimFirstMany:               r.Replace(sqlClaimFirstMany),
+		confirmFiredMany:             r.Replace(sqlConfirmFiredMany),
 		confirmMany:                  r.Replace(sqlConfirmMany),
 		lateAck:                      r.Replace(sqlLateAck),
 		unclaim:                      r.Replace(sqlUnclaim),

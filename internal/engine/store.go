@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -224,27 +226,53 @@ type ConfirmedFrom struct {
 // acknowledged effect missing from the result was cancelled, confirmed or
 // deleted meanwhile, and nothing changed.
 func (s *Store) ConfirmMany(ctx context.Context, db DB, acks []Ack) (map[uuid.UUID]ConfirmedFrom, error) {
-	ids := make([]uuid.UUID, len(acks))
-	refs := make([]string, len(acks))
-	replayed := make([]bool, len(acks))
-	for i, a := range acks {
-		ids[i], refs[i], replayed[i] = a.ID, a.Ref, a.Replayed
-	}
-	rows, err := db.Query(ctx, s.q.confirmMany, ids, refs, replayed)
+	// Rows are updated in id order, so that batches never wait on each
+	// other in a cycle.
+	acks = slices.SortedFunc(slices.Values(acks), func(a, b Ack) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	ids, refs, replayed := ackColumns(acks)
+	rows, err := db.Query(ctx, s.q.confirmFiredMany, ids, refs, replayed)
 	if err != nil {
 		return nil, fmt.Errorf("confirm %d effects: %w", len(acks), err)
 	}
 	out := make(map[uuid.UUID]ConfirmedFrom, len(acks))
 	var id uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		out[id] = ConfirmedFrom{State: StateFired}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("confirm %d effects: %w", len(acks), err)
+	}
+	if len(out) == len(acks) {
+		return out, nil
+	}
+	// The rest were not fired: an operator acted while their calls were
+	// in flight, or they are gone.
+	rest := slices.DeleteFunc(acks, func(a Ack) bool { _, done := out[a.ID]; return done })
+	ids, refs, replayed = ackColumns(rest)
+	rows, err = db.Query(ctx, s.q.confirmMany, ids, refs, replayed)
+	if err != nil {
+		return nil, fmt.Errorf("confirm %d effects: %w", len(rest), err)
+	}
 	var cf ConfirmedFrom
 	_, err = pgx.ForEachRow(rows, []any{&id, &cf.State, &cf.LastError}, func() error {
 		out[id] = cf
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("confirm %d effects: %w", len(acks), err)
+		return nil, fmt.Errorf("confirm %d effects: %w", len(rest), err)
 	}
 	return out, nil
+}
+
+func ackColumns(acks []Ack) (ids []uuid.UUID, refs []string, replayed []bool) {
+	ids = make([]uuid.UUID, len(acks))
+	refs = make([]string, len(acks))
+	replayed = make([]bool, len(acks))
+	for i, a := range acks {
+		ids[i], refs[i], replayed[i] = a.ID, a.Ref, a.Replayed
+	}
+	return ids, refs, replayed
 }
 
 // Claim moves effect id from the state from (pending or fired) to fired and
