@@ -69,6 +69,15 @@ type Config struct {
 	Observer Observer
 	// Jobs says who inserts the River jobs. Default JobsInTransaction.
 	Jobs JobInsertion
+	// NotifyDispatchers, under JobsByDispatcher, also wakes the
+	// dispatchers with a NOTIFY in the caller's transaction (at most every
+	// millisecond per process). Off by default: Postgres takes a
+	// database-wide lock at the commit of every transaction that issued
+	// NOTIFY, which serialises concurrent committers, and the dispatchers
+	// poll the intake every millisecond while effects arrive. Turn it on
+	// when effects are rare and the first one after a quiet spell must not
+	// wait for the dispatchers' poll interval (100ms by default).
+	NotifyDispatchers bool
 }
 
 // Observer is told the result of every Enqueue call.
@@ -114,6 +123,7 @@ type Outbox struct {
 	river      *river.Client[pgx.Tx]
 	observer   Observer
 	jobs       JobInsertion
+	notify     bool
 	schema     string
 	// lastNotify is when this process last woke the dispatchers (unix ns).
 	lastNotify atomic.Int64
@@ -134,6 +144,7 @@ func New(cfg Config) (*Outbox, error) {
 		maxPayload: cfg.MaxPayloadBytes,
 		river:      cfg.River,
 		jobs:       cfg.Jobs,
+		notify:     cfg.NotifyDispatchers,
 		schema:     cfg.Schema,
 	}
 	if cfg.Jobs != JobsInTransaction && cfg.Jobs != JobsByDispatcher {
@@ -357,10 +368,10 @@ func (o *Outbox) insertJobs(ctx context.Context, tx pgx.Tx, id uuid.UUID, effect
 		}
 	}
 	if o.jobs == JobsByDispatcher {
-		// The effects are in the intake already; wake the dispatchers,
-		// at most every millisecond from this process (a notification is
-		// delivered on commit; the dispatchers also poll).
-		if len(inserted) == 0 {
+		// The effects are in the intake already; wake the dispatchers
+		// if asked to, at most every millisecond from this process (a
+		// notification is delivered on commit; the dispatchers poll).
+		if len(inserted) == 0 || !o.notify {
 			return nil
 		}
 		now := time.Now().UnixNano()

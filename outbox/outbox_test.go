@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -581,4 +582,46 @@ func TestWebhookAllowedNetworksKeepsTheOtherProviders(t *testing.T) {
 		return err
 	})
 	require.ErrorIs(t, err, outbox.ErrInvalid, "other private networks stay refused")
+}
+
+// TestJobsByDispatcherNotifiesOnlyWhenAsked checks that Enqueue under
+// JobsByDispatcher leaves NOTIFY (and the commit-time lock it takes) out of
+// the application's transaction unless NotifyDispatchers is set.
+// Notifications arrive in commit order, so a marker sent after the
+// application's commit is the first one a listener sees when the
+// application sent none.
+func TestJobsByDispatcherNotifiesOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	for _, notify := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NotifyDispatchers=%t", notify), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			listener, err := b.db.Pool.Acquire(ctx)
+			require.NoError(t, err)
+			defer listener.Release()
+			_, err = listener.Exec(ctx, "LISTEN "+outbox.IntakeChannel+"; LISTEN test_marker")
+			require.NoError(t, err)
+			defer listener.Exec(ctx, "UNLISTEN *") //nolint:errcheck // the pool resets it
+
+			ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.JobsByDispatcher, NotifyDispatchers: notify})
+			require.NoError(t, err)
+			require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+				_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`))
+				return err
+			}))
+			_, err = b.db.Pool.Exec(ctx, "NOTIFY test_marker")
+			require.NoError(t, err)
+
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			first, err := listener.Conn().WaitForNotification(wctx)
+			require.NoError(t, err)
+			if notify {
+				require.Equal(t, outbox.IntakeChannel, first.Channel, "the dispatchers are woken at commit")
+			} else {
+				require.Equal(t, "test_marker", first.Channel, "no NOTIFY in the application's transaction")
+			}
+		})
+	}
 }

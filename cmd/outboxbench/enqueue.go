@@ -34,10 +34,6 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 	if _, err := b.pool.Exec(ctx, "CREATE TABLE "+b.schema+".bench_orders (id bigserial PRIMARY KEY, customer text NOT NULL, amount int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"); err != nil {
 		return nil, err
 	}
-	ob, err := outbox.New(outbox.Config{Schema: b.schema})
-	if err != nil {
-		return nil, err
-	}
 	insertOrder := "INSERT INTO " + b.schema + ".bench_orders (customer, amount) VALUES ($1, $2)"
 	var seq atomic.Int64
 	bare := func(ctx context.Context, tx pgx.Tx) error {
@@ -63,33 +59,27 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 			return err
 		}
 	}
-	withEnqueue := order(ob)
-	// The same with the River jobs inserted by the dispatcher.
-	obIntake, err := outbox.New(outbox.Config{Schema: b.schema, Jobs: outbox.JobsByDispatcher})
-	if err != nil {
-		return nil, err
-	}
-	byDispatcher := order(obIntake)
-
 	var out []enqueueResult
 	for _, conc := range []int{1, 8} {
 		base, err := b.runTxs(ctx, "bare domain tx", conc, bare)
 		if err != nil {
 			return nil, err
 		}
-		full, err := b.runTxs(ctx, "domain tx + Enqueue(1+3), jobs in tx", conc, withEnqueue)
-		if err != nil {
-			return nil, err
+		out = append(out, base)
+		for _, mode := range enqueueModes {
+			ob, err := outbox.New(mode.config(b.schema))
+			if err != nil {
+				return nil, err
+			}
+			r, err := b.runTxs(ctx, "domain tx + Enqueue(1+3), "+mode.name, conc, order(ob))
+			if err != nil {
+				return nil, err
+			}
+			r.CostRatio = base.TPS / r.TPS
+			out = append(out, r)
 		}
-		full.CostRatio = base.TPS / full.TPS
-		noJobs, err := b.runTxs(ctx, "domain tx + Enqueue(1+3), jobs by dispatcher", conc, byDispatcher)
-		if err != nil {
-			return nil, err
-		}
-		noJobs.CostRatio = base.TPS / noJobs.TPS
-		out = append(out, base, full, noJobs)
 	}
-	_, err = b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".bench_orders, "+b.schema+".outbox_intake CASCADE")
+	_, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".bench_orders, "+b.schema+".outbox_intake CASCADE")
 	return out, err
 }
 

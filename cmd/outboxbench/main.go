@@ -75,7 +75,7 @@ type machine struct {
 	// Autovacuum is the server's autovacuum setting during the run; the
 	// benchmark vacuums its tables between phases either way.
 	Autovacuum string `json:"autovacuum"`
-	When     string `json:"when"`
+	When       string `json:"when"`
 }
 
 func main() {
@@ -266,10 +266,11 @@ func printReport(out io.Writer, rep report) {
 		}
 	}
 	if len(rep.Latency) > 0 {
-		fmt.Fprintln(tw, "\nLATENCY, NO-OP PROVIDER\tOFFERED/S\tACHIEVED/S\tCOMMIT->CALL P50/P95/P99\tCOMMIT->CONFIRMED P50/P95/P99")
+		fmt.Fprintln(tw, "\nLATENCY, NO-OP PROVIDER (MEDIAN RUN BY P99)\tOFFERED/S\tACHIEVED/S\tCOMMIT->CALL P50/P95/P99\tP99 RANGE\tCOMMIT->CONFIRMED P50/P95/P99")
 		for _, r := range rep.Latency {
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s / %s / %s\t%s / %s / %s\n", r.Jobs, r.Rate, r.Achieved,
-				ms(r.CallP50), ms(r.CallP95), ms(r.CallP99), ms(r.ConfirmP50), ms(r.ConfirmP95), ms(r.ConfirmP99))
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s / %s / %s\t%s-%s of %d\t%s / %s / %s\n", r.Jobs, r.Rate, r.Achieved,
+				ms(r.CallP50), ms(r.CallP95), ms(r.CallP99), ms(r.CallP99Min), ms(r.CallP99Max), r.Runs,
+				ms(r.ConfirmP50), ms(r.ConfirmP95), ms(r.ConfirmP99))
 		}
 	}
 	if len(rep.Admin) > 0 {

@@ -31,11 +31,12 @@ func TestBenchRuns(t *testing.T) {
 	require.NoError(t, err)
 	var rep report
 	require.NoError(t, json.Unmarshal(raw, &rep))
-	require.Len(t, rep.Enqueue, 6)
+	require.Len(t, rep.Enqueue, 8, "bare and three ways of enqueueing, at two concurrencies")
 	require.Len(t, rep.Idempotency, 4, "with and without the middleware, at two concurrencies")
 	require.Positive(t, rep.Idempotency[1].CostRatio)
 	require.Len(t, rep.Dispatch, 4, "River fast, River with outboxd's settings, outboxd no-op, outboxd webhook")
-	require.Len(t, rep.Latency, 2, "one rate, both ways of inserting jobs")
+	require.Len(t, rep.Latency, 3, "one rate, three ways of enqueueing")
+	require.NotEmpty(t, rep.Machine.Autovacuum)
 	require.Len(t, rep.Admin, 3)
 	require.Len(t, rep.Web, 6, "every web view page timed")
 	require.Equal(t, 200, rep.Dispatch[2].N)
@@ -43,9 +44,16 @@ func TestBenchRuns(t *testing.T) {
 	require.Positive(t, rep.Dispatch[2].VsRiverSame)
 	require.Positive(t, rep.Enqueue[1].CostRatio)
 	require.Equal(t, 50, rep.Latency[0].N)
+	require.Equal(t, latencyRuns, rep.Latency[0].Runs)
+	require.LessOrEqual(t, rep.Latency[0].CallP99Min, rep.Latency[0].CallP99)
+	require.GreaterOrEqual(t, rep.Latency[0].CallP99Max, rep.Latency[0].CallP99)
+	require.GreaterOrEqual(t, rep.Dispatch[2].Updates, int64(2*200), "a claim and a confirmation per effect counted")
+	require.Positive(t, rep.Dispatch[2].HOTUpdates, "claims are HOT updates")
 	for _, a := range rep.Admin {
 		require.True(t, a.IndexUsed, "%s: %s", a.Name, a.Plan)
 	}
 	require.Contains(t, buf.String(), "DISPATCH")
+	require.Contains(t, buf.String(), "HOT UPDATES")
+	require.Contains(t, buf.String(), "autovacuum")
 	require.Contains(t, buf.String(), "IDEMPOTENCY-KEY MIDDLEWARE")
 }

@@ -21,10 +21,18 @@ const IntakeChannel = "outboxd_intake"
 // intakeBatch bounds how many effects one intake transaction moves.
 const intakeBatch = 1000
 
+// intakeFastPoll is how often the intake is read while effects arrive, and
+// intakeActive how long after the last one they are expected to go on.
+const (
+	intakeFastPoll = time.Millisecond
+	intakeActive   = 100 * time.Millisecond
+)
+
 // intake gives River jobs to the effects applications queued in
-// outbox_intake (outbox.JobsByDispatcher): woken by IntakeChannel, and
-// polling every pollInterval in case a notification was coalesced or lost,
-// it deletes a batch of intake rows and inserts their jobs in one
+// outbox_intake (outbox.JobsByDispatcher): polling every millisecond while
+// effects arrive and backing off to the poll interval when none do, or
+// woken by IntakeChannel when an application asks for notifications, it
+// deletes a batch of intake rows and inserts their jobs in one
 // transaction, so a crash at any point loses no effect. Every dispatcher
 // runs one; SKIP LOCKED lets them share the work.
 type intake struct {
@@ -84,6 +92,7 @@ func (in *intake) listen(ctx context.Context) error {
 			conn.Conn().Close(uctx) //nolint:errcheck // the pool discards it
 		}
 	}()
+	wait, lastFound := intakeFastPoll, time.Now()
 	for ctx.Err() == nil {
 		n, err := in.drain(ctx)
 		if err != nil {
@@ -92,7 +101,18 @@ func (in *intake) listen(ctx context.Context) error {
 		if n == intakeBatch {
 			continue
 		}
-		wctx, cancel := context.WithTimeout(ctx, in.poll)
+		// Applications need not wake the dispatchers (a NOTIFY in their
+		// transaction serialises their commits): while effects arrive
+		// (one found in the last intakeActive), poll every
+		// intakeFastPoll; when none come, back off to the poll interval.
+		// A notification wakes it at once either way.
+		switch {
+		case n > 0:
+			wait, lastFound = intakeFastPoll, time.Now()
+		case time.Since(lastFound) > intakeActive:
+			wait = min(2*wait, max(in.poll, intakeFastPoll))
+		}
+		wctx, cancel := context.WithTimeout(ctx, wait)
 		_, err = conn.Conn().WaitForNotification(wctx)
 		cancel()
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -105,6 +125,15 @@ func (in *intake) listen(ctx context.Context) error {
 // drain moves one batch of intake rows into River jobs and returns how many
 // it took.
 func (in *intake) drain(ctx context.Context) (int, error) {
+	// Most polls find the intake empty: one round trip says so, without
+	// a transaction.
+	var any bool
+	if err := in.pool.QueryRow(ctx, in.store.q.intakeWaiting).Scan(&any); err != nil {
+		return 0, fmt.Errorf("intake: %w", err)
+	}
+	if !any {
+		return 0, nil
+	}
 	n := 0
 	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, in.store.q.takeIntake, intakeBatch)

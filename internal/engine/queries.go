@@ -69,6 +69,8 @@ DELETE FROM /*schema*/outbox_intake WHERE ctid = ANY(ARRAY(
 	SELECT ctid FROM /*schema*/outbox_intake LIMIT $1 FOR UPDATE SKIP LOCKED))
 RETURNING effect_id, provider`
 
+	sqlIntakeWaiting = `SELECT EXISTS (SELECT 1 FROM /*schema*/outbox_intake)`
+
 	sqlEventMatches = `
 SELECT aggregate_type = $2 AND aggregate_id = $3 AND event_type = $4 AND payload = $5::jsonb
 FROM /*schema*/outbox_events WHERE id = $1`
@@ -550,7 +552,7 @@ const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key
 type queries struct {
 	insertEvent, insertEventWithEffects, eventMatches                                          string
 	insertEffects, compareEffects                                                              string
-	insertEventWithEffectsIntake, insertEffectsIntake, takeIntake                              string
+	insertEventWithEffectsIntake, insertEffectsIntake, takeIntake, intakeWaiting               string
 	getEffect, getEffectByKey, getEffectForUpdate, jobIn                                       string
 	getEffectByKeyForUpdate, eventConfirm, recordDelivery, getDelivery, insertDrift, listDrift string
 	claim, lateAck, release, recordInDoubt, fail, failProven, unclaim                          string
@@ -577,6 +579,7 @@ func newQueries(schema string) queries {
 		insertEventWithEffectsIntake: r.Replace(sqlInsertEventWithEffectsIntake),
 		insertEffectsIntake:          r.Replace(sqlInsertEffectsIntake),
 		takeIntake:                   r.Replace(sqlTakeIntake),
+		intakeWaiting:                r.Replace(sqlIntakeWaiting),
 		insertEffects:                r.Replace(sqlInsertEffects),
 		compareEffects:               r.Replace(sqlCompareEffects),
 		getEffect:                    r.Replace(sqlGetEffect),
