@@ -14,6 +14,7 @@
 --           effects an operator acknowledged as 'acknowledged'.
 -- ended_at: when the effect reached confirmed, failed or cancelled (its
 --           updated_at then); NULL while it is live.
+-- ended_attempts: its attempts then, for the statistics; NULL while live.
 --
 -- Only transitions that change phase (confirm, fail, cancel, redrive) write
 -- index entries. The fillfactor leaves room on each page for the new
@@ -28,7 +29,9 @@ ALTER TABLE side_effects
              WHEN state = 'failed' AND acknowledged_at IS NOT NULL THEN 'acknowledged'
              ELSE state END) STORED,
     ADD COLUMN ended_at timestamptz GENERATED ALWAYS AS (
-        CASE WHEN state IN ('confirmed', 'failed', 'cancelled') THEN updated_at END) STORED;
+        CASE WHEN state IN ('confirmed', 'failed', 'cancelled') THEN updated_at END) STORED,
+    ADD COLUMN ended_attempts integer GENERATED ALWAYS AS (
+        CASE WHEN state IN ('confirmed', 'failed', 'cancelled') THEN attempts END) STORED;
 ALTER TABLE side_effects SET (fillfactor = 50);
 
 DROP INDEX side_effects_live_idx;
@@ -48,7 +51,7 @@ CREATE INDEX side_effects_failed_acknowledged_idx ON side_effects (kind)
     WHERE phase = 'acknowledged';
 -- Ended effects by when they ended: statistics (index-only) and purge.
 CREATE INDEX side_effects_terminal_idx ON side_effects (ended_at)
-    INCLUDE (phase, kind, created_at, confirmed_at)
+    INCLUDE (phase, kind, ended_attempts, created_at, confirmed_at)
     WHERE phase <> 'live';
 
 -- +goose Down
@@ -57,7 +60,7 @@ DROP INDEX side_effects_failed_acknowledged_idx;
 DROP INDEX side_effects_failed_idx;
 DROP INDEX side_effects_live_idx;
 ALTER TABLE side_effects RESET (fillfactor);
-ALTER TABLE side_effects DROP COLUMN ended_at, DROP COLUMN phase;
+ALTER TABLE side_effects DROP COLUMN ended_attempts, DROP COLUMN ended_at, DROP COLUMN phase;
 CREATE INDEX side_effects_live_idx ON side_effects (updated_at)
     INCLUDE (state, kind, created_at, fired_at)
     WHERE state IN ('pending', 'fired');

@@ -432,11 +432,11 @@ SELECT
 	(SELECT min(fired_at) FROM /*schema*/side_effects WHERE phase = 'live' AND state = 'fired')`
 
 	sqlStatsAttempts = `
-SELECT CASE WHEN attempts <= 3 THEN attempts::text WHEN attempts <= 5 THEN '4-5'
-	WHEN attempts <= 10 THEN '6-10' ELSE '>10' END AS bucket, count(*)
+SELECT CASE WHEN ended_attempts <= 3 THEN ended_attempts::text WHEN ended_attempts <= 5 THEN '4-5'
+	WHEN ended_attempts <= 10 THEN '6-10' ELSE '>10' END AS bucket, count(*)
 FROM /*schema*/side_effects
 WHERE phase = 'confirmed' AND ended_at >= $1
-GROUP BY 1 ORDER BY min(attempts)`
+GROUP BY 1 ORDER BY min(ended_attempts)`
 
 	sqlStatsLatency = `
 SELECT count(*),
