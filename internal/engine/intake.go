@@ -127,11 +127,11 @@ func (in *intake) listen(ctx context.Context) error {
 func (in *intake) drain(ctx context.Context) (int, error) {
 	// Most polls find the intake empty: one round trip says so, without
 	// a transaction.
-	var any bool
-	if err := in.pool.QueryRow(ctx, in.store.q.intakeWaiting).Scan(&any); err != nil {
+	var waiting bool
+	if err := in.pool.QueryRow(ctx, in.store.q.intakeWaiting).Scan(&waiting); err != nil {
 		return 0, fmt.Errorf("intake: %w", err)
 	}
-	if !any {
+	if !waiting {
 		return 0, nil
 	}
 	n := 0
