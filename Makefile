@@ -26,12 +26,13 @@ devdb-stop:
 
 vet:
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 
 ## build: binaries into ./bin
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-## bench: outboxd against River and Postgres baselines, same run (~4½ min)
+## bench: outboxd against Postgres, River and Watermill (bench/, a module of its own), same run (~8 min)
 bench:
 	$(GO) run ./cmd/outboxbench
 

@@ -32,6 +32,8 @@ type dispatchResult struct {
 	// VsRiverSame over River's with outboxd's settings. 0 for River itself.
 	VsRiver     float64 `json:"vs_river_fast,omitempty"`
 	VsRiverSame float64 `json:"vs_river_same_settings,omitempty"`
+	// VsWatermill is this rate over the Watermill SQL forwarder's.
+	VsWatermill float64 `json:"vs_watermill_forwarder,omitempty"`
 	// Updates and HOTUpdates count side_effects updates during an outboxd
 	// burn-down, and those that wrote no index entry.
 	Updates    int64 `json:"updates,omitempty"`
@@ -103,7 +105,17 @@ func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dis
 		return nil, err
 	}
 	ours.VsRiver, ours.VsRiverSame = ours.PerSecond/fast.PerSecond, ours.PerSecond/same.PerSecond
-	out := []dispatchResult{fast, same, ours}
+	out := []dispatchResult{fast, same}
+	if b.wm != nil {
+		fwd, err := b.wm.forward(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		fwd.VsRiver, fwd.VsRiverSame = fwd.PerSecond/fast.PerSecond, fwd.PerSecond/same.PerSecond
+		ours.VsWatermill = ours.PerSecond / fwd.PerSecond
+		out = append(out, fwd)
+	}
+	out = append(out, ours)
 	if withWebhook && b.s.WebhookEffects > 0 {
 		wh, err := b.webhookBurnDown(ctx)
 		if err != nil {

@@ -78,6 +78,17 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 			r.CostRatio = base.TPS / r.TPS
 			out = append(out, r)
 		}
+		if b.wm != nil {
+			if err := b.vacuum(ctx); err != nil {
+				return nil, err
+			}
+			r, err := b.wm.publish(ctx, conc, b.s.EnqueueDuration)
+			if err != nil {
+				return nil, err
+			}
+			r.CostRatio = base.TPS / r.TPS
+			out = append(out, r)
+		}
 	}
 	_, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".bench_orders, "+b.schema+".outbox_intake CASCADE")
 	return out, err

@@ -1,0 +1,291 @@
+// Command watermill runs the Watermill SQL outbox the way its documentation
+// sets it up (watermill-sql's PostgreSQL publisher inside the application's
+// transaction, wrapped by the forwarder component; the forwarder moving the
+// messages on), so that outboxbench can compare outboxd with it in the same
+// run. It lives in a module of its own so outboxd's go.mod never gains
+// Watermill.
+//
+//	watermill -database-url URL -schema S -mode publish -concurrency 8 -duration 3s
+//	watermill -database-url URL -schema S -mode forward -messages 50000
+//
+// It prints one JSON object on stdout: for publish, the order transactions
+// per second and their p50/p99; for forward, the messages forwarded per
+// second. The schema must exist and hold outboxbench's bench_orders table.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/components/forwarder"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// forwarderTopic is the SQL topic the forwarder reads; outTopic the topic
+// the order's messages are meant for.
+const (
+	forwarderTopic = "outboxd_bench_forwarder"
+	outTopic       = "orders"
+)
+
+// Result is what one run prints.
+type Result struct {
+	Mode        string  `json:"mode"`
+	Concurrency int     `json:"concurrency,omitempty"`
+	Count       int     `json:"count"`
+	Seconds     float64 `json:"seconds"`
+	PerSecond   float64 `json:"per_second"`
+	P50         int64   `json:"p50_ns,omitempty"`
+	P99         int64   `json:"p99_ns,omitempty"`
+}
+
+func main() {
+	var (
+		url, schema, mode string
+		conc, messages    int
+		duration          time.Duration
+	)
+	flag.StringVar(&url, "database-url", "", "Postgres URL")
+	flag.StringVar(&schema, "schema", "", "schema holding bench_orders; Watermill's tables are created there")
+	flag.StringVar(&mode, "mode", "publish", "publish (order transactions) or forward (burn-down)")
+	flag.IntVar(&conc, "concurrency", 1, "publish: concurrent transactions")
+	flag.DurationVar(&duration, "duration", 3*time.Second, "publish: how long to run")
+	flag.IntVar(&messages, "messages", 50000, "forward: messages to burn down")
+	flag.Parse()
+	if url == "" || schema == "" {
+		fail(errors.New("-database-url and -schema are required"))
+	}
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		fail(err)
+	}
+	cfg.MaxConns = int32(max(conc, 4)) + 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		fail(err)
+	}
+	defer pool.Close()
+	var res Result
+	switch mode {
+	case "publish":
+		res, err = publish(ctx, pool, schema, conc, duration)
+	case "forward":
+		res, err = forward(ctx, pool, schema, messages)
+	default:
+		err = fmt.Errorf("-mode %q: want publish or forward", mode)
+	}
+	if err != nil {
+		fail(err)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "watermill:", err)
+	os.Exit(1)
+}
+
+// schemaAdapter keeps Watermill's tables in the bench schema.
+func schemaAdapter(schema string) wsql.DefaultPostgreSQLSchema {
+	return wsql.DefaultPostgreSQLSchema{
+		GenerateMessagesTableName: func(topic string) string {
+			return pgx.Identifier{schema, "watermill_" + topic}.Sanitize()
+		},
+	}
+}
+
+func offsetsAdapter(schema string) wsql.DefaultPostgreSQLOffsetsAdapter {
+	return wsql.DefaultPostgreSQLOffsetsAdapter{
+		GenerateMessagesOffsetsTableName: func(topic string) string {
+			return pgx.Identifier{schema, "watermill_offsets_" + topic}.Sanitize()
+		},
+	}
+}
+
+// initialize creates the messages table once, outside the timed runs
+// (publishing in a transaction must not create tables).
+func initialize(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	pub, err := wsql.NewPublisher(wsql.BeginnerFromPgx(pool), wsql.PublisherConfig{
+		SchemaAdapter: schemaAdapter(schema), AutoInitializeSchema: true,
+	}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+	if err := pub.Publish(forwarderTopic, msg); err != nil {
+		return err
+	}
+	_, err = pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{schema, "watermill_" + forwarderTopic}.Sanitize())
+	return err
+}
+
+// orderMessages are the same three messages outboxd's bench enqueues as
+// effects: a webhook body, a capture, a receipt.
+func orderMessages(n string) []*message.Message {
+	return []*message.Message{
+		message.NewMessage(watermill.NewUUID(), []byte(`{"url": "https://hooks.example.com/orders", "body": {"order": "`+n+`"}}`)),
+		message.NewMessage(watermill.NewUUID(), []byte(`{"operation": "payment_intent.capture", "params": {"id": "pi_`+n+`"}}`)),
+		message.NewMessage(watermill.NewUUID(), []byte(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "Receipt", "text": "Thanks"}`)),
+	}
+}
+
+// publish runs order transactions: the domain row, then the three messages
+// through the forwarder's publisher over a SQL publisher on the transaction.
+func publish(ctx context.Context, pool *pgxpool.Pool, schema string, conc int, d time.Duration) (Result, error) {
+	if err := initialize(ctx, pool, schema); err != nil {
+		return Result{}, fmt.Errorf("create Watermill's table: %w", err)
+	}
+	insertOrder := "INSERT INTO " + pgx.Identifier{schema, "bench_orders"}.Sanitize() + " (customer, amount) VALUES ($1, $2)"
+	adapter := schemaAdapter(schema)
+	var seq atomic.Int64
+	order := func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insertOrder, "cus_42", 4200); err != nil {
+			return err
+		}
+		pub, err := wsql.NewPublisher(wsql.TxFromPgx(tx), wsql.PublisherConfig{SchemaAdapter: adapter}, watermill.NopLogger{})
+		if err != nil {
+			return err
+		}
+		return forwarder.NewPublisher(pub, forwarder.PublisherConfig{ForwarderTopic: forwarderTopic}).
+			Publish(outTopic, orderMessages(strconv.FormatInt(seq.Add(1), 10))...)
+	}
+	deadline := time.Now().Add(d)
+	var (
+		mu       sync.Mutex
+		lat      []time.Duration
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for time.Now().Before(deadline) {
+				t0 := time.Now()
+				if err := pgx.BeginFunc(ctx, pool, order); err != nil {
+					mu.Lock()
+					firstErr = cmpOr(firstErr, err)
+					mu.Unlock()
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return Result{}, firstErr
+	}
+	slices.Sort(lat)
+	return Result{
+		Mode: "publish", Concurrency: conc, Count: len(lat), Seconds: elapsed.Seconds(),
+		PerSecond: float64(len(lat)) / elapsed.Seconds(),
+		P50:       int64(percentile(lat, 0.50)), P99: int64(percentile(lat, 0.99)),
+	}, nil
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[int(float64(len(sorted)-1)*p)]
+}
+
+// counter is the forwarder's destination: a publisher that only counts, the
+// counterpart of outboxbench's no-op provider.
+type counter struct {
+	n    atomic.Int64
+	want int64
+	done chan struct{}
+}
+
+func (c *counter) Publish(_ string, msgs ...*message.Message) error {
+	if c.n.Add(int64(len(msgs))) == c.want {
+		close(c.done)
+	}
+	return nil
+}
+
+func (c *counter) Close() error { return nil }
+
+// forward writes n messages as the publisher does, then times the
+// forwarder moving them all to a publisher that only counts.
+func forward(ctx context.Context, pool *pgxpool.Pool, schema string, n int) (Result, error) {
+	if err := initialize(ctx, pool, schema); err != nil {
+		return Result{}, fmt.Errorf("create Watermill's table: %w", err)
+	}
+	db := wsql.BeginnerFromPgx(pool)
+	pub, err := wsql.NewPublisher(db, wsql.PublisherConfig{SchemaAdapter: schemaAdapter(schema)}, watermill.NopLogger{})
+	if err != nil {
+		return Result{}, err
+	}
+	fwdPub := forwarder.NewPublisher(pub, forwarder.PublisherConfig{ForwarderTopic: forwarderTopic})
+	const batch = 1000
+	for i := 0; i < n; i += batch {
+		msgs := make([]*message.Message, 0, batch)
+		for j := i; j < min(i+batch, n); j++ {
+			msgs = append(msgs, orderMessages(strconv.Itoa(j))[j%3])
+		}
+		if err := fwdPub.Publish(outTopic, msgs...); err != nil {
+			return Result{}, fmt.Errorf("write messages: %w", err)
+		}
+	}
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+pgx.Identifier{schema, "watermill_" + forwarderTopic}.Sanitize()); err != nil {
+		return Result{}, err
+	}
+	sub, err := wsql.NewSubscriber(db, wsql.SubscriberConfig{
+		SchemaAdapter: schemaAdapter(schema), OffsetsAdapter: offsetsAdapter(schema), InitializeSchema: true,
+	}, watermill.NopLogger{})
+	if err != nil {
+		return Result{}, err
+	}
+	out := &counter{want: int64(n), done: make(chan struct{})}
+	fwd, err := forwarder.NewForwarder(sub, out, watermill.NopLogger{}, forwarder.Config{ForwarderTopic: forwarderTopic})
+	if err != nil {
+		return Result{}, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() { errc <- fwd.Run(runCtx) }()
+	select {
+	case <-out.done:
+	case err := <-errc:
+		return Result{}, fmt.Errorf("forwarder stopped after %d of %d: %v", out.n.Load(), n, err)
+	case <-time.After(10 * time.Minute):
+		return Result{}, fmt.Errorf("forwarder moved %d of %d in 10 minutes", out.n.Load(), n)
+	}
+	elapsed := time.Since(start)
+	_ = fwd.Close()
+	return Result{Mode: "forward", Count: n, Seconds: elapsed.Seconds(), PerSecond: float64(n) / elapsed.Seconds()}, nil
+}
