@@ -319,7 +319,11 @@ func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Eff
 		if x.Exists && !x.Same {
 			return nil, &ConflictError{EventID: ev.ID, Kind: x.Kind}
 		}
-		if !x.Exists {
+		if x.Exists {
+			// An effect enqueued before ids were derived from keys keeps
+			// its own id.
+			res.Effects[i].ID = x.ID
+		} else {
 			missing = append(missing, newEffects[i])
 		}
 	}

@@ -155,6 +155,31 @@ func TestEnqueueReplayAndConflict(t *testing.T) {
 		require.Equal(t, [2]int{2, 2}, [2]int{effects, jobs})
 	})
 
+	t.Run("an effect with an id of its own is a duplicate under that id", func(t *testing.T) {
+		// As written before ids were derived from keys, or by hand in SQL.
+		t.Parallel()
+		b := setup(t)
+		id := uuid.New()
+		ev := orderPaid(id, "100")
+		own := uuid.New()
+		s := b.db.Schema
+		_, err := b.db.Pool.Exec(context.Background(), `INSERT INTO `+s+`.outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
+			VALUES ($1, $2, $3, $4, $5)`, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload)
+		require.NoError(t, err)
+		a := webhookEffect("webhook.a", `{}`)
+		_, err = b.db.Pool.Exec(context.Background(), `INSERT INTO `+s+`.side_effects (id, source_id, kind, provider, payload)
+			VALUES ($1, $2, $3, $4, $5)`, own, id, a.Kind, a.Provider, a.Payload)
+		require.NoError(t, err)
+		res, err := b.enqueue(t, ev, a, webhookEffect("webhook.b", `{}`))
+		require.NoError(t, err)
+		require.True(t, res.Effects[0].Duplicate)
+		require.Equal(t, own, res.Effects[0].ID, "the existing row's id, not the derived one")
+		require.False(t, res.Effects[1].Duplicate)
+		require.Equal(t, engine.EffectID(id, "webhook.b"), res.Effects[1].ID)
+		_, effects, jobs := b.counts(t)
+		require.Equal(t, [2]int{2, 1}, [2]int{effects, jobs}, "only webhook.b is new")
+	})
+
 	t.Run("changed event payload is a conflict", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

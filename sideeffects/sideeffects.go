@@ -11,7 +11,8 @@
 // Applications enqueue effects with package outbox, in their own
 // transaction, and run a Dispatcher here (or the outboxd binary). An
 // effect's idempotency key is Key(event id, kind); Postgres computes the
-// same value in the generated side_effects.idempotency_key column.
+// same value as outboxd_idempotency_key(source_id, kind), and the effect's
+// id is derived from it (SQL outboxd_effect_id).
 //
 // The engine itself (SQL, worker, maintenance) lives in internal/engine;
 // this package is the part an application or an operator needs.

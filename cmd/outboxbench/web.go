@@ -42,7 +42,7 @@ func (b *bench) webPages(ctx context.Context, rows int) ([]webResult, error) {
 	if err := b.pool.QueryRow(ctx, `UPDATE `+b.schema+`.outbox_events SET aggregate_type = 'order', aggregate_id = 'ord_bench'
 		WHERE id = (SELECT source_id FROM `+b.schema+`.side_effects WHERE state = 'failed' LIMIT 1)
 		RETURNING (SELECT id FROM `+b.schema+`.side_effects WHERE source_id = outbox_events.id LIMIT 1),
-			(SELECT idempotency_key FROM `+b.schema+`.side_effects WHERE source_id = outbox_events.id LIMIT 1)`).Scan(&id, &key); err != nil {
+			(SELECT `+b.schema+`.outboxd_idempotency_key(source_id, kind) FROM `+b.schema+`.side_effects WHERE source_id = outbox_events.id LIMIT 1)`).Scan(&id, &key); err != nil {
 		return nil, fmt.Errorf("pick an effect: %w", err)
 	}
 	pages := []struct{ name, path string }{

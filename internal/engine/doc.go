@@ -13,6 +13,8 @@
 // Store, so the rules are written once.
 //
 // An effect's idempotency key is Key(event id, kind); Postgres computes the
-// same value in the generated side_effects.idempotency_key column, so rows
-// written by plain SQL carry the right key too.
+// same value as outboxd_idempotency_key(source_id, kind). The effect's id is
+// derived from the key (EffectID, SQL outboxd_effect_id), so an effect is
+// found by its key through its primary key; rows written by plain SQL with
+// another id are found through a partial index instead.
 package engine

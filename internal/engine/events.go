@@ -56,7 +56,7 @@ func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.
 	if ev.Key == "" {
 		return res, nil
 	}
-	e, err := s.getOne(ctx, tx, s.q.getEffectByKeyForUpdate, ev.Key)
+	e, err := s.getByKey(ctx, tx, s.q.getEffectByKeyForUpdate, ev.Key)
 	if errors.Is(err, ErrNotFound) {
 		return res, s.drift(ctx, tx, &res, ev, nil, DriftUnknownKey, fmt.Sprintf(
 			"no effect has key %s: purged after --retention, in another schema or database, or the key was copied; check %s at %s and whether your records expect it",

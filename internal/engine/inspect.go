@@ -54,7 +54,7 @@ func (s *Store) List(ctx context.Context, db DB, f Filter) ([]*Effect, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list effects: %w", err)
 	}
-	return pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Effect])
+	return pgx.CollectRows(rows, rowToEffect)
 }
 
 // StuckEffect is an effect that is not progressing, with its live River
@@ -79,10 +79,11 @@ func (s *Store) Stuck(ctx context.Context, db DB, notSince time.Time, limit int)
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (StuckEffect, error) {
 		e := &Effect{}
 		st := StuckEffect{Effect: e}
-		err := r.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Provider, &e.IdempotencyKey, &e.Payload, &e.State, &e.Attempts,
+		err := r.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Provider, &e.Payload, &e.State, &e.Attempts,
 			&e.LastError, &e.ProviderRef, &e.Replayed, &e.NextAttemptAt, &e.CreatedAt, &e.UpdatedAt, &e.FiredAt,
 			&e.FirstFiredAt, &e.ConfirmedAt, &e.InDoubt, &e.TotalAttempts, &e.Redrives, &e.KeyWindowFrom, &e.AcknowledgedAt,
 			&st.JobID, &st.JobState, &st.JobScheduledAt)
+		e.IdempotencyKey = Key(e.SourceID, e.Kind)
 		return st, err
 	})
 }

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -41,14 +42,71 @@ func TestKeyInSQL(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, v.key, got)
 	}
-	// The generated column agrees with Key for rows written by plain SQL.
+	// A row written by plain SQL, with an id of its own choosing, is found
+	// by its key (through side_effects_other_id_key_idx); so is one with the
+	// derived id (through its primary key).
+	store := engine.NewStore(db.Schema)
 	_, err := db.Pool.Exec(ctx, `INSERT INTO `+db.Schema+`.outbox_events (id, event_type, payload) VALUES ($1, 't', '{}')`, keyVectors[2].eventID)
 	require.NoError(t, err)
-	var got string
+	var handID uuid.UUID
 	err = db.Pool.QueryRow(ctx, `INSERT INTO `+db.Schema+`.side_effects (id, source_id, kind, provider, payload)
-		VALUES (gen_random_uuid(), $1, $2, 'webhook', '{}') RETURNING idempotency_key`, keyVectors[2].eventID, keyVectors[2].kind).Scan(&got)
+		VALUES (gen_random_uuid(), $1, $2, 'webhook', '{}') RETURNING id`, keyVectors[2].eventID, keyVectors[2].kind).Scan(&handID)
 	require.NoError(t, err)
-	require.Equal(t, keyVectors[2].key, got)
+	e, err := store.GetByKey(ctx, db.Pool, keyVectors[2].key)
+	require.NoError(t, err)
+	require.Equal(t, handID, e.ID)
+	require.Equal(t, keyVectors[2].key, e.IdempotencyKey)
+
+	derived := engine.EffectID(uuid.MustParse(keyVectors[2].eventID), "other.kind")
+	_, err = db.Pool.Exec(ctx, `INSERT INTO `+db.Schema+`.side_effects (id, source_id, kind, provider, payload)
+		VALUES (`+db.Schema+`.outboxd_effect_id($1, 'other.kind'), $1, 'other.kind', 'webhook', '{}')`, keyVectors[2].eventID)
+	require.NoError(t, err)
+	e, err = store.GetByKey(ctx, db.Pool, engine.Key(uuid.MustParse(keyVectors[2].eventID), "other.kind"))
+	require.NoError(t, err)
+	require.Equal(t, derived, e.ID)
+
+	// Not a key, or no such effect: not found, never an error from SQL.
+	for _, bad := range []string{"", "abc", strings.ToUpper(keyVectors[2].key), strings.Repeat("g", 64), engine.Key(uuid.New(), "x")} {
+		_, err := store.GetByKey(ctx, db.Pool, bad)
+		require.ErrorIs(t, err, engine.ErrNotFound, "%q", bad)
+	}
+	// Only the hand-written row is in the index of other ids.
+	var others int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.side_effects
+		WHERE id <> `+db.Schema+`.outboxd_effect_id(source_id, kind)`).Scan(&others))
+	require.Equal(t, 1, others)
+}
+
+// TestEffectIDFromKey: an effect's id is the first 16 bytes of its key as a
+// version 8 UUID, the same in Go and in SQL, so an effect is found by key
+// through its primary key.
+func TestEffectIDFromKey(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	kinds := []string{"email.welcome", "stripe.refund", "ünïcode.kind", "a"}
+	for _, v := range keyVectors {
+		for _, kind := range append(kinds, v.kind) {
+			ev := uuid.MustParse(v.eventID)
+			id := engine.EffectID(ev, kind)
+			require.Equal(t, uuid.Version(8), id.Version())
+			require.Equal(t, uuid.RFC4122, id.Variant())
+			key := engine.Key(ev, kind)
+			require.Equal(t, strings.ReplaceAll(id.String(), "-", "")[:12], key[:12], "the id is the key's first bytes")
+			fromKey, ok := engine.KeyEffectID(key)
+			require.True(t, ok)
+			require.Equal(t, id, fromKey)
+			var sqlID, sqlFromKey uuid.UUID
+			require.NoError(t, db.Pool.QueryRow(ctx, "SELECT "+db.Schema+".outboxd_effect_id($1::uuid, $2), "+db.Schema+".outboxd_key_effect_id($3)",
+				v.eventID, kind, key).Scan(&sqlID, &sqlFromKey))
+			require.Equal(t, id, sqlID, "outboxd_effect_id(%s, %s)", v.eventID, kind)
+			require.Equal(t, id, sqlFromKey)
+		}
+	}
+	for _, bad := range []string{"", "abc", strings.ToUpper(keyVectors[0].key), keyVectors[0].key[:63] + "z", keyVectors[0].key + "0"} {
+		_, ok := engine.KeyEffectID(bad)
+		require.False(t, ok, "%q", bad)
+	}
 }
 
 func TestEffectIDDeterministic(t *testing.T) {

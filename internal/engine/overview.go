@@ -63,5 +63,5 @@ func (s *Store) EffectsOfEvent(ctx context.Context, db DB, id uuid.UUID) ([]*Eff
 	if err != nil {
 		return nil, fmt.Errorf("effects of event %s: %w", id, err)
 	}
-	return pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Effect])
+	return pgx.CollectRows(rows, rowToEffect)
 }

@@ -9,7 +9,10 @@ import (
 // All of outboxd's SQL against its own tables. "/*schema*/" is replaced once,
 // when a Store is built, by the quoted schema name and a dot.
 
-const effectColumns = `id, source_id, kind, provider, idempotency_key, payload, state, attempts,
+// The idempotency key is not a column: Go derives it from (source_id,
+// kind) after reading a row (rowToEffect); SQL reads it as
+// outboxd_idempotency_key(source_id, kind).
+const effectColumns = `id, source_id, kind, provider, payload, state, attempts,
 	last_error, provider_ref, replayed, next_attempt_at, created_at, updated_at, fired_at, first_fired_at, confirmed_at,
 	in_doubt, total_attempts, redrives, key_window_from, acknowledged_at`
 
@@ -75,8 +78,9 @@ RETURNING effect_id, provider`
 SELECT aggregate_type = $2 AND aggregate_id = $3 AND event_type = $4 AND payload = $5::jsonb
 FROM /*schema*/outbox_events WHERE id = $1`
 
-	// ON CONFLICT without a target: id, idempotency_key and (source_id, kind)
-	// are all derived from (source_id, kind), so any of them means "exists".
+	// ON CONFLICT without a target: id and (source_id, kind) both name the
+	// effect (the id is derived from (source_id, kind)), so either means
+	// "exists".
 	sqlInsertEffects = `
 INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload)
 SELECT u.id, $1, u.kind, u.provider, u.payload
@@ -85,7 +89,7 @@ ON CONFLICT DO NOTHING
 RETURNING id`
 
 	sqlCompareEffects = `
-SELECT u.kind, s.id IS NOT NULL, coalesce(s.provider = u.provider AND s.payload = u.payload, false)
+SELECT u.kind, s.id, coalesce(s.provider = u.provider AND s.payload = u.payload, false)
 FROM unnest($2::text[], $3::text[], $4::jsonb[]) WITH ORDINALITY AS u(kind, provider, payload, ord)
 LEFT JOIN /*schema*/side_effects s ON s.source_id = $1 AND s.kind = u.kind
 ORDER BY u.ord`
@@ -94,14 +98,23 @@ ORDER BY u.ord`
 
 	sqlGetEffectForUpdate = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE id = $1 FOR UPDATE`
 
-	sqlGetEffectByKeyForUpdate = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE idempotency_key = $1 FOR UPDATE`
+	sqlGetEffectByKeyForUpdate = sqlGetEffectByKey + ` FOR UPDATE`
 
 	// The newest dispatch job of effect $1 in one of the states $2, or 0.
 	sqlJobIn = `
 SELECT coalesce(max(id), 0) FROM /*schema*/river_job
 WHERE kind = 'outboxd.dispatch' AND state::text = ANY($2) AND args @> jsonb_build_object('effect_id', $1::uuid)`
 
-	sqlGetEffectByKey = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE idempotency_key = $1`
+	// The effect whose key is $1: by its derived id $2 (KeyEffectID), or,
+	// for a row with another id (written before ids were derived, or by
+	// hand), through side_effects_other_id_key_idx.
+	sqlGetEffectByKey = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE id = coalesce(
+	(SELECT id FROM /*schema*/side_effects
+	 WHERE id = $2 AND /*schema*/outboxd_idempotency_key(source_id, kind) = $1),
+	(SELECT id FROM /*schema*/side_effects
+	 WHERE /*schema*/outboxd_idempotency_key(source_id, kind) = $1
+	   AND id <> /*schema*/outboxd_effect_id(source_id, kind)
+	 LIMIT 1))`
 
 	// Transitions. Each names the states it leaves from; zero rows affected
 	// means the transition no longer applies and nothing changed.
@@ -307,7 +320,7 @@ SELECT id, effect_id, action, actor, reason, from_state, to_state, details, crea
 FROM /*schema*/side_effect_audit WHERE effect_id = $1 ORDER BY id`
 )
 
-const beforeColumns = `before.id, before.source_id, before.kind, before.provider, before.idempotency_key, before.payload,
+const beforeColumns = `before.id, before.source_id, before.kind, before.provider, before.payload,
 	before.state, before.attempts, before.last_error, before.provider_ref, before.replayed, before.next_attempt_at,
 	before.created_at, before.updated_at, before.fired_at, before.first_fired_at, before.confirmed_at,
 	before.in_doubt, before.total_attempts, before.redrives, before.key_window_from, before.acknowledged_at`
@@ -544,7 +557,7 @@ FROM /*schema*/side_effects
 WHERE phase = 'failed'
 GROUP BY kind`
 
-const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.idempotency_key, e.payload, e.state, e.attempts,
+const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.payload, e.state, e.attempts,
 	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at,
 	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from, e.acknowledged_at`
 

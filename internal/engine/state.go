@@ -30,7 +30,8 @@ type Effect struct {
 	SourceID       uuid.UUID       `db:"source_id" json:"source_id"`
 	Kind           string          `db:"kind" json:"kind"`
 	Provider       string          `db:"provider" json:"provider"`
-	IdempotencyKey string          `db:"idempotency_key" json:"idempotency_key"`
+	// IdempotencyKey is derived from SourceID and Kind (Key), not stored.
+	IdempotencyKey string          `db:"-" json:"idempotency_key"`
 	Payload        json.RawMessage `db:"payload" json:"payload"`
 	State          State           `db:"state" json:"state"`
 	Attempts       int             `db:"attempts" json:"attempts"`

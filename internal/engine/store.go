@@ -140,6 +140,9 @@ func (s *Store) InsertEventWithEffects(ctx context.Context, db DB, ev NewEvent, 
 type ExistingEffect struct {
 	Kind   string
 	Exists bool
+	// ID is the existing row's id: the derived one (EffectID), or, for a
+	// row written before ids were derived from keys, its own.
+	ID uuid.UUID
 	// Same is true when the existing row has the same provider and payload.
 	Same bool
 }
@@ -154,7 +157,11 @@ func (s *Store) CompareEffects(ctx context.Context, db DB, sourceID uuid.UUID, e
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ExistingEffect, error) {
 		var e ExistingEffect
-		err := r.Scan(&e.Kind, &e.Exists, &e.Same)
+		var id *uuid.UUID
+		err := r.Scan(&e.Kind, &id, &e.Same)
+		if id != nil {
+			e.Exists, e.ID = true, *id
+		}
 		return e, err
 	})
 	if err != nil {
@@ -170,19 +177,37 @@ func (s *Store) Get(ctx context.Context, db DB, id uuid.UUID) (*Effect, error) {
 
 // GetByKey returns the effect with the given idempotency key.
 func (s *Store) GetByKey(ctx context.Context, db DB, key string) (*Effect, error) {
-	return s.getOne(ctx, db, s.q.getEffectByKey, key)
+	return s.getByKey(ctx, db, s.q.getEffectByKey, key)
 }
 
-func (s *Store) getOne(ctx context.Context, db DB, sql string, arg any) (*Effect, error) {
-	rows, err := db.Query(ctx, sql, arg)
+func (s *Store) getByKey(ctx context.Context, db DB, sql, key string) (*Effect, error) {
+	id, ok := KeyEffectID(key)
+	if !ok {
+		return nil, fmt.Errorf("%w: %v", ErrNotFound, key)
+	}
+	return s.getOne(ctx, db, sql, key, id)
+}
+
+func (s *Store) getOne(ctx context.Context, db DB, sql string, args ...any) (*Effect, error) {
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
-	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Effect])
+	e, err := pgx.CollectExactlyOneRow(rows, rowToEffect)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %v", ErrNotFound, arg)
+		return nil, fmt.Errorf("%w: %v", ErrNotFound, args[0])
 	}
 	return e, err
+}
+
+// rowToEffect scans a row of effectColumns and derives its key.
+func rowToEffect(row pgx.CollectableRow) (*Effect, error) {
+	e, err := pgx.RowToAddrOfStructByName[Effect](row)
+	if err != nil {
+		return nil, err
+	}
+	e.IdempotencyKey = Key(e.SourceID, e.Kind)
+	return e, nil
 }
 
 // ClaimFirstMany moves the effects in ids to fired that are pending, were
@@ -194,7 +219,7 @@ func (s *Store) ClaimFirstMany(ctx context.Context, db DB, ids []uuid.UUID, prov
 	if err != nil {
 		return nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
 	}
-	es, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Effect])
+	es, err := pgx.CollectRows(rows, rowToEffect)
 	if err != nil {
 		return nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
 	}
@@ -290,7 +315,7 @@ func (s *Store) transitionReturning(ctx context.Context, db DB, what, sql string
 	if err != nil {
 		return nil, fmt.Errorf("%s effect %s: %w", what, id, err)
 	}
-	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Effect])
+	e, err := pgx.CollectExactlyOneRow(rows, rowToEffect)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

@@ -94,12 +94,13 @@ func RequireNotEnqueued(tb testing.TB, db DB, schema, kind string) {
 }
 
 func effectsOf(db DB, schema, kind string) ([]Enqueued, error) {
-	table := "side_effects"
+	table, keyFunc := "side_effects", "outboxd_idempotency_key"
 	if schema != "" {
 		table = pgx.Identifier{schema, "side_effects"}.Sanitize()
+		keyFunc = pgx.Identifier{schema, "outboxd_idempotency_key"}.Sanitize()
 	}
 	rows, err := db.Query(context.Background(),
-		`SELECT id, source_id, kind, provider, idempotency_key, payload, state FROM `+table+` WHERE kind = $1 ORDER BY created_at, id`, kind)
+		`SELECT id, source_id, kind, provider, `+keyFunc+`(source_id, kind), payload, state FROM `+table+` WHERE kind = $1 ORDER BY created_at, id`, kind)
 	if err != nil {
 		return nil, fmt.Errorf("read effects of kind %q: %w", kind, err)
 	}
