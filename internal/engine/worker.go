@@ -166,13 +166,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		}
 		release = r
 	}
-	sent := false
-	var sendErr error
+	// The destination's slot is held for the request only, not for the
+	// bookkeeping after it: freed as soon as Send returns, or on the way
+	// out if Send was never reached (or panicked).
+	slotFreed := false
 	defer func() {
-		if !sent {
-			sendErr = providers.ErrNotAttempted
+		if !slotFreed {
+			release(providers.ErrNotAttempted)
 		}
-		release(sendErr)
 	}()
 	g := p.Guarantees()
 	policy := w.policy(claimed.Kind, g)
@@ -180,7 +181,6 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	w.metrics.Transition(claimed, StateFired)
 
 	start := time.Now()
-	sent = true
 	res, sendErr := p.Send(ctx, providers.Request{
 		EffectID: id.String(),
 		Kind:     claimed.Kind,
@@ -189,6 +189,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		Attempt:  claimed.Attempts,
 	})
 	sendErr = providers.Redact(sendErr, w.secrets)
+	slotFreed = true
+	release(sendErr)
 	w.metrics.ProviderCall(claimed, time.Since(start), sendErr, res)
 
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)

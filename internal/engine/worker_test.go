@@ -434,6 +434,8 @@ type gatedProvider struct {
 	admits  atomic.Int32
 	sends   atomic.Int32
 	release atomic.Int32
+	// onRelease, if set, runs when a slot is released.
+	onRelease func()
 }
 
 func (p *gatedProvider) Name() string                                  { return "gated" }
@@ -450,7 +452,12 @@ func (p *gatedProvider) Admit(context.Context, json.RawMessage) (func(error), ti
 	if p.refuse.Add(-1) >= 0 {
 		return nil, 10 * time.Millisecond, false
 	}
-	return func(error) { p.release.Add(1) }, 0, true
+	return func(error) {
+		if p.onRelease != nil {
+			p.onRelease()
+		}
+		p.release.Add(1)
+	}, 0, true
 }
 
 // An effect turned away at its provider's gate is not fired: the claim is
@@ -473,6 +480,37 @@ func TestGateRefusalUndoesTheClaim(t *testing.T) {
 	require.Equal(t, 1, got.Attempts, "the refusals spent no attempt")
 	require.Equal(t, 1, got.TotalAttempts)
 	require.Eventually(t, func() bool { return p.release.Load() == 1 }, testWait, pollEvery, "the slot is released")
+}
+
+// A destination's slot is held while the request is in flight, not while
+// outboxd records the answer: the gate gets its slot back before the
+// confirmation is committed, so the next effect for a destination at its
+// cap never waits for outboxd's own bookkeeping.
+func TestGateSlotFreedBeforeTheConfirmation(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	p := &gatedProvider{}
+	stateAtRelease := make(chan string, 1)
+	p.onRelease = func() {
+		var st string
+		if err := b.db.Pool.QueryRow(context.Background(), `SELECT state FROM `+b.db.Schema+`.side_effects`).Scan(&st); err != nil {
+			st = err.Error()
+		}
+		stateAtRelease <- st
+	}
+	b.cfg.Providers = []providers.Provider{p}
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Providers: []providers.Validator{p}})
+	require.NoError(t, err)
+	b.ob = ob
+	b.start(t)
+	e := b.enqueueEffect(t, outbox.Effect{Kind: "gated.x", Provider: "gated", Payload: json.RawMessage(`{}`)})
+	b.waitFor(t, e.ID, engine.StateConfirmed)
+	select {
+	case st := <-stateAtRelease:
+		require.Equal(t, string(engine.StateFired), st, "the slot came back before the confirmation")
+	case <-time.After(testWait):
+		t.Fatal("the slot was never released")
+	}
 }
 
 // With outbox.JobsByDispatcher the application's transaction holds no River
