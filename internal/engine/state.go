@@ -26,10 +26,10 @@ func (s State) Terminal() bool {
 
 // Effect is a side_effects row.
 type Effect struct {
-	ID             uuid.UUID       `db:"id" json:"id"`
-	SourceID       uuid.UUID       `db:"source_id" json:"source_id"`
-	Kind           string          `db:"kind" json:"kind"`
-	Provider       string          `db:"provider" json:"provider"`
+	ID       uuid.UUID `db:"id" json:"id"`
+	SourceID uuid.UUID `db:"source_id" json:"source_id"`
+	Kind     string    `db:"kind" json:"kind"`
+	Provider string    `db:"provider" json:"provider"`
 	// IdempotencyKey is derived from SourceID and Kind (Key), not stored.
 	IdempotencyKey string          `db:"-" json:"idempotency_key"`
 	Payload        json.RawMessage `db:"payload" json:"payload"`
