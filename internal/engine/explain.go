@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// ExplainAdmin returns the JSON plans of the statements behind Stuck and
-// Stats, keyed by name, so their index use can be checked at scale.
+// ExplainAdmin returns the JSON plans of the statements behind Stuck, Stats
+// and List of failed effects of one kind, keyed by name, so their index use
+// can be checked at scale.
 func (s *Store) ExplainAdmin(ctx context.Context, db DB, notSince, since time.Time) (map[string]string, error) {
 	plans := map[string]string{}
 	for name, q := range map[string]struct {
@@ -19,6 +20,8 @@ func (s *Store) ExplainAdmin(ctx context.Context, db DB, notSince, since time.Ti
 		"stats.oldest":   {s.q.statsOldest, nil},
 		"stats.attempts": {s.q.statsAttempts, []any{since}},
 		"stats.latency":  {s.q.statsLatency, []any{since}},
+		"list.failed": {s.q.listFailed, []any{[]string{string(StateFailed)}, "webhook.order_paid",
+			nil, nil, nil, nil, nil, nil, 50}},
 	} {
 		var plan string
 		if err := db.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+q.sql, q.args...).Scan(&plan); err != nil {

@@ -49,7 +49,11 @@ func (s *Store) List(ctx context.Context, db DB, f Filter) ([]*Effect, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := db.Query(ctx, s.q.listEffects, states, nullable(f.Kind), nullable(f.Provider), nullable(f.Source),
+	sql := s.q.listEffects
+	if len(states) == 1 && states[0] == string(StateFailed) {
+		sql = s.q.listFailed
+	}
+	rows, err := db.Query(ctx, sql, states, nullable(f.Kind), nullable(f.Provider), nullable(f.Source),
 		nullable(f.Since), nullable(f.Before), afterAt, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list effects: %w", err)

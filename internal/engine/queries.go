@@ -561,6 +561,11 @@ const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.payload, e.stat
 	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at,
 	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from, e.acknowledged_at`
 
+// sqlListFailed is sqlListEffects for failed effects only ($1 = {failed}):
+// the phase predicate lets it read side_effects_failed_list_idx.
+var sqlListFailed = strings.Replace(sqlListEffects, "ORDER BY created_at DESC, id DESC",
+	"AND phase IN ('failed', 'acknowledged')\nORDER BY created_at DESC, id DESC", 1)
+
 // queries holds the statements with the schema filled in.
 type queries struct {
 	insertEvent, insertEventWithEffects, eventMatches                                          string
@@ -573,10 +578,10 @@ type queries struct {
 
 	cancel, redrive, resolveConfirmed, insertAudit, listAudit, acknowledge string
 
-	listEffects, stuck, eventOf, jobsOf, events, failureReasons, throughput, eventsOfAggregate, effectsOfEvent string
-	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand                                         string
-	purgeCount, purgeEffects, purgeEventsCount, purgeEvents, purgeExpiredKeys, purgeExpiredInbox               string
-	stateGauges, sweep, recordDispatcher, dispatcherSeen, dispatchers, recordAttempt, attemptsOf               string
+	listEffects, listFailed, stuck, eventOf, jobsOf, events, failureReasons, throughput, eventsOfAggregate, effectsOfEvent string
+	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand                                                     string
+	purgeCount, purgeEffects, purgeEventsCount, purgeEvents, purgeExpiredKeys, purgeExpiredInbox                           string
+	stateGauges, sweep, recordDispatcher, dispatcherSeen, dispatchers, recordAttempt, attemptsOf                           string
 }
 
 func newQueries(schema string) queries {
@@ -623,6 +628,7 @@ func newQueries(schema string) queries {
 		insertAudit:      r.Replace(sqlInsertAudit),
 		listAudit:        r.Replace(sqlListAudit),
 
+		listFailed:        r.Replace(sqlListFailed),
 		listEffects:       r.Replace(sqlListEffects),
 		stuck:             r.Replace(sqlStuck),
 		eventOf:           r.Replace(sqlEventOf),
