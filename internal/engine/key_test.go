@@ -73,7 +73,7 @@ func TestKeyInSQL(t *testing.T) {
 	// Only the hand-written row is in the index of other ids.
 	var others int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.side_effects
-		WHERE id <> `+db.Schema+`.outboxd_effect_id(source_id, kind)`).Scan(&others))
+		WHERE substr(id::text, 15, 1) <> '8'`).Scan(&others))
 	require.Equal(t, 1, others)
 }
 

@@ -106,14 +106,14 @@ SELECT coalesce(max(id), 0) FROM /*schema*/river_job
 WHERE kind = 'outboxd.dispatch' AND state::text = ANY($2) AND args @> jsonb_build_object('effect_id', $1::uuid)`
 
 	// The effect whose key is $1: by its derived id $2 (KeyEffectID), or,
-	// for a row with another id (written before ids were derived, or by
-	// hand), through side_effects_other_id_key_idx.
+	// for a row whose id is not a version 8 UUID (written before ids were
+	// derived, or by hand), through side_effects_other_id_key_idx.
 	sqlGetEffectByKey = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE id = coalesce(
 	(SELECT id FROM /*schema*/side_effects
 	 WHERE id = $2 AND /*schema*/outboxd_idempotency_key(source_id, kind) = $1),
 	(SELECT id FROM /*schema*/side_effects
 	 WHERE /*schema*/outboxd_idempotency_key(source_id, kind) = $1
-	   AND id <> /*schema*/outboxd_effect_id(source_id, kind)
+	   AND substr(id::text, 15, 1) <> '8'
 	 LIMIT 1))`
 
 	// Transitions. Each names the states it leaves from; zero rows affected
