@@ -221,6 +221,9 @@ func (r *Result) Replay() bool {
 
 // EffectResult reports one effect.
 type EffectResult struct {
+	// ID is the effect's row id: the first 16 bytes of Key as a version 8
+	// UUID, or, for an effect recorded before outboxd derived ids from
+	// keys (migration 00012), the id it was given then.
 	ID   uuid.UUID
 	Kind string
 	// Key is the idempotency key every attempt of this effect carries.
