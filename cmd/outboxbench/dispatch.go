@@ -191,7 +191,7 @@ func (b *bench) burnDown(ctx context.Context, name string, n int, p providers.Pr
 		return dispatchResult{}, err
 	}
 	err = b.waitFor(ctx, func() bool { return current() >= n },
-		"SELECT count(*) FROM "+b.schema+".side_effects WHERE state IN ('pending', 'fired')")
+		"SELECT count(*) FROM "+b.schema+".side_effects WHERE phase = 'live'")
 	elapsed := time.Since(start)
 	close(done)
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -201,7 +201,7 @@ func (b *bench) burnDown(ctx context.Context, name string, n int, p providers.Pr
 		return dispatchResult{}, err
 	}
 	var confirmed int
-	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".side_effects WHERE state = 'confirmed'").Scan(&confirmed); err != nil {
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".side_effects WHERE state = 'confirmed' AND kind = 'bench.effect'").Scan(&confirmed); err != nil {
 		return dispatchResult{}, err
 	}
 	if confirmed != n {
@@ -211,7 +211,7 @@ func (b *bench) burnDown(ctx context.Context, name string, n int, p providers.Pr
 	if err != nil {
 		return dispatchResult{}, err
 	}
-	if _, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job CASCADE"); err != nil {
+	if err := b.clear(ctx); err != nil {
 		return dispatchResult{}, err
 	}
 	return dispatchResult{Name: name, N: n, Seconds: elapsed.Seconds(), PerSecond: float64(n) / elapsed.Seconds(),

@@ -31,34 +31,11 @@ type enqueueResult struct {
 // enqueueCost compares a domain transaction inserting one row with the same
 // transaction plus Enqueue of one event and three effects.
 func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
-	if _, err := b.pool.Exec(ctx, "CREATE TABLE "+b.schema+".bench_orders (id bigserial PRIMARY KEY, customer text NOT NULL, amount int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"); err != nil {
+	if err := b.createOrders(ctx); err != nil {
 		return nil, err
 	}
-	insertOrder := "INSERT INTO " + b.schema + ".bench_orders (customer, amount) VALUES ($1, $2)"
-	var seq atomic.Int64
-	bare := func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, insertOrder, "cus_42", 4200)
-		return err
-	}
-	// order pays an order in the application's transaction: the domain row,
-	// then one event with three effects through ob.
-	order := func(ob *outbox.Outbox) func(context.Context, pgx.Tx) error {
-		return func(ctx context.Context, tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, insertOrder, "cus_42", 4200); err != nil {
-				return err
-			}
-			n := strconv.FormatInt(seq.Add(1), 10)
-			_, err := ob.Enqueue(ctx, tx, outbox.Event{
-				ID: outbox.EventID("bench.order_paid", n), AggregateType: "order", AggregateID: n, Type: "order.paid",
-				Payload: json.RawMessage(`{"amount": 4200, "currency": "eur"}`),
-			},
-				outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/orders", "body": {"order": "` + n + `"}}`)},
-				outbox.Effect{Kind: "stripe.capture", Provider: "stripe", Payload: json.RawMessage(`{"operation": "payment_intent.capture", "params": {"id": "pi_` + n + `"}}`)},
-				outbox.Effect{Kind: "email.receipt", Provider: "sendgrid", Payload: json.RawMessage(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "Receipt", "text": "Thanks"}`)},
-			)
-			return err
-		}
-	}
+	bare := b.bareTx()
+	order := b.orderTx
 	var out []enqueueResult
 	for _, conc := range []int{1, 8} {
 		base, err := b.runTxs(ctx, "bare domain tx", conc, bare)
@@ -92,6 +69,42 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 	}
 	_, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".bench_orders, "+b.schema+".outbox_intake CASCADE")
 	return out, err
+}
+
+// createOrders creates the table of the application's domain rows.
+func (b *bench) createOrders(ctx context.Context) error {
+	_, err := b.pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+b.schema+".bench_orders (id bigserial PRIMARY KEY, customer text NOT NULL, amount int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())")
+	return err
+}
+
+// bareTx is the application's transaction without outboxd: one domain row.
+func (b *bench) bareTx() func(context.Context, pgx.Tx) error {
+	insertOrder := "INSERT INTO " + b.schema + ".bench_orders (customer, amount) VALUES ($1, $2)"
+	return func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, insertOrder, "cus_42", 4200)
+		return err
+	}
+}
+
+// orderTx pays an order in the application's transaction: the domain row,
+// then one event with three effects through ob.
+func (b *bench) orderTx(ob *outbox.Outbox) func(context.Context, pgx.Tx) error {
+	insertOrder := "INSERT INTO " + b.schema + ".bench_orders (customer, amount) VALUES ($1, $2)"
+	return func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insertOrder, "cus_42", 4200); err != nil {
+			return err
+		}
+		n := strconv.FormatInt(b.seq.Add(1), 10)
+		_, err := ob.Enqueue(ctx, tx, outbox.Event{
+			ID: outbox.EventID("bench.order_paid", n), AggregateType: "order", AggregateID: n, Type: "order.paid",
+			Payload: json.RawMessage(`{"amount": 4200, "currency": "eur"}`),
+		},
+			outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/orders", "body": {"order": "` + n + `"}}`)},
+			outbox.Effect{Kind: "stripe.capture", Provider: "stripe", Payload: json.RawMessage(`{"operation": "payment_intent.capture", "params": {"id": "pi_` + n + `"}}`)},
+			outbox.Effect{Kind: "email.receipt", Provider: "sendgrid", Payload: json.RawMessage(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "Receipt", "text": "Thanks"}`)},
+		)
+		return err
+	}
 }
 
 // runTxs runs fn in transactions from conc goroutines for the configured

@@ -158,13 +158,13 @@ func (b *bench) latencyAt(ctx context.Context, rate int, mode enqueueMode) (late
 		close(done)
 		return latencyResult{}, firstErr
 	}
-	err = b.waitFor(ctx, func() bool { return true }, "SELECT count(*) FROM "+b.schema+".side_effects WHERE state IN ('pending', 'fired')")
+	err = b.waitFor(ctx, func() bool { return true }, "SELECT count(*) FROM "+b.schema+".side_effects WHERE phase = 'live'")
 	close(done)
 	if err != nil {
 		return latencyResult{}, err
 	}
 
-	rows, err := b.pool.Query(ctx, "SELECT id, confirmed_at FROM "+b.schema+".side_effects WHERE state = 'confirmed'")
+	rows, err := b.pool.Query(ctx, "SELECT id, confirmed_at FROM "+b.schema+".side_effects WHERE state = 'confirmed' AND kind = 'noop.effect'")
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -193,7 +193,7 @@ func (b *bench) latencyAt(ctx context.Context, rate int, mode enqueueMode) (late
 	}
 	slices.Sort(toCall)
 	slices.Sort(toConfirm)
-	if _, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job CASCADE"); err != nil {
+	if err := b.clear(ctx); err != nil {
 		return latencyResult{}, err
 	}
 	return latencyResult{

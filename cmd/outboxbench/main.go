@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -49,6 +50,8 @@ type settings struct {
 	Rates             []int         `json:"rates"`
 	RateDuration      time.Duration `json:"rate_duration"`
 	AdminRows         int           `json:"admin_rows"`
+	History           []int         `json:"history"`
+	HistoryEffects    int           `json:"history_effects"`
 	Out               string        `json:"-"`
 	CPUProfile        string        `json:"-"`
 	Skip              string        `json:"-"`
@@ -65,6 +68,8 @@ type report struct {
 	Latency     []latencyResult  `json:"latency,omitempty"`
 	Admin       []adminResult    `json:"admin,omitempty"`
 	Web         []webResult      `json:"web,omitempty"`
+	// History is the cost-versus-history phase, one row per size.
+	History []historyResult `json:"history,omitempty"`
 }
 
 type machine struct {
@@ -80,7 +85,7 @@ type machine struct {
 
 func main() {
 	var s settings
-	var rates string
+	var rates, history string
 	flag.StringVar(&s.DatabaseURL, "database-url", envOr("DATABASE_URL", cli.DefaultDatabaseURL), "Postgres URL [$DATABASE_URL]")
 	flag.DurationVar(&s.EnqueueDuration, "enqueue-duration", 3*time.Second, "duration of each enqueue-cost run (4 runs)")
 	flag.IntVar(&s.Effects, "effects", 50000, "effects (and River jobs) burnt down in the dispatch comparison")
@@ -93,9 +98,11 @@ func main() {
 	flag.StringVar(&rates, "rates", "200,1000", "offered rates for the latency runs, effects per second")
 	flag.DurationVar(&s.RateDuration, "rate-duration", 5*time.Second, "duration of each latency run")
 	flag.IntVar(&s.AdminRows, "admin-rows", 1_000_000, "effects in the table for the admin-query timings")
+	flag.StringVar(&history, "history", "0,1000000", "effects of confirmed history in the tables for the cost-versus-history phase, ascending (0: empty tables, the baseline)")
+	flag.IntVar(&s.HistoryEffects, "history-effects", 20000, "effects burnt down at each history size")
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
-	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,latency,admin, and watermill (the peer in bench/watermill)")
+	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,latency,admin, and history, and watermill (the peer in bench/watermill)")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
 		var n int
@@ -104,6 +111,14 @@ func main() {
 			os.Exit(2)
 		}
 		s.Rates = append(s.Rates, n)
+	}
+	for _, h := range strings.Split(history, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(h), &n); err != nil || n < 0 || (len(s.History) > 0 && n <= s.History[len(s.History)-1]) {
+			fmt.Fprintf(os.Stderr, "outboxbench: -history %q: want ascending non-negative integers, such as 0,1000000\n", history)
+			os.Exit(2)
+		}
+		s.History = append(s.History, n)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -142,6 +157,11 @@ type bench struct {
 	web    []webResult
 	// wm is the Watermill peer; nil when skipped.
 	wm *watermill
+	// seq numbers the benchmark's orders, so that no two share an event id.
+	seq atomic.Int64
+	// history is how many effects of history the tables hold; clear keeps
+	// them.
+	history int
 }
 
 func run(ctx context.Context, out io.Writer, s settings) error {
@@ -192,6 +212,11 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 	if !skip["latency"] {
 		if rep.Latency, err = bn.latency(ctx); err != nil {
 			return fmt.Errorf("latency: %w", err)
+		}
+	}
+	if !skip["history"] && len(s.History) > 0 {
+		if rep.History, err = bn.costVersusHistory(ctx); err != nil {
+			return fmt.Errorf("cost versus history: %w", err)
 		}
 	}
 	if !skip["admin"] {
@@ -286,6 +311,17 @@ func printReport(out io.Writer, rep report) {
 			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s / %s / %s\t%s-%s of %d\t%s / %s / %s\n", r.Jobs, r.Rate, r.Achieved,
 				ms(r.CallP50), ms(r.CallP95), ms(r.CallP99), ms(r.CallP99Min), ms(r.CallP99Max), r.Runs,
 				ms(r.ConfirmP50), ms(r.ConfirmP95), ms(r.ConfirmP99))
+		}
+	}
+	if len(rep.History) > 0 {
+		fmt.Fprintln(tw, "\nCOST VERSUS HISTORY\tRIVER JOBS\tSIDE_EFFECTS SIZE\tENQUEUE COST VS BARE (C8)\tNO-OP DISPATCH/S\tCOMMIT->CALL P99 AT 200/S\tVS EMPTY: ENQUEUE / DISPATCH / P99 (TARGET WITHIN 10%)")
+		for _, r := range rep.History {
+			vs := "baseline"
+			if r.Effects > 0 {
+				vs = fmt.Sprintf("%.2fx / %.2fx / %.2fx", r.EnqueueVsEmpty, r.DispatchVsEmpty, r.P99VsEmpty)
+			}
+			fmt.Fprintf(tw, "%d effects of history\t%d\t%d MB\t%.2fx\t%.0f\t%s\t%s\n", r.Effects, r.RiverJobs, r.SideEffectsBytes>>20,
+				r.EnqueueCost, r.DispatchPerSecond, ms(r.LatencyP99), vs)
 		}
 	}
 	if len(rep.Admin) > 0 {

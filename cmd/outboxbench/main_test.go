@@ -25,6 +25,7 @@ func TestBenchRuns(t *testing.T) {
 		DatabaseURL: testdb.URL(), EnqueueDuration: 300 * time.Millisecond, Effects: 200, WebhookEffects: 200,
 		Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
 		Rates: []int{100}, RateDuration: 500 * time.Millisecond, AdminRows: 5000, Out: out,
+		History: []int{0, 900}, HistoryEffects: 100,
 	})
 	require.NoError(t, err, buf.String())
 	raw, err := os.ReadFile(out)
@@ -62,6 +63,16 @@ func TestBenchRuns(t *testing.T) {
 	for _, a := range rep.Admin {
 		require.True(t, a.IndexUsed, "%s: %s", a.Name, a.Plan)
 	}
+	require.Len(t, rep.History, 2, "empty tables, then 900 effects of history")
+	require.Zero(t, rep.History[0].Effects)
+	grown := rep.History[1]
+	require.Equal(t, 900, grown.Effects)
+	require.Equal(t, 900/historyDays, grown.RiverJobs, "a day of completed River jobs kept")
+	require.Greater(t, grown.SideEffectsBytes, rep.History[0].SideEffectsBytes)
+	require.Positive(t, grown.EnqueueVsEmpty)
+	require.Positive(t, grown.DispatchVsEmpty)
+	require.Positive(t, grown.P99VsEmpty)
+	require.Contains(t, buf.String(), "COST VERSUS HISTORY")
 	require.Contains(t, buf.String(), "DISPATCH")
 	require.Contains(t, buf.String(), "HOT UPDATES")
 	require.Contains(t, buf.String(), "VS WATERMILL FORWARDER")

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// historyKinds are the kinds of the seeded history: the three effects of an
+// order, as the enqueue phase writes them.
+var historyKinds = []string{"history.webhook", "history.capture", "history.receipt"}
+
+// historyDays is how far back the seeded history reaches: inside the
+// default 30-day retention, so none of it is due for purging.
+const historyDays = 28
+
+type historyResult struct {
+	// Effects is how many confirmed effects of history the tables held;
+	// RiverJobs how many completed River jobs, as River's cleaner leaves
+	// them (24 h of jobs at the rate that made the history).
+	Effects   int `json:"history_effects"`
+	RiverJobs int `json:"river_jobs"`
+	// SideEffectsBytes is side_effects' size with its indexes.
+	SideEffectsBytes int64 `json:"side_effects_bytes"`
+	// EnqueueCost is the bare transaction's rate over the order
+	// transaction's, at concurrency 8 (jobs in the caller's transaction).
+	EnqueueCost       float64       `json:"enqueue_cost_ratio"`
+	DispatchPerSecond float64       `json:"noop_dispatch_per_second"`
+	LatencyP99        time.Duration `json:"commit_to_call_p99_ns"`
+	// The same figures over the empty tables' (1.0 is no change; for
+	// enqueue and latency above 1 is worse, for dispatch below 1 is).
+	EnqueueVsEmpty  float64 `json:"enqueue_cost_vs_empty,omitempty"`
+	DispatchVsEmpty float64 `json:"dispatch_vs_empty,omitempty"`
+	P99VsEmpty      float64 `json:"p99_vs_empty,omitempty"`
+}
+
+// costVersusHistory measures enqueue cost, no-op dispatch and commit-to-call
+// latency with each configured amount of confirmed history in the tables,
+// growing it from one size to the next. The history is removed at the end.
+func (b *bench) costVersusHistory(ctx context.Context) ([]historyResult, error) {
+	if err := b.createOrders(ctx); err != nil {
+		return nil, err
+	}
+	defer func() { _ = b.clearHistory(context.WithoutCancel(ctx)) }()
+	var out []historyResult
+	for _, size := range b.s.History {
+		if err := b.seedHistory(ctx, size); err != nil {
+			return nil, fmt.Errorf("seeding %d effects of history: %w", size, err)
+		}
+		r, err := b.atHistory(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("with %d effects of history: %w", size, err)
+		}
+		if len(out) > 0 && out[0].Effects == 0 {
+			base := out[0]
+			r.EnqueueVsEmpty = r.EnqueueCost / base.EnqueueCost
+			r.DispatchVsEmpty = r.DispatchPerSecond / base.DispatchPerSecond
+			if base.LatencyP99 > 0 {
+				r.P99VsEmpty = float64(r.LatencyP99) / float64(base.LatencyP99)
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// atHistory takes the three measures against the tables as they are.
+func (b *bench) atHistory(ctx context.Context) (historyResult, error) {
+	r := historyResult{Effects: b.history}
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".river_job").Scan(&r.RiverJobs); err != nil {
+		return r, err
+	}
+	if err := b.pool.QueryRow(ctx, "SELECT pg_total_relation_size($1::regclass)", b.schema+".side_effects").Scan(&r.SideEffectsBytes); err != nil {
+		return r, err
+	}
+	label := fmt.Sprintf(" (%d of history)", b.history)
+	bare, err := b.runTxs(ctx, "bare domain tx"+label, 8, b.bareTx())
+	if err != nil {
+		return r, err
+	}
+	ob, err := outbox.New(outbox.Config{Schema: b.schema})
+	if err != nil {
+		return r, err
+	}
+	order, err := b.runTxs(ctx, "domain tx + Enqueue(1+3)"+label, 8, b.orderTx(ob))
+	if err != nil {
+		return r, err
+	}
+	r.EnqueueCost = bare.TPS / order.TPS
+	if err := b.clear(ctx); err != nil {
+		return r, err
+	}
+	noop := &noopProvider{}
+	d, err := b.burnDown(ctx, "outboxd, no-op provider"+label, b.s.HistoryEffects, noop, `{}`, func() int { return int(noop.calls.Load()) })
+	if err != nil {
+		return r, err
+	}
+	r.DispatchPerSecond = d.PerSecond
+	var runs []latencyResult
+	for range latencyRuns {
+		if err := b.vacuum(ctx); err != nil {
+			return r, err
+		}
+		l, err := b.latencyAt(ctx, 200, enqueueModes[0])
+		if err != nil {
+			return r, err
+		}
+		runs = append(runs, l)
+	}
+	slices.SortFunc(runs, func(a, b latencyResult) int { return cmp.Compare(a.CallP99, b.CallP99) })
+	r.LatencyP99 = runs[len(runs)/2].CallP99
+	return r, nil
+}
+
+// seedHistory grows the history to size confirmed effects: three per event
+// (an order's), created over the last historyDays days, with their events;
+// and River's job table as River's cleaner leaves it at that rate: the
+// completed jobs of the last 24 hours.
+func (b *bench) seedHistory(ctx context.Context, size int) error {
+	const batch = 150_000
+	from := b.history
+	var seeded atomic.Int64
+	seeded.Store(int64(from))
+	done := make(chan struct{})
+	go progress(fmt.Sprintf("seeding history to %d", size), size, func() int { return int(seeded.Load()) }, done)
+	defer close(done)
+	for b.history < size {
+		events := max(1, min(batch, size-b.history)/len(historyKinds))
+		_, err := b.pool.Exec(ctx, `
+WITH ev AS (
+	INSERT INTO `+b.schema+`.outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at)
+	SELECT gen_random_uuid(), 'order', 'ord_' || i, 'order.paid', '{"amount": 4200, "currency": "eur"}',
+		now() - random() * interval '`+fmt.Sprint(historyDays)+` days'
+	FROM generate_series(1, $1) i
+	RETURNING id, created_at)
+INSERT INTO `+b.schema+`.side_effects (id, source_id, kind, provider, payload, state, attempts, total_attempts,
+	created_at, updated_at, fired_at, first_fired_at, confirmed_at, key_window_from)
+SELECT `+b.schema+`.outboxd_effect_id(ev.id, k.kind), ev.id, k.kind, 'noop',
+	'{"operation": "payment_intent.capture", "params": {"id": "pi_3NqXj2LkdIwHu7ix1x0Fz9p2"}}', 'confirmed', 1, 1,
+	ev.created_at, ev.created_at + interval '80 milliseconds', ev.created_at + interval '20 milliseconds',
+	ev.created_at + interval '20 milliseconds', ev.created_at + interval '80 milliseconds', ev.created_at + interval '20 milliseconds'
+FROM ev CROSS JOIN unnest($2::text[]) AS k(kind)`, events, historyKinds)
+		if err != nil {
+			return err
+		}
+		b.history += events * len(historyKinds)
+		seeded.Store(int64(b.history))
+	}
+	jobs := (b.history - from) / historyDays
+	if jobs > 0 {
+		_, err := b.pool.Exec(ctx, `
+INSERT INTO `+b.schema+`.river_job (state, attempt, max_attempts, attempted_at, created_at, finalized_at, scheduled_at,
+	args, attempted_by, kind, queue, tags)
+SELECT 'completed', 1, 25, t, t, t, t, jsonb_build_object('effect_id', gen_random_uuid()), ARRAY['bench'],
+	$2, 'noop', ARRAY['history']
+FROM (SELECT now() - random() * interval '24 hours' AS t FROM generate_series(1, $1)) s`, jobs, engine.JobKind)
+		if err != nil {
+			return err
+		}
+	}
+	return b.vacuum(ctx)
+}
+
+// clear removes what a phase wrote, keeping the seeded history.
+func (b *bench) clear(ctx context.Context) error {
+	if b.history == 0 {
+		_, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".outbox_intake CASCADE")
+		return err
+	}
+	if _, err := b.pool.Exec(ctx, "DELETE FROM "+b.schema+".side_effects WHERE kind <> ALL ($1::text[])", historyKinds); err != nil {
+		return err
+	}
+	for _, q := range []string{
+		"DELETE FROM " + b.schema + ".outbox_events ev WHERE NOT EXISTS (SELECT 1 FROM " + b.schema + ".side_effects e WHERE e.source_id = ev.id)",
+		"DELETE FROM " + b.schema + ".river_job WHERE NOT ('history' = ANY (tags))",
+		"DELETE FROM " + b.schema + ".outbox_intake",
+	} {
+		if _, err := b.pool.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clearHistory empties the tables, history included.
+func (b *bench) clearHistory(ctx context.Context) error {
+	b.history = 0
+	return b.clear(ctx)
+}
