@@ -48,6 +48,14 @@ func (b *bench) costVersusHistory(ctx context.Context) ([]historyResult, error) 
 		return nil, err
 	}
 	defer func() { _ = b.clearHistory(context.WithoutCancel(ctx)) }()
+	// A first pass is thrown away: the first size's figures would otherwise
+	// include warming caches and connections when this phase runs alone.
+	if err := b.seedHistory(ctx, b.s.History[0]); err != nil {
+		return nil, err
+	}
+	if _, err := b.atHistory(ctx); err != nil {
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
 	var out []historyResult
 	for _, size := range b.s.History {
 		if err := b.seedHistory(ctx, size); err != nil {

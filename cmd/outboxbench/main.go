@@ -68,6 +68,8 @@ type report struct {
 	Latency     []latencyResult  `json:"latency,omitempty"`
 	Admin       []adminResult    `json:"admin,omitempty"`
 	Web         []webResult      `json:"web,omitempty"`
+	// Replicas is no-op dispatch with 1, 2 and 3 dispatchers.
+	Replicas []replicaResult `json:"replicas,omitempty"`
 	// History is the cost-versus-history phase, one row per size.
 	History []historyResult `json:"history,omitempty"`
 }
@@ -102,7 +104,7 @@ func main() {
 	flag.IntVar(&s.HistoryEffects, "history-effects", 20000, "effects burnt down at each history size")
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
-	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,latency,admin, and history, and watermill (the peer in bench/watermill)")
+	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,replicas,latency,history,admin, and watermill (the peer in bench/watermill)")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
 		var n int
@@ -209,6 +211,11 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 			return fmt.Errorf("dispatch: %w", err)
 		}
 	}
+	if !skip["replicas"] {
+		if rep.Replicas, err = bn.replicaThroughput(ctx); err != nil {
+			return fmt.Errorf("replicas: %w", err)
+		}
+	}
 	if !skip["latency"] {
 		if rep.Latency, err = bn.latency(ctx); err != nil {
 			return fmt.Errorf("latency: %w", err)
@@ -303,6 +310,12 @@ func printReport(out io.Writer, rep report) {
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\n", r.Name, r.N, r.PerSecond, r.Seconds,
 				ratioStr(r.VsRiver, "target >= 0.5"), ratioStr(r.VsRiverSame, ""), wm, hot)
+		}
+	}
+	if len(rep.Replicas) > 0 {
+		fmt.Fprintf(tw, "\nREPLICAS (EACH ITS OWN POOL OF %d)\tN\tPER SECOND\tSECONDS\tVS ONE REPLICA\tCALLS\tEFFECTS FIRED TWICE\n", replicaConns)
+		for _, r := range rep.Replicas {
+			fmt.Fprintf(tw, "%d dispatcher(s), no-op provider\t%d\t%.0f\t%.1f\t%s\t%d\t%d\n", r.Replicas, r.N, r.PerSecond, r.Seconds, ratioStr(r.VsOne, ""), r.Calls, r.DoubleFires)
 		}
 	}
 	if len(rep.Latency) > 0 {

@@ -63,6 +63,13 @@ func TestBenchRuns(t *testing.T) {
 	for _, a := range rep.Admin {
 		require.True(t, a.IndexUsed, "%s: %s", a.Name, a.Plan)
 	}
+	require.Len(t, rep.Replicas, 3, "1, 2 and 3 dispatchers")
+	for i, r := range rep.Replicas {
+		require.Equal(t, i+1, r.Replicas)
+		require.Equal(t, int64(200), r.Calls, "every effect called once")
+		require.Zero(t, r.DoubleFires)
+	}
+	require.Positive(t, rep.Replicas[2].VsOne)
 	require.Len(t, rep.History, 2, "empty tables, then 900 effects of history")
 	require.Zero(t, rep.History[0].Effects)
 	grown := rep.History[1]

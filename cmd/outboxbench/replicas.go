@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/providers"
+)
+
+// replicaConns is each replica's pool: outboxd run's default --db-max-conns.
+const replicaConns = 20
+
+type replicaResult struct {
+	Replicas  int     `json:"replicas"`
+	N         int     `json:"n"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"per_second"`
+	// VsOne is this rate over one replica's.
+	VsOne float64 `json:"vs_one_replica,omitempty"`
+	// Calls counts provider calls; DoubleFires the effects called more than
+	// once (the run fails unless it is zero).
+	Calls       int64 `json:"calls"`
+	DoubleFires int64 `json:"double_fires"`
+}
+
+// replicaThroughput burns down the same number of no-op effects with 1, 2
+// and 3 dispatchers, each with a pool of its own as separate outboxd
+// processes would have, and counts the calls per effect.
+func (b *bench) replicaThroughput(ctx context.Context) ([]replicaResult, error) {
+	var out []replicaResult
+	for k := 1; k <= 3; k++ {
+		r, err := b.replicas(ctx, k)
+		if err != nil {
+			return nil, fmt.Errorf("%d replicas: %w", k, err)
+		}
+		if len(out) > 0 {
+			r.VsOne = r.PerSecond / out[0].PerSecond
+		}
+		out = append(out, r)
+		if r.DoubleFires > 0 {
+			return out, fmt.Errorf("%d replicas: %d effects fired twice", k, r.DoubleFires)
+		}
+	}
+	return out, nil
+}
+
+func (b *bench) replicas(ctx context.Context, k int) (replicaResult, error) {
+	n := b.s.Effects
+	var mu sync.Mutex
+	seen := make(map[string]int, n)
+	var calls atomic.Int64
+	noop := &noopProvider{onSend: func(req providers.Request) {
+		mu.Lock()
+		seen[req.EffectID]++
+		mu.Unlock()
+		calls.Add(1)
+	}}
+	if err := b.seedEffects(ctx, n, noop.Name(), `{}`); err != nil {
+		return replicaResult{}, err
+	}
+	var started []*engine.Dispatcher
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, d := range started {
+			_ = d.Stop(stopCtx)
+		}
+	}()
+	var pools []*pgxpool.Pool
+	defer func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	ds := make([]*engine.Dispatcher, k)
+	for i := range ds {
+		pool, err := cli.Connect(ctx, b.s.DatabaseURL, replicaConns)
+		if err != nil {
+			return replicaResult{}, err
+		}
+		pools = append(pools, pool)
+		if ds[i], err = engine.NewDispatcher(pool, engine.Config{
+			Schema:            b.schema,
+			Providers:         []providers.Provider{noop},
+			Concurrency:       map[string]int{noop.Name(): b.s.Workers},
+			FetchCooldown:     b.s.FetchCooldown,
+			FetchPollInterval: b.s.FetchPollInterval,
+			Logger:            quiet,
+		}); err != nil {
+			return replicaResult{}, err
+		}
+	}
+	name := fmt.Sprintf("%d replica(s), no-op provider", k)
+	done := make(chan struct{})
+	go progress(name, n, func() int { return int(noop.calls.Load()) }, done)
+	start := time.Now()
+	for _, d := range ds {
+		if err := d.Start(ctx); err != nil {
+			close(done)
+			return replicaResult{}, err
+		}
+		started = append(started, d)
+	}
+	err := b.waitFor(ctx, func() bool { return int(noop.calls.Load()) >= n },
+		"SELECT count(*) FROM "+b.schema+".side_effects WHERE phase = 'live'")
+	elapsed := time.Since(start)
+	close(done)
+	if err != nil {
+		return replicaResult{}, err
+	}
+	r := replicaResult{Replicas: k, N: n, Seconds: elapsed.Seconds(), PerSecond: float64(n) / elapsed.Seconds(), Calls: calls.Load()}
+	mu.Lock()
+	for _, c := range seen {
+		if c > 1 {
+			r.DoubleFires++
+		}
+	}
+	distinct := len(seen)
+	mu.Unlock()
+	if distinct != n {
+		return r, fmt.Errorf("%d of %d effects called", distinct, n)
+	}
+	return r, b.clear(ctx)
+}
