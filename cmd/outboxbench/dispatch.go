@@ -239,14 +239,18 @@ func (b *bench) updates(ctx context.Context, want int64) (all, hot int64, err er
 }
 
 func (b *bench) dispatcher(p providers.Provider) (*engine.Dispatcher, error) {
-	return engine.NewDispatcher(b.pool, engine.Config{
+	return engine.NewDispatcher(b.pool, b.dispatcherConfig(p))
+}
+
+func (b *bench) dispatcherConfig(p providers.Provider) engine.Config {
+	return engine.Config{
 		Schema:            b.schema,
 		Providers:         []providers.Provider{p},
 		Concurrency:       map[string]int{p.Name(): b.s.Workers},
 		FetchCooldown:     b.s.FetchCooldown,
 		FetchPollInterval: b.s.FetchPollInterval,
 		Logger:            quiet,
-	})
+	}
 }
 
 func (b *bench) webhookBurnDown(ctx context.Context) (dispatchResult, error) {

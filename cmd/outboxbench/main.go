@@ -52,6 +52,7 @@ type settings struct {
 	AdminRows         int           `json:"admin_rows"`
 	History           []int         `json:"history"`
 	HistoryEffects    int           `json:"history_effects"`
+	PurgeEffects      int           `json:"purge_effects"`
 	Out               string        `json:"-"`
 	CPUProfile        string        `json:"-"`
 	Skip              string        `json:"-"`
@@ -72,6 +73,8 @@ type report struct {
 	Replicas []replicaResult `json:"replicas,omitempty"`
 	// History is the cost-versus-history phase, one row per size.
 	History []historyResult `json:"history,omitempty"`
+	// Purge is retention deleting expired effects under steady traffic.
+	Purge *purgeResult `json:"purge,omitempty"`
 }
 
 type machine struct {
@@ -102,9 +105,10 @@ func main() {
 	flag.IntVar(&s.AdminRows, "admin-rows", 1_000_000, "effects in the table for the admin-query timings")
 	flag.StringVar(&history, "history", "0,1000000", "effects of confirmed history in the tables for the cost-versus-history phase, ascending (0: empty tables, the baseline)")
 	flag.IntVar(&s.HistoryEffects, "history-effects", 20000, "effects burnt down at each history size")
+	flag.IntVar(&s.PurgeEffects, "purge-effects", 1_000_000, "expired effects retention purges in the purge phase")
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
-	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,replicas,latency,history,admin, and watermill (the peer in bench/watermill)")
+	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,replicas,latency,history,purge,admin, and watermill (the peer in bench/watermill)")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
 		var n int
@@ -226,6 +230,13 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 			return fmt.Errorf("cost versus history: %w", err)
 		}
 	}
+	if !skip["purge"] && s.PurgeEffects > 0 {
+		p, err := bn.purgeCost(ctx)
+		if err != nil {
+			return fmt.Errorf("purge: %w", err)
+		}
+		rep.Purge = &p
+	}
 	if !skip["admin"] {
 		if rep.Admin, err = bn.adminQueries(ctx); err != nil {
 			return fmt.Errorf("admin queries: %w", err)
@@ -336,6 +347,12 @@ func printReport(out io.Writer, rep report) {
 			fmt.Fprintf(tw, "%d effects of history\t%d\t%d MB\t%.2fx\t%.0f\t%s\t%s\n", r.Effects, r.RiverJobs, r.SideEffectsBytes>>20,
 				r.EnqueueCost, r.DispatchPerSecond, ms(r.LatencyP99), vs)
 		}
+	}
+	if p := rep.Purge; p != nil {
+		fmt.Fprintf(tw, "\nRETENTION PURGE\tEFFECTS / EVENTS\tTOOK (UNDER TRAFFIC)\tWAL\tOUTBOX SIZE BEFORE -> AFTER VACUUM\tTRAFFIC AT %d/S, QUIET: ACHIEVED / P99\tDURING PURGE\n", purgeTrafficRate)
+		fmt.Fprintf(tw, "%d expired effects\t%d / %d\t%.1fs (%.1fs)\t%d MB\t%d MB -> %d MB\t%.0f / %s\t%.0f / %s\n", p.Expired, p.Effects, p.Events,
+			p.Took.Seconds(), p.TookUnderTraffic.Seconds(), p.WALBytes>>20, p.SizeBefore>>20, p.SizeAfter>>20,
+			p.QuietPerSecond, ms(p.QuietP99), p.PurgePerSecond, ms(p.PurgeP99))
 	}
 	if len(rep.Admin) > 0 {
 		fmt.Fprintln(tw, "\nADMIN QUERY\tROWS\tMEDIAN\tINTENDED INDEX USED\tPLAN")

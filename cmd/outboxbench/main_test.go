@@ -25,7 +25,7 @@ func TestBenchRuns(t *testing.T) {
 		DatabaseURL: testdb.URL(), EnqueueDuration: 300 * time.Millisecond, Effects: 200, WebhookEffects: 200,
 		Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
 		Rates: []int{100}, RateDuration: 500 * time.Millisecond, AdminRows: 5000, Out: out,
-		History: []int{0, 900}, HistoryEffects: 100,
+		History: []int{0, 900}, HistoryEffects: 100, PurgeEffects: 300,
 	})
 	require.NoError(t, err, buf.String())
 	raw, err := os.ReadFile(out)
@@ -80,6 +80,13 @@ func TestBenchRuns(t *testing.T) {
 	require.Positive(t, grown.DispatchVsEmpty)
 	require.Positive(t, grown.P99VsEmpty)
 	require.Contains(t, buf.String(), "COST VERSUS HISTORY")
+	require.NotNil(t, rep.Purge)
+	require.Equal(t, 300, rep.Purge.Expired)
+	require.Equal(t, int64(300), rep.Purge.Effects, "every expired effect purged")
+	require.Equal(t, int64(100), rep.Purge.Events, "with its event")
+	require.Positive(t, rep.Purge.WALBytes)
+	require.Positive(t, rep.Purge.QuietPerSecond, "the traffic ran")
+	require.Contains(t, buf.String(), "RETENTION PURGE")
 	require.Contains(t, buf.String(), "DISPATCH")
 	require.Contains(t, buf.String(), "HOT UPDATES")
 	require.Contains(t, buf.String(), "VS WATERMILL FORWARDER")

@@ -233,3 +233,112 @@ func insertClient(t *testing.T, pool *pgxpool.Pool, schema string) *river.Client
 	require.NoError(t, err)
 	return c
 }
+
+// An event goes with its last effect, in the same batch, and not before;
+// an old event that never had effects goes too; two purges at once leave
+// nothing expired behind.
+func TestPurgeTakesEachEventWithItsLastEffect(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	s := b.db.Schema
+	// 300 events of three effects each: all expired for the first 200;
+	// one effect still live (pending) for the next 50, and one confirmed
+	// recently for the last 50. Plus 20 old events that never had effects.
+	_, err := b.db.Pool.Exec(ctx, `
+INSERT INTO `+s+`.outbox_events (id, event_type, payload, created_at)
+SELECT `+s+`.outboxd_effect_id(gen_random_uuid(), 'ev'), CASE WHEN i <= 300 THEN 'order.paid' ELSE 'bare' END, '{}', now() - interval '40 days'
+FROM generate_series(1, 320) i`)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `
+WITH ev AS (SELECT id, row_number() OVER (ORDER BY id) AS i FROM `+s+`.outbox_events WHERE event_type = 'order.paid')
+INSERT INTO `+s+`.side_effects (id, source_id, kind, provider, payload, state, created_at, updated_at)
+SELECT `+s+`.outboxd_effect_id(ev.id, k), ev.id, k, 'webhook', '{}',
+	CASE WHEN k = 'c' AND ev.i > 200 AND ev.i <= 250 THEN 'pending' ELSE 'confirmed' END,
+	now() - interval '40 days',
+	CASE WHEN k = 'c' AND ev.i > 250 THEN now() - interval '1 day' ELSE now() - interval '39 days' END
+FROM ev CROSS JOIN unnest(ARRAY['a', 'b', 'c']) k`)
+	require.NoError(t, err)
+
+	cutoff := time.Now().Add(-30 * 24 * time.Hour)
+	would, err := b.store.Purge(ctx, b.db.Pool, cutoff, true)
+	require.NoError(t, err)
+	require.Equal(t, engine.PurgeResult{Effects: 200*3 + 100*2, Events: 220}, would)
+
+	// Two purges at once, in batches far smaller than the work.
+	results := make(chan engine.PurgeResult, 2)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			res, err := b.store.PurgeInBatches(ctx, b.db.Pool, cutoff, 7)
+			results <- res
+			errs <- err
+		}()
+	}
+	var total engine.PurgeResult
+	for range 2 {
+		require.NoError(t, <-errs)
+		r := <-results
+		total.Effects += r.Effects
+		total.Events += r.Events
+	}
+	require.Equal(t, would, total, "together the two purges deleted what the dry run counted")
+
+	var effects, events, orphans int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM `+s+`.side_effects),
+		(SELECT count(*) FROM `+s+`.outbox_events),
+		(SELECT count(*) FROM `+s+`.outbox_events ev WHERE NOT EXISTS (SELECT 1 FROM `+s+`.side_effects e WHERE e.source_id = ev.id))`).
+		Scan(&effects, &events, &orphans))
+	require.Equal(t, 100, effects, "the pending effects and the recently confirmed ones stay")
+	require.Equal(t, 100, events, "their events stay")
+	require.Zero(t, orphans)
+}
+
+// A batch that comes back short because another session deleted one of its
+// rows first (a second purge, an operator) does not end the purge.
+func TestPurgeGoesOnAfterAShortBatch(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	s := b.db.Schema
+	_, err := b.db.Pool.Exec(ctx, `
+WITH ev AS (
+	INSERT INTO `+s+`.outbox_events (id, event_type, payload, created_at)
+	SELECT `+s+`.outboxd_effect_id(gen_random_uuid(), 'ev'), 'order.paid', '{}', now() - interval '40 days' FROM generate_series(1, 20)
+	RETURNING id)
+INSERT INTO `+s+`.side_effects (id, source_id, kind, provider, payload, state, created_at, updated_at)
+SELECT `+s+`.outboxd_effect_id(id, 'a'), id, 'a', 'webhook', '{}', 'confirmed', now() - interval '40 days',
+	now() - interval '39 days' + row_number() OVER () * interval '1 minute' FROM ev`)
+	require.NoError(t, err)
+
+	// Another session deletes the oldest effect, the first of the purge's
+	// first batch, and commits once the purge waits for it.
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `DELETE FROM `+s+`.side_effects WHERE id = (SELECT id FROM `+s+`.side_effects ORDER BY updated_at LIMIT 1)`)
+	require.NoError(t, err)
+	type result struct {
+		res engine.PurgeResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := b.store.Purge(ctx, b.db.Pool, time.Now().Add(-30*24*time.Hour), false)
+		done <- result{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM "`+s+`".side_effects%'`).Scan(&waiting)
+		return err == nil && waiting == 1
+	}, 30*time.Second, 10*time.Millisecond, "the purge reaches the locked row")
+	require.NoError(t, tx.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, int64(19), r.res.Effects, "every expired effect but the one deleted meanwhile")
+	var left int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.side_effects`).Scan(&left))
+	require.Zero(t, left)
+}

@@ -471,15 +471,32 @@ WHERE action = 'confirm' AND to_state = 'confirmed' AND created_at >= $1`
 SELECT count(*) FROM /*schema*/side_effects
 WHERE phase <> 'live' AND ended_at < $1`
 
-	// The outer conditions are checked again on the row as it is when the
-	// DELETE gets to it: an effect an operator moved back to pending
-	// meanwhile is not deleted.
+	// A batch of $2 terminal effects older than $1, and the
+	// events they leave without effects, in one statement: an event goes
+	// with its last effect, found through the effects' own indexes instead
+	// of a scan of the events. The conditions are checked again on each row
+	// as it is when the DELETE gets to it: an effect an operator moved back
+	// to pending meanwhile is not deleted, and neither is its event. (The
+	// statement's parts share one snapshot, in which the effects deleted
+	// beside it still show: an event goes when it has as many effects as
+	// the batch deleted of it.) The array and the per-event count keep the
+	// plan on the indexes: a join here turns into scans of side_effects.
 	sqlPurgeEffects = `
-DELETE FROM /*schema*/side_effects WHERE id IN (
-	SELECT id FROM /*schema*/side_effects
-	WHERE phase <> 'live' AND ended_at < $1
-	LIMIT $2)
-	AND phase <> 'live' AND ended_at < $1`
+WITH gone AS (
+	DELETE FROM /*schema*/side_effects e
+	WHERE e.id = ANY (ARRAY(
+		SELECT id FROM /*schema*/side_effects
+		WHERE phase <> 'live' AND ended_at < $1
+		LIMIT $2))
+		AND e.phase <> 'live' AND e.ended_at < $1
+	RETURNING e.source_id),
+events AS (
+	DELETE FROM /*schema*/outbox_events ev
+	USING (SELECT source_id, count(*) AS n FROM gone GROUP BY source_id) g
+	WHERE ev.id = g.source_id
+		AND (SELECT count(*) FROM /*schema*/side_effects e WHERE e.source_id = ev.id) = g.n
+	RETURNING 1)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM events)`
 
 	// Events the purge would leave without effects.
 	sqlPurgeEventsCount = `
@@ -501,6 +518,8 @@ DELETE FROM /*schema*/idempotency_keys WHERE id IN (
 DELETE FROM /*schema*/inbox_messages WHERE (source, message_id) IN (
 	SELECT source, message_id FROM /*schema*/inbox_messages WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
 
+	// Events older than $1 that never had effects (or lost them some other
+	// way), $2 at a time: the one scan of the events a purge makes.
 	sqlPurgeEvents = `
 DELETE FROM /*schema*/outbox_events WHERE id IN (
 	SELECT ev.id FROM /*schema*/outbox_events ev

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers"
+)
+
+// purgeTrafficRate is the steady traffic offered while retention runs,
+// effects per second.
+const purgeTrafficRate = 300
+
+type purgeResult struct {
+	// Expired is how many effects past retention were seeded (three per
+	// event), Effects and Events how many the purge deleted.
+	Expired int           `json:"expired"`
+	Effects int64         `json:"effects_purged"`
+	Events  int64         `json:"events_purged"`
+	Took    time.Duration `json:"took_ns"`
+	// WALBytes is the WAL the purge wrote, from a checkpoint, with nothing
+	// else running.
+	WALBytes int64 `json:"wal_bytes"`
+	// Sizes of side_effects and outbox_events with their indexes, before
+	// the purge and after it and a VACUUM.
+	SizeBefore int64 `json:"size_before_bytes"`
+	SizeAfter  int64 `json:"size_after_bytes"`
+	// The same purge again under steady traffic at purgeTrafficRate: how
+	// long it took, and the traffic's achieved rate and commit-to-call p99
+	// without and during the purge.
+	TookUnderTraffic time.Duration `json:"took_under_traffic_ns"`
+	QuietPerSecond   float64       `json:"quiet_per_second"`
+	QuietP99         time.Duration `json:"quiet_p99_ns"`
+	PurgePerSecond   float64       `json:"during_purge_per_second"`
+	PurgeP99         time.Duration `json:"during_purge_p99_ns"`
+}
+
+// purgeCost measures retention's purge of expired effects: alone, how long
+// it takes, the WAL it writes and what the tables weigh afterwards; then
+// again while a dispatcher serves steady traffic, what it does to the
+// traffic.
+func (b *bench) purgeCost(ctx context.Context) (purgeResult, error) {
+	var r purgeResult
+	var err error
+	purge := func() (engine.PurgeResult, time.Duration, error) {
+		var purged atomic.Int64
+		done := make(chan struct{})
+		go progress(fmt.Sprintf("purging %d expired effects", r.Expired), r.Expired, func() int { return int(purged.Load()) }, done)
+		defer close(done)
+		start := time.Now()
+		res, err := engine.NewStore(b.schema).Purge(ctx, b.pool, time.Now().Add(-engine.DefaultRetention), false)
+		took := time.Since(start)
+		purged.Store(res.Effects)
+		if err == nil && res.Effects != int64(r.Expired) {
+			err = fmt.Errorf("purge deleted %d of %d expired effects", res.Effects, r.Expired)
+		}
+		return res, took, err
+	}
+
+	// Alone.
+	if r.Expired, err = b.seedExpired(ctx, b.s.PurgeEffects); err != nil {
+		return r, err
+	}
+	if r.SizeBefore, err = b.outboxSize(ctx); err != nil {
+		return r, err
+	}
+	if _, err := b.pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		return r, err
+	}
+	var lsn string
+	if err := b.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		return r, err
+	}
+	res, took, err := purge()
+	if err != nil {
+		return r, err
+	}
+	r.Took, r.Effects, r.Events = took, res.Effects, res.Events
+	if err := b.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn() - $1::pg_lsn", lsn).Scan(&r.WALBytes); err != nil {
+		return r, err
+	}
+	if err := b.vacuum(ctx); err != nil {
+		return r, err
+	}
+	if r.SizeAfter, err = b.outboxSize(ctx); err != nil {
+		return r, err
+	}
+	if err := b.clear(ctx); err != nil {
+		return r, err
+	}
+
+	// Under traffic: ten seconds of traffic alone, then the purge.
+	if _, err = b.seedExpired(ctx, b.s.PurgeEffects); err != nil {
+		return r, err
+	}
+	tr, err := b.startTraffic(ctx, purgeTrafficRate)
+	if err != nil {
+		return r, err
+	}
+	defer tr.stop()
+	quietFrom := time.Now()
+	if err := sleepCtx(ctx, 10*time.Second); err != nil {
+		return r, err
+	}
+	quietTo := time.Now()
+	if _, r.TookUnderTraffic, err = purge(); err != nil {
+		return r, err
+	}
+	end := time.Now()
+	if err := tr.stop(); err != nil {
+		return r, err
+	}
+	r.QuietPerSecond, r.QuietP99 = tr.window(quietFrom, quietTo)
+	r.PurgePerSecond, r.PurgeP99 = tr.window(end.Add(-r.TookUnderTraffic), end)
+	return r, b.clear(ctx)
+}
+
+func (b *bench) outboxSize(ctx context.Context) (int64, error) {
+	var n int64
+	err := b.pool.QueryRow(ctx, "SELECT pg_total_relation_size($1::regclass) + pg_total_relation_size($2::regclass)",
+		b.schema+".side_effects", b.schema+".outbox_events").Scan(&n)
+	return n, err
+}
+
+// seedExpired writes about n confirmed effects, three per event, that
+// ended between 31 and 40 days ago: past the default retention. It returns
+// how many.
+func (b *bench) seedExpired(ctx context.Context, n int) (int, error) {
+	const batch = 150_000
+	var seeded atomic.Int64
+	done := make(chan struct{})
+	go progress(fmt.Sprintf("seeding %d expired effects", n), n, func() int { return int(seeded.Load()) }, done)
+	defer close(done)
+	for int(seeded.Load()) < n {
+		events := max(1, min(batch, n-int(seeded.Load()))/len(historyKinds))
+		_, err := b.pool.Exec(ctx, `
+WITH ev AS (
+	INSERT INTO `+b.schema+`.outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at)
+	SELECT gen_random_uuid(), 'order', 'ord_' || i, 'order.paid', '{"amount": 4200, "currency": "eur"}',
+		now() - interval '31 days' - random() * interval '9 days'
+	FROM generate_series(1, $1) i
+	RETURNING id, created_at)
+INSERT INTO `+b.schema+`.side_effects (id, source_id, kind, provider, payload, state, attempts, total_attempts,
+	created_at, updated_at, fired_at, first_fired_at, confirmed_at, key_window_from)
+SELECT `+b.schema+`.outboxd_effect_id(ev.id, k.kind), ev.id, 'expired.' || k.kind, 'noop',
+	'{"operation": "payment_intent.capture", "params": {"id": "pi_3NqXj2LkdIwHu7ix1x0Fz9p2"}}', 'confirmed', 1, 1,
+	ev.created_at, ev.created_at + interval '80 milliseconds', ev.created_at + interval '20 milliseconds',
+	ev.created_at + interval '20 milliseconds', ev.created_at + interval '80 milliseconds', ev.created_at + interval '20 milliseconds'
+FROM ev CROSS JOIN unnest($2::text[]) AS k(kind)`, events, historyKinds)
+		if err != nil {
+			return int(seeded.Load()), err
+		}
+		seeded.Add(int64(events * len(historyKinds)))
+	}
+	return int(seeded.Load()), b.vacuum(ctx)
+}
+
+// traffic offers effects at a steady rate, one per application
+// transaction, to a running dispatcher with a no-op provider, and records
+// when each committed and when its provider call came.
+type traffic struct {
+	mu        sync.Mutex
+	committed map[uuid.UUID]time.Time
+	calls     sync.Map // effect id (string) -> time.Time
+	err       error
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	stopped   bool
+	stopD     func()
+}
+
+func (b *bench) startTraffic(ctx context.Context, rate int) (*traffic, error) {
+	t := &traffic{committed: map[uuid.UUID]time.Time{}}
+	noop := &noopProvider{onSend: func(req providers.Request) { t.calls.LoadOrStore(req.EffectID, time.Now()) }}
+	ob, err := outbox.New(outbox.Config{Schema: b.schema, Providers: []providers.Validator{noop}})
+	if err != nil {
+		return nil, err
+	}
+	// The purge under test is the benchmark's own call, not the
+	// dispatcher's periodic one.
+	cfg := b.dispatcherConfig(noop)
+	cfg.Retention = -1
+	d, err := engine.NewDispatcher(b.pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Start(ctx); err != nil {
+		return nil, err
+	}
+	t.stopD = func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Stop(stopCtx)
+	}
+	ctx, t.cancel = context.WithCancel(ctx)
+	work := make(chan int64, rate)
+	for range 32 {
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			for n := range work {
+				var id uuid.UUID
+				err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+					res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("bench.traffic", strconv.FormatInt(n, 10)), Type: "bench"},
+						outbox.Effect{Kind: "noop.effect", Provider: "noop", Payload: json.RawMessage(`{}`)})
+					if err == nil {
+						id = res.Effects[0].ID
+					}
+					return err
+				})
+				at := time.Now()
+				t.mu.Lock()
+				if err != nil && t.err == nil && ctx.Err() == nil {
+					t.err = err
+				}
+				if err == nil {
+					t.committed[id] = at
+				}
+				t.mu.Unlock()
+			}
+		}()
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		defer close(work)
+		interval := time.Second / time.Duration(rate)
+		start := time.Now()
+		for i := int64(0); ctx.Err() == nil; i++ {
+			if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+				if sleepCtx(ctx, wait) != nil {
+					return
+				}
+			}
+			work <- b.seq.Add(1)
+		}
+	}()
+	return t, nil
+}
+
+// stop ends the traffic, waits for what was committed to be called (at
+// most 30 s) and stops the dispatcher; it returns the first error.
+func (t *traffic) stop() error {
+	if t.stopped {
+		return t.err
+	}
+	t.stopped = true
+	t.cancel()
+	t.wg.Wait()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		missing := 0
+		t.mu.Lock()
+		for id := range t.committed {
+			if _, ok := t.calls.Load(id.String()); !ok {
+				missing++
+			}
+		}
+		t.mu.Unlock()
+		if missing == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.stopD()
+	return t.err
+}
+
+// window reports, for the effects committed between from and to, how many
+// per second were called and the commit-to-call p99.
+func (t *traffic) window(from, to time.Time) (perSecond float64, p99 time.Duration) {
+	var lat []time.Duration
+	called := 0
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, c := range t.committed {
+		if c.Before(from) || c.After(to) {
+			continue
+		}
+		if v, ok := t.calls.Load(id.String()); ok {
+			called++
+			lat = append(lat, max(0, v.(time.Time).Sub(c)))
+		}
+	}
+	slices.Sort(lat)
+	return float64(called) / to.Sub(from).Seconds(), percentile(lat, 0.99)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
