@@ -23,7 +23,7 @@ const historyDays = 28
 type historyResult struct {
 	// Effects is how many confirmed effects of history the tables held;
 	// RiverJobs how many completed River jobs, as River's cleaner leaves
-	// them (24 h of jobs at the rate that made the history).
+	// them (an hour of jobs at the rate that made the history).
 	Effects   int `json:"history_effects"`
 	RiverJobs int `json:"river_jobs"`
 	// SideEffectsBytes is side_effects' size with its indexes.
@@ -129,7 +129,7 @@ func (b *bench) atHistory(ctx context.Context) (historyResult, error) {
 // seedHistory grows the history to size confirmed effects: three per event
 // (an order's), created over the last historyDays days, with their events;
 // and River's job table as River's cleaner leaves it at that rate: the
-// completed jobs of the last 24 hours.
+// completed jobs of the last hour (outboxd's CompletedJobRetention).
 func (b *bench) seedHistory(ctx context.Context, size int) error {
 	const batch = 150_000
 	from := b.history
@@ -160,19 +160,25 @@ FROM ev CROSS JOIN unnest($2::text[]) AS k(kind)`, events, historyKinds)
 		b.history += events * len(historyKinds)
 		seeded.Store(int64(b.history))
 	}
-	jobs := (b.history - from) / historyDays
+	jobs := keptJobs(b.history) - keptJobs(from)
 	if jobs > 0 {
 		_, err := b.pool.Exec(ctx, `
 INSERT INTO `+b.schema+`.river_job (state, attempt, max_attempts, attempted_at, created_at, finalized_at, scheduled_at,
 	args, attempted_by, kind, queue, tags)
 SELECT 'completed', 1, 25, t, t, t, t, jsonb_build_object('effect_id', gen_random_uuid()), ARRAY['bench'],
 	$2, 'noop', ARRAY['history']
-FROM (SELECT now() - random() * interval '24 hours' AS t FROM generate_series(1, $1)) s`, jobs, engine.JobKind)
+FROM (SELECT now() - random() * $3::interval AS t FROM generate_series(1, $1)) s`, jobs, engine.JobKind, engine.DefaultCompletedJobRetention)
 		if err != nil {
 			return err
 		}
 	}
 	return b.vacuum(ctx)
+}
+
+// keptJobs is how many completed dispatch jobs River keeps (outboxd's
+// default retention of them) at the rate that made n effects of history.
+func keptJobs(n int) int {
+	return int(int64(n) * int64(engine.DefaultCompletedJobRetention) / int64(historyDays*24*time.Hour))
 }
 
 // clear removes what a phase wrote, keeping the seeded history.

@@ -74,7 +74,7 @@ func TestBenchRuns(t *testing.T) {
 	require.Zero(t, rep.History[0].Effects)
 	grown := rep.History[1]
 	require.Equal(t, 900, grown.Effects)
-	require.Equal(t, 900/historyDays, grown.RiverJobs, "a day of completed River jobs kept")
+	require.Equal(t, keptJobs(900), grown.RiverJobs, "an hour of completed River jobs kept")
 	require.Greater(t, grown.SideEffectsBytes, rep.History[0].SideEffectsBytes)
 	require.Positive(t, grown.EnqueueVsEmpty)
 	require.Positive(t, grown.DispatchVsEmpty)

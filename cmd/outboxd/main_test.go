@@ -94,6 +94,7 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--webhook-secret", testSecret, "--retry-base-delay", "-1s"}, nil, "--retry-base-delay"},
 		{[]string{"run", "--webhook-secret", testSecret, "--retention", "-1h"}, nil, "--retention"},
 		{[]string{"run", "--webhook-secret", testSecret, "--retention", "12h"}, nil, "key window"},
+		{[]string{"run", "--webhook-secret", testSecret, "--completed-job-retention", "10s"}, nil, "OUTBOXD_COMPLETED_JOB_RETENTION"},
 		{[]string{"run", "--webhook-secret", testSecret, "--webhook-key-window", "800h"}, nil, "--retention"},
 		{[]string{"run", "--webhook-secret", testSecret, "--concurrency", "webhook=0"}, nil, "--concurrency"},
 		{[]string{"run", "--webhook-secret", testSecret, "--schema", "a,public"}, nil, "--schema"},

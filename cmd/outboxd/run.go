@@ -50,6 +50,7 @@ type runConfig struct {
 	RescueAfter    time.Duration
 	SweepInterval  time.Duration
 	Retention      time.Duration
+	JobRetention   time.Duration
 
 	Policies cli.Policies
 
@@ -116,6 +117,8 @@ already older than --rescue-after and re-fires it within seconds.`,
 	envflag.Bind(f, "sweep-interval", "OUTBOXD_SWEEP_INTERVAL")
 	f.DurationVar(&c.Retention, "retention", engine.DefaultRetention, "keep terminal effects this long, then purge them (must exceed every key window; 0 disables)")
 	envflag.Bind(f, "retention", "OUTBOXD_RETENTION")
+	f.DurationVar(&c.JobRetention, "completed-job-retention", engine.DefaultCompletedJobRetention, "keep River's completed dispatch jobs this long (the effect row keeps what they say)")
+	envflag.Bind(f, "completed-job-retention", "OUTBOXD_COMPLETED_JOB_RETENTION")
 	c.Policies.Bind(f)
 	f.StringVar(&c.WebhookSecret, "webhook-secret", "", "Standard Webhooks signing secret, whsec_<base64>; enables the webhook provider")
 	envflag.Bind(f, "webhook-secret", "OUTBOXD_WEBHOOK_SECRET")
@@ -208,16 +211,17 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 // secrets.
 func (c *runConfig) settings(names []string, provs []providers.Provider) map[string]any {
 	s := map[string]any{
-		"providers":        names,
-		"concurrency":      c.concurrency(provs),
-		"in_doubt_policy":  c.Policies.InDoubt,
-		"max_attempts":     c.MaxAttempts,
-		"retry_base_delay": c.RetryBaseDelay.String(),
-		"retry_max_delay":  c.RetryMaxDelay.String(),
-		"job_timeout":      c.JobTimeout.String(),
-		"rescue_after":     c.RescueAfter.String(),
-		"sweep_interval":   c.SweepInterval.String(),
-		"retention":        c.Retention.String(),
+		"providers":               names,
+		"concurrency":             c.concurrency(provs),
+		"in_doubt_policy":         c.Policies.InDoubt,
+		"max_attempts":            c.MaxAttempts,
+		"retry_base_delay":        c.RetryBaseDelay.String(),
+		"retry_max_delay":         c.RetryMaxDelay.String(),
+		"job_timeout":             c.JobTimeout.String(),
+		"rescue_after":            c.RescueAfter.String(),
+		"sweep_interval":          c.SweepInterval.String(),
+		"retention":               c.Retention.String(),
+		"completed_job_retention": c.JobRetention.String(),
 	}
 	for _, n := range names {
 		switch n {
@@ -265,6 +269,7 @@ func (c *runConfig) validate() error {
 		{"--rescue-after", "OUTBOXD_RESCUE_AFTER", c.RescueAfter, time.Second},
 		{"--sweep-interval", "OUTBOXD_SWEEP_INTERVAL", c.SweepInterval, time.Second},
 		{"--retention", "OUTBOXD_RETENTION", c.Retention, 0},
+		{"--completed-job-retention", "OUTBOXD_COMPLETED_JOB_RETENTION", c.JobRetention, time.Minute},
 		{"--webhook-timeout", "OUTBOXD_WEBHOOK_TIMEOUT", c.WebhookTimeout, time.Millisecond},
 		{"--stripe-timeout", "OUTBOXD_STRIPE_TIMEOUT", c.StripeTimeout, time.Millisecond},
 		{"--sendgrid-timeout", "OUTBOXD_SENDGRID_TIMEOUT", c.SendGridTimeout, time.Millisecond},
@@ -358,16 +363,17 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		retention = -1 // disabled
 	}
 	d, err := engine.NewDispatcher(pool, engine.Config{
-		Schema:        g.Schema,
-		SweepInterval: c.SweepInterval,
-		Retention:     retention,
-		Metrics:       metrics,
-		Providers:     provs,
-		Concurrency:   c.concurrency(provs),
-		InDoubt:       inDoubt,
-		Retry:         engine.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
-		JobTimeout:    c.JobTimeout,
-		RescueAfter:   c.RescueAfter,
+		Schema:                g.Schema,
+		SweepInterval:         c.SweepInterval,
+		Retention:             retention,
+		CompletedJobRetention: c.JobRetention,
+		Metrics:               metrics,
+		Providers:             provs,
+		Concurrency:           c.concurrency(provs),
+		InDoubt:               inDoubt,
+		Retry:                 engine.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
+		JobTimeout:            c.JobTimeout,
+		RescueAfter:           c.RescueAfter,
 		// River's soft stop: in-flight calls get this long after a signal,
 		// then their contexts are cancelled.
 		ShutdownTimeout: max(c.ShutdownTimeout, time.Millisecond),

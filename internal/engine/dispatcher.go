@@ -80,6 +80,12 @@ type Config struct {
 	Retention time.Duration
 	// RetentionInterval is how often the purge runs. Default 1h.
 	RetentionInterval time.Duration
+	// CompletedJobRetention is how long River keeps a completed dispatch
+	// job (its CompletedJobRetentionPeriod). The effect row holds all a
+	// completed job says; the job is kept a while only to be read beside
+	// it. Default 1h (River's own default, 24h, makes river_job the
+	// biggest table: about 550 bytes per effect for a day).
+	CompletedJobRetention time.Duration
 	// Metrics, when set, receives what the dispatcher measures (see package
 	// dispatchmetrics for Prometheus).
 	Metrics Observer
@@ -110,6 +116,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.SweepGrace = cmp.Or(cfg.SweepGrace, DefaultSweepGrace)
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
 	cfg.RetentionInterval = cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval)
+	cfg.CompletedJobRetention = cmp.Or(cfg.CompletedJobRetention, DefaultCompletedJobRetention)
 	cfg.Retry = cfg.Retry.withDefaults()
 	return cfg
 }
@@ -127,7 +134,7 @@ func (cfg Config) validate() error {
 	}{{"job timeout", cfg.JobTimeout}, {"rescue-after", cfg.RescueAfter}, {"shutdown timeout", cfg.ShutdownTimeout},
 		{"fetch cooldown", cfg.FetchCooldown}, {"fetch poll interval", cfg.FetchPollInterval}, {"sweep interval", cfg.SweepInterval},
 		{"sweep grace", cfg.SweepGrace}, {"retention interval", cfg.RetentionInterval}, {"retry base delay", cfg.Retry.BaseDelay},
-		{"retry max delay", cfg.Retry.MaxDelay}} {
+		{"retry max delay", cfg.Retry.MaxDelay}, {"completed job retention", cfg.CompletedJobRetention}} {
 		if d.v < 0 {
 			return fmt.Errorf("dispatcher: %s is %s: it must not be negative", d.name, d.v)
 		}
@@ -220,12 +227,15 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		Workers:              workers,
 		JobTimeout:           cfg.JobTimeout,
 		RescueStuckJobsAfter: cfg.RescueAfter,
-		SoftStopTimeout:      cfg.ShutdownTimeout,
-		FetchCooldown:        cfg.FetchCooldown,
-		FetchPollInterval:    cfg.FetchPollInterval,
-		Logger:               cfg.Logger,
-		PeriodicJobs:         periodicJobs,
-		TestOnly:             cfg.TestOnly,
+		// Cancelled and discarded jobs keep River's default (24h): each
+		// marks an effect an operator may be looking at.
+		CompletedJobRetentionPeriod: cfg.CompletedJobRetention,
+		SoftStopTimeout:             cfg.ShutdownTimeout,
+		FetchCooldown:               cfg.FetchCooldown,
+		FetchPollInterval:           cfg.FetchPollInterval,
+		Logger:                      cfg.Logger,
+		PeriodicJobs:                periodicJobs,
+		TestOnly:                    cfg.TestOnly,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: river client: %w", err)

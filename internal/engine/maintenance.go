@@ -22,7 +22,10 @@ const (
 	DefaultSweepGrace        = time.Minute
 	DefaultRetention         = 30 * 24 * time.Hour
 	DefaultRetentionInterval = time.Hour
-	sweepBatch               = 1000
+	// DefaultCompletedJobRetention is how long River keeps a completed
+	// dispatch job; see Config.CompletedJobRetention.
+	DefaultCompletedJobRetention = time.Hour
+	sweepBatch                   = 1000
 )
 
 // SweepArgs are the arguments of the periodic sweep job.
