@@ -53,6 +53,8 @@ type settings struct {
 	History           []int         `json:"history"`
 	HistoryEffects    int           `json:"history_effects"`
 	PurgeEffects      int           `json:"purge_effects"`
+	Soak              time.Duration `json:"soak,omitempty"`
+	SoakRate          int           `json:"soak_rate,omitempty"`
 	Out               string        `json:"-"`
 	CPUProfile        string        `json:"-"`
 	Skip              string        `json:"-"`
@@ -75,6 +77,8 @@ type report struct {
 	History []historyResult `json:"history,omitempty"`
 	// Purge is retention deleting expired effects under steady traffic.
 	Purge *purgeResult `json:"purge,omitempty"`
+	// Soak is a -soak run, instead of the phases.
+	Soak *soakResult `json:"soak,omitempty"`
 }
 
 type machine struct {
@@ -106,6 +110,8 @@ func main() {
 	flag.StringVar(&history, "history", "0,1000000", "effects of confirmed history in the tables for the cost-versus-history phase, ascending (0: empty tables, the baseline)")
 	flag.IntVar(&s.HistoryEffects, "history-effects", 20000, "effects burnt down at each history size")
 	flag.IntVar(&s.PurgeEffects, "purge-effects", 1_000_000, "expired effects retention purges in the purge phase")
+	flag.DurationVar(&s.Soak, "soak", 0, "instead of the phases, offer -rate effects per second for this long and report each minute (e.g. -soak 30m -rate 300, against a Postgres with autovacuum on)")
+	flag.IntVar(&s.SoakRate, "rate", 300, "effects per second offered in a -soak run")
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
 	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,replicas,latency,history,purge,admin, and watermill (the peer in bench/watermill)")
@@ -186,6 +192,20 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 	for _, p := range strings.Split(s.Skip, ",") {
 		skip[strings.TrimSpace(p)] = true
 	}
+	if s.Soak > 0 {
+		if s.SoakRate <= 0 {
+			return fmt.Errorf("-rate %d: want a positive rate", s.SoakRate)
+		}
+		rep := report{Settings: s, Machine: describeMachine(ctx, pool)}
+		fmt.Fprintf(out, "outboxbench soak: %s, %d cores, %s, %s, autovacuum %s, %d effects/s for %s\n",
+			rep.Machine.CPU, rep.Machine.Cores, rep.Machine.Go, rep.Machine.Postgres, rep.Machine.Autovacuum, s.SoakRate, s.Soak)
+		res, err := bn.soak(ctx, out, s.Soak, s.SoakRate)
+		if err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
+		rep.Soak = &res
+		return writeReport(out, s.Out, rep)
+	}
 	if !skip["watermill"] {
 		dir, err := os.MkdirTemp("", "outboxbench")
 		if err != nil {
@@ -244,19 +264,25 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 		rep.Web = bn.web
 	}
 	printReport(out, rep)
-	if s.Out != "" {
-		f, err := os.Create(s.Out)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		enc := json.NewEncoder(f)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "\nfigures written to %s\n", s.Out)
+	return writeReport(out, s.Out, rep)
+}
+
+// writeReport writes rep as JSON to path, unless path is empty.
+func writeReport(out io.Writer, path string, rep report) error {
+	if path == "" {
+		return nil
 	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nfigures written to %s\n", path)
 	return nil
 }
 

@@ -104,7 +104,9 @@ func (b *bench) purgeCost(ctx context.Context) (purgeResult, error) {
 	if _, err = b.seedExpired(ctx, b.s.PurgeEffects); err != nil {
 		return r, err
 	}
-	tr, err := b.startTraffic(ctx, purgeTrafficRate)
+	// The purge under test is the benchmark's own call, not the
+	// dispatcher's periodic one.
+	tr, err := b.startTraffic(ctx, purgeTrafficRate, false)
 	if err != nil {
 		return r, err
 	}
@@ -180,17 +182,19 @@ type traffic struct {
 	stopD     func()
 }
 
-func (b *bench) startTraffic(ctx context.Context, rate int) (*traffic, error) {
+// With retention, the dispatcher runs outboxd's periodic purge as usual;
+// without, none.
+func (b *bench) startTraffic(ctx context.Context, rate int, retention bool) (*traffic, error) {
 	t := &traffic{committed: map[uuid.UUID]time.Time{}}
 	noop := &noopProvider{onSend: func(req providers.Request) { t.calls.LoadOrStore(req.EffectID, time.Now()) }}
 	ob, err := outbox.New(outbox.Config{Schema: b.schema, Providers: []providers.Validator{noop}})
 	if err != nil {
 		return nil, err
 	}
-	// The purge under test is the benchmark's own call, not the
-	// dispatcher's periodic one.
 	cfg := b.dispatcherConfig(noop)
-	cfg.Retention = -1
+	if !retention {
+		cfg.Retention = -1
+	}
 	d, err := engine.NewDispatcher(b.pool, cfg)
 	if err != nil {
 		return nil, err

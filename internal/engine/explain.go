@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// ExplainAdmin returns the JSON plans of the statements behind Stuck, Stats
-// and List of failed effects of one kind, keyed by name, so their index use
-// can be checked at scale.
+// ExplainAdmin returns the JSON plans of the statements behind Stuck, Stats,
+// List of failed effects of one kind and the retention purge, keyed by
+// name, so their index use can be checked at scale.
 func (s *Store) ExplainAdmin(ctx context.Context, db DB, notSince, since time.Time) (map[string]string, error) {
 	plans := map[string]string{}
 	for name, q := range map[string]struct {
@@ -20,6 +20,10 @@ func (s *Store) ExplainAdmin(ctx context.Context, db DB, notSince, since time.Ti
 		"stats.oldest":   {s.q.statsOldest, nil},
 		"stats.attempts": {s.q.statsAttempts, []any{since}},
 		"stats.latency":  {s.q.statsLatency, []any{since}},
+		// The retention purge's two statements, with since as the cutoff
+		// (EXPLAIN without ANALYZE deletes nothing).
+		"purge.effects": {s.q.purgeEffects, []any{since, 5000}},
+		"purge.events":  {s.q.purgeEvents, []any{since, 5000}},
 		"list.failed": {s.q.listFailed, []any{[]string{string(StateFailed)}, "webhook.order_paid",
 			nil, nil, nil, nil, nil, nil, 50}},
 	} {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
 )
 
@@ -341,4 +342,33 @@ SELECT `+s+`.outboxd_effect_id(id, 'a'), id, 'a', 'webhook', '{}', 'confirmed', 
 	var left int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.side_effects`).Scan(&left))
 	require.Zero(t, left)
+}
+
+// With weeks of history in the tables, neither purge statement reads a
+// whole table: effects through the terminal index, events that never had
+// effects through their created_at index.
+func TestPurgeReadsIndexesNotTables(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	s := db.Schema
+	_, err := db.Pool.Exec(ctx, `
+WITH ev AS (
+	INSERT INTO `+s+`.outbox_events (id, event_type, payload, created_at)
+	SELECT gen_random_uuid(), 'order.paid', '{}', now() - i * interval '1 minute' FROM generate_series(1, 20000) i
+	RETURNING id, created_at)
+INSERT INTO `+s+`.side_effects (id, source_id, kind, provider, payload, state, created_at, updated_at)
+SELECT `+s+`.outboxd_effect_id(id, 'webhook.order_paid'), id, 'webhook.order_paid', 'webhook', '{}', 'confirmed', created_at, created_at
+FROM ev`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, "ANALYZE "+s+".side_effects, "+s+".outbox_events")
+	require.NoError(t, err)
+
+	plans, err := engine.NewStore(s).ExplainAdmin(ctx, db.Pool, time.Now(), time.Now().Add(-30*24*time.Hour))
+	require.NoError(t, err)
+	require.Contains(t, plans["purge.effects"], `"side_effects_terminal_idx"`)
+	require.Contains(t, plans["purge.events"], `"outbox_events_created_at_idx"`)
+	for _, name := range []string{"purge.effects", "purge.events"} {
+		require.NotContains(t, plans[name], `"Seq Scan"`, "%s: %s", name, plans[name])
+	}
 }

@@ -519,7 +519,7 @@ DELETE FROM /*schema*/inbox_messages WHERE (source, message_id) IN (
 	SELECT source, message_id FROM /*schema*/inbox_messages WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
 
 	// Events older than $1 that never had effects (or lost them some other
-	// way), $2 at a time: the one scan of the events a purge makes.
+	// way), $2 at a time, through outbox_events_created_at_idx.
 	sqlPurgeEvents = `
 DELETE FROM /*schema*/outbox_events WHERE id IN (
 	SELECT ev.id FROM /*schema*/outbox_events ev
