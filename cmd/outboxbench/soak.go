@@ -44,14 +44,14 @@ type soakResult struct {
 	Rate    int          `json:"offered_per_second"`
 	Minutes []soakMinute `json:"minutes"`
 	// Against the targets, for the minutes after the tenth.
-	FirstTenP99    time.Duration `json:"first_ten_minutes_p99_ns"`
-	LaterP99Max    time.Duration `json:"later_p99_max_ns"`
-	LaterRateMin   float64       `json:"later_rate_min"`
-	LaterRateMax   float64       `json:"later_rate_max"`
-	LaterDeadMax   float64       `json:"later_dead_ratio_max"`
-	BytesAtTen     float64       `json:"bytes_per_effect_at_ten"`
-	BytesAtEnd     float64       `json:"bytes_per_effect_at_end"`
-	Autovacuum     string        `json:"autovacuum"`
+	FirstTenP99  time.Duration `json:"first_ten_minutes_p99_ns"`
+	LaterP99Max  time.Duration `json:"later_p99_max_ns"`
+	LaterRateMin float64       `json:"later_rate_min"`
+	LaterRateMax float64       `json:"later_rate_max"`
+	LaterDeadMax float64       `json:"later_dead_ratio_max"`
+	BytesAtTen   float64       `json:"bytes_per_effect_at_ten"`
+	BytesAtEnd   float64       `json:"bytes_per_effect_at_end"`
+	Autovacuum   string        `json:"autovacuum"`
 	// CompletedJobsH is River's retention of completed jobs, in hours (0:
 	// outboxd's default).
 	CompletedJobsH float64 `json:"completed_job_retention_hours"`
