@@ -55,9 +55,11 @@ type settings struct {
 	PurgeEffects      int           `json:"purge_effects"`
 	Soak              time.Duration `json:"soak,omitempty"`
 	SoakRate          int           `json:"soak_rate,omitempty"`
-	Out               string        `json:"-"`
-	CPUProfile        string        `json:"-"`
-	Skip              string        `json:"-"`
+	// SoakTick shortens the soak's minute, for tests.
+	SoakTick   time.Duration `json:"-"`
+	Out        string        `json:"-"`
+	CPUProfile string        `json:"-"`
+	Skip       string        `json:"-"`
 }
 
 // report is everything measured, as written to JSON.
@@ -199,7 +201,7 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 		rep := report{Settings: s, Machine: describeMachine(ctx, pool)}
 		fmt.Fprintf(out, "outboxbench soak: %s, %d cores, %s, %s, autovacuum %s, %d effects/s for %s\n",
 			rep.Machine.CPU, rep.Machine.Cores, rep.Machine.Go, rep.Machine.Postgres, rep.Machine.Autovacuum, s.SoakRate, s.Soak)
-		res, err := bn.soak(ctx, out, s.Soak, s.SoakRate)
+		res, err := bn.soak(ctx, out, s.Soak, s.SoakRate, s.SoakTick)
 		if err != nil {
 			return fmt.Errorf("soak: %w", err)
 		}

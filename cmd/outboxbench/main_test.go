@@ -93,3 +93,31 @@ func TestBenchRuns(t *testing.T) {
 	require.Contains(t, buf.String(), "autovacuum")
 	require.Contains(t, buf.String(), "IDEMPOTENCY-KEY MIDDLEWARE")
 }
+
+// TestSoakRuns runs a soak with two-second "minutes": every row reports
+// the traffic and the tables.
+func TestSoakRuns(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "soak.json")
+	var buf bytes.Buffer
+	err := run(context.Background(), &buf, settings{
+		DatabaseURL: testdb.URL(), Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond,
+		Soak: 6 * time.Second, SoakRate: 50, SoakTick: 2 * time.Second, Out: out,
+	})
+	require.NoError(t, err, buf.String())
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var rep report
+	require.NoError(t, json.Unmarshal(raw, &rep))
+	require.NotNil(t, rep.Soak)
+	require.Empty(t, rep.Dispatch, "a soak runs instead of the phases")
+	require.Len(t, rep.Soak.Minutes, 3)
+	for _, m := range rep.Soak.Minutes {
+		require.Positive(t, m.Achieved, "minute %d", m.Minute)
+		require.Positive(t, m.P99, "minute %d", m.Minute)
+		require.Positive(t, m.Effects.HeapBytes, "minute %d", m.Minute)
+		require.Positive(t, m.BytesPerKept, "minute %d", m.Minute)
+	}
+	require.Greater(t, rep.Soak.Minutes[2].Effects.Live, int64(0))
+	require.Contains(t, buf.String(), "SOAK AT 50/S")
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -60,7 +61,9 @@ type soakResult struct {
 // soak offers effects at a steady rate for the whole duration to a
 // dispatcher with outboxd's defaults and reports, per minute, what a team
 // watches when an outbox runs for weeks: rate, p99, dead tuples, sizes.
-func (b *bench) soak(ctx context.Context, out io.Writer, d time.Duration, rate int) (soakResult, error) {
+// Rows are a minute apart, or tick apart when tick is set (tests).
+func (b *bench) soak(ctx context.Context, out io.Writer, d time.Duration, rate int, tick time.Duration) (soakResult, error) {
+	tick = cmp.Or(tick, time.Minute)
 	res := soakResult{Rate: rate, Autovacuum: describeMachine(ctx, b.pool).Autovacuum,
 		CompletedJobsH: b.dispatcherConfig(&noopProvider{}).CompletedJobRetention.Hours()}
 	tr, err := b.startTraffic(ctx, rate, true)
@@ -75,8 +78,8 @@ func (b *bench) soak(ctx context.Context, out io.Writer, d time.Duration, rate i
 		return res, err
 	}
 	var rows []soakMinute
-	for m := 1; time.Duration(m)*time.Minute <= d; m++ {
-		if err := sleepCtx(ctx, time.Until(start.Add(time.Duration(m)*time.Minute))); err != nil {
+	for m := 1; time.Duration(m)*tick <= d; m++ {
+		if err := sleepCtx(ctx, time.Until(start.Add(time.Duration(m)*tick))); err != nil {
 			return res, err
 		}
 		row := soakMinute{Minute: m}
@@ -99,7 +102,7 @@ func (b *bench) soak(ctx context.Context, out io.Writer, d time.Duration, rate i
 			row.BytesPerKept = float64(total) / float64(row.Effects.Live)
 		}
 		fmt.Fprintf(os.Stderr, "  soak minute %d/%d: side_effects %d live, %.1f%% dead; river_job %d live; %.0f bytes per effect\n",
-			m, int(d/time.Minute), row.Effects.Live, 100*row.Effects.DeadRatio, row.Jobs.Live, row.BytesPerKept)
+			m, int(d/tick), row.Effects.Live, 100*row.Effects.DeadRatio, row.Jobs.Live, row.BytesPerKept)
 		rows = append(rows, row)
 		prev = row
 	}
@@ -107,8 +110,8 @@ func (b *bench) soak(ctx context.Context, out io.Writer, d time.Duration, rate i
 		return res, err
 	}
 	for i := range rows {
-		from := start.Add(time.Duration(i) * time.Minute)
-		rows[i].Achieved, rows[i].P99 = tr.window(from, from.Add(time.Minute))
+		from := start.Add(time.Duration(i) * tick)
+		rows[i].Achieved, rows[i].P99 = tr.window(from, from.Add(tick))
 	}
 	res.Minutes = rows
 	res.summarize()
