@@ -3,19 +3,13 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/providers"
 )
 
 type latencyResult struct {
@@ -85,82 +79,24 @@ func (b *bench) latency(ctx context.Context) ([]latencyResult, error) {
 }
 
 func (b *bench) latencyAt(ctx context.Context, rate int, mode enqueueMode) (latencyResult, error) {
-	var calls sync.Map // effect id -> time of the provider call
-	noop := &noopProvider{onSend: func(req providers.Request) { calls.LoadOrStore(req.EffectID, time.Now()) }}
-	cfg := mode.config(b.schema)
-	cfg.Providers = []providers.Validator{noop}
-	ob, err := outbox.New(cfg)
-	if err != nil {
-		return latencyResult{}, err
-	}
-	d, err := b.dispatcher(noop)
-	if err != nil {
-		return latencyResult{}, err
-	}
-	if err := d.Start(ctx); err != nil {
-		return latencyResult{}, err
-	}
-	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(stopCtx)
-	}()
-
-	var mu sync.Mutex
-	committed := map[uuid.UUID]time.Time{}
-	var firstErr error
-	var seq atomic.Int64
-	work := make(chan struct{}, rate)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range work {
-				n := strconv.FormatInt(seq.Add(1), 10)
-				var id uuid.UUID
-				err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-					res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("bench.latency", strconv.Itoa(rate), n), Type: "bench"},
-						outbox.Effect{Kind: "noop.effect", Provider: "noop", Payload: json.RawMessage(`{}`)})
-					if err == nil {
-						id = res.Effects[0].ID
-					}
-					return err
-				})
-				t := time.Now()
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				if err == nil {
-					committed[id] = t
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-
 	total := int(float64(rate) * b.s.RateDuration.Seconds())
+	tr, err := b.startTraffic(ctx, trafficOpts{rate: rate, mode: mode, limit: total})
+	if err != nil {
+		return latencyResult{}, err
+	}
+	defer tr.stop()
 	done := make(chan struct{})
-	go progress(fmt.Sprintf("latency at %d/s", rate), total, func() int { return int(noop.calls.Load()) }, done)
-	interval := time.Second / time.Duration(rate)
-	start := time.Now()
-	for i := 0; i < total && ctx.Err() == nil; i++ {
-		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-			time.Sleep(wait)
-		}
-		work <- struct{}{}
+	go progress(fmt.Sprintf("latency at %d/s", rate), total, tr.called, done)
+	err = tr.offered()
+	achieved := float64(total) / time.Since(tr.start).Seconds()
+	if err == nil {
+		err = b.waitFor(ctx, func() bool { return true }, "SELECT count(*) FROM "+b.schema+".side_effects WHERE phase = 'live'")
 	}
-	close(work)
-	wg.Wait()
-	achieved := float64(total) / time.Since(start).Seconds()
-	if firstErr != nil {
-		close(done)
-		return latencyResult{}, firstErr
-	}
-	err = b.waitFor(ctx, func() bool { return true }, "SELECT count(*) FROM "+b.schema+".side_effects WHERE phase = 'live'")
 	close(done)
 	if err != nil {
+		return latencyResult{}, err
+	}
+	if err := tr.stop(); err != nil {
 		return latencyResult{}, err
 	}
 
@@ -180,24 +116,22 @@ func (b *bench) latencyAt(ctx context.Context, rate int, mode enqueueMode) (late
 	if err := rows.Err(); err != nil {
 		return latencyResult{}, err
 	}
-	var toCall, toConfirm []time.Duration
-	for id, c := range committed {
-		if v, ok := calls.Load(id.String()); ok {
-			// A worker may pick the job up before the producer's Commit
-			// returns; that counts as zero.
-			toCall = append(toCall, max(0, v.(time.Time).Sub(c)))
-		}
+	toCall := tr.latencies(tr.start, time.Now())
+	var toConfirm []time.Duration
+	tr.mu.Lock()
+	n := len(tr.committed)
+	for id, c := range tr.committed {
 		if t, ok := confirmedAt[id]; ok {
 			toConfirm = append(toConfirm, max(0, t.Sub(c)))
 		}
 	}
-	slices.Sort(toCall)
+	tr.mu.Unlock()
 	slices.Sort(toConfirm)
 	if err := b.clear(ctx); err != nil {
 		return latencyResult{}, err
 	}
 	return latencyResult{
-		Jobs: mode.name, Rate: rate, Achieved: achieved, N: len(committed),
+		Jobs: mode.name, Rate: rate, Achieved: achieved, N: n,
 		CallP50: percentile(toCall, .5), CallP95: percentile(toCall, .95), CallP99: percentile(toCall, .99),
 		ConfirmP50: percentile(toConfirm, .5), ConfirmP95: percentile(toConfirm, .95), ConfirmP99: percentile(toConfirm, .99),
 	}, nil

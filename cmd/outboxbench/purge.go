@@ -2,20 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"slices"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxd/outboxd/internal/engine"
-	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/providers"
 )
 
 // purgeTrafficRate is the steady traffic offered while retention runs,
@@ -106,7 +97,7 @@ func (b *bench) purgeCost(ctx context.Context) (purgeResult, error) {
 	}
 	// The purge under test is the benchmark's own call, not the
 	// dispatcher's periodic one.
-	tr, err := b.startTraffic(ctx, purgeTrafficRate, false)
+	tr, err := b.startTraffic(ctx, trafficOpts{rate: purgeTrafficRate, mode: enqueueModes[0]})
 	if err != nil {
 		return r, err
 	}
@@ -166,139 +157,6 @@ FROM ev CROSS JOIN unnest($2::text[]) AS k(kind)`, events, historyKinds)
 		seeded.Add(int64(events * len(historyKinds)))
 	}
 	return int(seeded.Load()), b.vacuum(ctx)
-}
-
-// traffic offers effects at a steady rate, one per application
-// transaction, to a running dispatcher with a no-op provider, and records
-// when each committed and when its provider call came.
-type traffic struct {
-	mu        sync.Mutex
-	committed map[uuid.UUID]time.Time
-	calls     sync.Map // effect id (string) -> time.Time
-	err       error
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	stopped   bool
-	stopD     func()
-}
-
-// With retention, the dispatcher runs outboxd's periodic purge as usual;
-// without, none.
-func (b *bench) startTraffic(ctx context.Context, rate int, retention bool) (*traffic, error) {
-	t := &traffic{committed: map[uuid.UUID]time.Time{}}
-	noop := &noopProvider{onSend: func(req providers.Request) { t.calls.LoadOrStore(req.EffectID, time.Now()) }}
-	ob, err := outbox.New(outbox.Config{Schema: b.schema, Providers: []providers.Validator{noop}})
-	if err != nil {
-		return nil, err
-	}
-	cfg := b.dispatcherConfig(noop)
-	if !retention {
-		cfg.Retention = -1
-	}
-	d, err := engine.NewDispatcher(b.pool, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := d.Start(ctx); err != nil {
-		return nil, err
-	}
-	t.stopD = func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(stopCtx)
-	}
-	ctx, t.cancel = context.WithCancel(ctx)
-	work := make(chan int64, rate)
-	for range 32 {
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			for n := range work {
-				var id uuid.UUID
-				err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-					res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("bench.traffic", strconv.FormatInt(n, 10)), Type: "bench"},
-						outbox.Effect{Kind: "noop.effect", Provider: "noop", Payload: json.RawMessage(`{}`)})
-					if err == nil {
-						id = res.Effects[0].ID
-					}
-					return err
-				})
-				at := time.Now()
-				t.mu.Lock()
-				if err != nil && t.err == nil && ctx.Err() == nil {
-					t.err = err
-				}
-				if err == nil {
-					t.committed[id] = at
-				}
-				t.mu.Unlock()
-			}
-		}()
-	}
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		defer close(work)
-		interval := time.Second / time.Duration(rate)
-		start := time.Now()
-		for i := int64(0); ctx.Err() == nil; i++ {
-			if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-				if sleepCtx(ctx, wait) != nil {
-					return
-				}
-			}
-			work <- b.seq.Add(1)
-		}
-	}()
-	return t, nil
-}
-
-// stop ends the traffic, waits for what was committed to be called (at
-// most 30 s) and stops the dispatcher; it returns the first error.
-func (t *traffic) stop() error {
-	if t.stopped {
-		return t.err
-	}
-	t.stopped = true
-	t.cancel()
-	t.wg.Wait()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		missing := 0
-		t.mu.Lock()
-		for id := range t.committed {
-			if _, ok := t.calls.Load(id.String()); !ok {
-				missing++
-			}
-		}
-		t.mu.Unlock()
-		if missing == 0 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.stopD()
-	return t.err
-}
-
-// window reports, for the effects committed between from and to, how many
-// per second were called and the commit-to-call p99.
-func (t *traffic) window(from, to time.Time) (perSecond float64, p99 time.Duration) {
-	var lat []time.Duration
-	called := 0
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for id, c := range t.committed {
-		if c.Before(from) || c.After(to) {
-			continue
-		}
-		if v, ok := t.calls.Load(id.String()); ok {
-			called++
-			lat = append(lat, max(0, v.(time.Time).Sub(c)))
-		}
-	}
-	slices.Sort(lat)
-	return float64(called) / to.Sub(from).Seconds(), percentile(lat, 0.99)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

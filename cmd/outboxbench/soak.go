@@ -66,7 +66,7 @@ func (b *bench) soak(ctx context.Context, out io.Writer, d time.Duration, rate i
 	tick = cmp.Or(tick, time.Minute)
 	res := soakResult{Rate: rate, Autovacuum: describeMachine(ctx, b.pool).Autovacuum,
 		CompletedJobsH: b.dispatcherConfig(&noopProvider{}).CompletedJobRetention.Hours()}
-	tr, err := b.startTraffic(ctx, rate, true)
+	tr, err := b.startTraffic(ctx, trafficOpts{rate: rate, mode: enqueueModes[0], retention: true})
 	if err != nil {
 		return res, err
 	}
