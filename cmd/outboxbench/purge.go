@@ -27,9 +27,10 @@ type purgeResult struct {
 	// the purge and after it and a VACUUM.
 	SizeBefore int64 `json:"size_before_bytes"`
 	SizeAfter  int64 `json:"size_after_bytes"`
-	// The same purge again under steady traffic at purgeTrafficRate: how
-	// long it took, and the traffic's achieved rate and commit-to-call p99
-	// without and during the purge.
+	// The same purge again, yielding as the retention job does, under
+	// steady traffic at purgeTrafficRate: how long it took, and the
+	// traffic's achieved rate and commit-to-call p99 without and during
+	// the purge.
 	TookUnderTraffic time.Duration `json:"took_under_traffic_ns"`
 	QuietPerSecond   float64       `json:"quiet_per_second"`
 	QuietP99         time.Duration `json:"quiet_p99_ns"`
@@ -37,20 +38,21 @@ type purgeResult struct {
 	PurgeP99         time.Duration `json:"during_purge_p99_ns"`
 }
 
-// purgeCost measures retention's purge of expired effects: alone, how long
-// it takes, the WAL it writes and what the tables weigh afterwards; then
-// again while a dispatcher serves steady traffic, what it does to the
-// traffic.
+// purgeCost measures retention's purge of expired effects: alone and at
+// full speed (as outboxctl purge runs it), how long it takes, the WAL it
+// writes and what the tables weigh afterwards; then again, yielding as the
+// periodic retention job does, while a dispatcher serves steady traffic:
+// what it does to the traffic.
 func (b *bench) purgeCost(ctx context.Context) (purgeResult, error) {
 	var r purgeResult
 	var err error
-	purge := func() (engine.PurgeResult, time.Duration, error) {
+	purge := func(yield bool) (engine.PurgeResult, time.Duration, error) {
 		var purged atomic.Int64
 		done := make(chan struct{})
 		go progress(fmt.Sprintf("purging %d expired effects", r.Expired), r.Expired, func() int { return int(purged.Load()) }, done)
 		defer close(done)
 		start := time.Now()
-		res, err := engine.NewStore(b.schema).Purge(ctx, b.pool, time.Now().Add(-engine.DefaultRetention), false)
+		res, err := engine.NewStore(b.schema).PurgeInBatches(ctx, b.pool, time.Now().Add(-engine.DefaultRetention), engine.PurgeOptions{Yield: yield})
 		took := time.Since(start)
 		purged.Store(res.Effects)
 		if err == nil && res.Effects != int64(r.Expired) {
@@ -73,7 +75,7 @@ func (b *bench) purgeCost(ctx context.Context) (purgeResult, error) {
 	if err := b.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
 		return r, err
 	}
-	res, took, err := purge()
+	res, took, err := purge(false)
 	if err != nil {
 		return r, err
 	}
@@ -107,7 +109,7 @@ func (b *bench) purgeCost(ctx context.Context) (purgeResult, error) {
 		return r, err
 	}
 	quietTo := time.Now()
-	if _, r.TookUnderTraffic, err = purge(); err != nil {
+	if _, r.TookUnderTraffic, err = purge(true); err != nil {
 		return r, err
 	}
 	end := time.Now()

@@ -174,7 +174,7 @@ type retentionWorker struct {
 }
 
 func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs]) error {
-	res, err := w.store.Purge(ctx, w.pool, time.Now().Add(-w.retention), false)
+	res, err := w.store.PurgeInBatches(ctx, w.pool, time.Now().Add(-w.retention), PurgeOptions{Yield: true})
 	if err != nil {
 		return err
 	}

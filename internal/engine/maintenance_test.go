@@ -266,12 +266,13 @@ FROM ev CROSS JOIN unnest(ARRAY['a', 'b', 'c']) k`)
 	require.NoError(t, err)
 	require.Equal(t, engine.PurgeResult{Effects: 200*3 + 100*2, Events: 220}, would)
 
-	// Two purges at once, in batches far smaller than the work.
+	// Two purges at once, in batches far smaller than the work, one of
+	// them yielding as the retention job does.
 	results := make(chan engine.PurgeResult, 2)
 	errs := make(chan error, 2)
-	for range 2 {
+	for i := range 2 {
 		go func() {
-			res, err := b.store.PurgeInBatches(ctx, b.db.Pool, cutoff, 7)
+			res, err := b.store.PurgeInBatches(ctx, b.db.Pool, cutoff, engine.PurgeOptions{Batch: 7, Yield: i == 0})
 			results <- res
 			errs <- err
 		}()

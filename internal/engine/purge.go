@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -19,7 +20,7 @@ type PurgeResult struct {
 // touched. With dryRun it only counts.
 func (s *Store) Purge(ctx context.Context, db DB, cutoff time.Time, dryRun bool) (PurgeResult, error) {
 	if !dryRun {
-		return s.PurgeInBatches(ctx, db, cutoff, purgeBatch)
+		return s.PurgeInBatches(ctx, db, cutoff, PurgeOptions{})
 	}
 	var res PurgeResult
 	{
@@ -34,14 +35,27 @@ func (s *Store) Purge(ctx context.Context, db DB, cutoff time.Time, dryRun bool)
 	}
 }
 
-// purgeBatch is how many effects one purge statement deletes.
-const purgeBatch = 5000
+// PurgeBatch is how many effects one purge statement deletes by default.
+const PurgeBatch = 5000
 
-// PurgeInBatches is Purge with batches of the given size.
-func (s *Store) PurgeInBatches(ctx context.Context, db DB, cutoff time.Time, batch int) (PurgeResult, error) {
+// PurgeOptions shape a purge's pace.
+type PurgeOptions struct {
+	// Batch is how many effects one statement deletes. Default PurgeBatch.
+	Batch int
+	// Yield pauses after each batch for as long as the batch took, so that
+	// a large purge takes at most half of the time (and of the WAL
+	// bandwidth) of the traffic it runs beside. The periodic retention
+	// job yields; outboxctl purge does not.
+	Yield bool
+}
+
+// PurgeInBatches is Purge with the given pace.
+func (s *Store) PurgeInBatches(ctx context.Context, db DB, cutoff time.Time, o PurgeOptions) (PurgeResult, error) {
+	batch := cmp.Or(o.Batch, PurgeBatch)
 	var res PurgeResult
 	for {
 		var effects, events int64
+		start := time.Now()
 		if err := db.QueryRow(ctx, s.q.purgeEffects, cutoff, batch).Scan(&effects, &events); err != nil {
 			return res, fmt.Errorf("purge: %w", err)
 		}
@@ -51,6 +65,13 @@ func (s *Store) PurgeInBatches(ctx context.Context, db DB, cutoff time.Time, bat
 		// this one's batches: only an empty batch ends the loop.
 		if effects == 0 {
 			break
+		}
+		if o.Yield {
+			select {
+			case <-ctx.Done():
+				return res, fmt.Errorf("purge: %w", ctx.Err())
+			case <-time.After(time.Since(start)):
+			}
 		}
 	}
 	for {
