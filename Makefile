@@ -32,7 +32,7 @@ vet:
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-## bench: outboxd against Postgres, River and Watermill (bench/, a module of its own), same run (~16 min)
+## bench: outboxd against Postgres, River and Watermill (bench/, a module of its own), same run (~20 min)
 bench:
 	$(GO) run ./cmd/outboxbench
 
