@@ -86,14 +86,7 @@ func (b *bench) replicas(ctx context.Context, k int) (replicaResult, error) {
 			return replicaResult{}, err
 		}
 		pools = append(pools, pool)
-		if ds[i], err = engine.NewDispatcher(pool, engine.Config{
-			Schema:            b.schema,
-			Providers:         []providers.Provider{noop},
-			Concurrency:       map[string]int{noop.Name(): b.s.Workers},
-			FetchCooldown:     b.s.FetchCooldown,
-			FetchPollInterval: b.s.FetchPollInterval,
-			Logger:            quiet,
-		}); err != nil {
+		if ds[i], err = engine.NewDispatcher(pool, b.dispatcherConfig(noop)); err != nil {
 			return replicaResult{}, err
 		}
 	}

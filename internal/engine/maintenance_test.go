@@ -164,13 +164,26 @@ func TestPurgeSparesAnEffectRedrivenMeanwhile(t *testing.T) {
 	_, err = tx.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'pending', updated_at = now() WHERE id = $1`, e.ID)
 	require.NoError(t, err)
 
+	res := purgeBehind(t, b, tx, engine.PurgeOptions{})
+	require.Zero(t, res.Effects)
+	got, err := b.store.Get(ctx, b.db.Pool, e.ID)
+	require.NoError(t, err, "the redriven effect still exists")
+	require.Equal(t, engine.StatePending, got.State)
+}
+
+// purgeBehind runs a purge of what is older than 30 days while tx holds a
+// row the purge will reach, commits tx once the purge waits for that row,
+// and returns what the purge deleted.
+func purgeBehind(t *testing.T, b *workerBundle, tx pgx.Tx, o engine.PurgeOptions) engine.PurgeResult {
+	t.Helper()
+	ctx := context.Background()
 	type result struct {
 		res engine.PurgeResult
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := b.store.Purge(ctx, b.db.Pool, time.Now().Add(-30*24*time.Hour), false)
+		res, err := b.store.PurgeInBatches(ctx, b.db.Pool, time.Now().Add(-30*24*time.Hour), o)
 		done <- result{res, err}
 	}()
 	require.Eventually(t, func() bool {
@@ -182,10 +195,7 @@ func TestPurgeSparesAnEffectRedrivenMeanwhile(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	r := <-done
 	require.NoError(t, r.err)
-	require.Zero(t, r.res.Effects)
-	got, err := b.store.Get(ctx, b.db.Pool, e.ID)
-	require.NoError(t, err, "the redriven effect still exists")
-	require.Equal(t, engine.StatePending, got.State)
+	return r.res
 }
 
 func TestProviderMustBeAQueueName(t *testing.T) {
@@ -321,25 +331,9 @@ SELECT `+s+`.outboxd_effect_id(id, 'a'), id, 'a', 'webhook', '{}', 'confirmed', 
 	defer func() { _ = tx.Rollback(ctx) }()
 	_, err = tx.Exec(ctx, `DELETE FROM `+s+`.side_effects WHERE id = (SELECT id FROM `+s+`.side_effects ORDER BY updated_at LIMIT 1)`)
 	require.NoError(t, err)
-	type result struct {
-		res engine.PurgeResult
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := b.store.Purge(ctx, b.db.Pool, time.Now().Add(-30*24*time.Hour), false)
-		done <- result{res, err}
-	}()
-	require.Eventually(t, func() bool {
-		var waiting int
-		err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM "`+s+`".side_effects%'`).Scan(&waiting)
-		return err == nil && waiting == 1
-	}, 30*time.Second, 10*time.Millisecond, "the purge reaches the locked row")
-	require.NoError(t, tx.Commit(ctx))
-	r := <-done
-	require.NoError(t, r.err)
-	require.Equal(t, int64(19), r.res.Effects, "every expired effect but the one deleted meanwhile")
+	// Batches of 5: the first comes back with 4.
+	res := purgeBehind(t, b, tx, engine.PurgeOptions{Batch: 5})
+	require.Equal(t, int64(19), res.Effects, "every expired effect but the one deleted meanwhile")
 	var left int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.side_effects`).Scan(&left))
 	require.Zero(t, left)
