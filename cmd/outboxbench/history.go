@@ -38,6 +38,8 @@ type historyResult struct {
 	EnqueueVsEmpty  float64 `json:"enqueue_cost_vs_empty,omitempty"`
 	DispatchVsEmpty float64 `json:"dispatch_vs_empty,omitempty"`
 	P99VsEmpty      float64 `json:"p99_vs_empty,omitempty"`
+	// Reads are the operator's reads at this size, through the binaries.
+	Reads []readResult `json:"operator_reads,omitempty"`
 }
 
 // costVersusHistory measures enqueue cost, no-op dispatch and commit-to-call
@@ -53,7 +55,7 @@ func (b *bench) costVersusHistory(ctx context.Context) ([]historyResult, error) 
 	if err := b.seedHistory(ctx, b.s.History[0]); err != nil {
 		return nil, err
 	}
-	if _, err := b.atHistory(ctx); err != nil {
+	if _, err := b.atHistory(ctx, false); err != nil {
 		return nil, fmt.Errorf("warm-up: %w", err)
 	}
 	var out []historyResult
@@ -61,7 +63,7 @@ func (b *bench) costVersusHistory(ctx context.Context) ([]historyResult, error) 
 		if err := b.seedHistory(ctx, size); err != nil {
 			return nil, fmt.Errorf("seeding %d effects of history: %w", size, err)
 		}
-		r, err := b.atHistory(ctx)
+		r, err := b.atHistory(ctx, b.history > 0 && !b.s.SkipReads)
 		if err != nil {
 			return nil, fmt.Errorf("with %d effects of history: %w", size, err)
 		}
@@ -78,8 +80,9 @@ func (b *bench) costVersusHistory(ctx context.Context) ([]historyResult, error) 
 	return out, nil
 }
 
-// atHistory takes the three measures against the tables as they are.
-func (b *bench) atHistory(ctx context.Context) (historyResult, error) {
+// atHistory takes the three measures against the tables as they are, and
+// the operator's reads if asked.
+func (b *bench) atHistory(ctx context.Context, reads bool) (historyResult, error) {
 	r := historyResult{Effects: b.history}
 	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".river_job").Scan(&r.RiverJobs); err != nil {
 		return r, err
@@ -123,11 +126,24 @@ func (b *bench) atHistory(ctx context.Context) (historyResult, error) {
 	}
 	slices.SortFunc(runs, func(a, b latencyResult) int { return cmp.Compare(a.CallP99, b.CallP99) })
 	r.LatencyP99 = runs[len(runs)/2].CallP99
+	if reads {
+		if err := b.clear(ctx); err != nil {
+			return r, err
+		}
+		if err := b.vacuum(ctx); err != nil {
+			return r, err
+		}
+		if r.Reads, err = b.operatorReads(ctx); err != nil {
+			return r, fmt.Errorf("operator reads: %w", err)
+		}
+	}
 	return r, nil
 }
 
-// seedHistory grows the history to size confirmed effects: three per event
-// (an order's), created over the last historyDays days, with their events;
+// seedHistory grows the history to size effects: three per event (an
+// order's), created over the last historyDays days, with their events, all
+// confirmed but the webhook of one order in 200, failed (what the stuck
+// list and the failed searches find);
 // and River's job table as River's cleaner leaves it at that rate: the
 // completed jobs of the last hour (outboxd's CompletedJobRetention).
 func (b *bench) seedHistory(ctx context.Context, size int) error {
@@ -146,14 +162,16 @@ WITH ev AS (
 	SELECT gen_random_uuid(), 'order', 'ord_' || i, 'order.paid', '{"amount": 4200, "currency": "eur"}',
 		now() - random() * interval '`+fmt.Sprint(historyDays)+` days'
 	FROM generate_series(1, $1) i
-	RETURNING id, created_at)
+	RETURNING id, created_at, substr(aggregate_id, 5)::int AS i)
 INSERT INTO `+b.schema+`.side_effects (id, source_id, kind, provider, payload, state, attempts, total_attempts,
-	created_at, updated_at, fired_at, first_fired_at, confirmed_at, key_window_from)
+	created_at, updated_at, fired_at, first_fired_at, confirmed_at, key_window_from, last_error)
 SELECT `+b.schema+`.outboxd_effect_id(ev.id, k.kind), ev.id, k.kind, 'noop',
-	'{"operation": "payment_intent.capture", "params": {"id": "pi_3NqXj2LkdIwHu7ix1x0Fz9p2"}}', 'confirmed', 1, 1,
+	'{"operation": "payment_intent.capture", "params": {"id": "pi_3NqXj2LkdIwHu7ix1x0Fz9p2"}}', s.state, 1, 1,
 	ev.created_at, ev.created_at + interval '80 milliseconds', ev.created_at + interval '20 milliseconds',
-	ev.created_at + interval '20 milliseconds', ev.created_at + interval '80 milliseconds', ev.created_at + interval '20 milliseconds'
-FROM ev CROSS JOIN unnest($2::text[]) AS k(kind)`, events, historyKinds)
+	ev.created_at + interval '20 milliseconds', CASE WHEN s.state = 'confirmed' THEN ev.created_at + interval '80 milliseconds' END,
+	ev.created_at + interval '20 milliseconds', CASE WHEN s.state = 'failed' THEN 'HTTP 410 (endpoint gone)' END
+FROM ev CROSS JOIN unnest($2::text[]) AS k(kind),
+	LATERAL (SELECT CASE WHEN k.kind = $2[1] AND ev.i % 200 = 0 THEN 'failed' ELSE 'confirmed' END AS state) s`, events, historyKinds)
 		if err != nil {
 			return err
 		}

@@ -52,6 +52,10 @@ type settings struct {
 	AdminRows         int           `json:"admin_rows"`
 	History           []int         `json:"history"`
 	HistoryEffects    int           `json:"history_effects"`
+	// SkipReads leaves the operator's reads out of the history phase;
+	// ReadsSettle is how long a read's counters take to settle.
+	SkipReads   bool          `json:"skip_reads,omitempty"`
+	ReadsSettle time.Duration `json:"reads_settle"`
 	PurgeEffects      int           `json:"purge_effects"`
 	Soak              time.Duration `json:"soak,omitempty"`
 	SoakRate          int           `json:"soak_rate,omitempty"`
@@ -111,6 +115,8 @@ func main() {
 	flag.IntVar(&s.AdminRows, "admin-rows", 1_000_000, "effects in the table for the admin-query timings")
 	flag.StringVar(&history, "history", "0,1000000", "effects of confirmed history in the tables for the cost-versus-history phase, ascending (0: empty tables, the baseline)")
 	flag.IntVar(&s.HistoryEffects, "history-effects", 20000, "effects burnt down at each history size")
+	flag.BoolVar(&s.SkipReads, "skip-reads", false, "leave out the operator's reads (web view, provider event, outboxctl) at each history size")
+	flag.DurationVar(&s.ReadsSettle, "reads-settle", 1500*time.Millisecond, "wait after each read for Postgres's scan counters to settle")
 	flag.IntVar(&s.PurgeEffects, "purge-effects", 1_000_000, "expired effects retention purges in the purge phase")
 	flag.DurationVar(&s.Soak, "soak", 0, "instead of the phases, offer -rate effects per second for this long and report each minute (e.g. -soak 30m -rate 300, against a Postgres with autovacuum on)")
 	flag.IntVar(&s.SoakRate, "rate", 300, "effects per second offered in a -soak run")
@@ -176,6 +182,10 @@ type bench struct {
 	// history is how many effects of history the tables hold; clear keeps
 	// them.
 	history int
+	// bins are outboxd and outboxctl, built for the operator's reads.
+	bins *binaries
+	// cleanup runs when the run ends.
+	cleanup []func()
 }
 
 func run(ctx context.Context, out io.Writer, s settings) error {
@@ -190,6 +200,11 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 	}
 	defer drop()
 	bn := &bench{s: s, pool: pool, schema: schema}
+	defer func() {
+		for _, f := range bn.cleanup {
+			f()
+		}
+	}()
 	skip := map[string]bool{}
 	for _, p := range strings.Split(s.Skip, ",") {
 		skip[strings.TrimSpace(p)] = true
@@ -374,6 +389,19 @@ func printReport(out io.Writer, rep report) {
 			}
 			fmt.Fprintf(tw, "%d effects of history\t%d\t%d MB\t%.2fx\t%.0f\t%s\t%s\n", r.Effects, r.RiverJobs, r.SideEffectsBytes>>20,
 				r.EnqueueCost, r.DispatchPerSecond, ms(r.LatencyP99), vs)
+		}
+	}
+	for _, r := range rep.History {
+		if len(r.Reads) == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "\nOPERATOR READS AT %d EFFECTS OF HISTORY\tVIA\tMEDIAN OF %d\tMAX\tSEQ SCANS: SIDE_EFFECTS / OUTBOX_EVENTS / RIVER_JOB\tTARGET < 100MS\n", r.Effects, readRepeats)
+		for _, x := range r.Reads {
+			if x.Via == viaIdle {
+				fmt.Fprintf(tw, "%s\t%s\t\t\t%s\t\n", x.Read, x.Via, x.SeqScans)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%t\n", x.Read, x.Via, ms(x.Median), ms(x.Max), x.SeqScans, x.Median < 100*time.Millisecond)
 		}
 	}
 	if p := rep.Purge; p != nil {

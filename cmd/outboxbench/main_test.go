@@ -25,7 +25,7 @@ func TestBenchRuns(t *testing.T) {
 		DatabaseURL: testdb.URL(), EnqueueDuration: 300 * time.Millisecond, Effects: 200, WebhookEffects: 200,
 		Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
 		Rates: []int{100}, RateDuration: 500 * time.Millisecond, AdminRows: 5000, Out: out,
-		History: []int{0, 900}, HistoryEffects: 100, PurgeEffects: 300,
+		History: []int{0, 900}, HistoryEffects: 100, PurgeEffects: 300, ReadsSettle: 50 * time.Millisecond,
 	})
 	require.NoError(t, err, buf.String())
 	raw, err := os.ReadFile(out)
@@ -78,6 +78,25 @@ func TestBenchRuns(t *testing.T) {
 	require.Greater(t, grown.SideEffectsBytes, rep.History[0].SideEffectsBytes)
 	require.Positive(t, grown.EnqueueVsEmpty)
 	require.Positive(t, grown.DispatchVsEmpty)
+	require.Empty(t, rep.History[0].Reads, "no reads on empty tables")
+	var web, events, ctl int
+	for _, r := range grown.Reads {
+		switch r.Via {
+		case viaWeb:
+			web++
+		case viaEvents:
+			events++
+		case viaCtl:
+			ctl++
+		}
+		if r.Via != viaIdle {
+			require.Positive(t, r.Median, r.Read)
+			require.GreaterOrEqual(t, r.Max, r.Median, r.Read)
+		}
+	}
+	require.Equal(t, 7, web, "every web view page served by outboxd run")
+	require.Equal(t, 1, events, "a provider event through outboxd run's endpoint")
+	require.Equal(t, 9, ctl, "outboxctl's reads, and its floor")
 	require.Positive(t, grown.P99VsEmpty)
 	require.Contains(t, buf.String(), "COST VERSUS HISTORY")
 	require.NotNil(t, rep.Purge)
