@@ -1,7 +1,7 @@
 # outboxd — the two commands a newcomer needs are `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test vet build bench test-chaos fuzz devdb-stop
+.PHONY: demo test vet lint build bench test-chaos fuzz devdb-stop
 
 # The two commands find a Postgres by themselves: DATABASE_URL and
 # TEST_DATABASE_URL, or one on 127.0.0.1:5432, or a private cluster that
@@ -27,6 +27,14 @@ devdb-stop:
 vet:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+
+## lint: gofmt and staticcheck (pinned here; CI runs it before the tests)
+STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt -w these files:"; echo "$$out"; exit 1; fi
+	$(GO) run $(STATICCHECK) ./...
+	cd bench && $(GO) run $(STATICCHECK) ./...
 
 ## build: binaries into ./bin
 build:

@@ -72,11 +72,11 @@ func (w *watermill) run(ctx context.Context, args ...string) (watermillResult, e
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return watermillResult{}, fmt.Errorf("Watermill peer %v: %v: %s", args, err, bytes.TrimSpace(stderr.Bytes()))
+		return watermillResult{}, fmt.Errorf("the Watermill peer %v: %v: %s", args, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	var r watermillResult
 	if err := json.Unmarshal(out, &r); err != nil {
-		return watermillResult{}, fmt.Errorf("Watermill peer %v: %w", args, err)
+		return watermillResult{}, fmt.Errorf("the Watermill peer %v: %w", args, err)
 	}
 	if r.Count == 0 || r.PerSecond <= 0 {
 		return watermillResult{}, errors.New("Watermill peer reported nothing: " + string(out))
