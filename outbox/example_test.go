@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/outbox/outboxmigrate"
 )
 
 // Example records an order payment and the webhook it implies in one
@@ -25,8 +25,8 @@ func Example() {
 	defer pool.Close()
 
 	// A schema of its own for the example; an application runs
-	// outboxmigrate.Up (or outboxd migrate) on its real schema once.
-	schema, drop, err := outboxmigrate.Temporary(ctx, pool, "outboxd_example")
+	// migrations.Up (or outboxd migrate) on its real schema once.
+	schema, drop, err := migrations.Temporary(ctx, pool, "outboxd_example")
 	if err != nil {
 		log.Fatal(err)
 	}

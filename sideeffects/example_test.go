@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/outbox/outboxmigrate"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
@@ -74,7 +74,7 @@ func Example_customProvider() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := outboxmigrate.Up(ctx, pool, "outboxd"); err != nil {
+	if _, err := migrations.Up(ctx, pool, "outboxd"); err != nil {
 		log.Fatal(err)
 	}
 	sms := smsProvider{send: func(_ context.Context, to, text, key string) (string, error) {

@@ -31,7 +31,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/engine"
-	"github.com/outboxd/outboxd/outbox/outboxmigrate"
+	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
 
@@ -54,11 +54,11 @@ type settings struct {
 	HistoryEffects    int           `json:"history_effects"`
 	// SkipReads leaves the operator's reads out of the history phase;
 	// ReadsSettle is how long a read's counters take to settle.
-	SkipReads   bool          `json:"skip_reads,omitempty"`
-	ReadsSettle time.Duration `json:"reads_settle"`
-	PurgeEffects      int           `json:"purge_effects"`
-	Soak              time.Duration `json:"soak,omitempty"`
-	SoakRate          int           `json:"soak_rate,omitempty"`
+	SkipReads    bool          `json:"skip_reads,omitempty"`
+	ReadsSettle  time.Duration `json:"reads_settle"`
+	PurgeEffects int           `json:"purge_effects"`
+	Soak         time.Duration `json:"soak,omitempty"`
+	SoakRate     int           `json:"soak_rate,omitempty"`
 	// SoakTick shortens the soak's minute, for tests.
 	SoakTick   time.Duration `json:"-"`
 	Out        string        `json:"-"`
@@ -194,7 +194,7 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 		return err
 	}
 	defer pool.Close()
-	schema, drop, err := outboxmigrate.Temporary(ctx, pool, "outboxd_bench")
+	schema, drop, err := migrations.Temporary(ctx, pool, "outboxd_bench")
 	if err != nil {
 		return err
 	}

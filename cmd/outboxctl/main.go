@@ -30,7 +30,7 @@ import (
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/envflag"
-	"github.com/outboxd/outboxd/outbox/outboxmigrate"
+	"github.com/outboxd/outboxd/migrations"
 )
 
 func main() { cli.Main("outboxctl", newRootCmd(os.Stdin)) }
@@ -92,7 +92,7 @@ func (a *app) open(ctx context.Context) error {
 		return err
 	}
 	a.pool = pool
-	if err := outboxmigrate.Check(ctx, pool, a.Schema); err != nil {
+	if err := migrations.Check(ctx, pool, a.Schema); err != nil {
 		return fmt.Errorf("schema %q: %w (or pass the right --schema)", a.Schema, err)
 	}
 	if err := a.Policies.Validate(); err != nil {

@@ -21,9 +21,9 @@ import (
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
-	"github.com/outboxd/outboxd/outbox/outboxmigrate"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
@@ -65,7 +65,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 	}
 	defer pool.Close()
 
-	schema, drop, err := outboxmigrate.Temporary(ctx, pool, "outboxd_demo")
+	schema, drop, err := migrations.Temporary(ctx, pool, "outboxd_demo")
 	if err != nil {
 		return err
 	}

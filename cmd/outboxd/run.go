@@ -24,7 +24,7 @@ import (
 	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/internal/providerevents"
 	"github.com/outboxd/outboxd/internal/webui"
-	"github.com/outboxd/outboxd/outbox/outboxmigrate"
+	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
@@ -348,7 +348,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		return err
 	}
 	defer pool.Close()
-	if err := outboxmigrate.Check(ctx, pool, g.Schema); err != nil {
+	if err := migrations.Check(ctx, pool, g.Schema); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
@@ -544,7 +544,7 @@ func healthHandler(pool *pgxpool.Pool, schema string, started *atomic.Bool) *htt
 			return
 		}
 		if time.Since(time.Unix(0, migratedAt.Load())) > 30*time.Second {
-			if err := outboxmigrate.Check(ctx, pool, schema); err != nil {
+			if err := migrations.Check(ctx, pool, schema); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}

@@ -20,7 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/envflag"
-	"github.com/outboxd/outboxd/outbox/outboxmigrate"
+	"github.com/outboxd/outboxd/migrations"
 )
 
 // DefaultDatabaseURL is the local Postgres a newcomer has.
@@ -106,11 +106,11 @@ func Migrate(ctx context.Context, out io.Writer, databaseURL, schema string) err
 		return err
 	}
 	defer pool.Close()
-	res, err := outboxmigrate.Up(ctx, pool, schema)
+	res, err := migrations.Up(ctx, pool, schema)
 	if err != nil {
 		return err
 	}
-	if res == (outboxmigrate.Result{}) {
+	if res == (migrations.Result{}) {
 		fmt.Fprintf(out, "schema %q is up to date\n", schema)
 		return nil
 	}
@@ -138,7 +138,7 @@ func NewRoot(use, short string) (*cobra.Command, *Database) {
 			if err := envflag.Apply(cmd); err != nil {
 				return UsageError{Err: err}
 			}
-			if err := outboxmigrate.ValidSchema(db.Schema); err != nil {
+			if err := migrations.ValidSchema(db.Schema); err != nil {
 				return Usagef("--schema (OUTBOXD_SCHEMA): %w", err)
 			}
 			return nil

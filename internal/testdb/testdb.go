@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxd/outboxd/outbox/outboxmigrate"
+	"github.com/outboxd/outboxd/migrations"
 )
 
 // DefaultURL is used when TEST_DATABASE_URL is unset.
@@ -39,7 +39,7 @@ type DB struct {
 func New(tb testing.TB) *DB {
 	tb.Helper()
 	db := NewEmpty(tb)
-	if _, err := outboxmigrate.Up(context.Background(), db.Pool, db.Schema); err != nil {
+	if _, err := migrations.Up(context.Background(), db.Pool, db.Schema); err != nil {
 		tb.Fatalf("testdb: migrate %s: %v", db.Schema, err)
 	}
 	return db

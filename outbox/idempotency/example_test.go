@@ -13,9 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
-	"github.com/outboxd/outboxd/outbox/outboxmigrate"
 )
 
 // POST /orders with an Idempotency-Key: the first call writes the order
@@ -28,7 +28,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	schema, drop, err := outboxmigrate.Temporary(ctx, pool, "outboxd_example")
+	schema, drop, err := migrations.Temporary(ctx, pool, "outboxd_example")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -24,7 +24,7 @@ type Middleware struct {
 }
 
 // New validates cfg and returns the middleware. The schema must be
-// migrated (outboxmigrate.Up, or `outboxd migrate`).
+// migrated (migrations.Up, or `outboxd migrate`).
 func New(pool *pgxpool.Pool, cfg Config) (*Middleware, error) {
 	if pool == nil {
 		return nil, errors.New("idempotency: pool is nil")

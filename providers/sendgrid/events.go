@@ -11,7 +11,7 @@ import (
 
 	"github.com/sendgrid/sendgrid-go/helpers/eventwebhook"
 
-	"github.com/outboxd/outboxd/outbox/inbox"
+	"github.com/outboxd/outboxd/inbox"
 	"github.com/outboxd/outboxd/providers"
 )
 

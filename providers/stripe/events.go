@@ -11,7 +11,7 @@ import (
 	stripego "github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/webhook"
 
-	"github.com/outboxd/outboxd/outbox/inbox"
+	"github.com/outboxd/outboxd/inbox"
 	"github.com/outboxd/outboxd/providers"
 )
 

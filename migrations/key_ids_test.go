@@ -1,4 +1,4 @@
-package outboxmigrate_test
+package migrations_test
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/migrations"
-	"github.com/outboxd/outboxd/outbox/outboxmigrate"
 )
 
 // TestEffectsBeforeDerivedIDsAreFoundByKey: effects written while the key
@@ -32,7 +31,7 @@ func TestEffectsBeforeDerivedIDsAreFoundByKey(t *testing.T) {
 	sqlDB := stdlib.OpenDB(*cc)
 	defer sqlDB.Close()
 	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations.FS,
-		goose.WithTableName(outboxmigrate.VersionTable), goose.WithDisableGlobalRegistry(true))
+		goose.WithTableName(migrations.VersionTable), goose.WithDisableGlobalRegistry(true))
 	require.NoError(t, err)
 	_, err = p.UpTo(ctx, 11)
 	require.NoError(t, err)
@@ -47,7 +46,7 @@ func TestEffectsBeforeDerivedIDsAreFoundByKey(t *testing.T) {
 		VALUES ($1, $2, 'email.receipt', 'sendgrid', '{}') RETURNING idempotency_key`, oldID, event).Scan(&storedKey))
 	require.Equal(t, engine.Key(event, "email.receipt"), storedKey)
 
-	_, err = outboxmigrate.Up(ctx, db.Pool, db.Schema)
+	_, err = migrations.Up(ctx, db.Pool, db.Schema)
 	require.NoError(t, err)
 	var column int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns

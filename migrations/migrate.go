@@ -1,11 +1,4 @@
-// Package outboxmigrate applies River's migrations and outboxd's own to one
-// Postgres schema, from Go, idempotently: what "outboxd migrate" does, for
-// applications that migrate at start-up or set up their tests, in the
-// manner of rivermigrate. It is also what outboxd's binaries, demo and tests
-// use, so there is exactly one way a schema comes to be.
-//
-//	res, err := outboxmigrate.Up(ctx, pool, "outboxd")
-package outboxmigrate
+package migrations
 
 import (
 	"context"
@@ -22,8 +15,6 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
-
-	"github.com/outboxd/outboxd/migrations"
 )
 
 // VersionTable is goose's bookkeeping table. It is not goose's default name so
@@ -140,7 +131,7 @@ func gooseProvider(pool *pgxpool.Pool, schema string) (*goose.Provider, *sql.DB,
 	cc := pool.Config().ConnConfig.Copy()
 	cc.RuntimeParams["search_path"] = schema
 	db := stdlib.OpenDB(*cc)
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+	p, err := goose.NewProvider(goose.DialectPostgres, db, FS,
 		goose.WithTableName(VersionTable),
 		goose.WithDisableGlobalRegistry(true),
 	)

@@ -1,4 +1,4 @@
-package outboxmigrate_test
+package migrations_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/testdb"
-	"github.com/outboxd/outboxd/outbox/outboxmigrate"
+	"github.com/outboxd/outboxd/migrations"
 )
 
 func TestUpIsIdempotent(t *testing.T) {
@@ -16,23 +16,23 @@ func TestUpIsIdempotent(t *testing.T) {
 	db := testdb.NewEmpty(t)
 	ctx := context.Background()
 
-	require.ErrorIs(t, outboxmigrate.Check(ctx, db.Pool, db.Schema), outboxmigrate.ErrNotMigrated)
+	require.ErrorIs(t, migrations.Check(ctx, db.Pool, db.Schema), migrations.ErrNotMigrated)
 
-	first, err := outboxmigrate.Up(ctx, db.Pool, db.Schema)
+	first, err := migrations.Up(ctx, db.Pool, db.Schema)
 	require.NoError(t, err)
 	require.Positive(t, first.RiverApplied)
 	require.Positive(t, first.OutboxApplied)
-	require.NoError(t, outboxmigrate.Check(ctx, db.Pool, db.Schema))
+	require.NoError(t, migrations.Check(ctx, db.Pool, db.Schema))
 
-	second, err := outboxmigrate.Up(ctx, db.Pool, db.Schema)
+	second, err := migrations.Up(ctx, db.Pool, db.Schema)
 	require.NoError(t, err)
-	require.Equal(t, outboxmigrate.Result{}, second, "second run must apply nothing")
+	require.Equal(t, migrations.Result{}, second, "second run must apply nothing")
 
 	// Both River's and outboxd's tables landed in the configured schema.
 	var n int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables
 		WHERE table_schema = $1 AND table_name IN ('river_job', 'outbox_events', 'side_effects', $2)`,
-		db.Schema, outboxmigrate.VersionTable).Scan(&n))
+		db.Schema, migrations.VersionTable).Scan(&n))
 	require.Equal(t, 4, n)
 }
 
@@ -42,12 +42,12 @@ func TestConcurrentUp(t *testing.T) {
 	ctx := context.Background()
 	errs := make(chan error, 3)
 	for range 3 {
-		go func() { _, err := outboxmigrate.Up(ctx, db.Pool, db.Schema); errs <- err }()
+		go func() { _, err := migrations.Up(ctx, db.Pool, db.Schema); errs <- err }()
 	}
 	for range 3 {
 		require.NoError(t, <-errs)
 	}
-	require.NoError(t, outboxmigrate.Check(ctx, db.Pool, db.Schema))
+	require.NoError(t, migrations.Check(ctx, db.Pool, db.Schema))
 }
 
 func TestTemporarySchemaIsMigratedAndDropped(t *testing.T) {
@@ -56,14 +56,14 @@ func TestTemporarySchemaIsMigratedAndDropped(t *testing.T) {
 	pool, err := pgxpool.New(ctx, testdb.URL())
 	require.NoError(t, err)
 	defer pool.Close()
-	schema, drop, err := outboxmigrate.Temporary(ctx, pool, "outboxd_tmp")
+	schema, drop, err := migrations.Temporary(ctx, pool, "outboxd_tmp")
 	require.NoError(t, err)
 	require.Regexp(t, `^outboxd_tmp_[0-9a-f]{8}$`, schema)
-	require.NoError(t, outboxmigrate.Check(ctx, pool, schema))
+	require.NoError(t, migrations.Check(ctx, pool, schema))
 	drop()
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1", schema).Scan(&n))
 	require.Zero(t, n, "dropped")
-	_, _, err = outboxmigrate.Temporary(ctx, pool, "Bad Prefix")
+	_, _, err = migrations.Temporary(ctx, pool, "Bad Prefix")
 	require.ErrorContains(t, err, "schema")
 }
