@@ -124,7 +124,8 @@ var (
 func (cfg Config) withDefaults() (Config, error) {
 	var errs []error
 	if cfg.Schema != "" && !schemaRE.MatchString(cfg.Schema) {
-		errs = append(errs, fmt.Errorf("schema %q (Config.Schema): use one lowercase name of letters, digits and _", cfg.Schema))
+		//lint:ignore ST1005 each message starts with the field's name, as the others do
+		errs = append(errs, fmt.Errorf("Schema %q: use one lowercase name of letters, digits and _", cfg.Schema))
 	}
 	if cfg.Header == "" {
 		cfg.Header = DefaultHeader
