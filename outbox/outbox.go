@@ -193,7 +193,32 @@ type Effect struct {
 	Provider string
 	// Payload is a JSON object in the provider's documented format.
 	Payload json.RawMessage
+
+	// err is why EffectOf could not encode its payload; Enqueue reports it.
+	err error
 }
+
+// EffectOf is the effect of kind that a typed payload describes: its
+// provider and its JSON, from a value the compiler checks (a
+// stripeschema.RefundCreate, a sendgridschema.Payload, a webhook.Payload,
+// or a custom provider's own providers.Payload). Enqueue validates it as it
+// validates raw JSON, and reports an encoding error as the effect's.
+//
+//	outbox.EffectOf("stripe.refund", stripeschema.RefundCreate{PaymentIntent: "pi_123", Amount: outbox.Ptr[int64](500)})
+func EffectOf(kind string, p providers.Payload) Effect {
+	e := Effect{Kind: kind}
+	if p == nil {
+		e.err = errors.New("nil typed payload: pass a provider's payload value")
+		return e
+	}
+	e.Provider = p.ProviderName()
+	e.Payload, e.err = p.EffectPayload()
+	return e
+}
+
+// Ptr returns a pointer to v, for the optional fields of typed payloads
+// (amounts, flags) where zero and unset differ.
+func Ptr[T any](v T) *T { return &v }
 
 // Result reports what Enqueue did.
 type Result struct {
@@ -463,6 +488,9 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (engine.NewEven
 			return ne, nil, invalid(field+".kind", "%q repeats effects[%d]: each kind at most once per event", e.Kind, j)
 		}
 		seen[e.Kind] = i
+		if e.err != nil {
+			return ne, nil, invalid(field+".payload", "%s", e.err)
+		}
 		v, ok := o.validators[e.Provider]
 		if !ok {
 			return ne, nil, invalid(field+".provider", "unknown provider %q: use one of %s", e.Provider, o.providerNames())

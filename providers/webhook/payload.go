@@ -147,3 +147,10 @@ var (
 	// 6762, 8375, ICANN's .internal) that never resolve publicly.
 	localSuffixes = []string{"local", "internal", "home.arpa", "localdomain", "lan"}
 )
+
+// ProviderName implements providers.Payload: a Payload is a typed webhook
+// call for outbox.EffectOf.
+func (Payload) ProviderName() string { return Name }
+
+// EffectPayload implements providers.Payload.
+func (p Payload) EffectPayload() (json.RawMessage, error) { return json.Marshal(p) }

@@ -143,3 +143,10 @@ func (Schema) ValidatePayload(_ string, payload json.RawMessage) error {
 	_, err := Parse(payload)
 	return err
 }
+
+// ProviderName implements providers.Payload: a Payload is a typed mail for
+// outbox.EffectOf.
+func (Payload) ProviderName() string { return Name }
+
+// EffectPayload implements providers.Payload.
+func (p Payload) EffectPayload() (json.RawMessage, error) { return json.Marshal(p) }

@@ -168,23 +168,23 @@ func (c *checker) err() error {
 
 // PaymentIntentCreate holds the params of payment_intent.create.
 type PaymentIntentCreate struct {
-	Amount               *int64            `json:"amount"`
-	Currency             string            `json:"currency"`
-	Customer             string            `json:"customer"`
-	PaymentMethod        string            `json:"payment_method"`
-	PaymentMethodTypes   []string          `json:"payment_method_types"`
-	Confirm              *bool             `json:"confirm"`
-	OffSession           *bool             `json:"off_session"`
-	CaptureMethod        string            `json:"capture_method"`
-	SetupFutureUsage     string            `json:"setup_future_usage"`
-	Description          string            `json:"description"`
-	ReceiptEmail         string            `json:"receipt_email"`
-	StatementDescriptor  string            `json:"statement_descriptor"`
-	ReturnURL            string            `json:"return_url"`
-	TransferGroup        string            `json:"transfer_group"`
-	OnBehalfOf           string            `json:"on_behalf_of"`
-	ApplicationFeeAmount *int64            `json:"application_fee_amount"`
-	Metadata             map[string]string `json:"metadata"`
+	Amount               *int64            `json:"amount,omitempty"`
+	Currency             string            `json:"currency,omitempty"`
+	Customer             string            `json:"customer,omitempty"`
+	PaymentMethod        string            `json:"payment_method,omitempty"`
+	PaymentMethodTypes   []string          `json:"payment_method_types,omitempty"`
+	Confirm              *bool             `json:"confirm,omitempty"`
+	OffSession           *bool             `json:"off_session,omitempty"`
+	CaptureMethod        string            `json:"capture_method,omitempty"`
+	SetupFutureUsage     string            `json:"setup_future_usage,omitempty"`
+	Description          string            `json:"description,omitempty"`
+	ReceiptEmail         string            `json:"receipt_email,omitempty"`
+	StatementDescriptor  string            `json:"statement_descriptor,omitempty"`
+	ReturnURL            string            `json:"return_url,omitempty"`
+	TransferGroup        string            `json:"transfer_group,omitempty"`
+	OnBehalfOf           string            `json:"on_behalf_of,omitempty"`
+	ApplicationFeeAmount *int64            `json:"application_fee_amount,omitempty"`
+	Metadata             map[string]string `json:"metadata,omitempty"`
 }
 
 func parsePaymentIntentCreate(raw json.RawMessage) (any, error) {
@@ -212,9 +212,9 @@ func parsePaymentIntentCreate(raw json.RawMessage) (any, error) {
 
 // PaymentIntentCapture holds the params of payment_intent.capture.
 type PaymentIntentCapture struct {
-	ID              string            `json:"id"`
-	AmountToCapture *int64            `json:"amount_to_capture"`
-	Metadata        map[string]string `json:"metadata"`
+	ID              string            `json:"id,omitempty"`
+	AmountToCapture *int64            `json:"amount_to_capture,omitempty"`
+	Metadata        map[string]string `json:"metadata,omitempty"`
 }
 
 func parsePaymentIntentCapture(raw json.RawMessage) (any, error) {
@@ -234,8 +234,8 @@ func parsePaymentIntentCapture(raw json.RawMessage) (any, error) {
 
 // PaymentIntentCancel holds the params of payment_intent.cancel.
 type PaymentIntentCancel struct {
-	ID                 string `json:"id"`
-	CancellationReason string `json:"cancellation_reason"`
+	ID                 string `json:"id,omitempty"`
+	CancellationReason string `json:"cancellation_reason,omitempty"`
 }
 
 func parsePaymentIntentCancel(raw json.RawMessage) (any, error) {
@@ -254,13 +254,13 @@ func parsePaymentIntentCancel(raw json.RawMessage) (any, error) {
 
 // RefundCreate holds the params of refund.create.
 type RefundCreate struct {
-	PaymentIntent        string            `json:"payment_intent"`
-	Charge               string            `json:"charge"`
-	Amount               *int64            `json:"amount"`
-	Reason               string            `json:"reason"`
-	RefundApplicationFee *bool             `json:"refund_application_fee"`
-	ReverseTransfer      *bool             `json:"reverse_transfer"`
-	Metadata             map[string]string `json:"metadata"`
+	PaymentIntent        string            `json:"payment_intent,omitempty"`
+	Charge               string            `json:"charge,omitempty"`
+	Amount               *int64            `json:"amount,omitempty"`
+	Reason               string            `json:"reason,omitempty"`
+	RefundApplicationFee *bool             `json:"refund_application_fee,omitempty"`
+	ReverseTransfer      *bool             `json:"reverse_transfer,omitempty"`
+	Metadata             map[string]string `json:"metadata,omitempty"`
 }
 
 func parseRefundCreate(raw json.RawMessage) (any, error) {
@@ -288,12 +288,12 @@ func parseRefundCreate(raw json.RawMessage) (any, error) {
 
 // CustomerCreate holds the params of customer.create.
 type CustomerCreate struct {
-	Email         string            `json:"email"`
-	Name          string            `json:"name"`
-	Phone         string            `json:"phone"`
-	Description   string            `json:"description"`
-	PaymentMethod string            `json:"payment_method"`
-	Metadata      map[string]string `json:"metadata"`
+	Email         string            `json:"email,omitempty"`
+	Name          string            `json:"name,omitempty"`
+	Phone         string            `json:"phone,omitempty"`
+	Description   string            `json:"description,omitempty"`
+	PaymentMethod string            `json:"payment_method,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
 }
 
 func parseCustomerCreate(raw json.RawMessage) (any, error) {
@@ -315,13 +315,13 @@ func parseCustomerCreate(raw json.RawMessage) (any, error) {
 
 // TransferCreate holds the params of transfer.create.
 type TransferCreate struct {
-	Amount            *int64            `json:"amount"`
-	Currency          string            `json:"currency"`
-	Destination       string            `json:"destination"`
-	TransferGroup     string            `json:"transfer_group"`
-	SourceTransaction string            `json:"source_transaction"`
-	Description       string            `json:"description"`
-	Metadata          map[string]string `json:"metadata"`
+	Amount            *int64            `json:"amount,omitempty"`
+	Currency          string            `json:"currency,omitempty"`
+	Destination       string            `json:"destination,omitempty"`
+	TransferGroup     string            `json:"transfer_group,omitempty"`
+	SourceTransaction string            `json:"source_transaction,omitempty"`
+	Description       string            `json:"description,omitempty"`
+	Metadata          map[string]string `json:"metadata,omitempty"`
 }
 
 func parseTransferCreate(raw json.RawMessage) (any, error) {
@@ -339,4 +339,52 @@ func parseTransferCreate(raw json.RawMessage) (any, error) {
 		return nil, err
 	}
 	return &p, nil
+}
+
+// Each operation's params are a typed payload (providers.Payload): an
+// effect built from one with outbox.EffectOf carries the operation's name
+// and its params, as Parse reads them.
+
+// ProviderName implements providers.Payload.
+func (PaymentIntentCreate) ProviderName() string { return Name }
+
+// EffectPayload implements providers.Payload: {"operation": "payment_intent.create", "params": …}.
+func (p PaymentIntentCreate) EffectPayload() (json.RawMessage, error) { return effectPayload("payment_intent.create", p) }
+
+// ProviderName implements providers.Payload.
+func (PaymentIntentCapture) ProviderName() string { return Name }
+
+// EffectPayload implements providers.Payload: {"operation": "payment_intent.capture", "params": …}.
+func (p PaymentIntentCapture) EffectPayload() (json.RawMessage, error) { return effectPayload("payment_intent.capture", p) }
+
+// ProviderName implements providers.Payload.
+func (PaymentIntentCancel) ProviderName() string { return Name }
+
+// EffectPayload implements providers.Payload: {"operation": "payment_intent.cancel", "params": …}.
+func (p PaymentIntentCancel) EffectPayload() (json.RawMessage, error) { return effectPayload("payment_intent.cancel", p) }
+
+// ProviderName implements providers.Payload.
+func (RefundCreate) ProviderName() string { return Name }
+
+// EffectPayload implements providers.Payload: {"operation": "refund.create", "params": …}.
+func (p RefundCreate) EffectPayload() (json.RawMessage, error) { return effectPayload("refund.create", p) }
+
+// ProviderName implements providers.Payload.
+func (CustomerCreate) ProviderName() string { return Name }
+
+// EffectPayload implements providers.Payload: {"operation": "customer.create", "params": …}.
+func (p CustomerCreate) EffectPayload() (json.RawMessage, error) { return effectPayload("customer.create", p) }
+
+// ProviderName implements providers.Payload.
+func (TransferCreate) ProviderName() string { return Name }
+
+// EffectPayload implements providers.Payload: {"operation": "transfer.create", "params": …}.
+func (p TransferCreate) EffectPayload() (json.RawMessage, error) { return effectPayload("transfer.create", p) }
+
+func effectPayload(operation string, params any) (json.RawMessage, error) {
+	raw, err := json.Marshal(params)
+	if err != nil {
+		return nil, fmt.Errorf("payload.params: %w", err)
+	}
+	return json.Marshal(Payload{Operation: operation, Params: raw})
 }
