@@ -12,6 +12,8 @@ import (
 
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
+	"github.com/outboxd/outboxd/providers/webhook"
 )
 
 // Example records an order payment and the webhook it implies in one
@@ -52,29 +54,37 @@ func Example() {
 			AggregateID:   "ord_42",
 			Type:          "order.paid",
 			Payload:       json.RawMessage(`{"amount": 4200, "currency": "eur"}`),
-		}, outbox.Effect{
-			Kind:     "webhook.order_paid",
-			Provider: "webhook",
-			Payload:  json.RawMessage(`{"url": "https://hooks.example.com/orders", "body": {"type": "order.paid", "order": "ord_42"}}`),
-		})
+		},
+			// Effects are built from the providers' typed values (raw JSON
+			// in outbox.Effect stays for custom providers).
+			outbox.EffectOf("webhook.order_paid", webhook.Payload{
+				URL:  "https://hooks.example.com/orders",
+				Body: json.RawMessage(`{"type": "order.paid", "order": "ord_42"}`),
+			}),
+			outbox.EffectOf("stripe.capture", stripeschema.PaymentIntentCapture{ID: "pi_3NqXj2LkdIwHu7ix1x0Fz9p2"}),
+		)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("effect %s: key %s…\n", res.Effects[0].Kind, res.Effects[0].Key[:12])
+		for _, e := range res.Effects {
+			fmt.Printf("effect %s: key %s…\n", e.Kind, e.Key[:12])
+		}
 		return nil
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 
+	var n int
 	var state string
-	if err := pool.QueryRow(ctx, "SELECT state FROM "+schema+".side_effects").Scan(&state); err != nil {
+	if err := pool.QueryRow(ctx, "SELECT count(*), min(state) FROM "+schema+".side_effects").Scan(&n, &state); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("committed with the order; effect is", state)
+	fmt.Printf("committed with the order; %d effects, %s\n", n, state)
 	// Output:
 	// effect webhook.order_paid: key 4bccfbccfcac…
-	// committed with the order; effect is pending
+	// effect stripe.capture: key 7e04157861c2…
+	// committed with the order; 2 effects, pending
 }
 
 // databaseURL is the example's Postgres: TEST_DATABASE_URL, or the local
