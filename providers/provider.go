@@ -91,6 +91,15 @@ type Provider interface {
 	Send(ctx context.Context, req Request) (Result, error)
 }
 
+// Timed is implemented by providers whose calls have a timeout of their
+// own. The dispatcher refuses a job timeout that does not exceed it: River
+// would cancel every slow call before the provider's own timeout could
+// report it, and the effect would be left in doubt instead of failed or
+// retried with a reason.
+type Timed interface {
+	Timeout() time.Duration
+}
+
 // Hoster is implemented by providers that can say which host a request
 // goes to, for the attempt history operators read.
 type Hoster interface {

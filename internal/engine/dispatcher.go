@@ -145,6 +145,9 @@ func (cfg Config) validate() error {
 	if cfg.SweepInterval < time.Second {
 		return fmt.Errorf("dispatcher: sweep interval is %s: it must be at least 1s", cfg.SweepInterval)
 	}
+	if cfg.Retry.MaxDelay < cfg.Retry.BaseDelay {
+		return fmt.Errorf("dispatcher: retry max delay (%s) must not be shorter than the retry base delay (%s)", cfg.Retry.MaxDelay, cfg.Retry.BaseDelay)
+	}
 	if cfg.RescueAfter <= cfg.JobTimeout {
 		return fmt.Errorf("dispatcher: rescue-after (%s) must exceed job-timeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
 	}
@@ -157,6 +160,9 @@ func (cfg Config) validate() error {
 		seen[name] = true
 		if n := cfg.Concurrency[name]; n < 0 {
 			return fmt.Errorf("dispatcher: concurrency for %q must be positive, got %d", name, n)
+		}
+		if t, ok := p.(providers.Timed); ok && cfg.JobTimeout <= t.Timeout() {
+			return fmt.Errorf("dispatcher: job timeout (%s) must exceed the %s provider's timeout (%s): the job would be cancelled before the call could time out and report why", cfg.JobTimeout, name, t.Timeout())
 		}
 		g := p.Guarantees()
 		if g.KeyWindow < 0 || g.KeyWindowMargin < 0 || (g.KeyWindow > 0 && g.KeyWindow <= g.KeyWindowMargin) {

@@ -104,6 +104,9 @@ func (p *Provider) Secrets() []string { return []string{p.cfg.APIKey} }
 // Guarantees implements providers.Provider.
 func (p *Provider) Guarantees() providers.Guarantees { return Guarantees }
 
+// Timeout implements providers.Timed: how long one call may take.
+func (p *Provider) Timeout() time.Duration { return p.cfg.Timeout }
+
 // Guarantees are SendGrid's: no keys, so no key window, and in-doubt
 // attempts are not re-sent unless a kind opts in.
 var Guarantees = providers.Guarantees{InDoubt: providers.AtMostOnce}

@@ -140,6 +140,9 @@ func (p *Provider) Secrets() []string { return []string{p.cfg.APIKey} }
 // Guarantees implements providers.Provider.
 func (p *Provider) Guarantees() providers.Guarantees { return p.cfg.Guarantees() }
 
+// Timeout implements providers.Timed: how long one call may take.
+func (p *Provider) Timeout() time.Duration { return p.cfg.Timeout }
+
 // Guarantees are those of a provider built from c: Stripe remembers keys
 // for KeyWindow (default 24h), so in-doubt attempts are re-sent with the
 // same key until KeyWindow minus KeyWindowMargin.
