@@ -208,7 +208,7 @@ FROM (SELECT now() - random() * $3::interval AS t FROM generate_series(1, $1)) s
 // keptJobs is how many completed dispatch jobs River keeps (outboxd's
 // default retention of them) at the rate that made n effects of history.
 func keptJobs(n int) int {
-	return int(int64(n) * int64(engine.DefaultCompletedJobRetention) / int64(historyDays*24*time.Hour))
+	return int(float64(n) * float64(engine.DefaultCompletedJobRetention) / float64(historyDays*24*time.Hour))
 }
 
 // clear removes what a phase wrote, keeping the seeded history.

@@ -165,3 +165,11 @@ func TestSeedingRebuildsTheIndexesItDrops(t *testing.T) {
 	require.NoError(t, rebuild())
 	require.Equal(t, before, indexes())
 }
+
+// TestKeptJobsAtTenMillion: the River jobs kept for a history grow with it
+// (an hour of a 28-day history), without overflowing at large sizes.
+func TestKeptJobsAtTenMillion(t *testing.T) {
+	require.Equal(t, 1488, keptJobs(1_000_000))
+	require.Equal(t, 14880, keptJobs(10_000_000))
+	require.Equal(t, 148809, keptJobs(100_000_000))
+}
