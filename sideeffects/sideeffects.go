@@ -20,43 +20,99 @@ package sideeffects
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 )
 
-// The effect as stored and read by operators, its states, and the
-// dispatcher's settings.
+// The values shared with package outbox and the engine live in package
+// outboxtype (as River's live in rivertype); these names are theirs.
 type (
 	// EffectRow is an effect as stored (a side_effects row) and read by
 	// operators; outbox.Effect is what an application asks for, and
 	// outbox.EffectResult what Enqueue recorded.
-	EffectRow = engine.Effect
+	EffectRow = outboxtype.Effect
 	// State is an effect's state.
-	State = engine.State
-	// Config configures a Dispatcher; zero fields take the defaults below.
-	Config = engine.Config
+	State = outboxtype.State
 	// RetryPolicy is the retry schedule of Config.
-	RetryPolicy = engine.RetryPolicy
+	RetryPolicy = outboxtype.RetryPolicy
 	// Observer receives what the dispatcher measures (package
 	// dispatchmetrics implements it for Prometheus).
-	Observer = engine.Observer
-	// OperatorConfig configures an Operator.
-	OperatorConfig = engine.OperatorConfig
+	Observer = outboxtype.Observer
 	// ActionOpts are who acts and why, and the guards an action may lift.
-	ActionOpts = engine.ActionOpts
+	ActionOpts = outboxtype.ActionOpts
 	// Change is what an operator action did (or, in a dry run, would do)
 	// to one effect.
-	Change = engine.Change
+	Change = outboxtype.Change
 	// StuckEffect is an effect that is not progressing, with its live River
 	// job; Diagnosis says why and what to do.
-	StuckEffect = engine.StuckEffect
+	StuckEffect = outboxtype.StuckEffect
 	// EventResult is what one provider event did to the effect it names.
-	EventResult = engine.EventResult
+	EventResult = outboxtype.EventResult
+	// OperatorConfig configures an Operator.
+	OperatorConfig = engine.OperatorConfig
 )
+
+// Config configures a Dispatcher. Zero fields take the defaults below;
+// NewDispatcher checks the rest and names the field at fault.
+type Config struct {
+	// Schema holds outboxd's and River's tables ("" uses search_path).
+	Schema string
+	// Providers are the providers this process dispatches for; each gets its
+	// own River queue, named after it, so a slow provider cannot starve the
+	// others. At least one.
+	Providers []providers.Provider
+	// Concurrency is the number of workers per provider queue. A provider
+	// not listed gets DefaultConcurrency; a provider listed must be in
+	// Providers.
+	Concurrency map[string]int
+	// InDoubt overrides a provider's in-doubt policy for individual kinds.
+	InDoubt map[string]providers.InDoubtPolicy
+	// Retry is the retry schedule; MaxDelay must not be below BaseDelay.
+	Retry RetryPolicy
+	// JobTimeout cancels an attempt that runs longer. It must exceed every
+	// provider's own timeout (providers.Timed). Default 1m.
+	JobTimeout time.Duration
+	// ShutdownTimeout is how long Stop lets in-flight attempts finish
+	// before River cancels them. Default 30s.
+	ShutdownTimeout time.Duration
+	// RescueAfter is how long a job may stay running before River assumes
+	// its worker died and retries it. Must exceed JobTimeout. Default 2m.
+	RescueAfter time.Duration
+	// FetchCooldown and FetchPollInterval tune River's fetch loop. Defaults
+	// 5ms and 100ms.
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+	// SweepInterval is how often the leader looks for pending and fired
+	// effects without a dispatch job. Default 1m, at least 1s.
+	SweepInterval time.Duration
+	// SweepGrace leaves alone effects changed more recently than this.
+	// Default 1m.
+	SweepGrace time.Duration
+	// Retention is how long terminal effects are kept; it must exceed every
+	// provider's key window. Default 30 days; -1 disables the purge.
+	Retention time.Duration
+	// RetentionInterval is how often the purge runs. Default 1h.
+	RetentionInterval time.Duration
+	// CompletedJobRetention is how long River keeps a completed dispatch
+	// job (its CompletedJobRetentionPeriod). The effect row holds all a
+	// completed job says. Default 1h (River's own default is 24h).
+	CompletedJobRetention time.Duration
+	// Metrics, when set, receives what the dispatcher measures (see package
+	// dispatchmetrics for Prometheus).
+	Metrics Observer
+	// Logger receives outboxd's and River's logs. Default slog.Default().
+	Logger *slog.Logger
+	// TestOnly shortens River's start-up for tests, as River's own
+	// Config.TestOnly does.
+	TestOnly bool
+}
 
 // The states of side_effects.state.
 const (
@@ -103,7 +159,9 @@ type Dispatcher struct{ d *engine.Dispatcher }
 
 // NewDispatcher validates cfg and builds a dispatcher; Start runs it.
 func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
-	d, err := engine.NewDispatcher(pool, cfg)
+	// engine.Config has these fields, in this order: the conversion stops
+	// compiling if the two drift apart.
+	d, err := engine.NewDispatcher(pool, engine.Config(cfg))
 	if err != nil {
 		return nil, err
 	}

@@ -9,19 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Attempt is one failed attempt of an effect, as outboxctl show lists it.
-type Attempt struct {
-	EffectID  uuid.UUID     `json:"effect_id"`
-	Attempt   int           `json:"attempt"`
-	StartedAt time.Time     `json:"started_at"`
-	Duration  time.Duration `json:"duration_ns"`
-	// Outcome is the error class: retryable, in_doubt or permanent.
-	Outcome string `json:"outcome"`
-	Error   string `json:"error"`
-	// Host is the destination the provider called, when it says.
-	Host string `json:"host"`
-}
-
 // RecordAttempt records a failed attempt.
 func (s *Store) RecordAttempt(ctx context.Context, db DB, a Attempt) error {
 	if _, err := db.Exec(ctx, s.q.recordAttempt, a.EffectID, a.Attempt, a.StartedAt, a.Duration.Milliseconds(), a.Outcome, a.Error, a.Host); err != nil {

@@ -41,7 +41,9 @@ const (
 	DefaultFetchPollInterval = 100 * time.Millisecond
 )
 
-// Config configures a Dispatcher.
+// Config configures a Dispatcher. sideeffects.Config, its public face, has
+// the same fields in the same order and is converted to it: keep the two
+// alike.
 type Config struct {
 	// Schema holds outboxd's and River's tables ("" uses search_path).
 	Schema string
@@ -66,7 +68,7 @@ type Config struct {
 	// its worker died and retries it. Must exceed JobTimeout. Default 2m.
 	RescueAfter time.Duration
 	// FetchCooldown and FetchPollInterval tune River's fetch loop. Defaults
-	// 20ms and 250ms.
+	// 5ms and 100ms.
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
 	// SweepInterval is how often the leader looks for pending and fired
@@ -117,7 +119,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
 	cfg.RetentionInterval = cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval)
 	cfg.CompletedJobRetention = cmp.Or(cfg.CompletedJobRetention, DefaultCompletedJobRetention)
-	cfg.Retry = cfg.Retry.withDefaults()
+	cfg.Retry = cfg.Retry.WithDefaults()
 	return cfg
 }
 

@@ -4,22 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
-
-// DispatcherRecord is what an outboxd run recorded about itself: where it
-// runs and the settings it dispatches with (never secrets).
-type DispatcherRecord struct {
-	ID        string          `json:"id"`
-	Host      string          `json:"host"`
-	PID       int             `json:"pid"`
-	StartedAt time.Time       `json:"started_at"`
-	SeenAt    time.Time       `json:"seen_at"`
-	StoppedAt *time.Time      `json:"stopped_at"`
-	Settings  json.RawMessage `json:"settings"`
-}
 
 // RecordDispatcher records (or refreshes) a running dispatcher's settings.
 func (s *Store) RecordDispatcher(ctx context.Context, db DB, id, host string, pid int, settings any) error {

@@ -11,21 +11,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// Filter selects effects for listing and bulk actions. Zero fields match
-// everything.
-type Filter struct {
-	States   []State
-	Kind     string
-	Provider string
-	Source   uuid.UUID
-	// Since and Before bound created_at: Since <= created_at < Before.
-	Since  time.Time
-	Before time.Time
-	// After is the keyset cursor: the last effect of the previous page.
-	After *Effect
-	Limit int
-}
-
 func nullable[T comparable](v T) *T {
 	var zero T
 	if v == zero {
@@ -61,15 +46,6 @@ func (s *Store) List(ctx context.Context, db DB, f Filter) ([]*Effect, error) {
 	return pgx.CollectRows(rows, rowToEffect)
 }
 
-// StuckEffect is an effect that is not progressing, with its live River
-// job, if it has one.
-type StuckEffect struct {
-	*Effect
-	JobID          *int64     `json:"job_id"`
-	JobState       *string    `json:"job_state"`
-	JobScheduledAt *time.Time `json:"job_scheduled_at"`
-}
-
 // Stuck returns live effects not updated since notSince and failed ones,
 // oldest first.
 func (s *Store) Stuck(ctx context.Context, db DB, notSince time.Time, limit int) ([]StuckEffect, error) {
@@ -92,16 +68,6 @@ func (s *Store) Stuck(ctx context.Context, db DB, notSince time.Time, limit int)
 	})
 }
 
-// Event is an outbox_events row.
-type Event struct {
-	ID            uuid.UUID       `json:"id"`
-	AggregateType string          `json:"aggregate_type"`
-	AggregateID   string          `json:"aggregate_id"`
-	Type          string          `json:"event_type"`
-	Payload       json.RawMessage `json:"payload"`
-	CreatedAt     time.Time       `json:"created_at"`
-}
-
 // Event returns the event with the given id.
 func (s *Store) Event(ctx context.Context, db DB, id uuid.UUID) (*Event, error) {
 	var ev Event
@@ -110,31 +76,6 @@ func (s *Store) Event(ctx context.Context, db DB, id uuid.UUID) (*Event, error) 
 		return nil, fmt.Errorf("event %s: %w", id, err)
 	}
 	return &ev, nil
-}
-
-// EventFilter selects events for Events; zero fields match all.
-type EventFilter struct {
-	Type          string
-	AggregateType string
-	AggregateID   string
-	// MissingKind keeps events that have no effect of this kind.
-	MissingKind string
-	Since       time.Time
-	ID          uuid.UUID
-	Limit       int
-}
-
-// EventEffects is an event with its effects' kinds and states.
-type EventEffects struct {
-	Event
-	Effects []EventEffect `json:"effects"`
-}
-
-// EventEffect is one effect of an event, as Events lists it.
-type EventEffect struct {
-	ID    uuid.UUID `json:"id"`
-	Kind  string    `json:"kind"`
-	State State     `json:"state"`
 }
 
 // Events lists events, newest first, with their effects.
@@ -169,19 +110,6 @@ func collectEventEffects(rows pgx.Rows) ([]EventEffects, error) {
 	})
 }
 
-// Job is a River dispatch job of an effect.
-type Job struct {
-	ID          int64                    `json:"id"`
-	State       string                   `json:"state"`
-	Queue       string                   `json:"queue"`
-	Attempt     int                      `json:"attempt"`
-	MaxAttempts int                      `json:"max_attempts"`
-	CreatedAt   time.Time                `json:"created_at"`
-	ScheduledAt time.Time                `json:"scheduled_at"`
-	FinalizedAt *time.Time               `json:"finalized_at"`
-	Errors      []rivertype.AttemptError `json:"errors"`
-}
-
 // Jobs returns every River job that dispatched (or will dispatch) effect id.
 func (s *Store) Jobs(ctx context.Context, db DB, id uuid.UUID) ([]Job, error) {
 	rows, err := db.Query(ctx, s.q.jobsOf, id)
@@ -202,19 +130,6 @@ func (s *Store) Jobs(ctx context.Context, db DB, id uuid.UUID) ([]Job, error) {
 		}
 		return j, nil
 	})
-}
-
-// AuditEntry is one recorded operator action.
-type AuditEntry struct {
-	ID        int64           `json:"id"`
-	EffectID  uuid.UUID       `json:"effect_id"`
-	Action    string          `json:"action"`
-	Actor     string          `json:"actor"`
-	Reason    string          `json:"reason"`
-	FromState string          `json:"from_state"`
-	ToState   string          `json:"to_state"`
-	Details   json.RawMessage `json:"details"`
-	CreatedAt time.Time       `json:"created_at"`
 }
 
 // Audit returns the operator actions taken on effect id, oldest first.

@@ -141,10 +141,6 @@ func insertJobs(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], pa
 	return n, err
 }
 
-// ReasonUnqueueable prefixes the reason of an effect no job can be
-// inserted for.
-const ReasonUnqueueable = "cannot be dispatched"
-
 func (s *Store) failUnqueueable(ctx context.Context, tx pgx.Tx, id uuid.UUID, cause error) error {
 	_, err := s.Fail(ctx, tx, id, fmt.Sprintf("%s: %v: fix the row (provider must name a configured provider) and retry it, or cancel it", ReasonUnqueueable, cause))
 	return err

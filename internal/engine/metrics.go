@@ -8,31 +8,11 @@ import (
 	"github.com/outboxd/outboxd/providers"
 )
 
-// Observer receives what the dispatcher measures; package dispatchmetrics
-// implements it with Prometheus. Calls are made from workers concurrently.
-type Observer interface {
-	// Transition reports a transition a worker made (only those that
-	// happened).
-	Transition(e *Effect, to State)
-	// ProviderCall reports one provider call, its duration and outcome.
-	ProviderCall(e *Effect, d time.Duration, err error, res providers.Result)
-}
-
 // noObserver is used when Config.Metrics is nil.
 type noObserver struct{}
 
 func (noObserver) Transition(*Effect, State)                                    {}
 func (noObserver) ProviderCall(*Effect, time.Duration, error, providers.Result) {}
-
-// StateGauge is the number of effects of one kind in a live or failed
-// state, and the age of the oldest: since creation for pending and failed,
-// since the last fire for fired.
-type StateGauge struct {
-	State     State
-	Kind      string
-	Count     int64
-	OldestAge time.Duration
-}
 
 // StateGauges reads the live and failed effects by state and kind from the
 // partial indexes.

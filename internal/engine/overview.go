@@ -11,14 +11,6 @@ import (
 
 // What the web view's overview and search read, each from an index.
 
-// ReasonCount is how many unacknowledged failed effects of a kind share a
-// failure reason (the last error without its class, up to the first ": ").
-type ReasonCount struct {
-	Kind   string `json:"kind"`
-	Reason string `json:"reason"`
-	Count  int64  `json:"count"`
-}
-
 // FailureReasons groups the failed effects not acknowledged by kind and
 // reason, most frequent first.
 func (s *Store) FailureReasons(ctx context.Context, db DB, limit int) ([]ReasonCount, error) {
@@ -27,13 +19,6 @@ func (s *Store) FailureReasons(ctx context.Context, db DB, limit int) ([]ReasonC
 		return nil, fmt.Errorf("failure reasons: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[ReasonCount])
-}
-
-// MinuteCount is how many effects were confirmed and failed in one minute.
-type MinuteCount struct {
-	Minute    time.Time `json:"minute"`
-	Confirmed int64     `json:"confirmed"`
-	Failed    int64     `json:"failed"`
 }
 
 // Throughput counts effects confirmed and failed per minute since since

@@ -7,12 +7,6 @@ import (
 	"time"
 )
 
-// PurgeResult counts what a purge deleted (or would delete).
-type PurgeResult struct {
-	Effects int64 `json:"effects"`
-	Events  int64 `json:"events"`
-}
-
 // Purge deletes confirmed, failed and cancelled effects last updated before
 // cutoff, with their audit rows, each event with its last effect, then
 // events older than cutoff that have no effects, in batches so no

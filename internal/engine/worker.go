@@ -16,12 +16,6 @@ import (
 	"github.com/outboxd/outboxd/providers"
 )
 
-// Failure reasons recorded in last_error when an effect ends failed.
-const (
-	ReasonKeyWindow = "key window expired: reconcile at provider"
-	ReasonInDoubt   = "in doubt: not re-sent"
-)
-
 // bookkeepingTimeout bounds the SQL that records an attempt's outcome. It
 // runs on a context detached from the job's, so a shutdown that cancels a
 // finished provider call still records the confirmation.

@@ -1,4 +1,4 @@
-package engine
+package outboxtype
 
 import (
 	"math/rand/v2"
@@ -27,7 +27,8 @@ const (
 	DefaultMaxDelay    = 30 * time.Minute
 )
 
-func (p RetryPolicy) withDefaults() RetryPolicy {
+// WithDefaults fills in the zero fields with the defaults above.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
 	if p.MaxAttempts <= 0 {
 		p.MaxAttempts = DefaultMaxAttempts
 	}
@@ -44,7 +45,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 // random duration in [d/2, d] where d = min(MaxDelay, BaseDelay*2^(attempt-1)).
 // The jitter keeps many effects failing together from retrying in lockstep.
 func (p RetryPolicy) Delay(attempt int) time.Duration {
-	p = p.withDefaults()
+	p = p.WithDefaults()
 	d := p.MaxDelay
 	if shift := attempt - 1; shift >= 0 && shift < 40 {
 		if exp := p.BaseDelay << shift; exp > 0 && exp < d {

@@ -1,10 +1,9 @@
-package engine
+package outboxtype
 
 import (
 	"encoding/json"
-	"time"
-
 	"github.com/google/uuid"
+	"time"
 )
 
 // State is a side effect's place in the state machine.
@@ -62,3 +61,13 @@ type Effect struct {
 	// failed gauge. A redrive clears it.
 	AcknowledgedAt *time.Time `db:"acknowledged_at" json:"acknowledged_at"`
 }
+
+// Failure reasons recorded in last_error when an effect ends failed.
+const (
+	ReasonKeyWindow = "key window expired: reconcile at provider"
+	ReasonInDoubt   = "in doubt: not re-sent"
+)
+
+// ReasonUnqueueable prefixes the reason of an effect no job can be
+// inserted for.
+const ReasonUnqueueable = "cannot be dispatched"

@@ -1,0 +1,53 @@
+package outboxtype
+
+// Change is what an action did, or would do, to one effect.
+type Change struct {
+	Effect *Effect `json:"effect"`
+	From   State   `json:"from"`
+	To     State   `json:"to"`
+	// Applied is true when the transition was (or, in a dry run, would be)
+	// made; Skipped says why not otherwise.
+	Applied bool   `json:"applied"`
+	Skipped string `json:"skipped,omitempty"`
+	// Warning is something the operator must know about an applied change.
+	Warning string `json:"warning,omitempty"`
+	// JobInserted is true when retry inserted a new River job (false when a
+	// live job existed already).
+	JobInserted bool `json:"job_inserted,omitempty"`
+	// ClearsDoubt is true when retry re-sends an at_most_once effect in
+	// doubt (AllowDuplicate); RestartsKeyWindow when a forced retry starts a
+	// new key window.
+	ClearsDoubt       bool `json:"clears_doubt,omitempty"`
+	RestartsKeyWindow bool `json:"restarts_key_window,omitempty"`
+}
+
+// ActionOpts describe who acts and why.
+type ActionOpts struct {
+	Actor  string
+	Reason string
+	// DryRun reports what would change and changes nothing.
+	DryRun bool
+	// Force lets retry move a fired effect back to pending, and retry an
+	// effect whose key window has (nearly) passed, after the operator
+	// checked the provider; the re-fire then starts a new key window.
+	Force bool
+	// AllowDuplicate lets retry re-send an at_most_once effect whose last
+	// request may have been delivered: the operator accepts that the
+	// recipient may get it twice.
+	AllowDuplicate bool
+	// Ref is the provider's reference, for confirm.
+	Ref string
+}
+
+// Operator actions recorded in side_effect_audit.action.
+const (
+	ActionRetry   = "retry"
+	ActionCancel  = "cancel"
+	ActionConfirm = "confirm"
+	ActionRequeue = "requeue"
+	// ActionAcknowledge marks a failed effect as reviewed.
+	ActionAcknowledge = "acknowledge"
+	// ActionLateAck records a provider's acknowledgement that arrived after
+	// an operator's action.
+	ActionLateAck = "late_ack"
+)

@@ -1,0 +1,11 @@
+// Package outboxtype holds the values outboxd's two faces share: an effect
+// as stored (Effect) and its State, the event it belongs to, what an
+// operator action did (Change) and what the reads return (Stats,
+// StuckEffect, Job, AuditEntry, Attempt, DriftRecord, …), with the failure,
+// action and drift reasons recorded in the tables.
+//
+// It imports nothing of outboxd, the way River keeps its own shared types
+// in rivertype: package outbox (enqueue), package sideeffects (dispatch and
+// operate) and the engine below them all speak in these types, so that
+// reading one never means importing the others.
+package outboxtype

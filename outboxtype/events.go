@@ -1,0 +1,70 @@
+package outboxtype
+
+import (
+	"github.com/google/uuid"
+	"time"
+)
+
+// EventResult is what one provider event did.
+type EventResult struct {
+	// Effect is the effect the event's key matches, as it was before.
+	Effect *Effect
+	// Confirmed says the event confirmed the effect.
+	Confirmed bool
+	// Drift is the drift reasons recorded.
+	Drift []string
+}
+
+// DriftFilter selects drift records; zero fields match all.
+type DriftFilter struct {
+	Since    time.Time
+	Reason   string
+	EffectID *uuid.UUID
+	Limit    int
+}
+
+// DriftRecord is one disagreement between outboxd and a provider.
+type DriftRecord struct {
+	ID             int64      `json:"id"`
+	Reason         string     `json:"reason"`
+	Provider       string     `json:"provider"`
+	Kind           string     `json:"kind,omitempty"`
+	EffectID       *uuid.UUID `json:"effect_id,omitempty"`
+	EffectState    string     `json:"effect_state,omitempty"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	EventID        string     `json:"event_id"`
+	EventType      string     `json:"event_type"`
+	ObjectID       string     `json:"object_id,omitempty"`
+	Check          string     `json:"check"`
+	CreatedAt      time.Time  `json:"created_at"`
+}
+
+// Delivery is a mail's delivery status from the provider's events.
+type Delivery struct {
+	Status    string    `json:"status"`
+	Detail    string    `json:"detail,omitempty"`
+	EventID   string    `json:"event_id"`
+	EventAt   time.Time `json:"event_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Drift reasons.
+const (
+	// DriftUnknownKey: an event carries an outboxd key no effect has.
+	DriftUnknownKey = "unknown_key"
+	// DriftActedWhileFailed: the provider acted on an effect outboxd holds as
+	// failed (not in doubt: outboxd believed nothing was applied).
+	DriftActedWhileFailed = "acted_while_failed"
+	// DriftActedWhileCancelled: the provider acted on a cancelled effect.
+	DriftActedWhileCancelled = "acted_while_cancelled"
+	// DriftTwoObjects: a second, distinct provider object carries the key of
+	// a confirmed effect.
+	DriftTwoObjects = "two_objects"
+	// DriftUndone: the object of a confirmed effect was later undone (a
+	// refund failed, a payment intent canceled).
+	DriftUndone = "undone_after_confirm"
+)
+
+// ActionEventConfirm is the audit action of an effect confirmed by a
+// provider event.
+const ActionEventConfirm = "event_confirm"

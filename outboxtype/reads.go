@@ -1,0 +1,119 @@
+package outboxtype
+
+import (
+	"encoding/json"
+	"github.com/google/uuid"
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Filter selects effects for listing and bulk actions. Zero fields match
+// everything.
+type Filter struct {
+	States   []State
+	Kind     string
+	Provider string
+	Source   uuid.UUID
+	// Since and Before bound created_at: Since <= created_at < Before.
+	Since  time.Time
+	Before time.Time
+	// After is the keyset cursor: the last effect of the previous page.
+	After *Effect
+	Limit int
+}
+
+// StuckEffect is an effect that is not progressing, with its live River
+// job, if it has one.
+type StuckEffect struct {
+	*Effect
+	JobID          *int64     `json:"job_id"`
+	JobState       *string    `json:"job_state"`
+	JobScheduledAt *time.Time `json:"job_scheduled_at"`
+}
+
+// Event is an outbox_events row.
+type Event struct {
+	ID            uuid.UUID       `json:"id"`
+	AggregateType string          `json:"aggregate_type"`
+	AggregateID   string          `json:"aggregate_id"`
+	Type          string          `json:"event_type"`
+	Payload       json.RawMessage `json:"payload"`
+	CreatedAt     time.Time       `json:"created_at"`
+}
+
+// EventFilter selects events for Events; zero fields match all.
+type EventFilter struct {
+	Type          string
+	AggregateType string
+	AggregateID   string
+	// MissingKind keeps events that have no effect of this kind.
+	MissingKind string
+	Since       time.Time
+	ID          uuid.UUID
+	Limit       int
+}
+
+// EventEffects is an event with its effects' kinds and states.
+type EventEffects struct {
+	Event
+	Effects []EventEffect `json:"effects"`
+}
+
+// EventEffect is one effect of an event, as Events lists it.
+type EventEffect struct {
+	ID    uuid.UUID `json:"id"`
+	Kind  string    `json:"kind"`
+	State State     `json:"state"`
+}
+
+// Job is a River dispatch job of an effect.
+type Job struct {
+	ID          int64                    `json:"id"`
+	State       string                   `json:"state"`
+	Queue       string                   `json:"queue"`
+	Attempt     int                      `json:"attempt"`
+	MaxAttempts int                      `json:"max_attempts"`
+	CreatedAt   time.Time                `json:"created_at"`
+	ScheduledAt time.Time                `json:"scheduled_at"`
+	FinalizedAt *time.Time               `json:"finalized_at"`
+	Errors      []rivertype.AttemptError `json:"errors"`
+}
+
+// AuditEntry is one recorded operator action.
+type AuditEntry struct {
+	ID        int64           `json:"id"`
+	EffectID  uuid.UUID       `json:"effect_id"`
+	Action    string          `json:"action"`
+	Actor     string          `json:"actor"`
+	Reason    string          `json:"reason"`
+	FromState string          `json:"from_state"`
+	ToState   string          `json:"to_state"`
+	Details   json.RawMessage `json:"details"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// Attempt is one failed attempt of an effect, as outboxctl show lists it.
+type Attempt struct {
+	EffectID  uuid.UUID     `json:"effect_id"`
+	Attempt   int           `json:"attempt"`
+	StartedAt time.Time     `json:"started_at"`
+	Duration  time.Duration `json:"duration_ns"`
+	// Outcome is the error class: retryable, in_doubt or permanent.
+	Outcome string `json:"outcome"`
+	Error   string `json:"error"`
+	// Host is the destination the provider called, when it says.
+	Host string `json:"host"`
+}
+
+// DispatcherRecord is what an outboxd run recorded about itself: where it
+// runs and the settings it dispatches with (never secrets).
+type DispatcherRecord struct {
+	ID        string          `json:"id"`
+	Host      string          `json:"host"`
+	PID       int             `json:"pid"`
+	StartedAt time.Time       `json:"started_at"`
+	SeenAt    time.Time       `json:"seen_at"`
+	StoppedAt *time.Time      `json:"stopped_at"`
+	Settings  json.RawMessage `json:"settings"`
+}
