@@ -349,37 +349,49 @@ func parseTransferCreate(raw json.RawMessage) (any, error) {
 func (PaymentIntentCreate) ProviderName() string { return Name }
 
 // EffectPayload implements providers.Payload: {"operation": "payment_intent.create", "params": …}.
-func (p PaymentIntentCreate) EffectPayload() (json.RawMessage, error) { return effectPayload("payment_intent.create", p) }
+func (p PaymentIntentCreate) EffectPayload() (json.RawMessage, error) {
+	return effectPayload("payment_intent.create", p)
+}
 
 // ProviderName implements providers.Payload.
 func (PaymentIntentCapture) ProviderName() string { return Name }
 
 // EffectPayload implements providers.Payload: {"operation": "payment_intent.capture", "params": …}.
-func (p PaymentIntentCapture) EffectPayload() (json.RawMessage, error) { return effectPayload("payment_intent.capture", p) }
+func (p PaymentIntentCapture) EffectPayload() (json.RawMessage, error) {
+	return effectPayload("payment_intent.capture", p)
+}
 
 // ProviderName implements providers.Payload.
 func (PaymentIntentCancel) ProviderName() string { return Name }
 
 // EffectPayload implements providers.Payload: {"operation": "payment_intent.cancel", "params": …}.
-func (p PaymentIntentCancel) EffectPayload() (json.RawMessage, error) { return effectPayload("payment_intent.cancel", p) }
+func (p PaymentIntentCancel) EffectPayload() (json.RawMessage, error) {
+	return effectPayload("payment_intent.cancel", p)
+}
 
 // ProviderName implements providers.Payload.
 func (RefundCreate) ProviderName() string { return Name }
 
 // EffectPayload implements providers.Payload: {"operation": "refund.create", "params": …}.
-func (p RefundCreate) EffectPayload() (json.RawMessage, error) { return effectPayload("refund.create", p) }
+func (p RefundCreate) EffectPayload() (json.RawMessage, error) {
+	return effectPayload("refund.create", p)
+}
 
 // ProviderName implements providers.Payload.
 func (CustomerCreate) ProviderName() string { return Name }
 
 // EffectPayload implements providers.Payload: {"operation": "customer.create", "params": …}.
-func (p CustomerCreate) EffectPayload() (json.RawMessage, error) { return effectPayload("customer.create", p) }
+func (p CustomerCreate) EffectPayload() (json.RawMessage, error) {
+	return effectPayload("customer.create", p)
+}
 
 // ProviderName implements providers.Payload.
 func (TransferCreate) ProviderName() string { return Name }
 
 // EffectPayload implements providers.Payload: {"operation": "transfer.create", "params": …}.
-func (p TransferCreate) EffectPayload() (json.RawMessage, error) { return effectPayload("transfer.create", p) }
+func (p TransferCreate) EffectPayload() (json.RawMessage, error) {
+	return effectPayload("transfer.create", p)
+}
 
 func effectPayload(operation string, params any) (json.RawMessage, error) {
 	raw, err := json.Marshal(params)
