@@ -233,3 +233,77 @@ func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts ActionOpts) (
 func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
 	return o.op.Acknowledge(ctx, ids, opts)
 }
+
+// The reads below are what outboxctl and the web view show; each reads
+// through an index (docs/performance.md times them at 10 M effects).
+
+// GetByKey returns the effect whose idempotency key is key.
+func (o *Operator) GetByKey(ctx context.Context, key string) (*EffectRow, error) {
+	return o.op.Store().GetByKey(ctx, o.op.Pool(), key)
+}
+
+// List returns effects matching f, newest first (f.After continues a page).
+func (o *Operator) List(ctx context.Context, f outboxtype.Filter) ([]*EffectRow, error) {
+	return o.op.Store().List(ctx, o.op.Pool(), f)
+}
+
+// Stats summarises the effects: live and failed ones in full, confirmed
+// and cancelled ones that ended within window (zero: every row kept).
+func (o *Operator) Stats(ctx context.Context, window time.Duration) (*outboxtype.Stats, error) {
+	return o.op.Store().Stats(ctx, o.op.Pool(), window)
+}
+
+// Event returns the event with id.
+func (o *Operator) Event(ctx context.Context, id uuid.UUID) (*outboxtype.Event, error) {
+	return o.op.Store().Event(ctx, o.op.Pool(), id)
+}
+
+// Events lists events matching f, newest first, with their effects.
+func (o *Operator) Events(ctx context.Context, f outboxtype.EventFilter) ([]outboxtype.EventEffects, error) {
+	return o.op.Store().Events(ctx, o.op.Pool(), f)
+}
+
+// Jobs lists the River jobs of effect id, newest first.
+func (o *Operator) Jobs(ctx context.Context, id uuid.UUID) ([]outboxtype.Job, error) {
+	return o.op.Store().Jobs(ctx, o.op.Pool(), id)
+}
+
+// Audit lists the recorded actions on effect id, oldest first.
+func (o *Operator) Audit(ctx context.Context, id uuid.UUID) ([]outboxtype.AuditEntry, error) {
+	return o.op.Store().Audit(ctx, o.op.Pool(), id)
+}
+
+// Attempts lists the failed attempts of effect id, oldest first.
+func (o *Operator) Attempts(ctx context.Context, id uuid.UUID) ([]outboxtype.Attempt, error) {
+	return o.op.Store().Attempts(ctx, o.op.Pool(), id)
+}
+
+// Delivery returns the delivery status a provider reported for the mail
+// of effect id (ErrNotFound when none).
+func (o *Operator) Delivery(ctx context.Context, id uuid.UUID) (*outboxtype.Delivery, error) {
+	return o.op.Store().Delivery(ctx, o.op.Pool(), id)
+}
+
+// Drift lists what provider events contradicted, newest first.
+func (o *Operator) Drift(ctx context.Context, f outboxtype.DriftFilter) ([]outboxtype.DriftRecord, error) {
+	return o.op.Store().Drift(ctx, o.op.Pool(), f)
+}
+
+// Dispatchers lists the dispatchers that recorded their settings, newest
+// first, at most limit.
+func (o *Operator) Dispatchers(ctx context.Context, limit int) ([]outboxtype.DispatcherRecord, error) {
+	return o.op.Store().Dispatchers(ctx, o.op.Pool(), limit)
+}
+
+// Purge deletes terminal effects that ended before cutoff, and the events
+// they leave without effects, in batches at full speed (the dispatcher's
+// retention job yields between batches instead). dryRun counts only.
+func (o *Operator) Purge(ctx context.Context, cutoff time.Time, dryRun bool) (outboxtype.PurgeResult, error) {
+	return o.op.Store().Purge(ctx, o.op.Pool(), cutoff, dryRun)
+}
+
+// Policy is the in-doubt policy of effects of kind at provider, with the
+// operator's overrides.
+func (o *Operator) Policy(provider, kind string) providers.InDoubtPolicy {
+	return o.op.Policy(provider, kind)
+}

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // actFlags are shared by retry and cancel.
@@ -25,7 +25,7 @@ type actFlags struct {
 }
 
 // targets resolves explicit ids, or the filter, into effect ids.
-func (a *app) targets(ctx context.Context, args []string, f *actFlags, defaultStates []engine.State) ([]uuid.UUID, bool, error) {
+func (a *app) targets(ctx context.Context, args []string, f *actFlags, defaultStates []outboxtype.State) ([]uuid.UUID, bool, error) {
 	if len(args) > 0 && f.set() {
 		return nil, false, cli.Usagef("give effect ids or filters (--state, --kind, ...), not both")
 	}
@@ -56,7 +56,7 @@ func (a *app) targets(ctx context.Context, args []string, f *actFlags, defaultSt
 	if len(filter.States) == 0 {
 		filter.States = defaultStates
 	}
-	effects, err := a.store().List(ctx, a.pool, filter)
+	effects, err := a.op.List(ctx, filter)
 	if err != nil {
 		return nil, false, err
 	}
@@ -99,7 +99,7 @@ key windows are read from the same flags and variables as outboxd run
 (--in-doubt-policy, --stripe-key-window, --webhook-key-window).
 
 Select effects by id, or by filters (default --state failed).`,
-		RunE: a.bulk(&f, "retry", []engine.State{engine.StateFailed}),
+		RunE: a.bulk(&f, "retry", []outboxtype.State{outboxtype.StateFailed}),
 	}
 	f.add(cmd, 100)
 	addActFlags(cmd, &f)
@@ -120,7 +120,7 @@ the alert stops firing. Nothing is sent and nothing pretends it was done;
 stats counts them as failed_acknowledged. A later retry clears it.
 
 Select effects by id, or by filters (default --state failed).`,
-		RunE: a.bulk(&f, "acknowledge", []engine.State{engine.StateFailed}),
+		RunE: a.bulk(&f, "acknowledge", []outboxtype.State{outboxtype.StateFailed}),
 	}
 	f.add(cmd, 100)
 	addActFlags(cmd, &f)
@@ -139,7 +139,7 @@ effect's re-fire applies its kind's in-doubt policy, like any re-fire.
 Effects that have a live job are skipped.
 
 Select effects by id, or by filters (default --state pending,fired).`,
-		RunE: a.bulk(&f, "requeue", []engine.State{engine.StatePending, engine.StateFired}),
+		RunE: a.bulk(&f, "requeue", []outboxtype.State{outboxtype.StatePending, outboxtype.StateFired}),
 	}
 	f.add(cmd, 100)
 	addActFlags(cmd, &f)
@@ -151,7 +151,7 @@ func newCancelCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cancel [effect id | key ...]",
 		Short: "Cancel pending, fired or failed effects: no worker fires them again",
-		RunE:  a.bulk(&f, "cancel", []engine.State{engine.StatePending, engine.StateFired, engine.StateFailed}),
+		RunE:  a.bulk(&f, "cancel", []outboxtype.State{outboxtype.StatePending, outboxtype.StateFired, outboxtype.StateFailed}),
 	}
 	f.add(cmd, 100)
 	addActFlags(cmd, &f)
@@ -168,7 +168,7 @@ func addActFlags(cmd *cobra.Command, f *actFlags) {
 // (default states): confirmation for bulk changes, then do, then the report.
 // The operator function is looked up when the command runs, after targets
 // opened the database.
-func (a *app) bulk(f *actFlags, verb string, defaultStates []engine.State) func(*cobra.Command, []string) error {
+func (a *app) bulk(f *actFlags, verb string, defaultStates []outboxtype.State) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
 		ids, bulk, err := a.targets(ctx, args, f, defaultStates)
@@ -189,7 +189,7 @@ func (a *app) bulk(f *actFlags, verb string, defaultStates []engine.State) func(
 }
 
 // action is the operator function behind verb.
-func (a *app) action(verb string) func(context.Context, []uuid.UUID, engine.ActionOpts) ([]engine.Change, error) {
+func (a *app) action(verb string) func(context.Context, []uuid.UUID, outboxtype.ActionOpts) ([]outboxtype.Change, error) {
 	switch verb {
 	case "retry":
 		return a.op.Retry
@@ -202,13 +202,13 @@ func (a *app) action(verb string) func(context.Context, []uuid.UUID, engine.Acti
 	}
 }
 
-func (a *app) opts(f *actFlags) engine.ActionOpts {
-	return engine.ActionOpts{Actor: a.actor(), Reason: f.reason, DryRun: f.dryRun, Force: f.force, AllowDuplicate: f.allowDuplicate}
+func (a *app) opts(f *actFlags) outboxtype.ActionOpts {
+	return outboxtype.ActionOpts{Actor: a.actor(), Reason: f.reason, DryRun: f.dryRun, Force: f.force, AllowDuplicate: f.allowDuplicate}
 }
 
 // report prints the changes. When the operator named the effects, one that
 // could not be changed makes the command fail.
-func (a *app) report(out io.Writer, changes []engine.Change, dryRun, strict bool) error {
+func (a *app) report(out io.Writer, changes []outboxtype.Change, dryRun, strict bool) error {
 	if a.JSON {
 		if err := printJSON(out, changes); err != nil {
 			return err
@@ -271,11 +271,11 @@ fired").`,
 			if err != nil {
 				return err
 			}
-			ch, err := a.op.Confirm(ctx, e.ID, engine.ActionOpts{Actor: a.actor(), Reason: reason, Ref: ref})
+			ch, err := a.op.Confirm(ctx, e.ID, outboxtype.ActionOpts{Actor: a.actor(), Reason: reason, Ref: ref})
 			if err != nil {
 				return err
 			}
-			return a.report(cmd.OutOrStdout(), []engine.Change{ch}, false, true)
+			return a.report(cmd.OutOrStdout(), []outboxtype.Change{ch}, false, true)
 		},
 	}
 	cmd.Flags().StringVar(&ref, "ref", "", "the provider's reference, e.g. re_3Pabc or a SendGrid message id")
@@ -312,7 +312,7 @@ creates it anew. --older-than below 24h (Stripe's key window) needs --force.`,
 				return err
 			}
 			cutoff := time.Now().Add(-olderThan)
-			would, err := a.store().Purge(ctx, a.pool, cutoff, true)
+			would, err := a.op.Purge(ctx, cutoff, true)
 			if err != nil {
 				return err
 			}
@@ -327,7 +327,7 @@ creates it anew. --older-than below 24h (Stripe's key window) needs --force.`,
 			if err := a.confirmBulk(cmd.ErrOrStderr(), "delete", int(would.Effects+would.Events), yes); err != nil {
 				return err
 			}
-			res, err := a.store().Purge(ctx, a.pool, cutoff, false)
+			res, err := a.op.Purge(ctx, cutoff, false)
 			if err != nil {
 				return err
 			}

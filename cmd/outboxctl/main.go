@@ -28,9 +28,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 func main() { cli.Main("outboxctl", newRootCmd(os.Stdin)) }
@@ -44,7 +45,7 @@ type app struct {
 	stdin    io.Reader
 
 	pool *pgxpool.Pool
-	op   *engine.Operator
+	op   *sideeffects.Operator
 }
 
 func newRootCmd(stdin io.Reader) *cobra.Command {
@@ -102,7 +103,7 @@ func (a *app) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	op, err := engine.NewOperator(pool, engine.OperatorConfig{
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{
 		Schema: a.Schema, Guarantees: a.Policies.Guarantees(), InDoubt: inDoubt,
 	})
 	if err != nil {
@@ -111,8 +112,6 @@ func (a *app) open(ctx context.Context) error {
 	a.op = op
 	return nil
 }
-
-func (a *app) store() *engine.Store { return a.op.Store() }
 
 func (a *app) actor() string {
 	if a.Actor != "" {
@@ -130,11 +129,11 @@ func (a *app) actor() string {
 var keyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // resolve turns an effect id or idempotency key into an effect.
-func (a *app) resolve(ctx context.Context, ref string) (*engine.Effect, error) {
+func (a *app) resolve(ctx context.Context, ref string) (*outboxtype.Effect, error) {
 	if id, err := uuid.Parse(ref); err == nil {
-		e, err := a.store().Get(ctx, a.pool, id)
-		if errors.Is(err, engine.ErrNotFound) {
-			if evs, evErr := a.store().Events(ctx, a.pool, engine.EventFilter{ID: id, Limit: 1}); evErr == nil && len(evs) == 1 {
+		e, err := a.op.Get(ctx, id)
+		if errors.Is(err, sideeffects.ErrNotFound) {
+			if evs, evErr := a.op.Events(ctx, outboxtype.EventFilter{ID: id, Limit: 1}); evErr == nil && len(evs) == 1 {
 				return nil, fmt.Errorf("%s is an event, not an effect: `outboxctl events %s` shows it with its effects", id, id)
 			}
 			return nil, fmt.Errorf("no effect with id %s in schema %q: find ids with `outboxctl list`", id, a.Schema)
@@ -145,8 +144,8 @@ func (a *app) resolve(ctx context.Context, ref string) (*engine.Effect, error) {
 		return e, nil
 	}
 	if keyRE.MatchString(strings.ToLower(ref)) {
-		e, err := a.store().GetByKey(ctx, a.pool, strings.ToLower(ref))
-		if errors.Is(err, engine.ErrNotFound) {
+		e, err := a.op.GetByKey(ctx, strings.ToLower(ref))
+		if errors.Is(err, sideeffects.ErrNotFound) {
 			return nil, fmt.Errorf("no effect with idempotency key %s in schema %q", ref, a.Schema)
 		}
 		if err != nil {

@@ -10,7 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 func newStuckCmd(a *app) *cobra.Command {
@@ -34,13 +35,13 @@ actions and the one that could cause a second real-world effect.`,
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			stuck, err := a.store().Stuck(ctx, a.pool, time.Now().Add(-olderThan), limit)
+			stuck, err := a.op.Stuck(ctx, olderThan, limit)
 			if err != nil {
 				return err
 			}
 			now := time.Now()
 			type row struct {
-				engine.StuckEffect
+				outboxtype.StuckEffect
 				Diagnosis string `json:"diagnosis"`
 			}
 			rows := make([]row, len(stuck))
@@ -64,7 +65,7 @@ actions and the one that could cause a second real-world effect.`,
 		},
 	}
 	cmd.Flags().DurationVar(&olderThan, "older-than", 5*time.Minute, "only live effects unchanged for at least this long")
-	cmd.Flags().DurationVar(&firedBound, "fired-bound", engine.DefaultRescueAfter+time.Minute, "crash-recovery bound: fired longer than this is reported")
+	cmd.Flags().DurationVar(&firedBound, "fired-bound", sideeffects.DefaultRescueAfter+time.Minute, "crash-recovery bound: fired longer than this is reported")
 	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many effects")
 	return cmd
 }
@@ -95,12 +96,12 @@ func (f *filterFlags) set() bool {
 	return len(f.states) > 0 || f.kind != "" || f.provider != "" || f.source != "" || f.since > 0 || f.olderThan > 0
 }
 
-func (f *filterFlags) filter() (engine.Filter, error) {
-	var out engine.Filter
+func (f *filterFlags) filter() (outboxtype.Filter, error) {
+	var out outboxtype.Filter
 	for _, s := range f.states {
-		st := engine.State(strings.ToLower(strings.TrimSpace(s)))
+		st := outboxtype.State(strings.ToLower(strings.TrimSpace(s)))
 		switch st {
-		case engine.StatePending, engine.StateFired, engine.StateConfirmed, engine.StateFailed, engine.StateCancelled:
+		case outboxtype.StatePending, outboxtype.StateFired, outboxtype.StateConfirmed, outboxtype.StateFailed, outboxtype.StateCancelled:
 			out.States = append(out.States, st)
 		default:
 			return out, cli.Usagef("--state %q: use pending, fired, confirmed, failed or cancelled", s)
@@ -154,7 +155,7 @@ func newListCmd(a *app) *cobra.Command {
 					return err
 				}
 			}
-			effects, err := a.store().List(ctx, a.pool, f)
+			effects, err := a.op.List(ctx, f)
 			if err != nil {
 				return err
 			}
@@ -195,27 +196,27 @@ func newShowCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ev, err := a.store().Event(ctx, a.pool, e.SourceID)
+			ev, err := a.op.Event(ctx, e.SourceID)
 			if err != nil {
 				return err
 			}
-			jobs, err := a.store().Jobs(ctx, a.pool, e.ID)
+			jobs, err := a.op.Jobs(ctx, e.ID)
 			if err != nil {
 				return err
 			}
-			audit, err := a.store().Audit(ctx, a.pool, e.ID)
+			audit, err := a.op.Audit(ctx, e.ID)
 			if err != nil {
 				return err
 			}
-			attempts, err := a.store().Attempts(ctx, a.pool, e.ID)
+			attempts, err := a.op.Attempts(ctx, e.ID)
 			if err != nil {
 				return err
 			}
-			delivery, err := a.store().Delivery(ctx, a.pool, e.ID)
+			delivery, err := a.op.Delivery(ctx, e.ID)
 			if err != nil {
 				return err
 			}
-			drift, err := a.store().Drift(ctx, a.pool, engine.DriftFilter{EffectID: &e.ID})
+			drift, err := a.op.Drift(ctx, outboxtype.DriftFilter{EffectID: &e.ID})
 			if err != nil {
 				return err
 			}
@@ -257,7 +258,7 @@ func newShowCmd(a *app) *cobra.Command {
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", at.Attempt, at.StartedAt.UTC().Format(time.RFC3339Nano), at.Outcome,
 					at.Duration, at.Host, strings.ReplaceAll(at.Error, "\n", " "))
 			}
-			if e.State == engine.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil {
+			if e.State == outboxtype.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil {
 				fmt.Fprintf(tw, "%d\t%s\tconfirmed\t%s\t\tref %s\n", e.TotalAttempts, ts(e.FiredAt),
 					e.ConfirmedAt.Sub(*e.FiredAt).Round(time.Millisecond), short(e.ProviderRef, 200))
 			}
@@ -290,7 +291,7 @@ func newShowCmd(a *app) *cobra.Command {
 			fmt.Fprintln(tw, "AT\tACTOR\tACTION\tFROM\tTO\tREASON")
 			for _, au := range audit {
 				reason := au.Reason
-				if au.Action == engine.ActionLateAck {
+				if au.Action == outboxtype.ActionLateAck {
 					var d struct {
 						Ref string `json:"provider_ref"`
 					}
@@ -305,7 +306,7 @@ func newShowCmd(a *app) *cobra.Command {
 }
 
 // deliveryLine renders a mail's delivery status from provider events.
-func deliveryLine(d *engine.Delivery) string {
+func deliveryLine(d *outboxtype.Delivery) string {
 	if d == nil {
 		return "-"
 	}
@@ -349,7 +350,7 @@ Drift changes no effect: decide, then confirm, retry or undo at the provider.`,
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			recs, err := a.store().Drift(ctx, a.pool, engine.DriftFilter{Since: time.Now().Add(-d), Reason: reason, Limit: limit})
+			recs, err := a.op.Drift(ctx, outboxtype.DriftFilter{Since: time.Now().Add(-d), Reason: reason, Limit: limit})
 			if err != nil {
 				return err
 			}
@@ -406,7 +407,7 @@ reads the whole terminal index and, for the percentiles, the audit trail: second
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			st, err := a.store().Stats(ctx, a.pool, window)
+			st, err := a.op.Stats(ctx, window)
 			if err != nil {
 				return err
 			}
@@ -454,7 +455,7 @@ func secs(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
 }
 
-func attemptsLine(e *engine.Effect) string {
+func attemptsLine(e *outboxtype.Effect) string {
 	if e.Redrives == 0 {
 		return fmt.Sprint(e.Attempts)
 	}
@@ -465,7 +466,7 @@ func attemptsLine(e *engine.Effect) string {
 	return fmt.Sprintf("%d since the last redrive, %d in all, %d redrive%s", e.Attempts, e.TotalAttempts, e.Redrives, plural)
 }
 
-func doubtLine(e *engine.Effect) string {
+func doubtLine(e *outboxtype.Effect) string {
 	if !e.InDoubt {
 		return "false"
 	}
@@ -473,7 +474,7 @@ func doubtLine(e *engine.Effect) string {
 }
 
 // windowNote says when the effect's key window closes, if its provider has one.
-func (a *app) windowNote(e *engine.Effect) string {
+func (a *app) windowNote(e *outboxtype.Effect) string {
 	w := a.keyWindow(e.Provider)
 	if w <= 0 || e.KeyWindowFrom == nil {
 		return ""
@@ -500,7 +501,7 @@ index (enqueueing pays for none), so this reads the whole table: expect it
 to take longer than the other commands on large tables.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f := engine.EventFilter{Type: typ, MissingKind: missing, Limit: limit}
+			f := outboxtype.EventFilter{Type: typ, MissingKind: missing, Limit: limit}
 			if aggregate != "" {
 				f.AggregateType, f.AggregateID, _ = strings.Cut(aggregate, ":")
 			}
@@ -521,7 +522,7 @@ to take longer than the other commands on large tables.`,
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			events, err := a.store().Events(ctx, a.pool, f)
+			events, err := a.op.Events(ctx, f)
 			if err != nil {
 				return err
 			}
@@ -572,7 +573,7 @@ tell which process talked to which host. --json prints the settings in full.`,
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			ds, err := a.store().Dispatchers(ctx, a.pool, limit)
+			ds, err := a.op.Dispatchers(ctx, limit)
 			if err != nil {
 				return err
 			}

@@ -9,21 +9,21 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/envflag"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/stripe"
 )
 
 // reconciliation is what reconcile found, for --json.
 type reconciliation struct {
-	Effect     *engine.Effect       `json:"effect"`
-	Asked      string               `json:"asked"`
-	Found      []providers.Found    `json:"found"`
-	Delivery   *engine.Delivery     `json:"delivery,omitempty"`
-	Suggestion string               `json:"suggestion"`
-	Applied    *engine.Change       `json:"applied,omitempty"`
-	Drift      []engine.DriftRecord `json:"drift,omitempty"`
+	Effect     *outboxtype.Effect       `json:"effect"`
+	Asked      string                   `json:"asked"`
+	Found      []providers.Found        `json:"found"`
+	Delivery   *outboxtype.Delivery     `json:"delivery,omitempty"`
+	Suggestion string                   `json:"suggestion"`
+	Applied    *outboxtype.Change       `json:"applied,omitempty"`
+	Drift      []outboxtype.DriftRecord `json:"drift,omitempty"`
 }
 
 func newReconcileCmd(a *app) *cobra.Command {
@@ -77,7 +77,7 @@ than one: the request was applied more than once; check them, do not retry.`,
 					return fmt.Errorf("asking Stripe: %w", err)
 				}
 			case "sendgrid":
-				if rec.Delivery, err = a.store().Delivery(ctx, a.pool, e.ID); err != nil {
+				if rec.Delivery, err = a.op.Delivery(ctx, e.ID); err != nil {
 					return err
 				}
 				rec.Asked = "read the SendGrid events outboxd received for the key"
@@ -87,15 +87,15 @@ than one: the request was applied more than once; check them, do not retry.`,
 			default:
 				rec.Asked = "nothing to ask " + e.Provider + ": look for webhook-id " + e.IdempotencyKey + " in the receiver's log"
 			}
-			if rec.Drift, err = a.store().Drift(ctx, a.pool, engine.DriftFilter{EffectID: &e.ID}); err != nil {
+			if rec.Drift, err = a.op.Drift(ctx, outboxtype.DriftFilter{EffectID: &e.ID}); err != nil {
 				return err
 			}
 			rec.Suggestion = a.suggest(e, rec)
 			if apply {
-				if len(rec.Found) != 1 || rec.Found[0].ID == "" || e.State == engine.StateConfirmed || e.State == engine.StateCancelled {
+				if len(rec.Found) != 1 || rec.Found[0].ID == "" || e.State == outboxtype.StateConfirmed || e.State == outboxtype.StateCancelled {
 					return fmt.Errorf("--apply confirms only a pending, fired or failed effect for which exactly one object was found: %s", rec.Suggestion)
 				}
-				ch, err := a.op.Confirm(ctx, e.ID, engine.ActionOpts{Actor: a.actor(), Ref: rec.Found[0].ID,
+				ch, err := a.op.Confirm(ctx, e.ID, outboxtype.ActionOpts{Actor: a.actor(), Ref: rec.Found[0].ID,
 					Reason: fmt.Sprintf("reconcile: %s %s found at %s (%s)", rec.Found[0].Object, rec.Found[0].ID, e.Provider, rec.Asked)})
 				if err != nil {
 					return err
@@ -118,28 +118,28 @@ than one: the request was applied more than once; check them, do not retry.`,
 }
 
 // suggest says what to do about e given what the provider holds.
-func (a *app) suggest(e *engine.Effect, rec *reconciliation) string {
+func (a *app) suggest(e *outboxtype.Effect, rec *reconciliation) string {
 	id := e.ID.String()
 	switch n := len(rec.Found); {
 	case e.Provider != stripe.Name && e.Provider != "sendgrid":
 		return fmt.Sprintf("check the receiver; if it acted: `outboxctl confirm %s --ref <its id>`", id)
 	case n > 1:
 		return fmt.Sprintf("%d objects carry the key: the request was applied more than once; check them and undo the extra ones; do not retry", n)
-	case n == 1 && e.State == engine.StateConfirmed:
+	case n == 1 && e.State == outboxtype.StateConfirmed:
 		if e.ProviderRef != nil && *e.ProviderRef != "" && rec.Found[0].ID != "" && *e.ProviderRef != rec.Found[0].ID {
 			return fmt.Sprintf("confirmed with ref %s, but the provider holds %s: check both", *e.ProviderRef, rec.Found[0].ID)
 		}
 		return "confirmed, and the provider agrees: nothing to do"
-	case n == 1 && e.State == engine.StateCancelled:
+	case n == 1 && e.State == outboxtype.StateCancelled:
 		return fmt.Sprintf("cancelled, but the provider acted (%s): undo it there if it must not stand", rec.Found[0].ID)
 	case n == 1:
 		return fmt.Sprintf("the provider acted: `outboxctl confirm %s --ref %s --reason \"found by reconcile\"` (or rerun with --apply)", id, rec.Found[0].ID)
 	case e.Provider == "sendgrid":
 		return "no SendGrid event recorded for this mail: look the key up in the Activity Feed (custom arg outboxd_idempotency_key); " +
 			"found: `outboxctl confirm --ref`; not found: `outboxctl retry --allow-duplicate` risks nothing only if it was truly not sent"
-	case e.State == engine.StateConfirmed:
+	case e.State == outboxtype.StateConfirmed:
 		return "confirmed, but the provider holds no object for the key: check the provider by hand"
-	case e.State == engine.StatePending || e.State == engine.StateCancelled:
+	case e.State == outboxtype.StatePending || e.State == outboxtype.StateCancelled:
 		return "nothing at the provider, as expected"
 	}
 	window := a.keyWindow(e.Provider)
