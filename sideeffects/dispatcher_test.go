@@ -1,6 +1,8 @@
 package sideeffects_test
 
 import (
+	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -51,4 +53,34 @@ func TestNewDispatcherEnforcesWhatOutboxdRunEnforces(t *testing.T) {
 	d, err := sideeffects.NewDispatcher(db.Pool, base())
 	require.NoError(t, err, "the defaults pass every check")
 	require.NotNil(t, d)
+}
+
+// TestDispatcherRecordsItsSettings: a dispatcher started in-process with
+// Settings is listed, as outboxd run is, by Operator.Dispatchers (what
+// outboxctl dispatchers prints), and Stop marks it stopped.
+func TestDispatcherRecordsItsSettings(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	wh, err := webhook.New(webhook.Config{Secret: "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	require.NoError(t, err)
+	d, err := sideeffects.NewDispatcher(db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{wh},
+		Settings: map[string]any{"providers": []string{"webhook"}, "rescue_after": "2m0s"}, TestOnly: true})
+	require.NoError(t, err)
+	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(ctx))
+	recs, err := op.Dispatchers(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	host, _ := os.Hostname()
+	require.Equal(t, host, recs[0].Host)
+	require.Equal(t, os.Getpid(), recs[0].PID)
+	require.Nil(t, recs[0].StoppedAt)
+	require.JSONEq(t, `{"providers": ["webhook"], "rescue_after": "2m0s"}`, string(recs[0].Settings))
+
+	require.NoError(t, d.Stop(ctx))
+	recs, err = op.Dispatchers(ctx, 10)
+	require.NoError(t, err)
+	require.NotNil(t, recs[0].StoppedAt, "Stop marks the record stopped")
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/internal/engine"
@@ -109,6 +110,11 @@ type Config struct {
 	Metrics Observer
 	// Logger receives outboxd's and River's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Settings, when set, are recorded with this process's host and pid
+	// for `outboxctl dispatchers` while it runs (refreshed every 30s,
+	// marked stopped by Stop): what an operator needs to read its
+	// behaviour, never secrets.
+	Settings map[string]any
 	// TestOnly shortens River's start-up for tests, as River's own
 	// Config.TestOnly does.
 	TestOnly bool
@@ -125,19 +131,20 @@ const (
 
 // Defaults for Config's and RetryPolicy's zero values.
 const (
-	DefaultConcurrency       = engine.DefaultConcurrency
-	DefaultJobTimeout        = engine.DefaultJobTimeout
-	DefaultRescueAfter       = engine.DefaultRescueAfter
-	DefaultShutdownTimeout   = engine.DefaultShutdownTimeout
-	DefaultFetchCooldown     = engine.DefaultFetchCooldown
-	DefaultFetchPollInterval = engine.DefaultFetchPollInterval
-	DefaultSweepInterval     = engine.DefaultSweepInterval
-	DefaultSweepGrace        = engine.DefaultSweepGrace
-	DefaultRetention         = engine.DefaultRetention
-	DefaultRetentionInterval = engine.DefaultRetentionInterval
-	DefaultMaxAttempts       = engine.DefaultMaxAttempts
-	DefaultBaseDelay         = engine.DefaultBaseDelay
-	DefaultMaxDelay          = engine.DefaultMaxDelay
+	DefaultConcurrency           = engine.DefaultConcurrency
+	DefaultJobTimeout            = engine.DefaultJobTimeout
+	DefaultRescueAfter           = engine.DefaultRescueAfter
+	DefaultShutdownTimeout       = engine.DefaultShutdownTimeout
+	DefaultFetchCooldown         = engine.DefaultFetchCooldown
+	DefaultFetchPollInterval     = engine.DefaultFetchPollInterval
+	DefaultSweepInterval         = engine.DefaultSweepInterval
+	DefaultSweepGrace            = engine.DefaultSweepGrace
+	DefaultRetention             = engine.DefaultRetention
+	DefaultRetentionInterval     = engine.DefaultRetentionInterval
+	DefaultCompletedJobRetention = engine.DefaultCompletedJobRetention
+	DefaultMaxAttempts           = engine.DefaultMaxAttempts
+	DefaultBaseDelay             = engine.DefaultBaseDelay
+	DefaultMaxDelay              = engine.DefaultMaxDelay
 )
 
 // Failure reasons an effect's last_error starts with.
@@ -146,6 +153,9 @@ const (
 	ReasonKeyWindow   = engine.ReasonKeyWindow
 	ReasonUnqueueable = engine.ReasonUnqueueable
 )
+
+// JobKind is the River kind of dispatch jobs, for SQL over river_job.
+const JobKind = engine.JobKind
 
 // ErrNotFound reports an effect id or key that no effect has.
 var ErrNotFound = engine.ErrNotFound
@@ -306,4 +316,39 @@ func (o *Operator) Purge(ctx context.Context, cutoff time.Time, dryRun bool) (ou
 // operator's overrides.
 func (o *Operator) Policy(provider, kind string) providers.InDoubtPolicy {
 	return o.op.Policy(provider, kind)
+}
+
+// StateGauges counts live and failed effects by state and kind, with the
+// age of the oldest of each.
+func (o *Operator) StateGauges(ctx context.Context) ([]outboxtype.StateGauge, error) {
+	return o.op.Store().StateGauges(ctx, o.op.Pool())
+}
+
+// FailureReasons groups unacknowledged failed effects by kind and reason,
+// most frequent first, at most limit.
+func (o *Operator) FailureReasons(ctx context.Context, limit int) ([]outboxtype.ReasonCount, error) {
+	return o.op.Store().FailureReasons(ctx, o.op.Pool(), limit)
+}
+
+// Throughput counts effects confirmed and failed per minute since since.
+func (o *Operator) Throughput(ctx context.Context, since time.Time) ([]outboxtype.MinuteCount, error) {
+	return o.op.Store().Throughput(ctx, o.op.Pool(), since)
+}
+
+// EventsOfAggregate lists the events of one aggregate, newest first, with
+// their effects.
+func (o *Operator) EventsOfAggregate(ctx context.Context, aggType, aggID string, limit int) ([]outboxtype.EventEffects, error) {
+	return o.op.Store().EventsOfAggregate(ctx, o.op.Pool(), aggType, aggID, limit)
+}
+
+// EffectsOfEvent lists the effects of event id.
+func (o *Operator) EffectsOfEvent(ctx context.Context, id uuid.UUID) ([]*EffectRow, error) {
+	return o.op.Store().EffectsOfEvent(ctx, o.op.Pool(), id)
+}
+
+// ApplyProviderEvent applies a verified provider event in tx (the inbox's,
+// so that the event is applied once): it confirms the effect the event
+// proves done, records a mail's delivery status, and records drift.
+func (o *Operator) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.EventReport) (EventResult, error) {
+	return o.op.Store().ApplyProviderEvent(ctx, tx, ev)
 }

@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/webui"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // webResult is the time one web view page takes to answer, in-process,
@@ -29,11 +29,11 @@ type webResult struct {
 // overview, searches by key, by aggregate, by state and kind, and an
 // effect's page. Target: each under 100ms.
 func (b *bench) webPages(ctx context.Context, rows int) ([]webResult, error) {
-	op, err := engine.NewOperator(b.pool, engine.OperatorConfig{Schema: b.schema})
+	op, err := sideeffects.NewOperator(b.pool, sideeffects.OperatorConfig{Schema: b.schema})
 	if err != nil {
 		return nil, err
 	}
-	h, err := webui.New(webui.Config{Pool: b.pool, Schema: b.schema, Operator: op, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := webui.New(webui.Config{Schema: b.schema, Operator: op, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return nil, err
 	}

@@ -19,15 +19,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 func newDemoCmd(g *globalConfig) *cobra.Command {
@@ -118,10 +119,10 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 	fmt.Fprintf(out, "  sendgrid: local fake SendGrid %s (SendGrid has no test server)\n\n", sgFake.URL)
 
 	// Start dispatching first, as a running outboxd would be.
-	d, err := engine.NewDispatcher(pool, engine.Config{
+	d, err := sideeffects.NewDispatcher(pool, sideeffects.Config{
 		Schema:            schema,
 		Providers:         []providers.Provider{rec.wrap(wh), rec.wrap(st), rec.wrap(sg)},
-		Retry:             engine.RetryPolicy{BaseDelay: 500 * time.Millisecond},
+		Retry:             sideeffects.RetryPolicy{BaseDelay: 500 * time.Millisecond},
 		FetchCooldown:     20 * time.Millisecond,
 		FetchPollInterval: 200 * time.Millisecond,
 		// The demo reports every outcome itself, the expected failures too.
@@ -197,7 +198,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 	body := fmt.Sprintf(`{"id": %q, "amount": %d, "path": %q, "capture": %t}`, first.id, first.amount, first.path, first.capture)
 	counts := func() (rows [3]int, err error) {
 		err = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+schema+`.orders), (SELECT count(*) FROM `+schema+`.outbox_events),
-			(SELECT count(*) FROM `+schema+`.river_job WHERE kind = $1)`, engine.DispatchArgs{}.Kind()).Scan(&rows[0], &rows[1], &rows[2])
+			(SELECT count(*) FROM `+schema+`.river_job WHERE kind = $1)`, sideeffects.JobKind).Scan(&rows[0], &rows[1], &rows[2])
 		return rows, err
 	}
 	before, err := counts()
@@ -220,12 +221,15 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 	}
 	fmt.Fprintf(out, "same key, changed amount: HTTP %d %s\n\n", a.status, strings.TrimSpace(string(a.body)))
 
-	store := engine.NewStore(schema)
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema})
+	if err != nil {
+		return err
+	}
 	deadline := time.Now().Add(30 * time.Second)
-	final := make([]*engine.Effect, len(effects))
+	final := make([]*outboxtype.Effect, len(effects))
 	for i, e := range effects {
 		for {
-			got, err := store.Get(ctx, pool, e.ID)
+			got, err := op.Get(ctx, e.ID)
 			if err != nil {
 				return err
 			}
@@ -244,7 +248,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 	// mail processed; outboxd's events endpoint confirms it.
 	var events []string
 	for i, f := range final {
-		if f.State != engine.StateFailed || f.Provider != sendgrid.Name {
+		if f.State != outboxtype.StateFailed || f.Provider != sendgrid.Name {
 			continue
 		}
 		events = append(events, fmt.Sprintf("%s %s: parked after SendGrid answered 500 (%s)", effects[i].order, f.Kind, deref(f.LastError)))
@@ -253,7 +257,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 			return err
 		}
 		events = append(events, line)
-		if final[i], err = store.Get(ctx, pool, f.ID); err != nil {
+		if final[i], err = op.Get(ctx, f.ID); err != nil {
 			return err
 		}
 	}
@@ -264,7 +268,7 @@ func demo(ctx context.Context, out io.Writer, g *globalConfig, keep, serve bool)
 	webhooks := 0
 	for i, e := range effects {
 		f := final[i]
-		if f.State == engine.StateConfirmed {
+		if f.State == outboxtype.StateConfirmed {
 			confirmed++
 		}
 		if f.Provider == webhook.Name {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
 
@@ -61,7 +61,7 @@ func (p *recordingProvider) Send(ctx context.Context, req providers.Request) (pr
 // After an answer that proves the provider did nothing the effect goes
 // back to pending; after any other failure it stays fired (in doubt) and is
 // re-fired with the same key.
-func path(e demoEffect, f *engine.Effect, fires []fire) string {
+func path(e demoEffect, f *outboxtype.Effect, fires []fire) string {
 	since := func(t time.Time) string {
 		d := t.Sub(e.committed)
 		if d < time.Second {
@@ -91,7 +91,7 @@ func path(e demoEffect, f *engine.Effect, fires []fire) string {
 		}
 	}
 	switch {
-	case f.State == engine.StateConfirmed && f.ConfirmedAt != nil:
+	case f.State == outboxtype.StateConfirmed && f.ConfirmedAt != nil:
 		fmt.Fprintf(&b, " -> confirmed %s", since(*f.ConfirmedAt))
 	default:
 		fmt.Fprintf(&b, " -> %s", f.State)

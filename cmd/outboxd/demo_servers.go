@@ -18,13 +18,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/providerevents"
 	"github.com/outboxd/outboxd/internal/webui"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // The local servers the demo runs beside the dispatcher: the application's
@@ -33,7 +34,7 @@ import (
 // demoWebView serves the web view of schema on a loopback port; with
 // actions, an admin token is made up and returned.
 func demoWebView(pool *pgxpool.Pool, schema string, actions bool, g map[string]providers.Guarantees) (url, token string, stop func(), err error) {
-	op, err := engine.NewOperator(pool, engine.OperatorConfig{Schema: schema, Guarantees: g})
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema, Guarantees: g})
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -42,7 +43,7 @@ func demoWebView(pool *pgxpool.Pool, schema string, actions bool, g map[string]p
 		_, _ = rand.Read(b[:])
 		token = hex.EncodeToString(b[:])
 	}
-	h, err := webui.New(webui.Config{Pool: pool, Schema: schema, Operator: op, AdminToken: token,
+	h, err := webui.New(webui.Config{Schema: schema, Operator: op, AdminToken: token,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return "", "", nil, err
@@ -59,7 +60,7 @@ func demoWebView(pool *pgxpool.Pool, schema string, actions bool, g map[string]p
 // demoSendGridEvent posts SendGrid's signed processed event for effect f
 // twice (SendGrid delivers at least once) to outboxd's provider events
 // endpoint and reports what it did.
-func demoSendGridEvent(ctx context.Context, pool *pgxpool.Pool, schema string, f *engine.Effect) (string, error) {
+func demoSendGridEvent(ctx context.Context, pool *pgxpool.Pool, schema string, f *outboxtype.Effect) (string, error) {
 	signer, err := fakes.NewSendGridEventSigner()
 	if err != nil {
 		return "", err

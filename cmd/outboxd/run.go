@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +19,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/internal/providerevents"
 	"github.com/outboxd/outboxd/internal/webui"
@@ -29,6 +27,7 @@ import (
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
 	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
 )
 
@@ -101,23 +100,23 @@ already older than --rescue-after and re-fires it within seconds.`,
 	f.Int32Var(&c.MaxConns, "db-max-conns", 20, "maximum Postgres connections")
 	envflag.Bind(f, "db-max-conns", "OUTBOXD_DB_MAX_CONNS")
 	f.StringToIntVar(&c.Concurrency, "concurrency", map[string]int{},
-		fmt.Sprintf("workers per provider queue, e.g. webhook=20 (default %d each; stripe %d, under Stripe's live-mode rate limit)", engine.DefaultConcurrency, DefaultStripeConcurrency))
+		fmt.Sprintf("workers per provider queue, e.g. webhook=20 (default %d each; stripe %d, under Stripe's live-mode rate limit)", sideeffects.DefaultConcurrency, DefaultStripeConcurrency))
 	envflag.Bind(f, "concurrency", "OUTBOXD_CONCURRENCY")
-	f.IntVar(&c.MaxAttempts, "max-attempts", engine.DefaultMaxAttempts, "fires after which an effect fails")
+	f.IntVar(&c.MaxAttempts, "max-attempts", sideeffects.DefaultMaxAttempts, "fires after which an effect fails")
 	envflag.Bind(f, "max-attempts", "OUTBOXD_MAX_ATTEMPTS")
-	f.DurationVar(&c.RetryBaseDelay, "retry-base-delay", engine.DefaultBaseDelay, "delay after the first failed attempt (doubles each time, jittered)")
+	f.DurationVar(&c.RetryBaseDelay, "retry-base-delay", sideeffects.DefaultBaseDelay, "delay after the first failed attempt (doubles each time, jittered)")
 	envflag.Bind(f, "retry-base-delay", "OUTBOXD_RETRY_BASE_DELAY")
-	f.DurationVar(&c.RetryMaxDelay, "retry-max-delay", engine.DefaultMaxDelay, "longest delay between attempts")
+	f.DurationVar(&c.RetryMaxDelay, "retry-max-delay", sideeffects.DefaultMaxDelay, "longest delay between attempts")
 	envflag.Bind(f, "retry-max-delay", "OUTBOXD_RETRY_MAX_DELAY")
-	f.DurationVar(&c.JobTimeout, "job-timeout", engine.DefaultJobTimeout, "cancel an attempt running longer (must exceed provider timeouts)")
+	f.DurationVar(&c.JobTimeout, "job-timeout", sideeffects.DefaultJobTimeout, "cancel an attempt running longer (must exceed provider timeouts)")
 	envflag.Bind(f, "job-timeout", "OUTBOXD_JOB_TIMEOUT")
-	f.DurationVar(&c.RescueAfter, "rescue-after", engine.DefaultRescueAfter, "re-run a job whose worker vanished after this long (must exceed --job-timeout)")
+	f.DurationVar(&c.RescueAfter, "rescue-after", sideeffects.DefaultRescueAfter, "re-run a job whose worker vanished after this long (must exceed --job-timeout)")
 	envflag.Bind(f, "rescue-after", "OUTBOXD_RESCUE_AFTER")
-	f.DurationVar(&c.SweepInterval, "sweep-interval", engine.DefaultSweepInterval, "how often the leader re-inserts jobs for pending/fired effects that have none")
+	f.DurationVar(&c.SweepInterval, "sweep-interval", sideeffects.DefaultSweepInterval, "how often the leader re-inserts jobs for pending/fired effects that have none")
 	envflag.Bind(f, "sweep-interval", "OUTBOXD_SWEEP_INTERVAL")
-	f.DurationVar(&c.Retention, "retention", engine.DefaultRetention, "keep terminal effects this long, then purge them (must exceed every key window; 0 disables)")
+	f.DurationVar(&c.Retention, "retention", sideeffects.DefaultRetention, "keep terminal effects this long, then purge them (must exceed every key window; 0 disables)")
 	envflag.Bind(f, "retention", "OUTBOXD_RETENTION")
-	f.DurationVar(&c.JobRetention, "completed-job-retention", engine.DefaultCompletedJobRetention, "keep River's completed dispatch jobs this long (the effect row keeps what they say)")
+	f.DurationVar(&c.JobRetention, "completed-job-retention", sideeffects.DefaultCompletedJobRetention, "keep River's completed dispatch jobs this long (the effect row keeps what they say)")
 	envflag.Bind(f, "completed-job-retention", "OUTBOXD_COMPLETED_JOB_RETENTION")
 	c.Policies.Bind(f)
 	f.StringVar(&c.WebhookSecret, "webhook-secret", "", "Standard Webhooks signing secret, whsec_<base64>; enables the webhook provider")
@@ -362,7 +361,11 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if retention <= 0 {
 		retention = -1 // disabled
 	}
-	d, err := engine.NewDispatcher(pool, engine.Config{
+	names := make([]string, len(provs))
+	for i, p := range provs {
+		names[i] = p.Name()
+	}
+	d, err := sideeffects.NewDispatcher(pool, sideeffects.Config{
 		Schema:                g.Schema,
 		SweepInterval:         c.SweepInterval,
 		Retention:             retention,
@@ -371,13 +374,15 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		Providers:             provs,
 		Concurrency:           c.concurrency(provs),
 		InDoubt:               inDoubt,
-		Retry:                 engine.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
+		Retry:                 sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
 		JobTimeout:            c.JobTimeout,
 		RescueAfter:           c.RescueAfter,
 		// River's soft stop: in-flight calls get this long after a signal,
 		// then their contexts are cancelled.
 		ShutdownTimeout: max(c.ShutdownTimeout, time.Millisecond),
 		Logger:          log,
+		// What outboxctl dispatchers shows of this process.
+		Settings: c.settings(names, provs),
 	})
 	if err != nil {
 		return cli.UsageError{Err: err}
@@ -448,38 +453,8 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		return fmt.Errorf("start dispatcher: %w", err)
 	}
 	started.Store(true)
-	names := make([]string, len(provs))
-	for i, p := range provs {
-		names[i] = p.Name()
-	}
 	log.Info("outboxd running", "schema", g.Schema, "providers", names, "http_addr", c.HTTPAddr,
 		"job_timeout", c.JobTimeout, "rescue_after", c.RescueAfter, "retention", c.Retention)
-
-	// Record the settings this process dispatches with, for outboxctl
-	// dispatchers; refreshed every 30s, marked stopped on the way out.
-	store := engine.NewStore(g.Schema)
-	host, _ := os.Hostname()
-	self := fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().Unix())
-	if err := store.RecordDispatcher(ctx, pool, self, host, os.Getpid(), c.settings(names, provs)); err != nil {
-		log.Warn("could not record this dispatcher's settings", "error", err)
-	}
-	heartbeat := time.NewTicker(30 * time.Second)
-	defer heartbeat.Stop()
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-heartbeat.C:
-				_ = store.DispatcherSeen(ctx, pool, self, false)
-			}
-		}
-	}()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = store.DispatcherSeen(sctx, pool, self, true)
-	}()
 
 	<-ctx.Done()
 	log.Info("signal received: draining", "timeout", c.ShutdownTimeout)
@@ -507,11 +482,11 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 // outboxctl uses.
 func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[string]providers.InDoubtPolicy, log *slog.Logger) (http.Handler, error) {
 	guarantees := c.Policies.Guarantees()
-	op, err := engine.NewOperator(pool, engine.OperatorConfig{Schema: schema, Guarantees: guarantees, InDoubt: inDoubt})
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema, Guarantees: guarantees, InDoubt: inDoubt})
 	if err != nil {
 		return nil, err
 	}
-	return webui.New(webui.Config{Pool: pool, Schema: schema, Operator: op, AdminToken: c.WebAdminToken, Logger: log,
+	return webui.New(webui.Config{Schema: schema, Operator: op, AdminToken: c.WebAdminToken, Logger: log,
 		FiredBound: c.RescueAfter + time.Minute,
 		KeyWindow: func(provider string) time.Duration {
 			g := guarantees[provider]

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -93,12 +95,29 @@ type Config struct {
 	Metrics Observer
 	// Logger receives outboxd's and River's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Settings, when set, are recorded with this process's host and pid
+	// for `outboxctl dispatchers` while it runs (refreshed every 30s,
+	// marked stopped by Stop): what an operator needs to read its
+	// behaviour, never secrets.
+	Settings map[string]any
 	// TestOnly shortens River's start-up for tests.
 	TestOnly bool
 }
 
+// heartbeatInterval is how often a running dispatcher refreshes its record.
+const heartbeatInterval = 30 * time.Second
+
 // Dispatcher runs River workers that fire side effects.
 type Dispatcher struct {
+	// record is this dispatcher's row in outboxd_dispatchers ("": none).
+	record    string
+	settings  map[string]any
+	heartbeat chan struct{}
+	stopOnce  sync.Once
+	pool      *pgxpool.Pool
+	store     *Store
+	logger    *slog.Logger
+
 	client *river.Client[pgx.Tx]
 	worker *Worker
 	intake *intake
@@ -248,9 +267,10 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: river client: %w", err)
 	}
-	return &Dispatcher{client: client, worker: w, intake: &intake{
-		pool: pool, store: store, schema: cfg.Schema, poll: cfg.FetchPollInterval, logger: cfg.Logger, client: client,
-	}}, nil
+	return &Dispatcher{settings: cfg.Settings, heartbeat: make(chan struct{}), pool: pool, store: store, logger: cfg.Logger,
+		client: client, worker: w, intake: &intake{
+			pool: pool, store: store, schema: cfg.Schema, poll: cfg.FetchPollInterval, logger: cfg.Logger, client: client,
+		}}, nil
 }
 
 // Start begins fetching and working dispatch jobs.
@@ -261,7 +281,34 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		return err
 	}
 	d.intake.start()
+	if d.settings != nil {
+		d.announce(ctx)
+	}
 	return nil
+}
+
+// announce records the dispatcher's settings and refreshes the record
+// until Stop or the end of ctx.
+func (d *Dispatcher) announce(ctx context.Context) {
+	host, _ := os.Hostname()
+	d.record = fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().UnixNano())
+	if err := d.store.RecordDispatcher(ctx, d.pool, d.record, host, os.Getpid(), d.settings); err != nil {
+		d.logger.Warn("could not record this dispatcher's settings", "error", err)
+	}
+	go func() {
+		t := time.NewTicker(heartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.heartbeat:
+				return
+			case <-t.C:
+				_ = d.store.DispatcherSeen(ctx, d.pool, d.record, false)
+			}
+		}
+	}()
 }
 
 // Stop stops fetching and lets in-flight attempts finish for
@@ -273,6 +320,14 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	// The batchers serve the workers until the last one has returned.
 	defer d.worker.stopBatchers()
+	defer d.stopOnce.Do(func() {
+		close(d.heartbeat)
+		if d.record != "" {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = d.store.DispatcherSeen(sctx, d.pool, d.record, true)
+		}
+	})
 	d.intake.stopIntake()
 	err := d.client.Stop(ctx)
 	if ctx.Err() != nil {

@@ -18,10 +18,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/inbox"
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // Inbox sources of the provider events.
@@ -33,7 +34,7 @@ const (
 // Observer is told what each event did, after its delivery committed
 // (dispatchmetrics counts them).
 type Observer interface {
-	ProviderEvent(ev providers.EventReport, res engine.EventResult)
+	ProviderEvent(ev providers.EventReport, res outboxtype.EventResult)
 }
 
 // Config configures the handler; an empty secret leaves that provider's
@@ -76,7 +77,10 @@ func New(pool *pgxpool.Pool, cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	store := engine.NewStore(cfg.Schema)
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: cfg.Schema})
+	if err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	add := func(path, source string, v inbox.Verifier, parse func([]byte) (providers.EventReport, error)) error {
 		h, err := ib.Handler(source, v, func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
@@ -84,7 +88,7 @@ func New(pool *pgxpool.Pool, cfg Config) (http.Handler, error) {
 			if err != nil {
 				return err
 			}
-			res, err := store.ApplyProviderEvent(ctx, tx, ev)
+			res, err := op.ApplyProviderEvent(ctx, tx, ev)
 			if err != nil {
 				return err
 			}
@@ -124,7 +128,7 @@ type appliedKey struct{}
 
 type applied struct {
 	ev  providers.EventReport
-	res engine.EventResult
+	res outboxtype.EventResult
 }
 
 // observed tells the observer and the log what each event did, once its

@@ -34,6 +34,7 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 const (
@@ -71,10 +72,10 @@ func newSite(t *testing.T) *site {
 	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loop, Timeout: 2 * time.Second})
 	require.NoError(t, err)
 	testdispatch.Start(t, s.db, engine.Config{Retry: engine.RetryPolicy{MaxAttempts: 2}}, wh)
-	op, err := engine.NewOperator(s.db.Pool, engine.OperatorConfig{Schema: s.db.Schema,
+	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema,
 		Guarantees: map[string]providers.Guarantees{"webhook": wh.Guarantees()}})
 	require.NoError(t, err)
-	h, err := webui.New(webui.Config{Pool: s.db.Pool, Schema: s.db.Schema, Operator: op, AdminToken: adminToken,
+	h, err := webui.New(webui.Config{Schema: s.db.Schema, Operator: op, AdminToken: adminToken,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	s.ui = httptest.NewServer(h)
@@ -342,9 +343,9 @@ func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
 func TestReadOnlyViewRefusesActions(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	op, err := engine.NewOperator(db.Pool, engine.OperatorConfig{Schema: db.Schema})
+	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
 	require.NoError(t, err)
-	h, err := webui.New(webui.Config{Pool: db.Pool, Schema: db.Schema, Operator: op})
+	h, err := webui.New(webui.Config{Schema: db.Schema, Operator: op})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -354,7 +355,7 @@ func TestReadOnlyViewRefusesActions(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
 	require.Contains(t, string(body), "read-only")
-	_, err = webui.New(webui.Config{Pool: db.Pool, Operator: op, AdminToken: "short"})
+	_, err = webui.New(webui.Config{Operator: op, AdminToken: "short"})
 	require.ErrorContains(t, err, "at least 16 characters")
 }
 
@@ -373,9 +374,9 @@ func TestSearchPagesWithAKeysetCursor(t *testing.T) {
 			return err
 		}))
 	}
-	op, err := engine.NewOperator(db.Pool, engine.OperatorConfig{Schema: db.Schema})
+	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
 	require.NoError(t, err)
-	h, err := webui.New(webui.Config{Pool: db.Pool, Schema: db.Schema, Operator: op})
+	h, err := webui.New(webui.Config{Schema: db.Schema, Operator: op})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	defer srv.Close()

@@ -13,21 +13,22 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 type overviewData struct {
 	Now           time.Time
-	Gauges        []engine.StateGauge
+	Gauges        []outboxtype.StateGauge
 	Stuck         []stuckRow
-	Reasons       []engine.ReasonCount
+	Reasons       []outboxtype.ReasonCount
 	Chart         template.HTML
 	ConfirmedHour int64
 	FailedHour    int64
 }
 
 type stuckRow struct {
-	engine.StuckEffect
+	outboxtype.StuckEffect
 	Diagnosis string
 }
 
@@ -35,11 +36,11 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, now := r.Context(), time.Now()
 	d := overviewData{Now: now.UTC()}
 	var err error
-	if d.Gauges, err = u.store.StateGauges(ctx, u.cfg.Pool); err != nil {
+	if d.Gauges, err = u.op.StateGauges(ctx); err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read the counts", err)
 		return
 	}
-	stuck, err := u.store.Stuck(ctx, u.cfg.Pool, now.Add(-5*time.Minute), 50)
+	stuck, err := u.op.Stuck(ctx, 5*time.Minute, 50)
 	if err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read stuck effects", err)
 		return
@@ -47,12 +48,12 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 	for _, s := range stuck {
 		d.Stuck = append(d.Stuck, stuckRow{s, s.Diagnosis(now, u.cfg.FiredBound, u.cfg.KeyWindow(s.Provider))})
 	}
-	if d.Reasons, err = u.store.FailureReasons(ctx, u.cfg.Pool, 20); err != nil {
+	if d.Reasons, err = u.op.FailureReasons(ctx, 20); err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read failure reasons", err)
 		return
 	}
 	start := now.Truncate(time.Minute).Add(-59 * time.Minute)
-	minutes, err := u.store.Throughput(ctx, u.cfg.Pool, start)
+	minutes, err := u.op.Throughput(ctx, start)
 	if err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read throughput", err)
 		return
@@ -67,7 +68,7 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 
 // chart draws confirmed (green) and failed (red) effects per minute over
 // 60 minutes as inline SVG. Only numbers go into it.
-func chart(start time.Time, minutes []engine.MinuteCount) template.HTML {
+func chart(start time.Time, minutes []outboxtype.MinuteCount) template.HTML {
 	const width, height, slots = 600.0, 140.0, 60
 	var c, f [slots]int64
 	var top int64 = 1
@@ -107,7 +108,7 @@ type searchData struct {
 	States                                       []string
 	Searched                                     bool
 	Error                                        string
-	Effects                                      []*engine.Effect
+	Effects                                      []*outboxtype.Effect
 	Next                                         string
 }
 
@@ -122,7 +123,7 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 	ctx, q := r.Context(), r.URL.Query()
 	d := searchData{Q: strings.TrimSpace(q.Get("q")), AggType: q.Get("aggregate_type"), AggID: q.Get("aggregate_id"),
 		Kind: q.Get("kind"), State: q.Get("state"), Since: q.Get("since"), Until: q.Get("until")}
-	for _, s := range []engine.State{engine.StatePending, engine.StateFired, engine.StateConfirmed, engine.StateFailed, engine.StateCancelled} {
+	for _, s := range []outboxtype.State{outboxtype.StatePending, outboxtype.StateFired, outboxtype.StateConfirmed, outboxtype.StateFailed, outboxtype.StateCancelled} {
 		d.States = append(d.States, string(s))
 	}
 	d.Searched = len(q) > 0
@@ -140,12 +141,12 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 			err = errors.New("aggregate: give both its type (e.g. order) and its id (e.g. ord_1022)")
 			break
 		}
-		var evs []engine.EventEffects
-		if evs, err = u.store.EventsOfAggregate(ctx, u.cfg.Pool, d.AggType, d.AggID, pageSize); err != nil {
+		var evs []outboxtype.EventEffects
+		if evs, err = u.op.EventsOfAggregate(ctx, d.AggType, d.AggID, pageSize); err != nil {
 			break
 		}
 		for _, ev := range evs {
-			effs, e2 := u.store.EffectsOfEvent(ctx, u.cfg.Pool, ev.ID)
+			effs, e2 := u.op.EffectsOfEvent(ctx, ev.ID)
 			if e2 != nil {
 				err = e2
 				break
@@ -153,13 +154,13 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 			d.Effects = append(d.Effects, effs...)
 		}
 	default:
-		f := engine.Filter{Kind: d.Kind, Limit: pageSize + 1}
+		f := outboxtype.Filter{Kind: d.Kind, Limit: pageSize + 1}
 		if d.State != "" {
 			if !slices.Contains(d.States, d.State) {
 				err = fmt.Errorf("state %q: use one of %s", d.State, strings.Join(d.States, ", "))
 				break
 			}
-			f.States = []engine.State{engine.State(d.State)}
+			f.States = []outboxtype.State{outboxtype.State(d.State)}
 		}
 		if f.Since, err = parseTime("since", d.Since); err != nil {
 			break
@@ -173,11 +174,11 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 				err = errors.New("after: the id of the last effect of the previous page")
 				break
 			}
-			if f.After, err = u.store.Get(ctx, u.cfg.Pool, id); err != nil {
+			if f.After, err = u.op.Get(ctx, id); err != nil {
 				break
 			}
 		}
-		if d.Effects, err = u.store.List(ctx, u.cfg.Pool, f); err != nil {
+		if d.Effects, err = u.op.List(ctx, f); err != nil {
 			break
 		}
 		if len(d.Effects) > pageSize {
@@ -192,7 +193,7 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		d.Error, d.Effects, status = err.Error(), nil, http.StatusBadRequest
-		if errors.Is(err, engine.ErrNotFound) {
+		if errors.Is(err, sideeffects.ErrNotFound) {
 			d.Error, status = "no effect with that id", http.StatusOK
 		}
 	}
@@ -200,30 +201,30 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 }
 
 // lookup finds effects by effect id, event id or idempotency key.
-func (u *ui) lookup(r *http.Request, q string) ([]*engine.Effect, error) {
+func (u *ui) lookup(r *http.Request, q string) ([]*outboxtype.Effect, error) {
 	ctx := r.Context()
 	if keyRE.MatchString(q) {
-		e, err := u.store.GetByKey(ctx, u.cfg.Pool, q)
-		if errors.Is(err, engine.ErrNotFound) {
+		e, err := u.op.GetByKey(ctx, q)
+		if errors.Is(err, sideeffects.ErrNotFound) {
 			return nil, nil
 		}
 		if err != nil {
 			return nil, err
 		}
-		return []*engine.Effect{e}, nil
+		return []*outboxtype.Effect{e}, nil
 	}
 	id, err := uuid.Parse(q)
 	if err != nil {
 		return nil, errors.New("search: give an effect id or event id (a UUID) or an idempotency key (64 hex digits)")
 	}
-	e, err := u.store.Get(ctx, u.cfg.Pool, id)
+	e, err := u.op.Get(ctx, id)
 	if err == nil {
-		return []*engine.Effect{e}, nil
+		return []*outboxtype.Effect{e}, nil
 	}
-	if !errors.Is(err, engine.ErrNotFound) {
+	if !errors.Is(err, sideeffects.ErrNotFound) {
 		return nil, err
 	}
-	return u.store.EffectsOfEvent(ctx, u.cfg.Pool, id) // an event id, or nothing
+	return u.op.EffectsOfEvent(ctx, id) // an event id, or nothing
 }
 
 func parseTime(field, s string) (time.Time, error) {
@@ -241,28 +242,28 @@ func parseTime(field, s string) (time.Time, error) {
 }
 
 type effectData struct {
-	Effect           *engine.Effect
+	Effect           *outboxtype.Effect
 	Columns          [][2]string
-	Event            *engine.Event
-	Siblings         []*engine.Effect
-	Attempts         []engine.Attempt
+	Event            *outboxtype.Event
+	Siblings         []*outboxtype.Effect
+	Attempts         []outboxtype.Attempt
 	ConfirmedAttempt string
-	Jobs             []engine.Job
-	Audit            []engine.AuditEntry
-	Delivery         *engine.Delivery
-	Drift            []engine.DriftRecord
+	Jobs             []outboxtype.Job
+	Audit            []outboxtype.AuditEntry
+	Delivery         *outboxtype.Delivery
+	Drift            []outboxtype.DriftRecord
 	Actions          []string
 	Flash            string
 }
 
-func (u *ui) loadEffect(w http.ResponseWriter, r *http.Request) *engine.Effect {
+func (u *ui) loadEffect(w http.ResponseWriter, r *http.Request) *outboxtype.Effect {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
 		u.fail(w, http.StatusBadRequest, "not an effect id: find effects with Search", nil)
 		return nil
 	}
-	e, err := u.store.Get(r.Context(), u.cfg.Pool, id)
-	if errors.Is(err, engine.ErrNotFound) {
+	e, err := u.op.Get(r.Context(), id)
+	if errors.Is(err, sideeffects.ErrNotFound) {
 		u.fail(w, http.StatusNotFound, "no effect with id "+id.String()+" (never, or purged after retention)", nil)
 		return nil
 	}
@@ -278,7 +279,7 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 	if e == nil {
 		return
 	}
-	ctx, db := r.Context(), u.cfg.Pool
+	ctx := r.Context()
 	d := effectData{Effect: e, Actions: actionsFor(e.State)}
 	// The note an action leaves after its redirect; only that shape is
 	// shown, so a crafted link cannot put other words in the green box.
@@ -291,21 +292,21 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 			err = f()
 		}
 	}
-	load(func() (err error) { d.Event, err = u.store.Event(ctx, db, e.SourceID); return })
-	load(func() (err error) { d.Siblings, err = u.store.EffectsOfEvent(ctx, db, e.SourceID); return })
-	load(func() (err error) { d.Attempts, err = u.store.Attempts(ctx, db, e.ID); return })
-	load(func() (err error) { d.Jobs, err = u.store.Jobs(ctx, db, e.ID); return })
-	load(func() (err error) { d.Audit, err = u.store.Audit(ctx, db, e.ID); return })
-	load(func() (err error) { d.Delivery, err = u.store.Delivery(ctx, db, e.ID); return })
+	load(func() (err error) { d.Event, err = u.op.Event(ctx, e.SourceID); return })
+	load(func() (err error) { d.Siblings, err = u.op.EffectsOfEvent(ctx, e.SourceID); return })
+	load(func() (err error) { d.Attempts, err = u.op.Attempts(ctx, e.ID); return })
+	load(func() (err error) { d.Jobs, err = u.op.Jobs(ctx, e.ID); return })
+	load(func() (err error) { d.Audit, err = u.op.Audit(ctx, e.ID); return })
+	load(func() (err error) { d.Delivery, err = u.op.Delivery(ctx, e.ID); return })
 	load(func() (err error) {
-		d.Drift, err = u.store.Drift(ctx, db, engine.DriftFilter{EffectID: &e.ID})
+		d.Drift, err = u.op.Drift(ctx, outboxtype.DriftFilter{EffectID: &e.ID})
 		return
 	})
 	if err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read the effect's history", err)
 		return
 	}
-	if e.State == engine.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil {
+	if e.State == outboxtype.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil {
 		d.ConfirmedAttempt = e.ConfirmedAt.Sub(*e.FiredAt).Round(time.Millisecond).String()
 	}
 	ts := func(t *time.Time) string {
@@ -333,15 +334,15 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 }
 
 // actionsFor lists the actions an effect's state allows.
-func actionsFor(s engine.State) []string {
+func actionsFor(s outboxtype.State) []string {
 	switch s {
-	case engine.StatePending:
+	case outboxtype.StatePending:
 		return []string{"cancel", "confirm"}
-	case engine.StateFired:
+	case outboxtype.StateFired:
 		return []string{"retry", "cancel", "confirm"}
-	case engine.StateFailed:
+	case outboxtype.StateFailed:
 		return []string{"retry", "cancel", "confirm", "acknowledge"}
-	case engine.StateCancelled:
+	case outboxtype.StateCancelled:
 		return []string{"retry", "confirm"}
 	}
 	return nil
@@ -355,12 +356,12 @@ var actionHelp = map[string]string{
 }
 
 type actionData struct {
-	Effect         *engine.Effect
+	Effect         *outboxtype.Effect
 	Action, Help   string
 	Reason, Ref    string
 	Force          bool
 	AllowDuplicate bool
-	DryRun         engine.Change
+	DryRun         outboxtype.Change
 	DryRunText     string
 	Error          string
 }
@@ -448,12 +449,12 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 }
 
 // perform runs the action through the operator API, as outboxctl does.
-func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) (engine.Change, error) {
+func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) (outboxtype.Change, error) {
 	ctx, op := r.Context(), u.cfg.Operator
-	opts := engine.ActionOpts{Actor: actor, Reason: cmpOr(d.Reason, "(dry run)"), DryRun: dryRun, Force: d.Force,
+	opts := outboxtype.ActionOpts{Actor: actor, Reason: cmpOr(d.Reason, "(dry run)"), DryRun: dryRun, Force: d.Force,
 		AllowDuplicate: d.AllowDuplicate, Ref: d.Ref}
 	ids := []uuid.UUID{d.Effect.ID}
-	var chs []engine.Change
+	var chs []outboxtype.Change
 	var err error
 	switch d.Action {
 	case "retry":
@@ -466,20 +467,20 @@ func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) 
 		if dryRun && opts.Ref == "" {
 			opts.Ref = "(reference)"
 		}
-		var ch engine.Change
+		var ch outboxtype.Change
 		ch, err = op.Confirm(ctx, d.Effect.ID, opts)
-		chs = []engine.Change{ch}
+		chs = []outboxtype.Change{ch}
 	}
 	if err != nil {
-		return engine.Change{}, err
+		return outboxtype.Change{}, err
 	}
 	if len(chs) != 1 {
-		return engine.Change{}, errors.New("the effect is gone")
+		return outboxtype.Change{}, errors.New("the effect is gone")
 	}
 	return chs[0], nil
 }
 
-func describe(ch engine.Change) string {
+func describe(ch outboxtype.Change) string {
 	if !ch.Applied {
 		return "Would be refused: " + ch.Skipped
 	}

@@ -24,9 +24,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 //go:embed templates/*.html
@@ -37,9 +35,10 @@ var staticFS embed.FS
 
 // Config configures the web view.
 type Config struct {
-	Pool     *pgxpool.Pool
-	Schema   string
-	Operator *engine.Operator
+	// Schema is shown in the page header ("" shows search_path).
+	Schema string
+	// Operator reads and acts; the web view holds no connection of its own.
+	Operator *sideeffects.Operator
 	// Prefix is the path the view is served under. Default "/ui/".
 	Prefix string
 	// AdminToken enables actions: a request carrying it (HTTP basic auth
@@ -56,7 +55,7 @@ type Config struct {
 
 type ui struct {
 	cfg   Config
-	store *engine.Store
+	op    *sideeffects.Operator
 	pages map[string]*template.Template
 }
 
@@ -69,8 +68,8 @@ const csrfCookie = "outboxd_csrf"
 
 // New returns the web view's handler.
 func New(cfg Config) (http.Handler, error) {
-	if cfg.Pool == nil || cfg.Operator == nil {
-		return nil, errors.New("webui: Pool and Operator are required")
+	if cfg.Operator == nil {
+		return nil, errors.New("webui: Operator is required")
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = "/ui/"
@@ -85,12 +84,12 @@ func New(cfg Config) (http.Handler, error) {
 		cfg.KeyWindow = func(string) time.Duration { return 0 }
 	}
 	if cfg.FiredBound == 0 {
-		cfg.FiredBound = engine.DefaultRescueAfter + time.Minute
+		cfg.FiredBound = sideeffects.DefaultRescueAfter + time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	u := &ui{cfg: cfg, store: cfg.Operator.Store(), pages: map[string]*template.Template{}}
+	u := &ui{cfg: cfg, op: cfg.Operator, pages: map[string]*template.Template{}}
 	funcs := template.FuncMap{
 		"age":   func(d time.Duration) string { return d.Round(time.Second).String() },
 		"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
