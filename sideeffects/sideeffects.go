@@ -26,6 +26,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -351,4 +352,27 @@ func (o *Operator) EffectsOfEvent(ctx context.Context, id uuid.UUID) ([]*EffectR
 // proves done, records a mail's delivery status, and records drift.
 func (o *Operator) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.EventReport) (EventResult, error) {
 	return o.op.Store().ApplyProviderEvent(ctx, tx, ev)
+}
+
+// PurgeInBatches is Purge at the given pace: Yield pauses after each batch
+// for as long as the batch took, as the dispatcher's retention job does
+// beside live traffic.
+func (o *Operator) PurgeInBatches(ctx context.Context, cutoff time.Time, opts outboxtype.PurgeOptions) (outboxtype.PurgeResult, error) {
+	return o.op.Store().PurgeInBatches(ctx, o.op.Pool(), cutoff, opts)
+}
+
+// ExplainReads returns the JSON query plans of the statements behind
+// Stuck (effects unchanged since notSince), Stats (window from since), the
+// list of failed effects and the retention purge, keyed by name, for
+// checking at scale that each reads its index and no table.
+func (o *Operator) ExplainReads(ctx context.Context, notSince, since time.Time) (map[string]string, error) {
+	return o.op.Store().ExplainAdmin(ctx, o.op.Pool(), notSince, since)
+}
+
+// JobParams are the River insert parameters of the job that dispatches
+// effect id at provider: for tools that write side_effects rows without
+// outbox.Enqueue and insert their jobs at once (otherwise the sweeper
+// gives each a job within Config.SweepInterval).
+func JobParams(id uuid.UUID, provider string) river.InsertManyParams {
+	return engine.JobParams(id, provider)
 }

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/outboxd/outboxd/internal/engine"
 )
 
 type adminResult struct {
@@ -67,7 +65,10 @@ FROM numbered, LATERAL (SELECT CASE WHEN i % 1000 < 3 THEN 'pending' WHEN i % 10
 	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+b.schema+".side_effects"); err != nil {
 		return nil, err
 	}
-	store := engine.NewStore(b.schema)
+	op, err := b.operator()
+	if err != nil {
+		return nil, err
+	}
 	now := time.Now()
 	timeIt := func(fn func() error) (time.Duration, error) {
 		var ds []time.Duration
@@ -82,27 +83,27 @@ FROM numbered, LATERAL (SELECT CASE WHEN i % 1000 < 3 THEN 'pending' WHEN i % 10
 		return ds[len(ds)/2], nil
 	}
 	stuckTime, err := timeIt(func() error {
-		_, err := store.Stuck(ctx, b.pool, now.Add(-5*time.Minute), 100)
+		_, err := op.Stuck(ctx, 5*time.Minute, 100)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	statsTime, err := timeIt(func() error {
-		_, err := store.Stats(ctx, b.pool, time.Hour)
+		_, err := op.Stats(ctx, time.Hour)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	stats24Time, err := timeIt(func() error {
-		_, err := store.Stats(ctx, b.pool, 24*time.Hour)
+		_, err := op.Stats(ctx, 24*time.Hour)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	plans, err := store.ExplainAdmin(ctx, b.pool, now.Add(-5*time.Minute), now.Add(-24*time.Hour))
+	plans, err := op.ExplainReads(ctx, now.Add(-5*time.Minute), now.Add(-24*time.Hour))
 	if err != nil {
 		return nil, err
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 type dispatchResult struct {
@@ -238,12 +238,12 @@ func (b *bench) updates(ctx context.Context, want int64) (all, hot int64, err er
 	}
 }
 
-func (b *bench) dispatcher(p providers.Provider) (*engine.Dispatcher, error) {
-	return engine.NewDispatcher(b.pool, b.dispatcherConfig(p))
+func (b *bench) dispatcher(p providers.Provider) (*sideeffects.Dispatcher, error) {
+	return sideeffects.NewDispatcher(b.pool, b.dispatcherConfig(p))
 }
 
-func (b *bench) dispatcherConfig(p providers.Provider) engine.Config {
-	return engine.Config{
+func (b *bench) dispatcherConfig(p providers.Provider) sideeffects.Config {
+	return sideeffects.Config{
 		Schema:            b.schema,
 		Providers:         []providers.Provider{p},
 		Concurrency:       map[string]int{p.Name(): b.s.Workers},
@@ -303,7 +303,7 @@ RETURNING id`, n, provider, payload)
 	for i := 0; i < len(ids); i += 5000 {
 		params := make([]river.InsertManyParams, 0, 5000)
 		for _, id := range ids[i:min(i+5000, len(ids))] {
-			params = append(params, engine.JobParams(id, provider))
+			params = append(params, sideeffects.JobParams(id, provider))
 		}
 		if _, err := client.InsertMany(ctx, params); err != nil {
 			return err

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // historyKinds are the kinds of the seeded history: the three effects of an
@@ -197,7 +197,7 @@ INSERT INTO `+b.schema+`.river_job (state, attempt, max_attempts, attempted_at, 
 	args, attempted_by, kind, queue, tags)
 SELECT 'completed', 1, 25, t, t, t, t, jsonb_build_object('effect_id', gen_random_uuid()), ARRAY['bench'],
 	$2, 'noop', ARRAY['history']
-FROM (SELECT now() - random() * $3::interval AS t FROM generate_series(1, $1)) s`, jobs, engine.JobKind, engine.DefaultCompletedJobRetention)
+FROM (SELECT now() - random() * $3::interval AS t FROM generate_series(1, $1)) s`, jobs, sideeffects.JobKind, sideeffects.DefaultCompletedJobRetention)
 		if err != nil {
 			return err
 		}
@@ -208,7 +208,7 @@ FROM (SELECT now() - random() * $3::interval AS t FROM generate_series(1, $1)) s
 // keptJobs is how many completed dispatch jobs River keeps (outboxd's
 // default retention of them) at the rate that made n effects of history.
 func keptJobs(n int) int {
-	return int(float64(n) * float64(engine.DefaultCompletedJobRetention) / float64(historyDays*24*time.Hour))
+	return int(float64(n) * float64(sideeffects.DefaultCompletedJobRetention) / float64(historyDays*24*time.Hour))
 }
 
 // clear removes what a phase wrote, keeping the seeded history.

@@ -30,9 +30,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // settings are the benchmark's knobs; River settings are shared by outboxd's
@@ -106,10 +106,10 @@ func main() {
 	flag.IntVar(&s.Effects, "effects", 50000, "effects (and River jobs) burnt down in the dispatch comparison")
 	flag.IntVar(&s.WebhookEffects, "webhook-effects", 20000, "effects burnt down through the webhook provider")
 	flag.IntVar(&s.WebhookMaxPerHost, "webhook-max-per-host", webhook.DefaultMaxPerHost, "concurrent requests to the one local receiver (outboxd's default)")
-	flag.IntVar(&s.Workers, "workers", engine.DefaultConcurrency, "workers for the queue under test (outboxd and the River baseline with outboxd's settings; outboxd's default)")
+	flag.IntVar(&s.Workers, "workers", sideeffects.DefaultConcurrency, "workers for the queue under test (outboxd and the River baseline with outboxd's settings; outboxd's default)")
 	flag.IntVar(&s.PoolSize, "pool", 60, "Postgres pool size")
-	flag.DurationVar(&s.FetchCooldown, "fetch-cooldown", engine.DefaultFetchCooldown, "River FetchCooldown (both sides; outboxd's default)")
-	flag.DurationVar(&s.FetchPollInterval, "fetch-poll-interval", engine.DefaultFetchPollInterval, "River FetchPollInterval (both sides; outboxd's default)")
+	flag.DurationVar(&s.FetchCooldown, "fetch-cooldown", sideeffects.DefaultFetchCooldown, "River FetchCooldown (both sides; outboxd's default)")
+	flag.DurationVar(&s.FetchPollInterval, "fetch-poll-interval", sideeffects.DefaultFetchPollInterval, "River FetchPollInterval (both sides; outboxd's default)")
 	flag.StringVar(&rates, "rates", "200,1000", "offered rates for the latency runs, effects per second")
 	flag.DurationVar(&s.RateDuration, "rate-duration", 5*time.Second, "duration of each latency run")
 	flag.IntVar(&s.AdminRows, "admin-rows", 1_000_000, "effects in the table for the admin-query timings")
@@ -282,6 +282,11 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 	}
 	printReport(out, rep)
 	return writeReport(out, s.Out, rep)
+}
+
+// operator is the operator API over the bench schema.
+func (b *bench) operator() (*sideeffects.Operator, error) {
+	return sideeffects.NewOperator(b.pool, sideeffects.OperatorConfig{Schema: b.schema})
 }
 
 // writeReport writes rep as JSON to path, unless path is empty.

@@ -6,7 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // purgeTrafficRate is the steady traffic offered while retention runs,
@@ -46,13 +47,17 @@ type purgeResult struct {
 func (b *bench) purgeCost(ctx context.Context) (purgeResult, error) {
 	var r purgeResult
 	var err error
-	purge := func(yield bool) (engine.PurgeResult, time.Duration, error) {
+	purge := func(yield bool) (outboxtype.PurgeResult, time.Duration, error) {
 		var purged atomic.Int64
 		done := make(chan struct{})
 		go progress(fmt.Sprintf("purging %d expired effects", r.Expired), r.Expired, func() int { return int(purged.Load()) }, done)
 		defer close(done)
+		op, err := b.operator()
+		if err != nil {
+			return outboxtype.PurgeResult{}, 0, err
+		}
 		start := time.Now()
-		res, err := engine.NewStore(b.schema).PurgeInBatches(ctx, b.pool, time.Now().Add(-engine.DefaultRetention), engine.PurgeOptions{Yield: yield})
+		res, err := op.PurgeInBatches(ctx, time.Now().Add(-sideeffects.DefaultRetention), outboxtype.PurgeOptions{Yield: yield})
 		took := time.Since(start)
 		purged.Store(res.Effects)
 		if err == nil && res.Effects != int64(r.Expired) {

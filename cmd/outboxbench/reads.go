@@ -19,8 +19,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outboxd/outboxd/cmd/internal/providerevents"
 	"github.com/outboxd/outboxd/internal/fakes"
-	"github.com/outboxd/outboxd/internal/providerevents"
 	"github.com/outboxd/outboxd/providers/stripe"
 )
 

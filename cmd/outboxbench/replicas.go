@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // replicaConns is each replica's pool: outboxd run's default --db-max-conns.
@@ -65,7 +65,7 @@ func (b *bench) replicas(ctx context.Context, k int) (replicaResult, error) {
 	if err := b.seedEffects(ctx, n, noop.Name(), `{}`); err != nil {
 		return replicaResult{}, err
 	}
-	var started []*engine.Dispatcher
+	var started []*sideeffects.Dispatcher
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -79,14 +79,14 @@ func (b *bench) replicas(ctx context.Context, k int) (replicaResult, error) {
 			p.Close()
 		}
 	}()
-	ds := make([]*engine.Dispatcher, k)
+	ds := make([]*sideeffects.Dispatcher, k)
 	for i := range ds {
 		pool, err := cli.Connect(ctx, b.s.DatabaseURL, replicaConns)
 		if err != nil {
 			return replicaResult{}, err
 		}
 		pools = append(pools, pool)
-		if ds[i], err = engine.NewDispatcher(pool, b.dispatcherConfig(noop)); err != nil {
+		if ds[i], err = sideeffects.NewDispatcher(pool, b.dispatcherConfig(noop)); err != nil {
 			return replicaResult{}, err
 		}
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // traffic offers effects at a steady rate, one per application
@@ -58,7 +58,7 @@ func (b *bench) startTraffic(ctx context.Context, o trafficOpts) (*traffic, erro
 	if !o.retention {
 		dcfg.Retention = -1
 	}
-	d, err := engine.NewDispatcher(b.pool, dcfg)
+	d, err := sideeffects.NewDispatcher(b.pool, dcfg)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outboxd/outboxd/internal/webui"
+	"github.com/outboxd/outboxd/cmd/internal/webui"
 	"github.com/outboxd/outboxd/sideeffects"
 )
 

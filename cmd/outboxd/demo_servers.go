@@ -18,9 +18,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxd/outboxd/cmd/internal/providerevents"
+	"github.com/outboxd/outboxd/cmd/internal/webui"
 	"github.com/outboxd/outboxd/internal/fakes"
-	"github.com/outboxd/outboxd/internal/providerevents"
-	"github.com/outboxd/outboxd/internal/webui"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outboxtype"

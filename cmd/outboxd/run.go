@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/outboxd/outboxd/cmd/internal/providerevents"
+	"github.com/outboxd/outboxd/cmd/internal/webui"
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/envflag"
-	"github.com/outboxd/outboxd/internal/providerevents"
-	"github.com/outboxd/outboxd/internal/webui"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"

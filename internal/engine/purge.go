@@ -32,17 +32,6 @@ func (s *Store) Purge(ctx context.Context, db DB, cutoff time.Time, dryRun bool)
 // PurgeBatch is how many effects one purge statement deletes by default.
 const PurgeBatch = 5000
 
-// PurgeOptions shape a purge's pace.
-type PurgeOptions struct {
-	// Batch is how many effects one statement deletes. Default PurgeBatch.
-	Batch int
-	// Yield pauses after each batch for as long as the batch took, so that
-	// a large purge takes at most half of the time (and of the WAL
-	// bandwidth) of the traffic it runs beside. The periodic retention
-	// job yields; outboxctl purge does not.
-	Yield bool
-}
-
 // PurgeInBatches is Purge with the given pace.
 func (s *Store) PurgeInBatches(ctx context.Context, db DB, cutoff time.Time, o PurgeOptions) (PurgeResult, error) {
 	batch := cmp.Or(o.Batch, PurgeBatch)

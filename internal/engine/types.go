@@ -25,6 +25,7 @@ type (
 	Job              = outboxtype.Job
 	MinuteCount      = outboxtype.MinuteCount
 	PurgeResult      = outboxtype.PurgeResult
+	PurgeOptions     = outboxtype.PurgeOptions
 	ReasonCount      = outboxtype.ReasonCount
 	StateGauge       = outboxtype.StateGauge
 	StateKindCount   = outboxtype.StateKindCount

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -118,8 +117,8 @@ func (m *Metrics) ProviderEvent(ev providers.EventReport, res sideeffects.EventR
 // effects are pending, fired and failed per kind, and how old the oldest of
 // each is. Every replica reports the same database-wide values.
 type StateCollector struct {
-	pool    *pgxpool.Pool
-	store   *engine.Store
+	op      *sideeffects.Operator
+	opErr   error
 	count   *prometheus.Desc
 	oldest  *prometheus.Desc
 	up      *prometheus.Desc
@@ -128,10 +127,10 @@ type StateCollector struct {
 
 // NewStateCollector builds a collector for the effects table in schema.
 func NewStateCollector(pool *pgxpool.Pool, schema string) *StateCollector {
-	store := engine.NewStore(schema)
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema})
 	return &StateCollector{
-		pool:  pool,
-		store: store,
+		op:    op,
+		opErr: err,
 		count: prometheus.NewDesc("outboxd_effects",
 			"Effects in a live or failed state, by state and kind.", []string{"state", "kind"}, nil),
 		oldest: prometheus.NewDesc("outboxd_oldest_effect_age_seconds",
@@ -154,7 +153,11 @@ func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	gauges, err := c.store.StateGauges(ctx, c.pool)
+	if c.opErr != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	gauges, err := c.op.StateGauges(ctx)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return

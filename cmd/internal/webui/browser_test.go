@@ -26,11 +26,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/cmd/internal/webui"
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/internal/testdispatch"
-	"github.com/outboxd/outboxd/internal/webui"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
@@ -170,7 +170,7 @@ func (b b) shot(name string) {
 	b.t.Helper()
 	dir := os.Getenv("OUTBOXD_SCREENSHOTS")
 	if dir == "" {
-		dir = filepath.Join("..", "..", ".screenshots")
+		dir = filepath.Join("..", "..", "..", ".screenshots")
 	}
 	require.NoError(b.t, os.MkdirAll(dir, 0o755))
 	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
