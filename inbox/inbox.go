@@ -25,12 +25,12 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"regexp"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outboxd/outboxd/pgschema"
 )
 
 // DefaultRetention keeps message ids 7 days: longer than Stripe's (3 days),
@@ -61,15 +61,13 @@ type Inbox struct {
 	claim string
 }
 
-var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-
 // New validates cfg and returns the inbox.
 func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 	if pool == nil {
 		return nil, errors.New("inbox: pool is nil")
 	}
-	if cfg.Schema != "" && !schemaRE.MatchString(cfg.Schema) {
-		return nil, fmt.Errorf("inbox: Schema %q: use one lowercase name of letters, digits and _", cfg.Schema)
+	if err := pgschema.Check(cfg.Schema); err != nil {
+		return nil, fmt.Errorf("inbox: Config.Schema: %w", err)
 	}
 	for _, src := range slices.Sorted(maps.Keys(cfg.Retention)) {
 		if d := cfg.Retention[src]; d <= 0 {
@@ -82,11 +80,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Inbox, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	table := "inbox_messages"
-	if cfg.Schema != "" {
-		table = cfg.Schema + "." + table
-	}
-	return &Inbox{pool: pool, cfg: cfg, claim: `INSERT INTO ` + table + ` (source, message_id, expires_at)
+	return &Inbox{pool: pool, cfg: cfg, claim: `INSERT INTO ` + pgschema.Table(cfg.Schema, "inbox_messages") + ` (source, message_id, expires_at)
 		VALUES ($1, $2, now() + make_interval(secs => $3::float8)) ON CONFLICT DO NOTHING`}, nil
 }
 

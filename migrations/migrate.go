@@ -7,11 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/outboxd/outboxd/pgschema"
 	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -75,16 +75,13 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) (Result, error) 
 	return res, nil
 }
 
-var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-
-// ValidSchema accepts a plain lowercase Postgres identifier: one schema,
-// that needs no quoting, so the same name works unquoted in search_path,
-// in River's settings and in hand-written SQL.
+// ValidSchema accepts a plain lowercase Postgres identifier (pgschema.Check),
+// and not "": migrations name the schema they create.
 func ValidSchema(schema string) error {
-	if !schemaRE.MatchString(schema) {
-		return fmt.Errorf("schema %q: use one lowercase name of letters, digits and _ (at most 63, not starting with a digit), e.g. outboxd", schema)
+	if schema == "" {
+		return fmt.Errorf("schema \"\": name the schema to migrate, e.g. outboxd")
 	}
-	return nil
+	return pgschema.Check(schema)
 }
 
 // ErrNotMigrated reports a schema whose migrations are missing or behind.

@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
@@ -131,6 +132,9 @@ type Outbox struct {
 
 // New builds an Outbox.
 func New(cfg Config) (*Outbox, error) {
+	if err := pgschema.Check(cfg.Schema); err != nil {
+		return nil, fmt.Errorf("outbox: Config.Schema: %w", err)
+	}
 	builtin := []providers.Validator{webhook.Schema{AllowedNetworks: cfg.WebhookAllowedNetworks}, stripeschema.Schema{}, sendgridschema.Schema{}}
 	// Providers add to the built-in schemas, or replace one of the same
 	// name: leaving one out never makes it unknown.

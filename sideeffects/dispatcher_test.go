@@ -42,6 +42,7 @@ func TestNewDispatcherEnforcesWhatOutboxdRunEnforces(t *testing.T) {
 		{"concurrency of an unknown provider", func(c *sideeffects.Config) { c.Concurrency = map[string]int{"stripe": 2} },
 			`concurrency set for unknown provider "stripe"`},
 		{"no provider", func(c *sideeffects.Config) { c.Providers = nil }, "no providers configured"},
+		{"a schema that needs quoting", func(c *sideeffects.Config) { c.Schema = `Out"boxd` }, "use one lowercase name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base()

@@ -11,7 +11,7 @@ import (
 
 // RecordAttempt records a failed attempt.
 func (s *Store) RecordAttempt(ctx context.Context, db DB, a Attempt) error {
-	if _, err := db.Exec(ctx, s.q.recordAttempt, a.EffectID, a.Attempt, a.StartedAt, a.Duration.Milliseconds(), a.Outcome, a.Error, a.Host); err != nil {
+	if _, err := db.Exec(ctx, s.sql(sqlRecordAttempt), a.EffectID, a.Attempt, a.StartedAt, a.Duration.Milliseconds(), a.Outcome, a.Error, a.Host); err != nil {
 		return fmt.Errorf("record attempt of effect %s: %w", a.EffectID, err)
 	}
 	return nil
@@ -19,7 +19,7 @@ func (s *Store) RecordAttempt(ctx context.Context, db DB, a Attempt) error {
 
 // Attempts lists the failed attempts of effect id, oldest first.
 func (s *Store) Attempts(ctx context.Context, db DB, id uuid.UUID) ([]Attempt, error) {
-	rows, err := db.Query(ctx, s.q.attemptsOf, id)
+	rows, err := db.Query(ctx, s.sql(sqlAttemptsOf), id)
 	if err != nil {
 		return nil, fmt.Errorf("attempts of effect %s: %w", id, err)
 	}

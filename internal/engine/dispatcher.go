@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
 )
 
@@ -146,6 +147,9 @@ func (cfg Config) withDefaults() Config {
 // checks run in a fixed order, so the same config always reports the same
 // error.
 func (cfg Config) validate() error {
+	if err := pgschema.Check(cfg.Schema); err != nil {
+		return fmt.Errorf("dispatcher: Schema: %w", err)
+	}
 	if len(cfg.Providers) == 0 {
 		return errors.New("dispatcher: no providers configured")
 	}

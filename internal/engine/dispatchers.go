@@ -14,7 +14,7 @@ func (s *Store) RecordDispatcher(ctx context.Context, db DB, id, host string, pi
 	if err != nil {
 		return err
 	}
-	if _, err := db.Exec(ctx, s.q.recordDispatcher, id, host, pid, raw); err != nil {
+	if _, err := db.Exec(ctx, s.sql(sqlRecordDispatcher), id, host, pid, raw); err != nil {
 		return fmt.Errorf("record dispatcher: %w", err)
 	}
 	return nil
@@ -23,7 +23,7 @@ func (s *Store) RecordDispatcher(ctx context.Context, db DB, id, host string, pi
 // DispatcherSeen refreshes a dispatcher's seen_at, or with stopped set, marks
 // it stopped.
 func (s *Store) DispatcherSeen(ctx context.Context, db DB, id string, stopped bool) error {
-	if _, err := db.Exec(ctx, s.q.dispatcherSeen, id, stopped); err != nil {
+	if _, err := db.Exec(ctx, s.sql(sqlDispatcherSeen), id, stopped); err != nil {
 		return fmt.Errorf("dispatcher seen: %w", err)
 	}
 	return nil
@@ -31,7 +31,7 @@ func (s *Store) DispatcherSeen(ctx context.Context, db DB, id string, stopped bo
 
 // Dispatchers lists the recorded dispatchers, most recently seen first.
 func (s *Store) Dispatchers(ctx context.Context, db DB, limit int) ([]DispatcherRecord, error) {
-	rows, err := db.Query(ctx, s.q.dispatchers, limit)
+	rows, err := db.Query(ctx, s.sql(sqlDispatchers), limit)
 	if err != nil {
 		return nil, fmt.Errorf("dispatchers: %w", err)
 	}

@@ -25,7 +25,7 @@ func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.
 	if ev.Key == "" {
 		return res, nil
 	}
-	e, err := s.getByKey(ctx, tx, s.q.getEffectByKeyForUpdate, ev.Key)
+	e, err := s.getByKey(ctx, tx, s.sql(sqlGetEffectByKeyForUpdate), ev.Key)
 	if errors.Is(err, ErrNotFound) {
 		return res, s.drift(ctx, tx, &res, ev, nil, DriftUnknownKey, fmt.Sprintf(
 			"no effect has key %s: purged after --retention, in another schema or database, or the key was copied; check %s at %s and whether your records expect it",
@@ -36,7 +36,7 @@ func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.
 	}
 	res.Effect = e
 	if ev.Delivery != "" {
-		if _, err := tx.Exec(ctx, s.q.recordDelivery, e.ID, ev.Delivery, ev.Detail, ev.EventID, cmpTime(ev.At)); err != nil {
+		if _, err := tx.Exec(ctx, s.sql(sqlRecordDelivery), e.ID, ev.Delivery, ev.Detail, ev.EventID, cmpTime(ev.At)); err != nil {
 			return res, fmt.Errorf("record delivery of effect %s: %w", e.ID, err)
 		}
 	}
@@ -45,7 +45,7 @@ func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.
 	}
 	switch {
 	case e.State == StatePending || e.State == StateFired || (e.State == StateFailed && e.InDoubt):
-		before, err := s.transitionReturning(ctx, tx, ActionEventConfirm, s.q.eventConfirm, e.ID, ev.ObjectID)
+		before, err := s.transitionReturning(ctx, tx, ActionEventConfirm, s.sql(sqlEventConfirm), e.ID, ev.ObjectID)
 		if err != nil {
 			return res, err
 		}
@@ -95,7 +95,7 @@ func (s *Store) drift(ctx context.Context, tx pgx.Tx, res *EventResult, ev provi
 	if e != nil {
 		id, kind, state = &e.ID, e.Kind, string(e.State)
 	}
-	if _, err := tx.Exec(ctx, s.q.insertDrift, reason, ev.Provider, kind, id, state, ev.Key, ev.EventID, ev.Type, ev.ObjectID, hint); err != nil {
+	if _, err := tx.Exec(ctx, s.sql(sqlInsertDrift), reason, ev.Provider, kind, id, state, ev.Key, ev.EventID, ev.Type, ev.ObjectID, hint); err != nil {
 		return fmt.Errorf("record drift: %w", err)
 	}
 	res.Drift = append(res.Drift, reason)
@@ -126,7 +126,7 @@ func cmpTime(t time.Time) time.Time {
 // Delivery returns effect id's delivery status, nil when no event told one.
 func (s *Store) Delivery(ctx context.Context, db DB, id uuid.UUID) (*Delivery, error) {
 	var d Delivery
-	err := db.QueryRow(ctx, s.q.getDelivery, id).Scan(&d.Status, &d.Detail, &d.EventID, &d.EventAt, &d.UpdatedAt)
+	err := db.QueryRow(ctx, s.sql(sqlGetDelivery), id).Scan(&d.Status, &d.Detail, &d.EventID, &d.EventAt, &d.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -138,7 +138,7 @@ func (s *Store) Drift(ctx context.Context, db DB, f DriftFilter) ([]DriftRecord,
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	rows, err := db.Query(ctx, s.q.listDrift, f.Since, f.Reason, f.EffectID, f.Limit)
+	rows, err := db.Query(ctx, s.sql(sqlListDrift), f.Since, f.Reason, f.EffectID, f.Limit)
 	if err != nil {
 		return nil, err
 	}

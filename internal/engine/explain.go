@@ -15,16 +15,16 @@ func (s *Store) ExplainAdmin(ctx context.Context, db DB, notSince, since time.Ti
 		sql  string
 		args []any
 	}{
-		"stuck":          {s.q.stuck, []any{notSince, 100}},
-		"stats.counts":   {s.q.statsCounts, []any{since}},
-		"stats.oldest":   {s.q.statsOldest, nil},
-		"stats.attempts": {s.q.statsAttempts, []any{since}},
-		"stats.latency":  {s.q.statsLatency, []any{since}},
+		"stuck":          {s.sql(sqlStuck), []any{notSince, 100}},
+		"stats.counts":   {s.sql(sqlStatsCounts), []any{since}},
+		"stats.oldest":   {s.sql(sqlStatsOldest), nil},
+		"stats.attempts": {s.sql(sqlStatsAttempts), []any{since}},
+		"stats.latency":  {s.sql(sqlStatsLatency), []any{since}},
 		// The retention purge's two statements, with since as the cutoff
 		// (EXPLAIN without ANALYZE deletes nothing).
-		"purge.effects": {s.q.purgeEffects, []any{since, 5000}},
-		"purge.events":  {s.q.purgeEvents, []any{since, 5000}},
-		"list.failed": {s.q.listFailed, []any{[]string{string(StateFailed)}, "webhook.order_paid",
+		"purge.effects": {s.sql(sqlPurgeEffects), []any{since, 5000}},
+		"purge.events":  {s.sql(sqlPurgeEvents), []any{since, 5000}},
+		"list.failed": {s.sql(sqlListFailed), []any{[]string{string(StateFailed)}, "webhook.order_paid",
 			nil, nil, nil, nil, nil, nil, 50}},
 	} {
 		var plan string

@@ -34,9 +34,9 @@ func (s *Store) List(ctx context.Context, db DB, f Filter) ([]*Effect, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	sql := s.q.listEffects
+	sql := s.sql(sqlListEffects)
 	if len(states) == 1 && states[0] == string(StateFailed) {
-		sql = s.q.listFailed
+		sql = s.sql(sqlListFailed)
 	}
 	rows, err := db.Query(ctx, sql, states, nullable(f.Kind), nullable(f.Provider), nullable(f.Source),
 		nullable(f.Since), nullable(f.Before), afterAt, afterID, limit)
@@ -52,7 +52,7 @@ func (s *Store) Stuck(ctx context.Context, db DB, notSince time.Time, limit int)
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := db.Query(ctx, s.q.stuck, notSince, limit)
+	rows, err := db.Query(ctx, s.sql(sqlStuck), notSince, limit)
 	if err != nil {
 		return nil, fmt.Errorf("stuck effects: %w", err)
 	}
@@ -71,7 +71,7 @@ func (s *Store) Stuck(ctx context.Context, db DB, notSince time.Time, limit int)
 // Event returns the event with the given id.
 func (s *Store) Event(ctx context.Context, db DB, id uuid.UUID) (*Event, error) {
 	var ev Event
-	err := db.QueryRow(ctx, s.q.eventOf, id).Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &ev.Payload, &ev.CreatedAt)
+	err := db.QueryRow(ctx, s.sql(sqlEventOf), id).Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &ev.Payload, &ev.CreatedAt)
 	if err != nil {
 		return nil, fmt.Errorf("event %s: %w", id, err)
 	}
@@ -91,7 +91,7 @@ func (s *Store) Events(ctx context.Context, db DB, f EventFilter) ([]EventEffect
 	if f.ID != uuid.Nil {
 		id = &f.ID
 	}
-	rows, err := db.Query(ctx, s.q.events, nullable(f.Type), nullable(f.AggregateType), nullable(f.AggregateID),
+	rows, err := db.Query(ctx, s.sql(sqlEvents), nullable(f.Type), nullable(f.AggregateType), nullable(f.AggregateID),
 		nullable(f.MissingKind), since, id, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
@@ -112,7 +112,7 @@ func collectEventEffects(rows pgx.Rows) ([]EventEffects, error) {
 
 // Jobs returns every River job that dispatched (or will dispatch) effect id.
 func (s *Store) Jobs(ctx context.Context, db DB, id uuid.UUID) ([]Job, error) {
-	rows, err := db.Query(ctx, s.q.jobsOf, id)
+	rows, err := db.Query(ctx, s.sql(sqlJobsOf), id)
 	if err != nil {
 		return nil, fmt.Errorf("jobs of %s: %w", id, err)
 	}
@@ -134,7 +134,7 @@ func (s *Store) Jobs(ctx context.Context, db DB, id uuid.UUID) ([]Job, error) {
 
 // Audit returns the operator actions taken on effect id, oldest first.
 func (s *Store) Audit(ctx context.Context, db DB, id uuid.UUID) ([]AuditEntry, error) {
-	rows, err := db.Query(ctx, s.q.listAudit, id)
+	rows, err := db.Query(ctx, s.sql(sqlListAudit), id)
 	if err != nil {
 		return nil, fmt.Errorf("audit of %s: %w", id, err)
 	}

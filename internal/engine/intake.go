@@ -128,7 +128,7 @@ func (in *intake) drain(ctx context.Context) (int, error) {
 	// Most polls find the intake empty: one round trip says so, without
 	// a transaction.
 	var waiting bool
-	if err := in.pool.QueryRow(ctx, in.store.q.intakeWaiting).Scan(&waiting); err != nil {
+	if err := in.pool.QueryRow(ctx, in.store.sql(sqlIntakeWaiting)).Scan(&waiting); err != nil {
 		return 0, fmt.Errorf("intake: %w", err)
 	}
 	if !waiting {
@@ -136,7 +136,7 @@ func (in *intake) drain(ctx context.Context) (int, error) {
 	}
 	n := 0
 	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, in.store.q.takeIntake, intakeBatch)
+		rows, err := tx.Query(ctx, in.store.sql(sqlTakeIntake), intakeBatch)
 		if err != nil {
 			return err
 		}

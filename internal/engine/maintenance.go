@@ -66,7 +66,7 @@ func (s *Store) Sweep(ctx context.Context, pool *pgxpool.Pool, client *river.Cli
 	for {
 		var inserted, seen int
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, s.q.sweep, notSince, sweepBatch)
+			rows, err := tx.Query(ctx, s.sql(sqlSweep), notSince, sweepBatch)
 			if err != nil {
 				return err
 			}
@@ -215,7 +215,7 @@ func (s *Store) PurgeExpired(ctx context.Context, pool *pgxpool.Pool) (keys, mes
 	for _, p := range []struct {
 		sql string
 		n   *int64
-	}{{s.q.purgeExpiredKeys, &keys}, {s.q.purgeExpiredInbox, &messages}} {
+	}{{s.sql(sqlPurgeExpiredKeys), &keys}, {s.sql(sqlPurgeExpiredInbox), &messages}} {
 		for {
 			tag, err := pool.Exec(ctx, p.sql, sweepBatch)
 			if err != nil {

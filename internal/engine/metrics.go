@@ -17,7 +17,7 @@ func (noObserver) ProviderCall(*Effect, time.Duration, error, providers.Result) 
 // StateGauges reads the live and failed effects by state and kind from the
 // partial indexes.
 func (s *Store) StateGauges(ctx context.Context, db DB) ([]StateGauge, error) {
-	rows, err := db.Query(ctx, s.q.stateGauges)
+	rows, err := db.Query(ctx, s.sql(sqlStateGauges))
 	if err != nil {
 		return nil, fmt.Errorf("state gauges: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
 )
 
@@ -50,6 +51,9 @@ func RedriveReserve(window time.Duration) time.Duration { return min(2*time.Hour
 
 // NewOperator builds an Operator.
 func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
+	if err := pgschema.Check(cfg.Schema); err != nil {
+		return nil, fmt.Errorf("operator: Schema: %w", err)
+	}
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: cfg.Schema})
 	if err != nil {
 		return nil, fmt.Errorf("operator: river client: %w", err)
@@ -90,7 +94,7 @@ func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts ActionOpts) 
 		return o.retryCheck(ctx, db, e, ch, opts)
 	}
 	return o.each(ctx, ids, opts, ActionRetry, StatePending, allowed, check, func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (*Effect, error) {
-		before, err := o.store.transitionReturning(ctx, tx, ActionRetry, o.store.q.redrive, e.ID, opts.Force, ch.ClearsDoubt, ch.RestartsKeyWindow)
+		before, err := o.store.transitionReturning(ctx, tx, ActionRetry, o.store.sql(sqlRedrive), e.ID, opts.Force, ch.ClearsDoubt, ch.RestartsKeyWindow)
 		if err != nil || before == nil {
 			return before, err
 		}
@@ -185,7 +189,7 @@ func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts Action
 	}
 	return o.each(ctx, ids, opts, ActionAcknowledge, StateFailed, []State{StateFailed}, check,
 		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
-			return o.store.transitionReturning(ctx, tx, ActionAcknowledge, o.store.q.acknowledge, e.ID)
+			return o.store.transitionReturning(ctx, tx, ActionAcknowledge, o.store.sql(sqlAcknowledge), e.ID)
 		})
 }
 
@@ -195,7 +199,7 @@ func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts Action
 func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
 	return o.each(ctx, ids, opts, ActionCancel, StateCancelled, []State{StatePending, StateFired, StateFailed}, nil,
 		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
-			return o.store.transitionReturning(ctx, tx, ActionCancel, o.store.q.cancel, e.ID)
+			return o.store.transitionReturning(ctx, tx, ActionCancel, o.store.sql(sqlCancel), e.ID)
 		})
 }
 
@@ -208,7 +212,7 @@ func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts ActionOpts) (
 	chs, err := o.each(ctx, []uuid.UUID{id}, opts, ActionConfirm, StateConfirmed,
 		[]State{StatePending, StateFired, StateFailed, StateCancelled}, nil,
 		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
-			return o.store.transitionReturning(ctx, tx, ActionConfirm, o.store.q.resolveConfirmed, e.ID, opts.Ref)
+			return o.store.transitionReturning(ctx, tx, ActionConfirm, o.store.sql(sqlResolveConfirmed), e.ID, opts.Ref)
 		})
 	if err != nil {
 		return Change{}, err
@@ -260,7 +264,7 @@ func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts ActionOpts, a
 		}
 		var skipped string
 		err = pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-			locked, err := o.store.transitionReturning(ctx, tx, "lock", o.store.q.getEffectForUpdate, id)
+			locked, err := o.store.transitionReturning(ctx, tx, "lock", o.store.sql(sqlGetEffectForUpdate), id)
 			if err != nil {
 				return err
 			}

@@ -14,7 +14,7 @@ import (
 // FailureReasons groups the failed effects not acknowledged by kind and
 // reason, most frequent first.
 func (s *Store) FailureReasons(ctx context.Context, db DB, limit int) ([]ReasonCount, error) {
-	rows, err := db.Query(ctx, s.q.failureReasons, limit)
+	rows, err := db.Query(ctx, s.sql(sqlFailureReasons), limit)
 	if err != nil {
 		return nil, fmt.Errorf("failure reasons: %w", err)
 	}
@@ -25,7 +25,7 @@ func (s *Store) FailureReasons(ctx context.Context, db DB, limit int) ([]ReasonC
 // (by the time they last changed), oldest first; minutes with neither are
 // left out.
 func (s *Store) Throughput(ctx context.Context, db DB, since time.Time) ([]MinuteCount, error) {
-	rows, err := db.Query(ctx, s.q.throughput, since)
+	rows, err := db.Query(ctx, s.sql(sqlThroughput), since)
 	if err != nil {
 		return nil, fmt.Errorf("throughput: %w", err)
 	}
@@ -35,7 +35,7 @@ func (s *Store) Throughput(ctx context.Context, db DB, since time.Time) ([]Minut
 // EventsOfAggregate returns the newest events of one aggregate with their
 // effects.
 func (s *Store) EventsOfAggregate(ctx context.Context, db DB, aggType, aggID string, limit int) ([]EventEffects, error) {
-	rows, err := db.Query(ctx, s.q.eventsOfAggregate, aggType, aggID, limit)
+	rows, err := db.Query(ctx, s.sql(sqlEventsOfAggregate), aggType, aggID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("events of %s %s: %w", aggType, aggID, err)
 	}
@@ -44,7 +44,7 @@ func (s *Store) EventsOfAggregate(ctx context.Context, db DB, aggType, aggID str
 
 // EffectsOfEvent returns every effect of event id.
 func (s *Store) EffectsOfEvent(ctx context.Context, db DB, id uuid.UUID) ([]*Effect, error) {
-	rows, err := db.Query(ctx, s.q.effectsOfEvent, id)
+	rows, err := db.Query(ctx, s.sql(sqlEffectsOfEvent), id)
 	if err != nil {
 		return nil, fmt.Errorf("effects of event %s: %w", id, err)
 	}

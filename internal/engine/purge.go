@@ -18,10 +18,10 @@ func (s *Store) Purge(ctx context.Context, db DB, cutoff time.Time, dryRun bool)
 	}
 	var res PurgeResult
 	{
-		if err := db.QueryRow(ctx, s.q.purgeCount, cutoff).Scan(&res.Effects); err != nil {
+		if err := db.QueryRow(ctx, s.sql(sqlPurgeCount), cutoff).Scan(&res.Effects); err != nil {
 			return res, fmt.Errorf("purge: %w", err)
 		}
-		err := db.QueryRow(ctx, s.q.purgeEventsCount, cutoff).Scan(&res.Events)
+		err := db.QueryRow(ctx, s.sql(sqlPurgeEventsCount), cutoff).Scan(&res.Events)
 		if err != nil {
 			return res, fmt.Errorf("purge: %w", err)
 		}
@@ -39,7 +39,7 @@ func (s *Store) PurgeInBatches(ctx context.Context, db DB, cutoff time.Time, o P
 	for {
 		var effects, events int64
 		start := time.Now()
-		if err := db.QueryRow(ctx, s.q.purgeEffects, cutoff, batch).Scan(&effects, &events); err != nil {
+		if err := db.QueryRow(ctx, s.sql(sqlPurgeEffects), cutoff, batch).Scan(&effects, &events); err != nil {
 			return res, fmt.Errorf("purge: %w", err)
 		}
 		res.Effects += effects
@@ -58,7 +58,7 @@ func (s *Store) PurgeInBatches(ctx context.Context, db DB, cutoff time.Time, o P
 		}
 	}
 	for {
-		tag, err := db.Exec(ctx, s.q.purgeEvents, cutoff, batch)
+		tag, err := db.Exec(ctx, s.sql(sqlPurgeEvents), cutoff, batch)
 		if err != nil {
 			return res, fmt.Errorf("purge: %w", err)
 		}

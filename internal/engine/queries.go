@@ -1,13 +1,10 @@
 package engine
 
-import (
-	"strings"
+import "strings"
 
-	"github.com/jackc/pgx/v5"
-)
-
-// All of outboxd's SQL against its own tables. "/*schema*/" is replaced once,
-// when a Store is built, by the quoted schema name and a dot.
+// All of outboxd's SQL against its own tables, each statement declared
+// once, here, and used by its name (Store.sql). "/*schema*/" is replaced by
+// the quoted schema name and a dot on a statement's first use.
 
 // The idempotency key is not a column: Go derives it from (source_id,
 // kind) after reading a row (rowToEffect); SQL reads it as
@@ -584,96 +581,3 @@ const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.payload, e.stat
 // the phase predicate lets it read side_effects_failed_list_idx.
 var sqlListFailed = strings.Replace(sqlListEffects, "ORDER BY created_at DESC, id DESC",
 	"AND phase IN ('failed', 'acknowledged')\nORDER BY created_at DESC, id DESC", 1)
-
-// queries holds the statements with the schema filled in.
-type queries struct {
-	insertEvent, insertEventWithEffects, eventMatches                                          string
-	insertEffects, compareEffects                                                              string
-	insertEventWithEffectsIntake, insertEffectsIntake, takeIntake, intakeWaiting               string
-	getEffect, getEffectByKey, getEffectForUpdate, jobIn                                       string
-	getEffectByKeyForUpdate, eventConfirm, recordDelivery, getDelivery, insertDrift, listDrift string
-	claim, lateAck, release, recordInDoubt, fail, failProven, unclaim                          string
-	claimFirstMany, confirmFiredMany, confirmMany                                              string
-
-	cancel, redrive, resolveConfirmed, insertAudit, listAudit, acknowledge string
-
-	listEffects, listFailed, stuck, eventOf, jobsOf, events, failureReasons, throughput, eventsOfAggregate, effectsOfEvent string
-	statsCounts, statsOldest, statsAttempts, statsLatency, statsByHand                                                     string
-	purgeCount, purgeEffects, purgeEventsCount, purgeEvents, purgeExpiredKeys, purgeExpiredInbox                           string
-	stateGauges, sweep, recordDispatcher, dispatcherSeen, dispatchers, recordAttempt, attemptsOf                           string
-}
-
-func newQueries(schema string) queries {
-	prefix := ""
-	if schema != "" {
-		prefix = pgx.Identifier{schema}.Sanitize() + "."
-	}
-	r := strings.NewReplacer("/*schema*/", prefix)
-	return queries{
-		insertEvent:                  r.Replace(sqlInsertEvent),
-		insertEventWithEffects:       r.Replace(sqlInsertEventWithEffects),
-		eventMatches:                 r.Replace(sqlEventMatches),
-		insertEventWithEffectsIntake: r.Replace(sqlInsertEventWithEffectsIntake),
-		insertEffectsIntake:          r.Replace(sqlInsertEffectsIntake),
-		takeIntake:                   r.Replace(sqlTakeIntake),
-		intakeWaiting:                r.Replace(sqlIntakeWaiting),
-		insertEffects:                r.Replace(sqlInsertEffects),
-		compareEffects:               r.Replace(sqlCompareEffects),
-		getEffect:                    r.Replace(sqlGetEffect),
-		getEffectByKey:               r.Replace(sqlGetEffectByKey),
-		getEffectForUpdate:           r.Replace(sqlGetEffectForUpdate),
-		getEffectByKeyForUpdate:      r.Replace(sqlGetEffectByKeyForUpdate),
-		eventConfirm:                 r.Replace(sqlEventConfirm),
-		recordDelivery:               r.Replace(sqlRecordDelivery),
-		getDelivery:                  r.Replace(sqlGetDelivery),
-		insertDrift:                  r.Replace(sqlInsertDrift),
-		listDrift:                    r.Replace(sqlListDrift),
-		jobIn:                        r.Replace(sqlJobIn),
-		claim:                        r.Replace(sqlClaim),
-		claimFirstMany:               r.Replace(sqlClaimFirstMany),
-		confirmFiredMany:             r.Replace(sqlConfirmFiredMany),
-		confirmMany:                  r.Replace(sqlConfirmMany),
-		lateAck:                      r.Replace(sqlLateAck),
-		unclaim:                      r.Replace(sqlUnclaim),
-		release:                      r.Replace(sqlRelease),
-		recordInDoubt:                r.Replace(sqlRecordInDoubt),
-		failProven:                   r.Replace(sqlFailProven),
-		fail:                         r.Replace(sqlFail),
-
-		cancel:           r.Replace(sqlCancel),
-		acknowledge:      r.Replace(sqlAcknowledge),
-		redrive:          r.Replace(sqlRedrive),
-		resolveConfirmed: r.Replace(sqlResolveConfirmed),
-		insertAudit:      r.Replace(sqlInsertAudit),
-		listAudit:        r.Replace(sqlListAudit),
-
-		listFailed:        r.Replace(sqlListFailed),
-		listEffects:       r.Replace(sqlListEffects),
-		stuck:             r.Replace(sqlStuck),
-		eventOf:           r.Replace(sqlEventOf),
-		jobsOf:            r.Replace(sqlJobsOf),
-		events:            r.Replace(sqlEvents),
-		failureReasons:    r.Replace(sqlFailureReasons),
-		throughput:        r.Replace(sqlThroughput),
-		eventsOfAggregate: r.Replace(sqlEventsOfAggregate),
-		effectsOfEvent:    r.Replace(sqlEffectsOfEvent),
-		statsCounts:       r.Replace(sqlStatsCounts),
-		statsOldest:       r.Replace(sqlStatsOldest),
-		statsAttempts:     r.Replace(sqlStatsAttempts),
-		statsLatency:      r.Replace(sqlStatsLatency),
-		statsByHand:       r.Replace(sqlStatsByHand),
-		purgeCount:        r.Replace(sqlPurgeCount),
-		purgeEffects:      r.Replace(sqlPurgeEffects),
-		purgeEventsCount:  r.Replace(sqlPurgeEventsCount),
-		purgeEvents:       r.Replace(sqlPurgeEvents),
-		purgeExpiredKeys:  r.Replace(sqlPurgeExpiredKeys),
-		purgeExpiredInbox: r.Replace(sqlPurgeExpiredInbox),
-		stateGauges:       r.Replace(sqlStateGauges),
-		sweep:             r.Replace(sqlSweep),
-		recordDispatcher:  r.Replace(sqlRecordDispatcher),
-		dispatcherSeen:    r.Replace(sqlDispatcherSeen),
-		dispatchers:       r.Replace(sqlDispatchers),
-		recordAttempt:     r.Replace(sqlRecordAttempt),
-		attemptsOf:        r.Replace(sqlAttemptsOf),
-	}
-}

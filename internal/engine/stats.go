@@ -19,7 +19,7 @@ func (s *Store) Stats(ctx context.Context, db DB, window time.Duration) (*Stats,
 		since = time.Time{}
 	}
 	st := &Stats{Window: window, WindowSeconds: window.Seconds(), CollectedAt: now}
-	rows, err := db.Query(ctx, s.q.statsCounts, since)
+	rows, err := db.Query(ctx, s.sql(sqlStatsCounts), since)
 	if err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
@@ -31,10 +31,10 @@ func (s *Store) Stats(ctx context.Context, db DB, window time.Duration) (*Stats,
 	if err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
-	if err := db.QueryRow(ctx, s.q.statsOldest).Scan(&st.OldestPending, &st.OldestFired); err != nil {
+	if err := db.QueryRow(ctx, s.sql(sqlStatsOldest)).Scan(&st.OldestPending, &st.OldestFired); err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
-	rows, err = db.Query(ctx, s.q.statsAttempts, since)
+	rows, err = db.Query(ctx, s.sql(sqlStatsAttempts), since)
 	if err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
@@ -46,10 +46,10 @@ func (s *Store) Stats(ctx context.Context, db DB, window time.Duration) (*Stats,
 	if err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
-	if err := db.QueryRow(ctx, s.q.statsByHand, since).Scan(&st.ConfirmedByHand); err != nil {
+	if err := db.QueryRow(ctx, s.sql(sqlStatsByHand), since).Scan(&st.ConfirmedByHand); err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
-	if err := db.QueryRow(ctx, s.q.statsLatency, since).Scan(&st.Confirmed, &st.LatencyP50, &st.LatencyP95, &st.LatencyP99); err != nil {
+	if err := db.QueryRow(ctx, s.sql(sqlStatsLatency), since).Scan(&st.Confirmed, &st.LatencyP50, &st.LatencyP95, &st.LatencyP99); err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
 	return st, nil

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outboxd/outboxd/pgschema"
 )
 
 // DB is what Store needs from a connection: a pgx.Tx, *pgx.Conn or
@@ -27,12 +30,26 @@ var ErrNotFound = errors.New("side effect not found")
 
 // Store runs outboxd's SQL against the tables of one schema.
 type Store struct {
-	q queries
+	schema *strings.Replacer
+	// stmts caches each statement with the schema filled in, by its text.
+	stmts sync.Map
 }
 
 // NewStore returns a Store for the tables in schema ("" uses search_path).
 func NewStore(schema string) *Store {
-	return &Store{q: newQueries(schema)}
+	return &Store{schema: strings.NewReplacer("/*schema*/", pgschema.Table(schema, ""))}
+}
+
+// sql is a statement of queries.go, where each is declared once, with
+// /*schema*/ replaced by the store's schema; the result is kept for the
+// next call.
+func (s *Store) sql(statement string) string {
+	if q, ok := s.stmts.Load(statement); ok {
+		return q.(string)
+	}
+	q := s.schema.Replace(statement)
+	s.stmts.Store(statement, q)
+	return q
 }
 
 // NewEvent is an outbox_events row to insert.
@@ -47,14 +64,14 @@ type NewEvent struct {
 // InsertEvent inserts ev. It reports inserted=false when a row with that id
 // exists already, and then whether that row has identical columns.
 func (s *Store) InsertEvent(ctx context.Context, db DB, ev NewEvent) (inserted, same bool, err error) {
-	tag, err := db.Exec(ctx, s.q.insertEvent, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload)
+	tag, err := db.Exec(ctx, s.sql(sqlInsertEvent), ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload)
 	if err != nil {
 		return false, false, fmt.Errorf("insert event %s: %w", ev.ID, err)
 	}
 	if tag.RowsAffected() == 1 {
 		return true, true, nil
 	}
-	if err := db.QueryRow(ctx, s.q.eventMatches, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload).Scan(&same); err != nil {
+	if err := db.QueryRow(ctx, s.sql(sqlEventMatches), ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload).Scan(&same); err != nil {
 		return false, false, fmt.Errorf("compare event %s: %w", ev.ID, err)
 	}
 	return false, same, nil
@@ -94,9 +111,9 @@ func columnsOf(sourceID uuid.UUID, effects []NewEffect) effectArrays {
 // effect is also queued in outbox_intake for a dispatcher to give it a job.
 func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, effects []NewEffect, intake bool) (map[uuid.UUID]bool, error) {
 	c := columnsOf(sourceID, effects)
-	sql := s.q.insertEffects
+	sql := s.sql(sqlInsertEffects)
 	if intake {
-		sql = s.q.insertEffectsIntake
+		sql = s.sql(sqlInsertEffectsIntake)
 	}
 	rows, err := db.Query(ctx, sql, sourceID, c.ids, c.kinds, c.providers, c.payloads)
 	if err != nil {
@@ -124,9 +141,9 @@ func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, ef
 // effects must not be empty.
 func (s *Store) InsertEventWithEffects(ctx context.Context, db DB, ev NewEvent, effects []NewEffect, intake bool) (inserted bool, err error) {
 	c := columnsOf(ev.ID, effects)
-	sql := s.q.insertEventWithEffects
+	sql := s.sql(sqlInsertEventWithEffects)
 	if intake {
-		sql = s.q.insertEventWithEffectsIntake
+		sql = s.sql(sqlInsertEventWithEffectsIntake)
 	}
 	tag, err := db.Exec(ctx, sql, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload,
 		c.ids, c.kinds, c.providers, c.payloads)
@@ -151,7 +168,7 @@ type ExistingEffect struct {
 // already exists and whether it matches.
 func (s *Store) CompareEffects(ctx context.Context, db DB, sourceID uuid.UUID, effects []NewEffect) ([]ExistingEffect, error) {
 	c := columnsOf(sourceID, effects)
-	rows, err := db.Query(ctx, s.q.compareEffects, sourceID, c.kinds, c.providers, c.payloads)
+	rows, err := db.Query(ctx, s.sql(sqlCompareEffects), sourceID, c.kinds, c.providers, c.payloads)
 	if err != nil {
 		return nil, fmt.Errorf("compare effects of event %s: %w", sourceID, err)
 	}
@@ -172,12 +189,12 @@ func (s *Store) CompareEffects(ctx context.Context, db DB, sourceID uuid.UUID, e
 
 // Get returns the effect with the given id.
 func (s *Store) Get(ctx context.Context, db DB, id uuid.UUID) (*Effect, error) {
-	return s.getOne(ctx, db, s.q.getEffect, id)
+	return s.getOne(ctx, db, s.sql(sqlGetEffect), id)
 }
 
 // GetByKey returns the effect with the given idempotency key.
 func (s *Store) GetByKey(ctx context.Context, db DB, key string) (*Effect, error) {
-	return s.getByKey(ctx, db, s.q.getEffectByKey, key)
+	return s.getByKey(ctx, db, s.sql(sqlGetEffectByKey), key)
 }
 
 func (s *Store) getByKey(ctx context.Context, db DB, sql, key string) (*Effect, error) {
@@ -215,7 +232,7 @@ func rowToEffect(row pgx.CollectableRow) (*Effect, error) {
 // for many effects in one statement. It returns the effects it claimed, by
 // id.
 func (s *Store) ClaimFirstMany(ctx context.Context, db DB, ids []uuid.UUID, providers []string) (map[uuid.UUID]*Effect, error) {
-	rows, err := db.Query(ctx, s.q.claimFirstMany, ids, providers)
+	rows, err := db.Query(ctx, s.sql(sqlClaimFirstMany), ids, providers)
 	if err != nil {
 		return nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
 	}
@@ -255,7 +272,7 @@ func (s *Store) ConfirmMany(ctx context.Context, db DB, acks []Ack) (map[uuid.UU
 	// other in a cycle.
 	acks = slices.SortedFunc(slices.Values(acks), func(a, b Ack) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 	ids, refs, replayed := ackColumns(acks)
-	rows, err := db.Query(ctx, s.q.confirmFiredMany, ids, refs, replayed)
+	rows, err := db.Query(ctx, s.sql(sqlConfirmFiredMany), ids, refs, replayed)
 	if err != nil {
 		return nil, fmt.Errorf("confirm %d effects: %w", len(acks), err)
 	}
@@ -275,7 +292,7 @@ func (s *Store) ConfirmMany(ctx context.Context, db DB, acks []Ack) (map[uuid.UU
 	// in flight, or they are gone.
 	rest := slices.DeleteFunc(acks, func(a Ack) bool { _, done := out[a.ID]; return done })
 	ids, refs, replayed = ackColumns(rest)
-	rows, err = db.Query(ctx, s.q.confirmMany, ids, refs, replayed)
+	rows, err = db.Query(ctx, s.sql(sqlConfirmMany), ids, refs, replayed)
 	if err != nil {
 		return nil, fmt.Errorf("confirm %d effects: %w", len(rest), err)
 	}
@@ -304,7 +321,7 @@ func ackColumns(acks []Ack) (ids []uuid.UUID, refs []string, replayed []bool) {
 // counts the attempt. It returns nil and no error when the effect is no
 // longer in state from.
 func (s *Store) Claim(ctx context.Context, db DB, id uuid.UUID, from State) (*Effect, error) {
-	return s.transitionReturning(ctx, db, "claim", s.q.claim, id, from)
+	return s.transitionReturning(ctx, db, "claim", s.sql(sqlClaim), id, from)
 }
 
 // transitionReturning runs a guarded transition that returns a row: the
@@ -338,7 +355,7 @@ func (s *Store) RecordLateAck(ctx context.Context, db DB, id uuid.UUID, ref stri
 	if err != nil {
 		return false, err
 	}
-	return s.exec(ctx, db, "record late acknowledgement", s.q.lateAck, id, refArg, d, note)
+	return s.exec(ctx, db, "record late acknowledgement", s.sql(sqlLateAck), id, refArg, d, note)
 }
 
 // liveJobStates are the states of a River job not finalized yet.
@@ -348,7 +365,7 @@ var liveJobStates = []string{"available", "pending", "retryable", "running", "sc
 // states, or 0.
 func (s *Store) jobIn(ctx context.Context, db DB, id uuid.UUID, states ...string) (int64, error) {
 	var job int64
-	if err := db.QueryRow(ctx, s.q.jobIn, id, states).Scan(&job); err != nil {
+	if err := db.QueryRow(ctx, s.sql(sqlJobIn), id, states).Scan(&job); err != nil {
 		return 0, fmt.Errorf("dispatch job of effect %s: %w", id, err)
 	}
 	return job, nil
@@ -360,7 +377,7 @@ func (s *Store) audit(ctx context.Context, db DB, id uuid.UUID, action, actor, r
 	if err != nil {
 		return err
 	}
-	if _, err := db.Exec(ctx, s.q.insertAudit, id, action, actor, reason, string(from), string(to), d); err != nil {
+	if _, err := db.Exec(ctx, s.sql(sqlInsertAudit), id, action, actor, reason, string(from), string(to), d); err != nil {
 		return fmt.Errorf("audit %s of effect %s: %w", action, id, err)
 	}
 	return nil
@@ -370,7 +387,7 @@ func (s *Store) audit(ctx context.Context, db DB, id uuid.UUID, action, actor, r
 // back to before (its state and the columns a claim sets), and the attempt
 // does not count.
 func (s *Store) Unclaim(ctx context.Context, db DB, before *Effect) (bool, error) {
-	return s.exec(ctx, db, "unclaim", s.q.unclaim, before.ID, before.State, before.InDoubt,
+	return s.exec(ctx, db, "unclaim", s.sql(sqlUnclaim), before.ID, before.State, before.InDoubt,
 		before.FiredAt, before.FirstFiredAt, before.KeyWindowFrom, before.NextAttemptAt)
 }
 
@@ -379,25 +396,25 @@ func (s *Store) Unclaim(ctx context.Context, db DB, before *Effect) (bool, error
 // inDoubt says whether an earlier request with the key may have been
 // applied: the proof covers this attempt only.
 func (s *Store) Release(ctx context.Context, db DB, id uuid.UUID, lastError string, next time.Time, inDoubt bool) (bool, error) {
-	return s.exec(ctx, db, "release", s.q.release, id, lastError, next, inDoubt)
+	return s.exec(ctx, db, "release", s.sql(sqlRelease), id, lastError, next, inDoubt)
 }
 
 // RecordInDoubt keeps effect id fired and records why its last attempt is in
 // doubt.
 func (s *Store) RecordInDoubt(ctx context.Context, db DB, id uuid.UUID, lastError string, next time.Time) (bool, error) {
-	return s.exec(ctx, db, "record in-doubt", s.q.recordInDoubt, id, lastError, next)
+	return s.exec(ctx, db, "record in-doubt", s.sql(sqlRecordInDoubt), id, lastError, next)
 }
 
 // Fail moves a pending or fired effect to failed with reason.
 func (s *Store) Fail(ctx context.Context, db DB, id uuid.UUID, reason string) (bool, error) {
-	return s.exec(ctx, db, "fail", s.q.fail, id, reason)
+	return s.exec(ctx, db, "fail", s.sql(sqlFail), id, reason)
 }
 
 // FailProven moves effect id to failed after an attempt the provider proved
 // it did not act on (a refusal, or retries exhausted on such answers):
 // in doubt only when an earlier request with the key may have been applied.
 func (s *Store) FailProven(ctx context.Context, db DB, id uuid.UUID, reason string, inDoubt bool) (bool, error) {
-	return s.exec(ctx, db, "fail", s.q.failProven, id, reason, inDoubt)
+	return s.exec(ctx, db, "fail", s.sql(sqlFailProven), id, reason, inDoubt)
 }
 
 func (s *Store) exec(ctx context.Context, db DB, what, sql string, id uuid.UUID, args ...any) (bool, error) {

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/outboxd/outboxd/pgschema"
 )
 
 // Forever is a Retention that never expires a key: for money movement,
@@ -116,16 +118,14 @@ type Config struct {
 }
 
 var (
-	schemaRE          = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 	defaultKeyPattern = regexp.MustCompile(`^[\x21-\x7e]+$`)
 )
 
 // withDefaults validates cfg and fills in its defaults.
 func (cfg Config) withDefaults() (Config, error) {
 	var errs []error
-	if cfg.Schema != "" && !schemaRE.MatchString(cfg.Schema) {
-		//lint:ignore ST1005 each message starts with the field's name, as the others do
-		errs = append(errs, fmt.Errorf("Schema %q: use one lowercase name of letters, digits and _", cfg.Schema))
+	if err := pgschema.Check(cfg.Schema); err != nil {
+		errs = append(errs, fmt.Errorf("Config.Schema: %w", err))
 	}
 	if cfg.Header == "" {
 		cfg.Header = DefaultHeader
@@ -228,12 +228,7 @@ func (cfg *Config) retention(route string) time.Duration {
 	return d
 }
 
-func (cfg *Config) table() string {
-	if cfg.Schema == "" {
-		return "idempotency_keys"
-	}
-	return cfg.Schema + ".idempotency_keys"
-}
+func (cfg *Config) table() string { return pgschema.Table(cfg.Schema, "idempotency_keys") }
 
 func describeKeyRule(cfg *Config) string {
 	if cfg.KeyPattern == defaultKeyPattern {

@@ -22,6 +22,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
+	"github.com/outboxd/outboxd/pgschema"
 )
 
 // shop is an application with one endpoint, POST /orders, that writes an
@@ -517,7 +518,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}{
 		{idempotency.Config{Retention: -time.Hour}, "Retention -1h0m0s: must be positive, or idempotency.Forever"},
 		{idempotency.Config{RequiredFor: []string{"GET"}}, "RequiredFor: GET is not among Methods"},
-		{idempotency.Config{Schema: "Bad Schema"}, `Schema "Bad Schema"`},
+		{idempotency.Config{Schema: "Bad Schema"}, `Config.Schema: schema "Bad Schema": use one lowercase name`},
 		{idempotency.Config{InFlightWait: -1}, "InFlightWait"},
 	} {
 		_, err := idempotency.New(db.Pool, c.cfg)
@@ -672,7 +673,7 @@ func TestInFlightDuplicateWaitsForTheFirstAndReplays(t *testing.T) {
 	require.Eventually(t, func() bool {
 		var n int
 		err := s.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%`+s.db.Schema+`.idempotency_keys%'`).Scan(&n)
+			WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0`, pgschema.Table(s.db.Schema, "idempotency_keys")).Scan(&n)
 		return err == nil && n == 1
 	}, 10*time.Second, 5*time.Millisecond)
 	release()

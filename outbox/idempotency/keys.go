@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outboxd/outboxd/pgschema"
 )
 
 // Key is a stored idempotency key as an operator sees it (outboxctl keys).
@@ -66,11 +67,7 @@ func NewKeys(pool *pgxpool.Pool, schema string) (*Keys, error) {
 	if err != nil {
 		return nil, err
 	}
-	audit := "idempotency_key_audit"
-	if schema != "" {
-		audit = schema + "." + audit
-	}
-	return &Keys{pool: pool, table: cfg.table(), audit: audit}, nil
+	return &Keys{pool: pool, table: cfg.table(), audit: pgschema.Table(schema, "idempotency_key_audit")}, nil
 }
 
 const keyColumns = `id, scope, method, route, key, state, status, error, coalesce(octet_length(response_body), 0),
