@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
@@ -81,10 +82,10 @@ type Config struct {
 	NotifyDispatchers bool
 }
 
-// Observer is told the result of every Enqueue call.
-type Observer interface {
-	Enqueued(result string)
-}
+// Observer is told the result of every Enqueue call, as an
+// outboxtype.Enqueued observation (outboxmetrics counts them); it is the
+// one Observer shape of outboxd.
+type Observer = outboxtype.Observer
 
 // The results an Observer is told.
 const (
@@ -282,14 +283,14 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects ...Ef
 	if o.observer != nil {
 		switch {
 		case errors.Is(err, ErrInvalid):
-			o.observer.Enqueued(ResultInvalid)
+			o.observer.Observe(outboxtype.Enqueued{Result: ResultInvalid})
 		case errors.Is(err, ErrConflict):
-			o.observer.Enqueued(ResultConflict)
+			o.observer.Observe(outboxtype.Enqueued{Result: ResultConflict})
 		case err != nil:
 		case res.Replay():
-			o.observer.Enqueued(ResultDuplicate)
+			o.observer.Observe(outboxtype.Enqueued{Result: ResultDuplicate})
 		default:
-			o.observer.Enqueued(ResultNew)
+			o.observer.Observe(outboxtype.Enqueued{Result: ResultNew})
 		}
 	}
 	return res, err

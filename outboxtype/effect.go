@@ -2,8 +2,9 @@ package outboxtype
 
 import (
 	"encoding/json"
-	"github.com/google/uuid"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // State is a side effect's place in the state machine.

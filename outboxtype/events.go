@@ -1,8 +1,9 @@
 package outboxtype
 
 import (
-	"github.com/google/uuid"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // EventResult is what one provider event did.

@@ -2,8 +2,9 @@ package outboxtype
 
 import (
 	"encoding/json"
-	"github.com/google/uuid"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/riverqueue/river/rivertype"
 )

@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // noObserver is used when Config.Metrics is nil.
 type noObserver struct{}
 
-func (noObserver) Transition(*Effect, State)                                    {}
-func (noObserver) ProviderCall(*Effect, time.Duration, error, providers.Result) {}
+func (noObserver) Observe(outboxtype.Observation) {}
 
 // StateGauges reads the live and failed effects by state and kind from the
 // partial indexes.

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
 
@@ -172,7 +173,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	g := p.Guarantees()
 	policy := w.policy(claimed.Kind, g)
 	log := w.logger.With("effect_id", id, "kind", claimed.Kind, "provider", claimed.Provider, "attempt", claimed.Attempts)
-	w.metrics.Transition(claimed, StateFired)
+	w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StateFired})
 
 	start := time.Now()
 	res, sendErr := p.Send(ctx, providers.Request{
@@ -185,7 +186,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	sendErr = providers.Redact(sendErr, w.secrets)
 	slotFreed = true
 	release(sendErr)
-	w.metrics.ProviderCall(claimed, time.Since(start), sendErr, res)
+	w.metrics.Observe(outboxtype.ProviderCalled{Effect: claimed, Duration: time.Since(start), Err: sendErr, Result: res})
 
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
@@ -199,13 +200,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		}
 		switch from {
 		case StateFired:
-			w.metrics.Transition(claimed, StateConfirmed)
+			w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StateConfirmed})
 			log.Debug("effect confirmed", "provider_ref", res.Ref, "replayed", res.Replayed)
 		case "":
 			log.Warn("provider acknowledged an effect an operator had cancelled or confirmed meanwhile; acknowledgement recorded in its audit trail, state kept",
 				"provider_ref", res.Ref)
 		default:
-			w.metrics.Transition(claimed, StateConfirmed)
+			w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StateConfirmed})
 			log.Warn("provider acknowledged an effect an operator had moved meanwhile; confirmed, recorded in its audit trail",
 				"from", from, "provider_ref", res.Ref)
 		}
@@ -248,7 +249,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		var released bool
 		released, err = w.store.Release(bctx, w.pool, id, sendErr.Error(), next, priorDoubt)
 		if released {
-			w.metrics.Transition(claimed, StatePending)
+			w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StatePending})
 		}
 	} else {
 		_, err = w.store.RecordInDoubt(bctx, w.pool, id, sendErr.Error(), next)
@@ -349,7 +350,7 @@ func (w *Worker) failed(log *slog.Logger, e *Effect, reason string, cause error,
 		return err
 	}
 	if failed {
-		w.metrics.Transition(e, StateFailed)
+		w.metrics.Observe(outboxtype.Transitioned{Effect: e, To: StateFailed})
 	}
 	log.Error("effect failed", "reason", reason)
 	if cause == nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/pgschema"
 )
 
@@ -50,11 +51,10 @@ const (
 	RolledBack Outcome = "rolled_back"
 )
 
-// Observer is told the outcome of every request the middleware handles
-// (outboxmetrics.NewIdempotency counts them for Prometheus).
-type Observer interface {
-	Observe(Outcome)
-}
+// Observer is told the outcome of every request the middleware handles,
+// as an outboxtype.KeyRequest observation (outboxmetrics.NewIdempotency
+// counts them for Prometheus); it is the one Observer shape of outboxd.
+type Observer = outboxtype.Observer
 
 // Config configures the middleware. The zero value of each field is its
 // documented default.

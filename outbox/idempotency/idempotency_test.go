@@ -22,6 +22,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/pgschema"
 )
 
@@ -45,10 +46,14 @@ type observer struct {
 	n  map[idempotency.Outcome]int
 }
 
-func (o *observer) Observe(x idempotency.Outcome) {
+func (o *observer) Observe(x outboxtype.Observation) {
+	r, ok := x.(outboxtype.KeyRequest)
+	if !ok {
+		return
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.n[x]++
+	o.n[idempotency.Outcome(r.Outcome)]++
 }
 
 func (o *observer) count(x idempotency.Outcome) int {

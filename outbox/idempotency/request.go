@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // request is a protected request, read and fingerprinted.
@@ -137,7 +139,7 @@ func (m *Middleware) mismatch(w http.ResponseWriter, differs []string) {
 
 func (m *Middleware) observe(o Outcome) {
 	if m.cfg.Observer != nil {
-		m.cfg.Observer.Observe(o)
+		m.cfg.Observer.Observe(outboxtype.KeyRequest{Outcome: string(o)})
 	}
 }
 

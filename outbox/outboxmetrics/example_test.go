@@ -7,6 +7,7 @@ import (
 
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxmetrics"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // ExampleNew counts Enqueue calls by result: set the Metrics as
@@ -19,8 +20,8 @@ func ExampleNew() {
 	}
 	_ = outbox.Config{Schema: "outboxd", Observer: m}
 	// What Enqueue tells it: one new event, then a replay of it.
-	m.Enqueued(outbox.ResultNew)
-	m.Enqueued(outbox.ResultDuplicate)
+	m.Observe(outboxtype.Enqueued{Result: outbox.ResultNew})
+	m.Observe(outboxtype.Enqueued{Result: outbox.ResultDuplicate})
 	families, _ := reg.Gather()
 	for _, f := range families {
 		for _, metric := range f.GetMetric() {

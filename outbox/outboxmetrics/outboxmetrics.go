@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // Metrics implements outbox.Observer.
@@ -35,8 +36,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// Enqueued implements outbox.Observer.
-func (m *Metrics) Enqueued(result string) { m.calls.WithLabelValues(result).Inc() }
+// Observe implements outbox.Observer: it counts outboxtype.Enqueued.
+func (m *Metrics) Observe(o outboxtype.Observation) {
+	if e, ok := o.(outboxtype.Enqueued); ok {
+		m.calls.WithLabelValues(e.Result).Inc()
+	}
+}
 
 // Idempotency counts the Idempotency-Key middleware's outcomes as
 // outboxd_idempotency_requests_total{outcome}: pass NewIdempotency's result
@@ -64,5 +69,9 @@ func NewIdempotency(reg prometheus.Registerer) (*Idempotency, error) {
 	return m, nil
 }
 
-// Observe implements idempotency.Observer.
-func (m *Idempotency) Observe(o idempotency.Outcome) { m.requests.WithLabelValues(string(o)).Inc() }
+// Observe implements idempotency.Observer: it counts outboxtype.KeyRequest.
+func (m *Idempotency) Observe(o outboxtype.Observation) {
+	if r, ok := o.(outboxtype.KeyRequest); ok {
+		m.requests.WithLabelValues(r.Outcome).Inc()
+	}
+}

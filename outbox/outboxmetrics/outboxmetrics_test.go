@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outbox/outboxmetrics"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 func TestIdempotencyOutcomesAreCounted(t *testing.T) {
@@ -17,9 +18,9 @@ func TestIdempotencyOutcomesAreCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := outboxmetrics.NewIdempotency(reg)
 	require.NoError(t, err)
-	m.Observe(idempotency.Executed)
-	m.Observe(idempotency.Replayed)
-	m.Observe(idempotency.Replayed)
+	m.Observe(outboxtype.KeyRequest{Outcome: string(idempotency.Executed)})
+	m.Observe(outboxtype.KeyRequest{Outcome: string(idempotency.Replayed)})
+	m.Observe(outboxtype.KeyRequest{Outcome: string(idempotency.Replayed)})
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP outboxd_idempotency_requests_total Requests carrying an idempotency key by outcome: executed, replayed, in_flight (409), fingerprint_mismatch (409), invalid (4xx), rolled_back (5xx, panic or failed commit: nothing stored).
 # TYPE outboxd_idempotency_requests_total counter

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/sideeffects"
 	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
 )
@@ -20,7 +21,7 @@ func ExampleNew() {
 	}
 	_ = sideeffects.Config{Schema: "outboxd", Metrics: m}
 	// What a worker tells it when an effect is confirmed.
-	m.Transition(&sideeffects.EffectRow{Kind: "webhook.order_paid", Provider: "webhook"}, sideeffects.StateConfirmed)
+	m.Observe(outboxtype.Transitioned{Effect: &sideeffects.EffectRow{Kind: "webhook.order_paid", Provider: "webhook"}, To: sideeffects.StateConfirmed})
 	families, _ := reg.Gather()
 	for _, f := range families {
 		fmt.Println(f.GetName(), len(f.GetMetric()))

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -71,13 +72,24 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// Transition implements sideeffects.Observer.
-func (m *Metrics) Transition(e *sideeffects.EffectRow, to sideeffects.State) {
+// Observe implements sideeffects.Observer: it counts transitions, provider
+// calls and provider events, and ignores the rest.
+func (m *Metrics) Observe(o outboxtype.Observation) {
+	switch o := o.(type) {
+	case outboxtype.Transitioned:
+		m.transition(o.Effect, o.To)
+	case outboxtype.ProviderCalled:
+		m.providerCall(o.Effect, o.Duration, o.Err, o.Result)
+	case outboxtype.ProviderEventApplied:
+		m.providerEvent(o.Event, o.Result)
+	}
+}
+
+func (m *Metrics) transition(e *sideeffects.EffectRow, to sideeffects.State) {
 	m.transitions.WithLabelValues(e.Provider, e.Kind, string(to)).Inc()
 }
 
-// ProviderCall implements sideeffects.Observer.
-func (m *Metrics) ProviderCall(e *sideeffects.EffectRow, d time.Duration, err error, res providers.Result) {
+func (m *Metrics) providerCall(e *sideeffects.EffectRow, d time.Duration, err error, res providers.Result) {
 	outcome := "ok"
 	if err != nil {
 		class, _ := providers.Classify(err)
@@ -91,8 +103,7 @@ func (m *Metrics) ProviderCall(e *sideeffects.EffectRow, d time.Duration, err er
 	m.callDuration.WithLabelValues(e.Provider, e.Kind, outcome).Observe(d.Seconds())
 }
 
-// ProviderEvent implements providerevents.Observer.
-func (m *Metrics) ProviderEvent(ev providers.EventReport, res sideeffects.EventResult) {
+func (m *Metrics) providerEvent(ev providers.EventReport, res sideeffects.EventResult) {
 	kind := ""
 	if res.Effect != nil {
 		kind = res.Effect.Kind

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/sideeffects"
 	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
@@ -20,9 +21,9 @@ func TestProviderEventsDeliveriesAndDriftAreCounted(t *testing.T) {
 	m, err := dispatchmetrics.New(reg)
 	require.NoError(t, err)
 	mail := &sideeffects.EffectRow{Kind: "email.receipt", Provider: "sendgrid"}
-	m.ProviderEvent(providers.EventReport{Provider: "sendgrid", Delivery: "bounce"}, sideeffects.EventResult{Effect: mail})
-	m.ProviderEvent(providers.EventReport{Provider: "sendgrid", Delivery: "processed"}, sideeffects.EventResult{Effect: mail, Confirmed: true})
-	m.ProviderEvent(providers.EventReport{Provider: "stripe"}, sideeffects.EventResult{Drift: []string{"unknown_key"}})
+	m.Observe(outboxtype.ProviderEventApplied{Event: providers.EventReport{Provider: "sendgrid", Delivery: "bounce"}, Result: sideeffects.EventResult{Effect: mail}})
+	m.Observe(outboxtype.ProviderEventApplied{Event: providers.EventReport{Provider: "sendgrid", Delivery: "processed"}, Result: sideeffects.EventResult{Effect: mail, Confirmed: true}})
+	m.Observe(outboxtype.ProviderEventApplied{Event: providers.EventReport{Provider: "stripe"}, Result: sideeffects.EventResult{Drift: []string{"unknown_key"}}})
 
 	require.InDelta(t, 1, testutil.ToFloat64(counter(t, reg, "outboxd_provider_events_total", "result", "confirmed")), 0)
 	require.InDelta(t, 1, testutil.ToFloat64(counter(t, reg, "outboxd_provider_events_total", "result", "drift")), 0)

@@ -31,11 +31,10 @@ const (
 	SourceSendGrid = "sendgrid-events"
 )
 
-// Observer is told what each event did, after its delivery committed
-// (dispatchmetrics counts them).
-type Observer interface {
-	ProviderEvent(ev providers.EventReport, res outboxtype.EventResult)
-}
+// Observer is told what each event did, after its delivery committed, as
+// an outboxtype.ProviderEventApplied observation (dispatchmetrics counts
+// them).
+type Observer = outboxtype.Observer
 
 // Config configures the handler; an empty secret leaves that provider's
 // endpoint off.
@@ -143,7 +142,7 @@ func observed(h http.Handler, cfg Config) http.Handler {
 		}
 		for _, a := range done {
 			if cfg.Observer != nil {
-				cfg.Observer.ProviderEvent(a.ev, a.res)
+				cfg.Observer.Observe(outboxtype.ProviderEventApplied{Event: a.ev, Result: a.res})
 			}
 			if a.res.Confirmed {
 				cfg.Logger.Info("effect confirmed by provider event", "effect_id", a.res.Effect.ID, "kind", a.res.Effect.Kind,

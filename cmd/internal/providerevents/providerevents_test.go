@@ -21,7 +21,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 )
 
@@ -38,8 +38,10 @@ type env struct {
 
 type observer struct{ events []engine.EventResult }
 
-func (o *observer) ProviderEvent(_ providers.EventReport, res engine.EventResult) {
-	o.events = append(o.events, res)
+func (o *observer) Observe(x outboxtype.Observation) {
+	if ev, ok := x.(outboxtype.ProviderEventApplied); ok {
+		o.events = append(o.events, ev.Result)
+	}
 }
 
 func newEnv(t *testing.T) *env {
