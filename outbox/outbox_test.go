@@ -21,6 +21,8 @@ import (
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxmetrics"
+	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
+	"github.com/outboxd/outboxd/providers/webhook"
 )
 
 type testBundle struct {
@@ -49,11 +51,7 @@ func (b *testBundle) counts(t *testing.T) (events, effects, jobs int) {
 }
 
 func webhookEffect(kind, body string) outbox.Effect {
-	return outbox.Effect{
-		Kind:     kind,
-		Provider: "webhook",
-		Payload:  json.RawMessage(`{"url": "https://hooks.example.com/in", "body": ` + body + `}`),
-	}
+	return outbox.EffectOf(kind, webhook.Payload{URL: "https://hooks.example.com/in", Body: json.RawMessage(body)})
 }
 
 func orderPaid(id uuid.UUID, amount string) outbox.Event {
@@ -597,7 +595,7 @@ func TestWebhookAllowedNetworksKeepsTheOtherProviders(t *testing.T) {
 	err = pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
 		_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"),
 			outbox.Effect{Kind: "webhook.internal", Provider: "webhook", Payload: json.RawMessage(`{"url": "http://10.1.2.3/hook", "body": {}}`)},
-			outbox.Effect{Kind: "stripe.refund", Provider: "stripe", Payload: json.RawMessage(`{"operation": "refund.create", "params": {"payment_intent": "pi_1"}}`)})
+			outbox.EffectOf("stripe.refund", stripeschema.RefundCreate{PaymentIntent: "pi_1"}))
 		return err
 	})
 	require.NoError(t, err, "the allowed network is accepted and Stripe is still known")

@@ -140,8 +140,7 @@ func TestRunbook(t *testing.T) {
 			t.Parallel()
 			r := startRunbook(t)
 			r.recv.Respond("/gone", fakes.Status(410))
-			id := r.enqueue(t, "hook", outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
-				Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/gone", "body": {}}`)}).String()
+			id := r.enqueue(t, "hook", outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: r.recv.URL + "/gone", Body: json.RawMessage(`{}`)})).String()
 			r.waitState(t, "hook", engine.StateFailed)
 			r.settle(t, "hook")
 			out, err := r.run(t, "", action, id, "--reason", "endpoint retired")
@@ -161,8 +160,7 @@ func TestRunbook(t *testing.T) {
 		t.Parallel()
 		r := startRunbook(t)
 		r.recv.Respond("/busy", fakes.Status(429), fakes.Status(429))
-		id := r.enqueue(t, "hook", outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
-			Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/busy", "body": {}}`)}).String()
+		id := r.enqueue(t, "hook", outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: r.recv.URL + "/busy", Body: json.RawMessage(`{}`)})).String()
 		e := r.waitState(t, "hook", engine.StateFailed)
 		require.Contains(t, deref(e.LastError), "retries exhausted")
 		r.settle(t, "hook")
@@ -183,8 +181,7 @@ func TestRunbook(t *testing.T) {
 		t.Parallel()
 		r := startRunbook(t)
 		r.recv.Respond("/slow", fakes.Status(503, "Retry-After", "3600"))
-		id := r.enqueue(t, "hook", outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
-			Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/slow", "body": {}}`)}).String()
+		id := r.enqueue(t, "hook", outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: r.recv.URL + "/slow", Body: json.RawMessage(`{}`)})).String()
 		require.Eventually(t, func() bool { return len(r.recv.Deliveries()) == 1 && r.effect(t, "hook").LastError != nil },
 			30*time.Second, 10*time.Millisecond)
 		// A day later, as far as the key window is concerned, and the job
@@ -227,8 +224,7 @@ func TestRunbook(t *testing.T) {
 	t.Run("fired beyond the crash-recovery bound: start outboxd", func(t *testing.T) {
 		t.Parallel()
 		r := newRunbook(t)
-		id := r.enqueue(t, "charge", outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
-			Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/orders", "body": {}}`)})
+		id := r.enqueue(t, "charge", outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: r.recv.URL + "/orders", Body: json.RawMessage(`{}`)}))
 		s := r.db.Schema
 		for _, sql := range []string{
 			`UPDATE ` + s + `.side_effects SET state = 'fired', attempts = 1, total_attempts = 1, in_doubt = true,
@@ -261,8 +257,7 @@ func TestRunbook(t *testing.T) {
 	t.Run("cannot be dispatched: fix the row, then retry", func(t *testing.T) {
 		t.Parallel()
 		r := startRunbook(t)
-		good := r.enqueue(t, "template", outbox.Effect{Kind: "webhook.template", Provider: "webhook",
-			Payload: json.RawMessage(`{"url": "` + r.recv.URL + `/orders", "body": {}}`)})
+		good := r.enqueue(t, "template", outbox.EffectOf("webhook.template", webhook.Payload{URL: r.recv.URL + "/orders", Body: json.RawMessage(`{}`)}))
 		r.waitState(t, "template", engine.StateConfirmed)
 		s := r.db.Schema
 		bad := uuid.New()

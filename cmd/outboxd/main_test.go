@@ -25,7 +25,9 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
 	"github.com/outboxd/outboxd/providers/stripe"
+	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
 
@@ -220,12 +222,9 @@ func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		port := recv.URL[strings.LastIndex(recv.URL, ":")+1:]
 		res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"},
-			outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
-				Payload: json.RawMessage(`{"url": "http://localhost:` + port + `/o", "body": {}}`)},
-			outbox.Effect{Kind: "stripe.refund", Provider: "stripe",
-				Payload: json.RawMessage(`{"operation": "refund.create", "params": {"payment_intent": "pi_1"}}`)},
-			outbox.Effect{Kind: "email.receipt", Provider: "sendgrid",
-				Payload: json.RawMessage(`{"from": {"email": "s@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": "t"}`)})
+			outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: "http://localhost:" + port + "/o", Body: json.RawMessage(`{}`)}),
+			outbox.EffectOf("stripe.refund", stripeschema.RefundCreate{PaymentIntent: "pi_1"}),
+			outbox.EffectOf("email.receipt", sendgridschema.Payload{From: sendgridschema.Address{Email: "s@example.com"}, To: []sendgridschema.Address{{Email: "a@example.com"}}, Subject: "s", Text: "t"}))
 		if err == nil {
 			effects = res.Effects
 		}

@@ -25,7 +25,9 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
 	"github.com/outboxd/outboxd/providers/stripe"
+	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
 
@@ -82,12 +84,11 @@ func (w *world) enqueue(t *testing.T, n int) {
 			for i := batch; i < min(batch+100, n); i++ {
 				order := fmt.Sprintf("o%05d", i)
 				res, err := obs[(batch/100)%2].Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("chaos", order), Type: "order.paid"},
-					outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook",
-						Payload: json.RawMessage(`{"url": "http://localhost:` + port + `/hook", "body": {"order": "` + order + `"}}`)},
-					outbox.Effect{Kind: "stripe.refund", Provider: "stripe",
-						Payload: json.RawMessage(`{"operation": "refund.create", "params": {"payment_intent": "pi_` + order + `"}}`)},
-					outbox.Effect{Kind: "email.receipt", Provider: "sendgrid",
-						Payload: json.RawMessage(`{"from": {"email": "shop@example.com"}, "to": [{"email": "` + order + `@example.com"}], "subject": "s", "text": "t"}`)})
+					outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: "http://localhost:" + port + "/hook",
+						Body: json.RawMessage(`{"order": "` + order + `"}`)}),
+					outbox.EffectOf("stripe.refund", stripeschema.RefundCreate{PaymentIntent: "pi_" + order}),
+					outbox.EffectOf("email.receipt", sendgridschema.Payload{From: sendgridschema.Address{Email: "shop@example.com"},
+						To: []sendgridschema.Address{{Email: order + "@example.com"}}, Subject: "s", Text: "t"}))
 				if err != nil {
 					return err
 				}

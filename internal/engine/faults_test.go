@@ -79,8 +79,7 @@ func TestProviderFaultsEndConfirmedOrFailedWithReason(t *testing.T) {
 	keys := map[uuid.UUID]string{}
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		for range n {
-			res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "t"}, outbox.Effect{
-				Kind: "webhook.x", Provider: "webhook", Payload: json.RawMessage(`{"url": "` + srv.URL + `", "body": {}}`)})
+			res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "t"}, outbox.EffectOf("webhook.x", webhook.Payload{URL: srv.URL, Body: json.RawMessage(`{}`)}))
 			if err != nil {
 				return err
 			}

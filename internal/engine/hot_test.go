@@ -12,6 +12,7 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers/webhook"
 )
 
 // TestClaimsWriteNoIndexEntries checks that the transitions of a live
@@ -28,7 +29,7 @@ func TestClaimsWriteNoIndexEntries(t *testing.T) {
 	var res *outbox.Result
 	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		res, err = ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("test.hot", "1"), Type: "order.paid"},
-			outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/x", "body": {}}`)})
+			outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: "https://hooks.example.com/x", Body: json.RawMessage(`{}`)}))
 		return err
 	}))
 	id := res.Effects[0].ID

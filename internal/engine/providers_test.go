@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,17 +13,18 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
 	"github.com/outboxd/outboxd/providers/stripe"
+	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 )
 
 func refundEffect() outbox.Effect {
-	return outbox.Effect{Kind: "stripe.refund", Provider: stripe.Name,
-		Payload: json.RawMessage(`{"operation": "refund.create", "params": {"payment_intent": "pi_123", "amount": 500}}`)}
+	return outbox.EffectOf("stripe.refund", stripeschema.RefundCreate{PaymentIntent: "pi_123", Amount: outbox.Ptr[int64](500)})
 }
 
 func emailEffect(kind string) outbox.Effect {
-	return outbox.Effect{Kind: kind, Provider: sendgrid.Name, Payload: json.RawMessage(
-		`{"from": {"email": "shop@example.com"}, "to": [{"email": "ada@example.com"}], "subject": "Receipt", "text": "Thanks"}`)}
+	return outbox.EffectOf(kind, sendgridschema.Payload{From: sendgridschema.Address{Email: "shop@example.com"},
+		To: []sendgridschema.Address{{Email: "ada@example.com"}}, Subject: "Receipt", Text: "Thanks"})
 }
 
 // useFakeStripe makes a recording fake Stripe, answering /v1/refunds with

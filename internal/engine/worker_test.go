@@ -106,8 +106,7 @@ func (b *workerBundle) enqueue(t *testing.T, path string) outbox.EffectResult {
 
 func (b *workerBundle) enqueueURL(t *testing.T, url string) outbox.EffectResult {
 	t.Helper()
-	return b.enqueueEffect(t, outbox.Effect{Kind: "webhook.order_paid", Provider: webhook.Name,
-		Payload: json.RawMessage(`{"url": "` + url + `", "body": {"type": "order.paid"}}`)})
+	return b.enqueueEffect(t, outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: url, Body: json.RawMessage(`{"type": "order.paid"}`)}))
 }
 
 // enqueueEffect records one event with the given effect.
