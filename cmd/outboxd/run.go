@@ -357,57 +357,26 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if err != nil {
 		return err
 	}
-	retention := c.Retention
-	if retention <= 0 {
-		retention = -1 // disabled
-	}
 	names := make([]string, len(provs))
 	for i, p := range provs {
 		names[i] = p.Name()
 	}
-	d, err := sideeffects.NewDispatcher(pool, sideeffects.Config{
-		Schema:                g.Schema,
-		SweepInterval:         c.SweepInterval,
-		Retention:             retention,
-		CompletedJobRetention: c.JobRetention,
-		Metrics:               metrics,
-		Providers:             provs,
-		Concurrency:           c.concurrency(provs),
-		InDoubt:               inDoubt,
-		Retry:                 sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
-		JobTimeout:            c.JobTimeout,
-		RescueAfter:           c.RescueAfter,
-		// River's soft stop: in-flight calls get this long after a signal,
-		// then their contexts are cancelled.
-		ShutdownTimeout: max(c.ShutdownTimeout, time.Millisecond),
-		Logger:          log,
-		// What outboxctl dispatchers shows of this process.
-		Settings: c.settings(names, provs),
-	})
+	d, err := sideeffects.NewDispatcher(pool, c.dispatcherConfig(g.Schema, provs, names, inDoubt, metrics, log))
 	if err != nil {
 		return cli.UsageError{Err: err}
 	}
 
 	var started atomic.Bool
-	var srv *http.Server
+	var srv, eventsSrv, webSrv *http.Server
 	if c.HTTPAddr != "" {
-		ln, err := net.Listen("tcp", c.HTTPAddr)
-		if err != nil {
-			return cli.Usagef("--http-addr (OUTBOXD_HTTP_ADDR) %q: %w", c.HTTPAddr, err)
-		}
 		mux := healthHandler(pool, g.Schema, &started)
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("health server stopped", "error", err)
-			}
-		}()
+		if srv, _, err = serve(c.HTTPAddr, "--http-addr (OUTBOXD_HTTP_ADDR)", "health server", mux, log); err != nil {
+			return err
+		}
 	}
-
 	// Provider events: their own address, as providers reach it from the
 	// internet while /metrics stays internal.
-	var eventsSrv *http.Server
 	if c.StripeWebhookSecret != "" || c.SendGridEventPublicKey != "" {
 		ecfg := providerevents.Config{Schema: g.Schema, StripeSecret: c.StripeWebhookSecret, SendGridPublicKey: c.SendGridEventPublicKey,
 			Observer: metrics, Logger: log}
@@ -415,36 +384,22 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		if err != nil {
 			return cli.UsageError{Err: err}
 		}
-		ln, err := net.Listen("tcp", c.EventsAddr)
-		if err != nil {
-			return cli.Usagef("--events-addr (OUTBOXD_EVENTS_ADDR) %q: %w", c.EventsAddr, err)
+		var addr net.Addr
+		if eventsSrv, addr, err = serve(c.EventsAddr, "--events-addr (OUTBOXD_EVENTS_ADDR)", "provider events server", h, log); err != nil {
+			return err
 		}
-		eventsSrv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := eventsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("provider events server stopped", "error", err)
-			}
-		}()
-		log.Info("provider events served", "addr", ln.Addr().String(), "endpoints", ecfg.String())
+		log.Info("provider events served", "addr", addr.String(), "endpoints", ecfg.String())
 	}
-
-	var webSrv *http.Server
 	if c.WebAddr != "" {
 		h, err := c.webView(pool, g.Schema, inDoubt, log)
 		if err != nil {
 			return cli.UsageError{Err: err}
 		}
-		ln, err := net.Listen("tcp", c.WebAddr)
-		if err != nil {
-			return cli.Usagef("--web-addr (OUTBOXD_WEB_ADDR) %q: %w", c.WebAddr, err)
+		var addr net.Addr
+		if webSrv, addr, err = serve(c.WebAddr, "--web-addr (OUTBOXD_WEB_ADDR)", "web view", h, log); err != nil {
+			return err
 		}
-		webSrv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := webSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("web view stopped", "error", err)
-			}
-		}()
-		log.Info("web view served", "url", "http://"+ln.Addr().String()+"/ui/", "actions", c.WebAdminToken != "")
+		log.Info("web view served", "url", "http://"+addr.String()+"/ui/", "actions", c.WebAdminToken != "")
 	}
 
 	// The signal cancels ctx, which starts River's soft stop
@@ -528,4 +483,48 @@ func healthHandler(pool *pgxpool.Pool, schema string, started *atomic.Bool) *htt
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	return mux
+}
+
+// dispatcherConfig is the dispatcher's configuration from the flags.
+func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, names []string,
+	inDoubt map[string]providers.InDoubtPolicy, metrics sideeffects.Observer, log *slog.Logger) sideeffects.Config {
+	retention := c.Retention
+	if retention <= 0 {
+		retention = -1 // disabled
+	}
+	return sideeffects.Config{
+		Schema:                schema,
+		SweepInterval:         c.SweepInterval,
+		Retention:             retention,
+		CompletedJobRetention: c.JobRetention,
+		Metrics:               metrics,
+		Providers:             provs,
+		Concurrency:           c.concurrency(provs),
+		InDoubt:               inDoubt,
+		Retry:                 sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
+		JobTimeout:            c.JobTimeout,
+		RescueAfter:           c.RescueAfter,
+		// River's soft stop: in-flight calls get this long after a signal,
+		// then their contexts are cancelled.
+		ShutdownTimeout: max(c.ShutdownTimeout, time.Millisecond),
+		Logger:          log,
+		// What outboxctl dispatchers shows of this process.
+		Settings: c.settings(names, provs),
+	}
+}
+
+// serve listens on addr (the flag and variable named in an error) and
+// serves h until Shutdown; what names the server in the log.
+func serve(addr, setting, what string, h http.Handler, log *slog.Logger) (*http.Server, net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, cli.Usagef("%s %q: %w", setting, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(what+" stopped", "error", err)
+		}
+	}()
+	return srv, ln.Addr(), nil
 }
