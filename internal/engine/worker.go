@@ -170,8 +170,6 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 			release(providers.ErrNotAttempted)
 		}
 	}()
-	g := p.Guarantees()
-	policy := w.policy(claimed.Kind, g)
 	log := w.logger.With("effect_id", id, "kind", claimed.Kind, "provider", claimed.Provider, "attempt", claimed.Attempts)
 	w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StateFired})
 
@@ -191,28 +189,43 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
 	if sendErr == nil {
-		from, err := w.confirm(bctx, job, claimed, res)
-		if err != nil {
-			// Still fired: the next attempt re-fires with the same key and
-			// the provider answers from its idempotency record.
-			log.Warn("provider acknowledged but confirm failed; will re-fire with the same key", "error", err)
-			return err
-		}
-		switch from {
-		case StateFired:
-			w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StateConfirmed})
-			log.Debug("effect confirmed", "provider_ref", res.Ref, "replayed", res.Replayed)
-		case "":
-			log.Warn("provider acknowledged an effect an operator had cancelled or confirmed meanwhile; acknowledgement recorded in its audit trail, state kept",
-				"provider_ref", res.Ref)
-		default:
-			w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StateConfirmed})
-			log.Warn("provider acknowledged an effect an operator had moved meanwhile; confirmed, recorded in its audit trail",
-				"from", from, "provider_ref", res.Ref)
-		}
-		return nil
+		return w.acknowledged(bctx, log, job, claimed, res)
 	}
+	return w.attemptFailed(bctx, log, job, p, claimed, before, start, sendErr)
+}
 
+// acknowledged records the provider's acknowledgement of claimed.
+func (w *Worker) acknowledged(bctx context.Context, log *slog.Logger, job *river.Job[DispatchArgs], claimed *Effect, res providers.Result) error {
+	from, err := w.confirm(bctx, job, claimed, res)
+	if err != nil {
+		// Still fired: the next attempt re-fires with the same key and
+		// the provider answers from its idempotency record.
+		log.Warn("provider acknowledged but confirm failed; will re-fire with the same key", "error", err)
+		return err
+	}
+	switch from {
+	case StateFired:
+		w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StateConfirmed})
+		log.Debug("effect confirmed", "provider_ref", res.Ref, "replayed", res.Replayed)
+	case "":
+		log.Warn("provider acknowledged an effect an operator had cancelled or confirmed meanwhile; acknowledgement recorded in its audit trail, state kept",
+			"provider_ref", res.Ref)
+	default:
+		w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StateConfirmed})
+		log.Warn("provider acknowledged an effect an operator had moved meanwhile; confirmed, recorded in its audit trail",
+			"from", from, "provider_ref", res.Ref)
+	}
+	return nil
+}
+
+// attemptFailed records a failed attempt of claimed (started at start) and
+// decides what follows: fail it, or retry it later with the same key.
+// before is the effect as it was before the claim.
+func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *river.Job[DispatchArgs], p providers.Provider,
+	claimed, before *Effect, start time.Time, sendErr error) error {
+	id := claimed.ID
+	g := p.Guarantees()
+	policy := w.policy(claimed.Kind, g)
 	class, after := providers.Classify(sendErr)
 	host := ""
 	if h, ok := p.(providers.Hoster); ok {
@@ -245,6 +258,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	if deadline := keyDeadline(claimed, g); !deadline.IsZero() && next.After(deadline) {
 		return w.fail(bctx, log, claimed, fmt.Sprintf("%s (last error: %v)", ReasonKeyWindow, sendErr), sendErr)
 	}
+	var err error
 	if class == providers.ClassRetryable {
 		var released bool
 		released, err = w.store.Release(bctx, w.pool, id, sendErr.Error(), next, priorDoubt)
