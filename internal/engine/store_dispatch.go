@@ -1,0 +1,163 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// What the workers write: claims and confirmations (shared between
+// workers in batches), and the transitions of a failed attempt.
+
+// ClaimFirstMany moves the effects in ids to fired that are pending, were
+// never fired and belong to one of providers: the common first attempt,
+// for many effects in one statement. It returns the effects it claimed, by
+// id.
+func (s *Store) ClaimFirstMany(ctx context.Context, db DB, ids []uuid.UUID, providers []string) (map[uuid.UUID]*Effect, error) {
+	rows, err := db.Query(ctx, s.sql(sqlClaimFirstMany), ids, providers)
+	if err != nil {
+		return nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
+	}
+	es, err := pgx.CollectRows(rows, rowToEffect)
+	if err != nil {
+		return nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
+	}
+	out := make(map[uuid.UUID]*Effect, len(es))
+	for _, e := range es {
+		out[e.ID] = e
+	}
+	return out, nil
+}
+
+// Ack is a provider's acknowledgement of one effect.
+type Ack struct {
+	ID       uuid.UUID
+	Ref      string
+	Replayed bool
+}
+
+// ConfirmedFrom is the state an effect left when its acknowledgement was
+// recorded (see Confirm), with the error the confirmation cleared.
+type ConfirmedFrom struct {
+	State     State
+	LastError *string
+}
+
+// ConfirmMany records the providers' acknowledgements of many effects in
+// one statement: each moves to confirmed from fired, or from pending or
+// failed when an operator acted while its call was in flight. It returns,
+// by id, the state each confirmed effect left and the error it cleared; an
+// acknowledged effect missing from the result was cancelled, confirmed or
+// deleted meanwhile, and nothing changed.
+func (s *Store) ConfirmMany(ctx context.Context, db DB, acks []Ack) (map[uuid.UUID]ConfirmedFrom, error) {
+	// Rows are updated in id order, so that batches never wait on each
+	// other in a cycle.
+	acks = slices.SortedFunc(slices.Values(acks), func(a, b Ack) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	ids, refs, replayed := ackColumns(acks)
+	rows, err := db.Query(ctx, s.sql(sqlConfirmFiredMany), ids, refs, replayed)
+	if err != nil {
+		return nil, fmt.Errorf("confirm %d effects: %w", len(acks), err)
+	}
+	out := make(map[uuid.UUID]ConfirmedFrom, len(acks))
+	var id uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		out[id] = ConfirmedFrom{State: StateFired}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("confirm %d effects: %w", len(acks), err)
+	}
+	if len(out) == len(acks) {
+		return out, nil
+	}
+	// The rest were not fired: an operator acted while their calls were
+	// in flight, or they are gone.
+	rest := slices.DeleteFunc(acks, func(a Ack) bool { _, done := out[a.ID]; return done })
+	ids, refs, replayed = ackColumns(rest)
+	rows, err = db.Query(ctx, s.sql(sqlConfirmMany), ids, refs, replayed)
+	if err != nil {
+		return nil, fmt.Errorf("confirm %d effects: %w", len(rest), err)
+	}
+	var cf ConfirmedFrom
+	_, err = pgx.ForEachRow(rows, []any{&id, &cf.State, &cf.LastError}, func() error {
+		out[id] = cf
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("confirm %d effects: %w", len(rest), err)
+	}
+	return out, nil
+}
+
+func ackColumns(acks []Ack) (ids []uuid.UUID, refs []string, replayed []bool) {
+	ids = make([]uuid.UUID, len(acks))
+	refs = make([]string, len(acks))
+	replayed = make([]bool, len(acks))
+	for i, a := range acks {
+		ids[i], refs[i], replayed[i] = a.ID, a.Ref, a.Replayed
+	}
+	return ids, refs, replayed
+}
+
+// Claim moves effect id from the state from (pending or fired) to fired and
+// counts the attempt. It returns nil and no error when the effect is no
+// longer in state from.
+func (s *Store) Claim(ctx context.Context, db DB, id uuid.UUID, from State) (*Effect, error) {
+	return s.transitionReturning(ctx, db, "claim", s.sql(sqlClaim), id, from)
+}
+
+// RecordLateAck keeps an acknowledgement that arrived after the effect was
+// cancelled or confirmed by an operator: the ref goes on the row if it has
+// none, and an audit row (action late_ack) says what happened. It reports
+// whether the effect still exists.
+func (s *Store) RecordLateAck(ctx context.Context, db DB, id uuid.UUID, ref string, details map[string]any, note string) (bool, error) {
+	var refArg *string
+	if ref != "" {
+		refArg = &ref
+	}
+	d, err := json.Marshal(details)
+	if err != nil {
+		return false, err
+	}
+	return s.exec(ctx, db, "record late acknowledgement", s.sql(sqlLateAck), id, refArg, d, note)
+}
+
+// Unclaim undoes a claim whose request was never made: the effect goes
+// back to before (its state and the columns a claim sets), and the attempt
+// does not count.
+func (s *Store) Unclaim(ctx context.Context, db DB, before *Effect) (bool, error) {
+	return s.exec(ctx, db, "unclaim", s.sql(sqlUnclaim), before.ID, before.State, before.InDoubt,
+		before.FiredAt, before.FirstFiredAt, before.KeyWindowFrom, before.NextAttemptAt)
+}
+
+// Release moves effect id from fired back to pending after an attempt the
+// provider did not act on.
+// inDoubt says whether an earlier request with the key may have been
+// applied: the proof covers this attempt only.
+func (s *Store) Release(ctx context.Context, db DB, id uuid.UUID, lastError string, next time.Time, inDoubt bool) (bool, error) {
+	return s.exec(ctx, db, "release", s.sql(sqlRelease), id, lastError, next, inDoubt)
+}
+
+// RecordInDoubt keeps effect id fired and records why its last attempt is in
+// doubt.
+func (s *Store) RecordInDoubt(ctx context.Context, db DB, id uuid.UUID, lastError string, next time.Time) (bool, error) {
+	return s.exec(ctx, db, "record in-doubt", s.sql(sqlRecordInDoubt), id, lastError, next)
+}
+
+// Fail moves a pending or fired effect to failed with reason.
+func (s *Store) Fail(ctx context.Context, db DB, id uuid.UUID, reason string) (bool, error) {
+	return s.exec(ctx, db, "fail", s.sql(sqlFail), id, reason)
+}
+
+// FailProven moves effect id to failed after an attempt the provider proved
+// it did not act on (a refusal, or retries exhausted on such answers):
+// in doubt only when an earlier request with the key may have been applied.
+func (s *Store) FailProven(ctx context.Context, db DB, id uuid.UUID, reason string, inDoubt bool) (bool, error) {
+	return s.exec(ctx, db, "fail", s.sql(sqlFailProven), id, reason, inDoubt)
+}

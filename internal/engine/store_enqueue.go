@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// What Enqueue writes: the event and its effects, in the caller's
+// transaction, and what it compares on a replay.
+
+// NewEvent is an outbox_events row to insert.
+type NewEvent struct {
+	ID            uuid.UUID
+	AggregateType string
+	AggregateID   string
+	Type          string
+	Payload       json.RawMessage
+}
+
+// InsertEvent inserts ev. It reports inserted=false when a row with that id
+// exists already, and then whether that row has identical columns.
+func (s *Store) InsertEvent(ctx context.Context, db DB, ev NewEvent) (inserted, same bool, err error) {
+	tag, err := db.Exec(ctx, s.sql(sqlInsertEvent), ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload)
+	if err != nil {
+		return false, false, fmt.Errorf("insert event %s: %w", ev.ID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return true, true, nil
+	}
+	if err := db.QueryRow(ctx, s.sql(sqlEventMatches), ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload).Scan(&same); err != nil {
+		return false, false, fmt.Errorf("compare event %s: %w", ev.ID, err)
+	}
+	return false, same, nil
+}
+
+// NewEffect is a side_effects row to insert.
+type NewEffect struct {
+	Kind     string
+	Provider string
+	Payload  json.RawMessage
+}
+
+// effectArrays are new effects as the column arrays the unnest-based
+// statements take.
+type effectArrays struct {
+	ids       []uuid.UUID
+	kinds     []string
+	providers []string
+	payloads  []json.RawMessage
+}
+
+func columnsOf(sourceID uuid.UUID, effects []NewEffect) effectArrays {
+	c := effectArrays{
+		ids:       make([]uuid.UUID, len(effects)),
+		kinds:     make([]string, len(effects)),
+		providers: make([]string, len(effects)),
+		payloads:  make([]json.RawMessage, len(effects)),
+	}
+	for i, e := range effects {
+		c.ids[i], c.kinds[i], c.providers[i], c.payloads[i] = EffectID(sourceID, e.Kind), e.Kind, e.Provider, e.Payload
+	}
+	return c
+}
+
+// InsertEffects inserts the effects of event sourceID that do not exist yet
+// and returns the ids of those it inserted. With intake, each inserted
+// effect is also queued in outbox_intake for a dispatcher to give it a job.
+func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, effects []NewEffect, intake bool) (map[uuid.UUID]bool, error) {
+	c := columnsOf(sourceID, effects)
+	sql := s.sql(sqlInsertEffects)
+	if intake {
+		sql = s.sql(sqlInsertEffectsIntake)
+	}
+	rows, err := db.Query(ctx, sql, sourceID, c.ids, c.kinds, c.providers, c.payloads)
+	if err != nil {
+		return nil, fmt.Errorf("insert effects of event %s: %w", sourceID, err)
+	}
+	inserted := make(map[uuid.UUID]bool, len(effects))
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		inserted[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("insert effects of event %s: %w", sourceID, err)
+	}
+	return inserted, nil
+}
+
+// InsertEventWithEffects inserts a new event and all its effects in one
+// statement. When an event with that id exists already it inserts nothing
+// and reports inserted=false; compare with InsertEvent and CompareEffects.
+// With intake, each effect is also queued in outbox_intake.
+// effects must not be empty.
+func (s *Store) InsertEventWithEffects(ctx context.Context, db DB, ev NewEvent, effects []NewEffect, intake bool) (inserted bool, err error) {
+	c := columnsOf(ev.ID, effects)
+	sql := s.sql(sqlInsertEventWithEffects)
+	if intake {
+		sql = s.sql(sqlInsertEventWithEffectsIntake)
+	}
+	tag, err := db.Exec(ctx, sql, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload,
+		c.ids, c.kinds, c.providers, c.payloads)
+	if err != nil {
+		return false, fmt.Errorf("insert event %s: %w", ev.ID, err)
+	}
+	return tag.RowsAffected() == int64(len(effects)), nil
+}
+
+// ExistingEffect says whether an effect of an event exists and matches.
+type ExistingEffect struct {
+	Kind   string
+	Exists bool
+	// ID is the existing row's id: the derived one (EffectID), or, for a
+	// row written before ids were derived from keys, its own.
+	ID uuid.UUID
+	// Same is true when the existing row has the same provider and payload.
+	Same bool
+}
+
+// CompareEffects reports, in order, whether each effect of event sourceID
+// already exists and whether it matches.
+func (s *Store) CompareEffects(ctx context.Context, db DB, sourceID uuid.UUID, effects []NewEffect) ([]ExistingEffect, error) {
+	c := columnsOf(sourceID, effects)
+	rows, err := db.Query(ctx, s.sql(sqlCompareEffects), sourceID, c.kinds, c.providers, c.payloads)
+	if err != nil {
+		return nil, fmt.Errorf("compare effects of event %s: %w", sourceID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ExistingEffect, error) {
+		var e ExistingEffect
+		var id *uuid.UUID
+		err := r.Scan(&e.Kind, &id, &e.Same)
+		if id != nil {
+			e.Exists, e.ID = true, *id
+		}
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("compare effects of event %s: %w", sourceID, err)
+	}
+	return out, nil
+}
