@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outboxd/outboxd/pgschema"
 )
 
 // DB is what the helpers query: the transaction under test (its own
@@ -94,11 +95,10 @@ func RequireNotEnqueued(tb testing.TB, db DB, schema, kind string) {
 }
 
 func effectsOf(db DB, schema, kind string) ([]Enqueued, error) {
-	table, keyFunc := "side_effects", "outboxd_idempotency_key"
-	if schema != "" {
-		table = pgx.Identifier{schema, "side_effects"}.Sanitize()
-		keyFunc = pgx.Identifier{schema, "outboxd_idempotency_key"}.Sanitize()
+	if err := pgschema.Check(schema); err != nil {
+		return nil, err
 	}
+	table, keyFunc := pgschema.Table(schema, "side_effects"), pgschema.Table(schema, "outboxd_idempotency_key")
 	rows, err := db.Query(context.Background(),
 		`SELECT id, source_id, kind, provider, `+keyFunc+`(source_id, kind), payload, state FROM `+table+` WHERE kind = $1 ORDER BY created_at, id`, kind)
 	if err != nil {
