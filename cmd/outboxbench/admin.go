@@ -130,9 +130,6 @@ FROM numbered, LATERAL (SELECT CASE WHEN i % 1000 < 3 THEN 'pending' WHEN i % 10
 		}
 		return ok, strings.Join(summary, "; ")
 	}
-	if b.web, err = b.webPages(ctx, n); err != nil {
-		return nil, fmt.Errorf("web view pages: %w", err)
-	}
 	stuckOK, stuckPlan := check("stuck")
 	statsOK, statsPlan := check("stats.counts", "stats.oldest", "stats.attempts", "stats.latency")
 	if _, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events CASCADE"); err != nil {

@@ -76,7 +76,6 @@ type report struct {
 	Dispatch    []dispatchResult `json:"dispatch,omitempty"`
 	Latency     []latencyResult  `json:"latency,omitempty"`
 	Admin       []adminResult    `json:"admin,omitempty"`
-	Web         []webResult      `json:"web,omitempty"`
 	// Replicas is no-op dispatch with 1, 2 and 3 dispatchers.
 	Replicas []replicaResult `json:"replicas,omitempty"`
 	// History is the cost-versus-history phase, one row per size.
@@ -174,7 +173,6 @@ type bench struct {
 	s      settings
 	pool   *pgxpool.Pool
 	schema string
-	web    []webResult
 	// wm is the Watermill peer; nil when skipped.
 	wm *watermill
 	// seq numbers the benchmark's orders, so that no two share an event id.
@@ -278,7 +276,6 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 		if rep.Admin, err = bn.adminQueries(ctx); err != nil {
 			return fmt.Errorf("admin queries: %w", err)
 		}
-		rep.Web = bn.web
 	}
 	printReport(out, rep)
 	return writeReport(out, s.Out, rep)
@@ -419,12 +416,6 @@ func printReport(out io.Writer, rep report) {
 		fmt.Fprintln(tw, "\nADMIN QUERY\tROWS\tMEDIAN\tINTENDED INDEX USED\tPLAN")
 		for _, r := range rep.Admin {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%t\t%s\n", r.Name, r.Rows, ms(r.Median), r.IndexUsed, r.Plan)
-		}
-	}
-	if len(rep.Web) > 0 {
-		fmt.Fprintln(tw, "\nWEB VIEW PAGE (IN-PROCESS)\tROWS\tMEDIAN\tMAX OF 9\tTARGET < 100MS")
-		for _, r := range rep.Web {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%t\n", r.Page, r.Rows, ms(r.Median), ms(r.Max), r.Median < 100*time.Millisecond)
 		}
 	}
 	_ = tw.Flush()
