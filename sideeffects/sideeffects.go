@@ -57,9 +57,22 @@ type (
 	StuckEffect = outboxtype.StuckEffect
 	// EventResult is what one provider event did to the effect it names.
 	EventResult = outboxtype.EventResult
-	// OperatorConfig configures an Operator.
-	OperatorConfig = engine.OperatorConfig
 )
+
+// OperatorConfig configures an Operator: the schema, and what it must know
+// of the providers to apply the same guards as the dispatcher.
+type OperatorConfig struct {
+	// Schema holds outboxd's and River's tables ("" uses search_path).
+	Schema string
+	// Guarantees by provider name (each provider's Guarantees()). A
+	// provider not listed is treated as having no idempotency keys: an
+	// effect of it in doubt is at_most_once, and retry refuses to re-send
+	// it without AllowDuplicate.
+	Guarantees map[string]providers.Guarantees
+	// InDoubt overrides a provider's in-doubt policy for individual kinds,
+	// as the dispatcher's Config.InDoubt does.
+	InDoubt map[string]providers.InDoubtPolicy
+}
 
 // Config configures a Dispatcher. Zero fields take the defaults below;
 // NewDispatcher checks the rest and names the field at fault.
@@ -198,7 +211,7 @@ type Operator struct{ op *engine.Operator }
 
 // NewOperator returns the operator API over cfg.Schema.
 func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
-	op, err := engine.NewOperator(pool, cfg)
+	op, err := engine.NewOperator(pool, engine.OperatorConfig(cfg))
 	if err != nil {
 		return nil, err
 	}
