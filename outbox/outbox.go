@@ -198,6 +198,11 @@ type Effect struct {
 	Provider string
 	// Payload is a JSON object in the provider's documented format.
 	Payload json.RawMessage
+	// NotBefore, when set, is the earliest time the dispatcher fires the
+	// effect ("remind in 24 h unless paid"); until then a later
+	// transaction can take it back with Outbox.Cancel. Zero: at once. The
+	// provider's key window starts at its first request, not at enqueue.
+	NotBefore time.Time
 
 	// err is why EffectOf could not encode its payload; Enqueue reports it.
 	err error
@@ -422,7 +427,7 @@ func (o *Outbox) insertJobs(ctx context.Context, tx pgx.Tx, id uuid.UUID, effect
 	}
 	for _, e := range effects {
 		if eid := engine.EffectID(id, e.Kind); inserted[eid] {
-			params = append(params, engine.JobParams(eid, e.Provider))
+			params = append(params, engine.JobParams(eid, e.Provider, e.NotBefore))
 		}
 	}
 	if len(params) == 0 {
@@ -507,6 +512,10 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (engine.NewEven
 			return ne, nil, invalid(field+".payload", "%s", err)
 		}
 		out[i] = engine.NewEffect{Kind: e.Kind, Provider: e.Provider, Payload: e.Payload}
+		if !e.NotBefore.IsZero() {
+			nb := e.NotBefore
+			out[i].NotBefore = &nb
+		}
 	}
 	return ne, out, nil
 }

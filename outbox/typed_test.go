@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -162,4 +163,29 @@ func deref(t *testing.T, params any) any {
 func TestNewRefusesASchemaTheOthersRefuse(t *testing.T) {
 	_, err := outbox.New(outbox.Config{Schema: "Orders; DROP TABLE orders"})
 	require.ErrorContains(t, err, "outbox: Config.Schema: schema \"Orders; DROP TABLE orders\": use one lowercase name")
+}
+
+// TestNotBeforeIsPartOfTheEffect: a replay with the same NotBefore is a
+// replay; another time for the same effect is a conflict, with nothing
+// written; the time is stored with the effect.
+func TestNotBeforeIsPartOfTheEffect(t *testing.T) {
+	b := setup(t)
+	at := time.Now().Add(24 * time.Hour)
+	ev := orderPaid(uuid.New(), "1")
+	e := webhookEffect("reminder.unpaid", `{}`)
+	e.NotBefore = at
+	res, err := b.enqueue(t, ev, e)
+	require.NoError(t, err)
+	var stored time.Time
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT not_before FROM `+b.db.Schema+`.side_effects WHERE id = $1`,
+		res.Effects[0].ID).Scan(&stored))
+	require.WithinDuration(t, at, stored, time.Microsecond)
+
+	res, err = b.enqueue(t, ev, e)
+	require.NoError(t, err)
+	require.True(t, res.Replay(), "the same time replays")
+
+	e.NotBefore = at.Add(time.Hour)
+	_, err = b.enqueue(t, ev, e)
+	require.ErrorIs(t, err, outbox.ErrConflict, "another time for the same effect conflicts")
 }

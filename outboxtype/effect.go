@@ -61,6 +61,9 @@ type Effect struct {
 	// reviewed and correctly failed; it is then out of "stuck" and the
 	// failed gauge. A redrive clears it.
 	AcknowledgedAt *time.Time `db:"acknowledged_at" json:"acknowledged_at"`
+	// NotBefore is the earliest time the effect may fire (nil: at once),
+	// as enqueued; its key window still starts at its first request.
+	NotBefore *time.Time `db:"not_before" json:"not_before"`
 }
 
 // Failure reasons recorded in last_error when an effect ends failed.

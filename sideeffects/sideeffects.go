@@ -383,9 +383,10 @@ func (o *Operator) ExplainReads(ctx context.Context, notSince, since time.Time) 
 }
 
 // JobParams are the River insert parameters of the job that dispatches
-// effect id at provider: for tools that write side_effects rows without
-// outbox.Enqueue and insert their jobs at once (otherwise the sweeper
-// gives each a job within Config.SweepInterval).
-func JobParams(id uuid.UUID, provider string) river.InsertManyParams {
-	return engine.JobParams(id, provider)
+// effect id at provider, scheduled for notBefore (nil: at once): for tools
+// that write side_effects rows without outbox.Enqueue and insert their
+// jobs at once (otherwise the sweeper gives each a job within
+// Config.SweepInterval).
+func JobParams(id uuid.UUID, provider string, notBefore *time.Time) river.InsertManyParams {
+	return engine.JobParams(id, provider, notBefore)
 }

@@ -303,7 +303,7 @@ RETURNING id`, n, provider, payload)
 	for i := 0; i < len(ids); i += 5000 {
 		params := make([]river.InsertManyParams, 0, 5000)
 		for _, id := range ids[i:min(i+5000, len(ids))] {
-			params = append(params, sideeffects.JobParams(id, provider))
+			params = append(params, sideeffects.JobParams(id, provider, nil))
 		}
 		if _, err := client.InsertMany(ctx, params); err != nil {
 			return err

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -35,14 +37,16 @@ var uniqueStates = []rivertype.JobState{
 }
 
 // JobParams returns the River insert parameters for dispatching effect id of
-// the given provider: the provider's queue, unique by effect while live.
-func JobParams(effectID uuid.UUID, provider string) river.InsertManyParams {
-	return river.InsertManyParams{
-		Args: DispatchArgs{EffectID: effectID},
-		InsertOpts: &river.InsertOpts{
-			Queue:       provider,
-			MaxAttempts: RiverMaxAttempts,
-			UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: uniqueStates},
-		},
+// the given provider: the provider's queue, unique by effect while live,
+// scheduled for notBefore when the effect must wait (nil: at once).
+func JobParams(effectID uuid.UUID, provider string, notBefore *time.Time) river.InsertManyParams {
+	opts := &river.InsertOpts{
+		Queue:       provider,
+		MaxAttempts: RiverMaxAttempts,
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: uniqueStates},
 	}
+	if notBefore != nil {
+		opts.ScheduledAt = *notBefore
+	}
+	return river.InsertManyParams{Args: DispatchArgs{EffectID: effectID}, InsertOpts: opts}
 }

@@ -143,8 +143,9 @@ func (in *intake) drain(ctx context.Context) (int, error) {
 		params, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (river.InsertManyParams, error) {
 			var id uuid.UUID
 			var provider string
-			err := r.Scan(&id, &provider)
-			return JobParams(id, provider), err
+			var notBefore *time.Time
+			err := r.Scan(&id, &provider, &notBefore)
+			return JobParams(id, provider, notBefore), err
 		})
 		if err != nil || len(params) == 0 {
 			return err

@@ -71,12 +71,13 @@ func (s *Store) Sweep(ctx context.Context, pool *pgxpool.Pool, client *river.Cli
 				return err
 			}
 			type row struct {
-				id       uuid.UUID
-				provider string
+				id        uuid.UUID
+				provider  string
+				notBefore *time.Time
 			}
 			found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 				var x row
-				err := r.Scan(&x.id, &x.provider)
+				err := r.Scan(&x.id, &x.provider, &x.notBefore)
 				return x, err
 			})
 			if err != nil || len(found) == 0 {
@@ -91,7 +92,7 @@ func (s *Store) Sweep(ctx context.Context, pool *pgxpool.Pool, client *river.Cli
 					}
 					continue
 				}
-				params = append(params, JobParams(x.id, x.provider))
+				params = append(params, JobParams(x.id, x.provider, x.notBefore))
 			}
 			n, err := insertJobs(ctx, tx, client, params)
 			if err == nil {

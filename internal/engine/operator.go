@@ -98,7 +98,7 @@ func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts ActionOpts) 
 		if err != nil || before == nil {
 			return before, err
 		}
-		res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{JobParams(e.ID, e.Provider)})
+		res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{JobParams(e.ID, e.Provider, e.NotBefore)})
 		if err != nil {
 			return nil, fmt.Errorf("insert dispatch job for %s: %w", e.ID, err)
 		}
@@ -164,7 +164,7 @@ func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts ActionOpts
 	}
 	return o.each(ctx, ids, opts, ActionRequeue, "", []State{StatePending, StateFired}, check,
 		func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (*Effect, error) {
-			res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{JobParams(e.ID, e.Provider)})
+			res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{JobParams(e.ID, e.Provider, e.NotBefore)})
 			if err != nil {
 				return nil, fmt.Errorf("insert dispatch job for %s: %w", e.ID, err)
 			}

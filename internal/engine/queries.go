@@ -11,7 +11,7 @@ import "strings"
 // outboxd_idempotency_key(source_id, kind).
 const effectColumns = `id, source_id, kind, provider, payload, state, attempts,
 	last_error, provider_ref, replayed, next_attempt_at, created_at, updated_at, fired_at, first_fired_at, confirmed_at,
-	in_doubt, total_attempts, redrives, key_window_from, acknowledged_at`
+	in_doubt, total_attempts, redrives, key_window_from, acknowledged_at, not_before`
 
 const (
 	sqlInsertEvent = `
@@ -28,9 +28,9 @@ WITH ev AS (
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
 )
-INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload)
-SELECT u.id, ev.id, u.kind, u.provider, u.payload
-FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[]) AS u(id, kind, provider, payload)
+INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before)
+SELECT u.id, ev.id, u.kind, u.provider, u.payload, u.not_before
+FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[]) AS u(id, kind, provider, payload, not_before)
 RETURNING id`
 
 	// sqlInsertEventWithEffects, also queueing each effect in the intake
@@ -42,9 +42,9 @@ WITH ev AS (
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
 ), eff AS (
-	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload)
-	SELECT u.id, ev.id, u.kind, u.provider, u.payload
-	FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[]) AS u(id, kind, provider, payload)
+	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before)
+	SELECT u.id, ev.id, u.kind, u.provider, u.payload, u.not_before
+	FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[]) AS u(id, kind, provider, payload, not_before)
 	RETURNING id, provider
 )
 INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FROM eff`
@@ -52,9 +52,9 @@ INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FR
 	// sqlInsertEffects, also queueing each inserted effect in the intake.
 	sqlInsertEffectsIntake = `
 WITH eff AS (
-	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload)
-	SELECT u.id, $1, u.kind, u.provider, u.payload
-	FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[]) AS u(id, kind, provider, payload)
+	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before)
+	SELECT u.id, $1, u.kind, u.provider, u.payload, u.not_before
+	FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[]) AS u(id, kind, provider, payload, not_before)
 	ON CONFLICT DO NOTHING
 	RETURNING id, provider
 ), q AS (
@@ -67,9 +67,25 @@ SELECT id FROM eff`
 	sqlTakeIntake = `
 DELETE FROM /*schema*/outbox_intake WHERE ctid = ANY(ARRAY(
 	SELECT ctid FROM /*schema*/outbox_intake LIMIT $1 FOR UPDATE SKIP LOCKED))
-RETURNING effect_id, provider`
+RETURNING effect_id, provider, (SELECT not_before FROM /*schema*/side_effects WHERE id = effect_id)`
 
 	sqlIntakeWaiting = `SELECT EXISTS (SELECT 1 FROM /*schema*/outbox_intake)`
+
+	// An application's cancel, in its own transaction, of the effect of
+	// kind $2 of event $1 that has never fired: the row lock waits for a
+	// claim in flight, so cancel and fire never both happen. Returns the
+	// effect's id and state before, whether it had fired, and whether it
+	// was cancelled now.
+	sqlCancelUnfired = `
+WITH target AS (
+	SELECT id, state, first_fired_at FROM /*schema*/side_effects WHERE source_id = $1 AND kind = $2 FOR UPDATE
+), upd AS (
+	UPDATE /*schema*/side_effects e SET state = 'cancelled', next_attempt_at = NULL, updated_at = now()
+	FROM target t
+	WHERE e.id = t.id AND t.state IN ('pending', 'failed') AND t.first_fired_at IS NULL
+	RETURNING e.id
+)
+SELECT t.id, t.state, t.first_fired_at IS NOT NULL, EXISTS (SELECT 1 FROM upd) FROM target t`
 
 	sqlEventMatches = `
 SELECT aggregate_type = $2 AND aggregate_id = $3 AND event_type = $4 AND payload = $5::jsonb
@@ -79,15 +95,15 @@ FROM /*schema*/outbox_events WHERE id = $1`
 	// effect (the id is derived from (source_id, kind)), so either means
 	// "exists".
 	sqlInsertEffects = `
-INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload)
-SELECT u.id, $1, u.kind, u.provider, u.payload
-FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[]) AS u(id, kind, provider, payload)
+INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before)
+SELECT u.id, $1, u.kind, u.provider, u.payload, u.not_before
+FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[]) AS u(id, kind, provider, payload, not_before)
 ON CONFLICT DO NOTHING
 RETURNING id`
 
 	sqlCompareEffects = `
-SELECT u.kind, s.id, coalesce(s.provider = u.provider AND s.payload = u.payload, false)
-FROM unnest($2::text[], $3::text[], $4::jsonb[]) WITH ORDINALITY AS u(kind, provider, payload, ord)
+SELECT u.kind, s.id, coalesce(s.provider = u.provider AND s.payload = u.payload AND s.not_before IS NOT DISTINCT FROM u.not_before, false)
+FROM unnest($2::text[], $3::text[], $4::jsonb[], $5::timestamptz[]) WITH ORDINALITY AS u(kind, provider, payload, not_before, ord)
 LEFT JOIN /*schema*/side_effects s ON s.source_id = $1 AND s.kind = u.kind
 ORDER BY u.ord`
 
@@ -123,18 +139,20 @@ UPDATE /*schema*/side_effects
 SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 1, in_doubt = true,
 	fired_at = now(), first_fired_at = coalesce(first_fired_at, now()), key_window_from = coalesce(key_window_from, now()),
 	next_attempt_at = NULL, updated_at = now()
-WHERE id = $1 AND state = $2 AND state IN ('pending', 'fired')
+WHERE id = $1 AND state = $2 AND state IN ('pending', 'fired') AND (not_before IS NULL OR not_before <= now())
 RETURNING ` + effectColumns
 
 	// pending -> fired for the effects in $1 never fired before, of a
 	// provider this process has ($2): the common first attempt, which needs
 	// no in-doubt or key-window decision, for many effects in one statement.
+	// Neither claim fires an effect before its not_before.
 	sqlClaimFirstMany = `
 UPDATE /*schema*/side_effects
 SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 1, in_doubt = true,
 	fired_at = now(), first_fired_at = now(), key_window_from = coalesce(key_window_from, now()),
 	next_attempt_at = NULL, updated_at = now()
 WHERE id = ANY($1) AND state = 'pending' AND first_fired_at IS NULL AND NOT in_doubt AND provider = ANY($2)
+	AND (not_before IS NULL OR not_before <= now())
 RETURNING ` + effectColumns
 
 	// fired -> confirmed on the providers' acknowledgements of many
@@ -320,7 +338,7 @@ FROM /*schema*/side_effect_audit WHERE effect_id = $1 ORDER BY id`
 const beforeColumns = `before.id, before.source_id, before.kind, before.provider, before.payload,
 	before.state, before.attempts, before.last_error, before.provider_ref, before.replayed, before.next_attempt_at,
 	before.created_at, before.updated_at, before.fired_at, before.first_fired_at, before.confirmed_at,
-	before.in_doubt, before.total_attempts, before.redrives, before.key_window_from, before.acknowledged_at`
+	before.in_doubt, before.total_attempts, before.redrives, before.key_window_from, before.acknowledged_at, before.not_before`
 
 // Inspection: what operators and the stuck/stats commands read.
 const (
@@ -338,12 +356,13 @@ WHERE ($1::text[] IS NULL OR state = ANY($1))
 ORDER BY created_at DESC, id DESC
 LIMIT $9`
 
-	// Live effects not updated since $1, and failed ones, with their newest
-	// live River job if any. Each branch matches one partial index.
+	// Live effects not updated since $1 (a scheduled one counts from its
+	// time), and failed ones, with their newest live River job if any. Each
+	// branch matches one partial index.
 	sqlStuck = `
 WITH stuck AS (
 	(SELECT * FROM /*schema*/side_effects
-	 WHERE phase = 'live' AND updated_at < $1 ORDER BY updated_at LIMIT $2)
+	 WHERE phase = 'live' AND updated_at < $1 AND (not_before IS NULL OR not_before < $1) ORDER BY updated_at LIMIT $2)
 	UNION ALL
 	(SELECT * FROM /*schema*/side_effects
 	 WHERE phase = 'failed' ORDER BY ended_at LIMIT $2)
@@ -438,7 +457,8 @@ ORDER BY 1, 2`
 
 	sqlStatsOldest = `
 SELECT
-	(SELECT min(created_at) FROM /*schema*/side_effects WHERE phase = 'live' AND state = 'pending'),
+	(SELECT min(greatest(created_at, not_before)) FROM /*schema*/side_effects WHERE phase = 'live' AND state = 'pending'
+		AND (not_before IS NULL OR not_before <= now())),
 	(SELECT min(fired_at) FROM /*schema*/side_effects WHERE phase = 'live' AND state = 'fired')`
 
 	sqlStatsAttempts = `
@@ -550,7 +570,7 @@ ORDER BY seen_at DESC LIMIT $1`
 // Pending and fired effects without a live dispatch job, unchanged for $1:
 // rows written by plain SQL, or whose job was discarded or cleaned up.
 const sqlSweep = `
-SELECT e.id, e.provider FROM /*schema*/side_effects e
+SELECT e.id, e.provider, e.not_before FROM /*schema*/side_effects e
 WHERE e.phase = 'live' AND e.updated_at < $1
 	AND NOT EXISTS (
 		SELECT 1 FROM /*schema*/river_job j
@@ -563,7 +583,8 @@ LIMIT $2`
 // age of the oldest.
 const sqlStateGauges = `
 SELECT state, kind, count(*),
-	extract(epoch FROM now() - min(CASE WHEN state = 'fired' THEN coalesce(fired_at, created_at) ELSE created_at END))::float8
+	greatest(0, extract(epoch FROM now() - min(CASE WHEN state = 'fired' THEN coalesce(fired_at, created_at)
+		ELSE greatest(created_at, not_before) END)))::float8
 FROM /*schema*/side_effects
 WHERE phase = 'live'
 GROUP BY state, kind
@@ -575,7 +596,7 @@ GROUP BY kind`
 
 const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.payload, e.state, e.attempts,
 	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at,
-	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from, e.acknowledged_at`
+	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from, e.acknowledged_at, e.not_before`
 
 // sqlListFailed is sqlListEffects for failed effects only ($1 = {failed}):
 // the phase predicate lets it read side_effects_failed_list_idx.

@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -42,6 +44,8 @@ type NewEffect struct {
 	Kind     string
 	Provider string
 	Payload  json.RawMessage
+	// NotBefore, when set, is the earliest time it may fire.
+	NotBefore *time.Time
 }
 
 // effectArrays are new effects as the column arrays the unnest-based
@@ -51,6 +55,7 @@ type effectArrays struct {
 	kinds     []string
 	providers []string
 	payloads  []json.RawMessage
+	notBefore []*time.Time
 }
 
 func columnsOf(sourceID uuid.UUID, effects []NewEffect) effectArrays {
@@ -59,9 +64,10 @@ func columnsOf(sourceID uuid.UUID, effects []NewEffect) effectArrays {
 		kinds:     make([]string, len(effects)),
 		providers: make([]string, len(effects)),
 		payloads:  make([]json.RawMessage, len(effects)),
+		notBefore: make([]*time.Time, len(effects)),
 	}
 	for i, e := range effects {
-		c.ids[i], c.kinds[i], c.providers[i], c.payloads[i] = EffectID(sourceID, e.Kind), e.Kind, e.Provider, e.Payload
+		c.ids[i], c.kinds[i], c.providers[i], c.payloads[i], c.notBefore[i] = EffectID(sourceID, e.Kind), e.Kind, e.Provider, e.Payload, e.NotBefore
 	}
 	return c
 }
@@ -75,7 +81,7 @@ func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, ef
 	if intake {
 		sql = s.sql(sqlInsertEffectsIntake)
 	}
-	rows, err := db.Query(ctx, sql, sourceID, c.ids, c.kinds, c.providers, c.payloads)
+	rows, err := db.Query(ctx, sql, sourceID, c.ids, c.kinds, c.providers, c.payloads, c.notBefore)
 	if err != nil {
 		return nil, fmt.Errorf("insert effects of event %s: %w", sourceID, err)
 	}
@@ -106,7 +112,7 @@ func (s *Store) InsertEventWithEffects(ctx context.Context, db DB, ev NewEvent, 
 		sql = s.sql(sqlInsertEventWithEffectsIntake)
 	}
 	tag, err := db.Exec(ctx, sql, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload,
-		c.ids, c.kinds, c.providers, c.payloads)
+		c.ids, c.kinds, c.providers, c.payloads, c.notBefore)
 	if err != nil {
 		return false, fmt.Errorf("insert event %s: %w", ev.ID, err)
 	}
@@ -128,7 +134,7 @@ type ExistingEffect struct {
 // already exists and whether it matches.
 func (s *Store) CompareEffects(ctx context.Context, db DB, sourceID uuid.UUID, effects []NewEffect) ([]ExistingEffect, error) {
 	c := columnsOf(sourceID, effects)
-	rows, err := db.Query(ctx, s.sql(sqlCompareEffects), sourceID, c.kinds, c.providers, c.payloads)
+	rows, err := db.Query(ctx, s.sql(sqlCompareEffects), sourceID, c.kinds, c.providers, c.payloads, c.notBefore)
 	if err != nil {
 		return nil, fmt.Errorf("compare effects of event %s: %w", sourceID, err)
 	}
@@ -145,4 +151,24 @@ func (s *Store) CompareEffects(ctx context.Context, db DB, sourceID uuid.UUID, e
 		return nil, fmt.Errorf("compare effects of event %s: %w", sourceID, err)
 	}
 	return out, nil
+}
+
+// CancelUnfired cancels, in the caller's transaction, the effect of kind of
+// event eventID if it has never fired, with an audit row naming actor and
+// reason. It reports the state it found, whether it had fired, and whether
+// it cancelled it now; ErrNotFound when no such effect exists.
+func (s *Store) CancelUnfired(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, kind, actor, reason string) (from State, fired, cancelled bool, err error) {
+	var id uuid.UUID
+	if err := tx.QueryRow(ctx, s.sql(sqlCancelUnfired), eventID, kind).Scan(&id, &from, &fired, &cancelled); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "", false, false, ErrNotFound
+		}
+		return "", false, false, fmt.Errorf("cancel effect %s of event %s: %w", kind, eventID, err)
+	}
+	if cancelled {
+		if err := s.audit(ctx, tx, id, ActionCancel, actor, reason, from, StateCancelled, map[string]any{"before_first_fire": true}); err != nil {
+			return from, fired, cancelled, err
+		}
+	}
+	return from, fired, cancelled, nil
 }

@@ -297,6 +297,11 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 	if !ok {
 		return nil, nil, fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, e.Provider)
 	}
+	if e.NotBefore != nil && time.Now().Before(*e.NotBefore) {
+		// A job that runs before the effect is due (its schedule moved, or
+		// a sweep or redrive inserted it) waits for it.
+		return nil, nil, river.JobSnooze(time.Until(*e.NotBefore))
+	}
 	g := p.Guarantees()
 	log := w.logger.With("effect_id", id, "kind", e.Kind, "provider", e.Provider, "attempt", e.Attempts)
 	if (e.State == StateFired || e.InDoubt) && w.policy(e.Kind, g) == providers.AtMostOnce {

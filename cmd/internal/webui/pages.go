@@ -327,7 +327,7 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 		{"in doubt", fmt.Sprint(e.InDoubt)}, {"acknowledged", ts(e.AcknowledgedAt)}, {"last error", deref(e.LastError)},
 		{"provider ref", deref(e.ProviderRef)}, {"replayed", fmt.Sprint(e.Replayed)}, {"next attempt", ts(e.NextAttemptAt)},
 		{"created", ts(&e.CreatedAt)}, {"updated", ts(&e.UpdatedAt)}, {"first fired", ts(e.FirstFiredAt)},
-		{"key window from", ts(e.KeyWindowFrom)}, {"fired", ts(e.FiredAt)}, {"confirmed", ts(e.ConfirmedAt)},
+		{"not before", ts(e.NotBefore)}, {"key window from", ts(e.KeyWindowFrom)}, {"fired", ts(e.FiredAt)}, {"confirmed", ts(e.ConfirmedAt)},
 		{"payload", string(e.Payload)},
 	}
 	u.render(w, r, http.StatusOK, "effect", "Effect "+e.ID.String(), d)
