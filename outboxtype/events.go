@@ -64,6 +64,12 @@ const (
 	// DriftUndone: the object of a confirmed effect was later undone (a
 	// refund failed, a payment intent canceled).
 	DriftUndone = "undone_after_confirm"
+	// DriftOtherProvider: an event names the key of an effect of another
+	// provider; it proves nothing about that effect.
+	DriftOtherProvider = "other_provider"
+	// DriftOtherOperation: an event is about an object the effect's
+	// operation does not create (a customer event naming a capture's key).
+	DriftOtherOperation = "other_operation"
 )
 
 // ActionEventConfirm is the audit action of an effect confirmed by a

@@ -39,6 +39,12 @@ type EventReport struct {
 	// Detail is the provider's explanation (a bounce reason, a failure code).
 	Detail string
 	At     time.Time
+	// Operations are the effect operations ("refund.create", …) the event
+	// can speak for, from the kind of object it is about; nil when the
+	// provider's effects have a single kind of request (a mail). An event
+	// about one object never confirms an effect whose operation creates
+	// another.
+	Operations []string
 }
 
 // Found is an object at the provider that an effect's request created or

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,6 +37,22 @@ func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.
 		return res, err
 	}
 	res.Effect = e
+	// An event proves something only about an effect of its own provider,
+	// and of an operation that creates the kind of object it is about:
+	// keys are computable by anyone who knows an event id, so a signed
+	// event of one provider must not close an effect of another.
+	if e.Provider != ev.Provider {
+		return res, s.drift(ctx, tx, &res, ev, e, DriftOtherProvider, fmt.Sprintf(
+			"a %s event (%s) names the key of %s, a %s effect: it proves nothing about it; check where %s got that key",
+			ev.Provider, ev.Type, e.ID, e.Provider, orNone(ev.ObjectID)))
+	}
+	if ev.Operations != nil {
+		if op := payloadOperation(e.Payload); !slices.Contains(ev.Operations, op) {
+			return res, s.drift(ctx, tx, &res, ev, e, DriftOtherOperation, fmt.Sprintf(
+				"%s event %s (%s) names the key of %s, whose operation is %s: that object is not what it creates; check %s",
+				ev.Provider, ev.EventID, ev.Type, e.ID, orNone(op), orNone(ev.ObjectID)))
+		}
+	}
 	if ev.Delivery != "" {
 		if _, err := tx.Exec(ctx, s.sql(sqlRecordDelivery), e.ID, ev.Delivery, ev.Detail, ev.EventID, cmpTime(ev.At)); err != nil {
 			return res, fmt.Errorf("record delivery of effect %s: %w", e.ID, err)
@@ -143,4 +161,13 @@ func (s *Store) Drift(ctx context.Context, db DB, f DriftFilter) ([]DriftRecord,
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[DriftRecord])
+}
+
+// payloadOperation is the "operation" of an effect's payload ("" if none).
+func payloadOperation(payload json.RawMessage) string {
+	var p struct {
+		Operation string `json:"operation"`
+	}
+	_ = json.Unmarshal(payload, &p)
+	return p.Operation
 }

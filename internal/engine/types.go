@@ -59,6 +59,8 @@ const (
 	DriftActedWhileCancelled = outboxtype.DriftActedWhileCancelled
 	DriftTwoObjects          = outboxtype.DriftTwoObjects
 	DriftUndone              = outboxtype.DriftUndone
+	DriftOtherProvider       = outboxtype.DriftOtherProvider
+	DriftOtherOperation      = outboxtype.DriftOtherOperation
 	ActionRetry              = outboxtype.ActionRetry
 	ActionCancel             = outboxtype.ActionCancel
 	ActionConfirm            = outboxtype.ActionConfirm

@@ -74,6 +74,7 @@ func ParseEvent(body []byte) (providers.EventReport, error) {
 	status, _ := obj["status"].(string)
 	objType, _ := obj["object"].(string)
 	r.Outcome = classifyEvent(r.Type, objType, status)
+	r.Operations = operationsOn(objType)
 	if r.Outcome == providers.EventUndone {
 		r.Detail = status
 		if reason, _ := obj["failure_reason"].(string); reason != "" {
@@ -102,4 +103,21 @@ func classifyEvent(eventType, objType, status string) providers.EventOutcome {
 		return providers.EventDone
 	}
 	return providers.EventInformational
+}
+
+// operationsOn is what an event about an object of objType can speak for:
+// the operations whose requests create or change such an object, and so
+// carry their key in its metadata. None for any other object.
+func operationsOn(objType string) []string {
+	switch objType {
+	case "payment_intent":
+		return []string{"payment_intent.create", "payment_intent.capture", "payment_intent.cancel"}
+	case "refund":
+		return []string{"refund.create"}
+	case "customer":
+		return []string{"customer.create"}
+	case "transfer":
+		return []string{"transfer.create"}
+	}
+	return []string{}
 }

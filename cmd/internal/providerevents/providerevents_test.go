@@ -23,6 +23,7 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/sendgrid"
+	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 )
 
 const stripeSecret = "whsec_test_events_secret"
@@ -314,4 +315,45 @@ func TestRetentionMustCoverTheSendersRetryWindow(t *testing.T) {
 	require.ErrorContains(t, err, "configure a Stripe signing secret or a SendGrid verification key")
 	_, err = providerevents.New(db.Pool, providerevents.Config{Schema: db.Schema, StripeSecret: "sk_live_oops"})
 	require.ErrorContains(t, err, "starts with whsec_")
+}
+
+// TestAnEventConfirmsOnlyWhatItCanProve: a validly signed event naming an
+// effect's key confirms it only if it comes from the effect's provider and
+// is about the kind of object the effect's operation creates; otherwise it
+// is drift and the effect is left to fire.
+func TestAnEventConfirmsOnlyWhatItCanProve(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	capture := e.enqueue(t, outbox.EffectOf("stripe.capture", stripeschema.PaymentIntentCapture{ID: "pi_123"}))
+	e.set(t, capture.ID, "state = 'fired', in_doubt = true, attempts = 1, fired_at = now(), last_error = 'no response: timeout'")
+	email := e.enqueue(t, mail())
+	e.set(t, email.ID, "state = 'failed', in_doubt = true, attempts = 1, fired_at = now(), last_error = 'in doubt: not re-sent'")
+
+	// SendGrid "delivered" naming the capture's key.
+	status, body := e.sendgridEvents(t, sgEvent("sg_x1", "delivered", capture.IdempotencyKey, "msg_1.filter", time.Now()))
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, engine.StateFired, e.get(t, capture.ID).State, "a SendGrid event cannot confirm a Stripe capture")
+	require.Equal(t, 1, e.count(t, "provider_drift WHERE reason = $1", engine.DriftOtherProvider))
+	require.Zero(t, e.count(t, "side_effect_deliveries"), "nor record a delivery for it")
+
+	// Stripe customer.updated naming the email's key.
+	status, body = e.stripeEvent(t, "evt_x2", "customer.updated",
+		map[string]any{"id": "cus_1", "object": "customer", "metadata": map[string]any{"outboxd_idempotency_key": email.IdempotencyKey}})
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, engine.StateFailed, e.get(t, email.ID).State, "a Stripe event cannot confirm an email")
+	require.Equal(t, 2, e.count(t, "provider_drift WHERE reason = $1", engine.DriftOtherProvider))
+
+	// Stripe customer.created naming the capture's key: right provider,
+	// wrong object.
+	status, body = e.stripeEvent(t, "evt_x3", "customer.created",
+		map[string]any{"id": "cus_2", "object": "customer", "metadata": map[string]any{"outboxd_idempotency_key": capture.IdempotencyKey}})
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, engine.StateFired, e.get(t, capture.ID).State, "a customer event cannot confirm a capture")
+	require.Equal(t, 1, e.count(t, "provider_drift WHERE reason = $1", engine.DriftOtherOperation))
+
+	// The payment intent's own event does.
+	status, body = e.stripeEvent(t, "evt_x4", "payment_intent.succeeded",
+		map[string]any{"id": "pi_123", "object": "payment_intent", "status": "succeeded", "metadata": map[string]any{"outboxd_idempotency_key": capture.IdempotencyKey}})
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, engine.StateConfirmed, e.get(t, capture.ID).State)
 }
