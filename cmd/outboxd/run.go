@@ -371,7 +371,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if c.HTTPAddr != "" {
 		mux := healthHandler(pool, g.Schema, &started)
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		if srv, _, err = serve(c.HTTPAddr, "--http-addr (OUTBOXD_HTTP_ADDR)", "health server", mux, log); err != nil {
+		if srv, _, err = serve(c.HTTPAddr, "--http-addr (OUTBOXD_HTTP_ADDR)", "health server", mux, log, listenerTimeouts); err != nil {
 			return err
 		}
 	}
@@ -385,7 +385,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 			return cli.UsageError{Err: err}
 		}
 		var addr net.Addr
-		if eventsSrv, addr, err = serve(c.EventsAddr, "--events-addr (OUTBOXD_EVENTS_ADDR)", "provider events server", h, log); err != nil {
+		if eventsSrv, addr, err = serve(c.EventsAddr, "--events-addr (OUTBOXD_EVENTS_ADDR)", "provider events server", h, log, listenerTimeouts); err != nil {
 			return err
 		}
 		log.Info("provider events served", "addr", addr.String(), "endpoints", ecfg.String())
@@ -396,7 +396,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 			return cli.UsageError{Err: err}
 		}
 		var addr net.Addr
-		if webSrv, addr, err = serve(c.WebAddr, "--web-addr (OUTBOXD_WEB_ADDR)", "web view", h, log); err != nil {
+		if webSrv, addr, err = serve(c.WebAddr, "--web-addr (OUTBOXD_WEB_ADDR)", "web view", h, log, listenerTimeouts); err != nil {
 			return err
 		}
 		log.Info("web view served", "url", "http://"+addr.String()+"/ui/", "actions", c.WebAdminToken != "")
@@ -513,14 +513,29 @@ func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, 
 	}
 }
 
+// timeouts bound every connection of a listener, so that slow or idle
+// clients cannot hold connections open: the headers must arrive within
+// header, the whole request within read, the response be written within
+// write, and a keep-alive connection idle longer than idle is closed.
+// Request headers are capped at 64 KiB; request bodies are capped by the
+// handlers (the inbox at its MaxBodyBytes, the web view's forms by
+// net/http's 10 MB).
+type timeouts struct{ header, read, write, idle time.Duration }
+
+// listenerTimeouts are those of outboxd's listeners (health and metrics,
+// provider events, web view): a scrape, an event delivery or a page takes
+// milliseconds; a provider retries a delivery that timed out.
+var listenerTimeouts = timeouts{header: 5 * time.Second, read: 15 * time.Second, write: time.Minute, idle: time.Minute}
+
 // serve listens on addr (the flag and variable named in an error) and
 // serves h until Shutdown; what names the server in the log.
-func serve(addr, setting, what string, h http.Handler, log *slog.Logger) (*http.Server, net.Addr, error) {
+func serve(addr, setting, what string, h http.Handler, log *slog.Logger, t timeouts) (*http.Server, net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, cli.Usagef("%s %q: %w", setting, addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: t.header, ReadTimeout: t.read, WriteTimeout: t.write,
+		IdleTimeout: t.idle, MaxHeaderBytes: 64 << 10}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error(what+" stopped", "error", err)

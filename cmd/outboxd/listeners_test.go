@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestListenersCloseSlowAndIdleConnections: a client that trickles its
+// headers or its body, or keeps an idle connection, is disconnected once
+// the listener's bound passes, instead of holding the connection open.
+func TestListenersCloseSlowAndIdleConnections(t *testing.T) {
+	t.Parallel()
+	short := timeouts{header: 200 * time.Millisecond, read: 400 * time.Millisecond, write: time.Second, idle: 300 * time.Millisecond}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, "ok")
+	})
+	srv, addr, err := serve("127.0.0.1:0", "--test-addr", "test server", h, slog.New(slog.DiscardHandler), short)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+
+	// closedWithin writes part every step until the server closes the
+	// connection, and reports how long that took (failing after 10s).
+	closedWithin := func(t *testing.T, first string, step time.Duration) time.Duration {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr.String())
+		require.NoError(t, err)
+		defer conn.Close()
+		start := time.Now()
+		_, err = conn.Write([]byte(first))
+		require.NoError(t, err)
+		closed := make(chan struct{})
+		go func() {
+			_, _ = io.Copy(io.Discard, conn) // returns when the server closes
+			close(closed)
+		}()
+		for {
+			select {
+			case <-closed:
+				return time.Since(start)
+			case <-time.After(step):
+				_, _ = conn.Write([]byte("x"))
+			}
+			require.Less(t, time.Since(start), 10*time.Second, "the server kept a slow connection open")
+		}
+	}
+
+	t.Run("headers a byte at a time", func(t *testing.T) {
+		took := closedWithin(t, "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ", 50*time.Millisecond)
+		require.Less(t, took, 5*time.Second)
+	})
+	t.Run("body a byte at a time", func(t *testing.T) {
+		took := closedWithin(t, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", 50*time.Millisecond)
+		require.Less(t, took, 5*time.Second)
+	})
+	t.Run("idle keep-alive", func(t *testing.T) {
+		conn, err := net.Dial("tcp", addr.String())
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = conn.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+		require.NoError(t, err)
+		r := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(r, nil)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		require.Equal(t, "ok", strings.TrimSpace(string(body)))
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		_, err = r.ReadByte()
+		require.ErrorIs(t, err, io.EOF, "the idle connection was closed by the server, not by the test's deadline")
+	})
+}
