@@ -1,8 +1,10 @@
 package providers
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -88,49 +90,99 @@ type SecretHolder interface {
 const Redacted = "[redacted]"
 
 // Redact returns err with every secret replaced by Redacted in its text,
-// keeping its class and requested delay. It returns err itself when no
+// keeping its class and requested delay. A provider's answer (StatusError)
+// is redacted over its whole body before that body is cut to length, so a
+// secret the cut would split is still found. It returns err itself when no
 // secret occurs in it.
 func Redact(err error, secrets []string) error {
 	if err == nil {
 		return nil
 	}
+	var pe *Error
+	if errors.As(err, &pe) {
+		inner, changed := redactErr(pe.Err, secrets)
+		if !changed {
+			return err
+		}
+		return &Error{Class: pe.Class, RetryAfter: pe.RetryAfter, Err: inner}
+	}
+	clean, changed := redactErr(err, secrets)
+	if !changed {
+		return err
+	}
+	return clean
+}
+
+func redactErr(err error, secrets []string) (error, bool) {
+	var se *statusError
+	if errors.As(err, &se) {
+		r := &statusError{head: RedactString(se.head, secrets), body: RedactString(se.body, secrets)}
+		if r.head == se.head && r.body == se.body {
+			return err, false
+		}
+		return r, true
+	}
 	msg := err.Error()
 	clean := RedactString(msg, secrets)
 	if clean == msg {
-		return err
+		return err, false
 	}
-	var pe *Error
-	if errors.As(err, &pe) {
-		inner := RedactString(pe.Err.Error(), secrets)
-		return &Error{Class: pe.Class, RetryAfter: pe.RetryAfter, Err: errors.New(inner)}
-	}
-	return errors.New(clean)
+	return errors.New(clean), true
 }
 
-// RedactString replaces every secret in s by Redacted. Secrets shorter than
-// 8 characters are ignored: replacing them would garble ordinary text.
+// RedactString replaces every secret in s by Redacted, as it is and as a
+// receiver may echo it: base64 (standard or URL alphabet), percent-encoded,
+// or JSON with escaped slashes. Secrets shorter than 8 characters are
+// ignored: replacing them would garble ordinary text.
 func RedactString(s string, secrets []string) string {
 	for _, sec := range secrets {
-		if len(sec) >= 8 {
-			s = strings.ReplaceAll(s, sec, Redacted)
+		if len(sec) < 8 {
+			continue
+		}
+		for _, form := range []string{sec,
+			base64.StdEncoding.EncodeToString([]byte(sec)), base64.RawStdEncoding.EncodeToString([]byte(sec)),
+			base64.URLEncoding.EncodeToString([]byte(sec)), base64.RawURLEncoding.EncodeToString([]byte(sec)),
+			url.QueryEscape(sec), strings.ReplaceAll(sec, "/", `\/`),
+		} {
+			s = strings.ReplaceAll(s, form, Redacted)
 		}
 	}
 	return s
 }
 
+// maxStatusBody is how much of a provider's answer an error keeps, after
+// redaction; maxStatusRead how much it holds for redaction.
+const (
+	maxStatusBody = 512
+	maxStatusRead = 64 << 10
+)
+
+// statusError is a provider's HTTP answer. It holds the body whole (up to
+// maxStatusRead) so that Redact sees every secret in it, and shows it cut
+// to maxStatusBody.
+type statusError struct{ head, body string }
+
+func (e *statusError) Error() string {
+	if e.body == "" {
+		return e.head
+	}
+	body := e.body
+	if len(body) > maxStatusBody {
+		body = strings.ToValidUTF8(body[:maxStatusBody], "")
+	}
+	return e.head + ": " + body
+}
+
 // StatusError describes a provider's HTTP answer: "<prefix>HTTP <status>
-// (<note>): <body>", the body cut to 512 bytes, made valid UTF-8, and left
-// out when empty.
+// (<note>): <body>", the body made valid UTF-8, left out when empty, and
+// shown cut to 512 bytes (after Redact, which sees all of it).
 func StatusError(prefix string, status int, note string, body []byte) error {
-	msg := fmt.Sprintf("%sHTTP %d", prefix, status)
+	head := fmt.Sprintf("%sHTTP %d", prefix, status)
 	if note != "" {
-		msg += " (" + note + ")"
+		head += " (" + note + ")"
 	}
-	if len(body) > 512 {
-		body = body[:512]
+	if len(body) > maxStatusRead {
+		body = body[:maxStatusRead]
 	}
-	if s := strings.TrimSpace(strings.ToValidUTF8(string(body), "?")); s != "" {
-		msg += ": " + s
-	}
-	return errors.New(msg)
+	return &statusError{head: head, body: strings.TrimSpace(strings.ToValidUTF8(string(body), "?"))}
 }

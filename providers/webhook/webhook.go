@@ -238,7 +238,9 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 		return providers.Result{}, providers.TransportError(err, wrote())
 	}
 	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	// Read more than an error shows (512 bytes), so that the secret a
+	// receiver echoes is redacted whole before the text is cut.
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // lets the connection be reused
 
 	status := resp.StatusCode

@@ -1,0 +1,47 @@
+package providers_test
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/providers"
+)
+
+// TestRedactionSeesTheWholeAnswerBeforeItIsCut: a secret echoed by a
+// receiver across the 512-byte cut, or encoded as receivers echo things,
+// leaves no part of itself in the error text.
+func TestRedactionSeesTheWholeAnswerBeforeItIsCut(t *testing.T) {
+	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a secret of forty-five bytes, signing hooks!"))
+	leaks := func(t *testing.T, msg string) {
+		t.Helper()
+		for i := 0; i+12 <= len(secret); i++ {
+			require.NotContains(t, msg, secret[i:i+12], "part of the secret left in %q", msg)
+		}
+	}
+	for name, body := range map[string]string{
+		"across the cut":        strings.Repeat("x", 490) + " " + secret + " tail",
+		"base64":                "echo: " + base64.StdEncoding.EncodeToString([]byte(secret)),
+		"base64, URL alphabet":  "echo: " + base64.RawURLEncoding.EncodeToString([]byte(secret)),
+		"percent-encoded":       "echo: " + url.QueryEscape(secret),
+		"JSON, escaped slashes": `{"secret": "` + strings.ReplaceAll(secret, "/", `\/`) + `"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := providers.InDoubt(providers.StatusError("", 500, "", []byte(body)))
+			red := providers.Redact(err, []string{secret})
+			require.Contains(t, red.Error(), providers.Redacted)
+			leaks(t, red.Error())
+			class, _ := providers.Classify(red)
+			require.Equal(t, providers.ClassInDoubt, class, "the class is kept")
+			require.LessOrEqual(t, len(red.Error()), 600, "the answer is still cut")
+		})
+	}
+	plain := providers.StatusError("", 404, "not found", []byte("no such hook"))
+	require.Equal(t, "HTTP 404 (not found): no such hook", plain.Error())
+	require.Same(t, plain, providers.Redact(plain, []string{secret}), "nothing to redact: the same error")
+	require.Equal(t, "HTTP 404", providers.Redact(errors.New("HTTP 404"), []string{secret}).Error())
+}
