@@ -4,6 +4,8 @@ package outboxtype
 type PurgeResult struct {
 	Effects int64 `json:"effects"`
 	Events  int64 `json:"events"`
+	// Drift counts provider drift records older than the cutoff.
+	Drift int64 `json:"drift"`
 }
 
 // PurgeOptions shape a purge's pace.

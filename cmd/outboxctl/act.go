@@ -321,7 +321,7 @@ creates it anew. --older-than below 24h (Stripe's key window) needs --force.`,
 				if a.JSON {
 					return printJSON(out, map[string]any{"dry_run": true, "would_delete": would})
 				}
-				fmt.Fprintf(out, "dry run: would delete %d effects and %d events last changed before %s\n", would.Effects, would.Events, cutoff.UTC().Format(time.RFC3339))
+				fmt.Fprintf(out, "dry run: would delete %d effects and %d events last changed before %s, and %d drift records\n", would.Effects, would.Events, cutoff.UTC().Format(time.RFC3339), would.Drift)
 				return nil
 			}
 			if err := a.confirmBulk(cmd.ErrOrStderr(), "delete", int(would.Effects+would.Events), yes); err != nil {
@@ -334,7 +334,7 @@ creates it anew. --older-than below 24h (Stripe's key window) needs --force.`,
 			if a.JSON {
 				return printJSON(out, map[string]any{"deleted": res})
 			}
-			fmt.Fprintf(out, "deleted %d effects and %d events last changed before %s\n", res.Effects, res.Events, cutoff.UTC().Format(time.RFC3339))
+			fmt.Fprintf(out, "deleted %d effects and %d events last changed before %s, and %d drift records\n", res.Effects, res.Events, cutoff.UTC().Format(time.RFC3339), res.Drift)
 			return nil
 		},
 	}

@@ -271,7 +271,7 @@ SELECT `+s+`.outboxd_effect_id(ev.id, k), ev.id, k, 'webhook', '{}',
 FROM ev CROSS JOIN unnest(ARRAY['a', 'b', 'c']) k`)
 	require.NoError(t, err)
 
-	cutoff := time.Now().Add(-30 * 24 * time.Hour)
+	cutoff := time.Now().Add(-30*24*time.Hour - 12*time.Hour)
 	would, err := b.store.Purge(ctx, b.db.Pool, cutoff, true)
 	require.NoError(t, err)
 	require.Equal(t, engine.PurgeResult{Effects: 200*3 + 100*2, Events: 220}, would)
@@ -366,4 +366,28 @@ FROM ev`)
 	for _, name := range []string{"purge.effects", "purge.events"} {
 		require.NotContains(t, plans[name], `"Seq Scan"`, "%s: %s", name, plans[name])
 	}
+}
+
+// TestPurgeTakesOldDriftRecords: drift records older than the retention
+// go with the purge, those of unknown keys (no effect) included; newer
+// ones stay; a dry run counts them.
+func TestPurgeTakesOldDriftRecords(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	s := b.db.Schema
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO `+s+`.provider_drift (reason, provider, idempotency_key, event_id, event_type, check_hint, created_at)
+		SELECT 'unknown_key', 'sendgrid', 'k' || i, 'sg_' || i, 'delivered', 'check', now() - (i || ' days')::interval
+		FROM generate_series(1, 40) i`)
+	require.NoError(t, err)
+	cutoff := time.Now().Add(-30*24*time.Hour - 12*time.Hour)
+	would, err := b.store.Purge(ctx, b.db.Pool, cutoff, true)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), would.Drift, "days 31 to 40")
+	res, err := b.store.Purge(ctx, b.db.Pool, cutoff, false)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), res.Drift)
+	var left int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.provider_drift`).Scan(&left))
+	require.Equal(t, 30, left, "the last 30 days stay")
 }

@@ -9,7 +9,8 @@ import (
 
 // Purge deletes confirmed, failed and cancelled effects last updated before
 // cutoff, with their audit rows, each event with its last effect, then
-// events older than cutoff that have no effects, in batches so no
+// events older than cutoff that have no effects and provider drift records
+// older than cutoff, in batches so no
 // transaction holds many locks. Pending and fired effects are never
 // touched. With dryRun it only counts.
 func (s *Store) Purge(ctx context.Context, db DB, cutoff time.Time, dryRun bool) (PurgeResult, error) {
@@ -23,6 +24,9 @@ func (s *Store) Purge(ctx context.Context, db DB, cutoff time.Time, dryRun bool)
 		}
 		err := db.QueryRow(ctx, s.sql(sqlPurgeEventsCount), cutoff).Scan(&res.Events)
 		if err != nil {
+			return res, fmt.Errorf("purge: %w", err)
+		}
+		if err := db.QueryRow(ctx, s.sql(sqlPurgeDriftCount), cutoff).Scan(&res.Drift); err != nil {
 			return res, fmt.Errorf("purge: %w", err)
 		}
 		return res, nil
@@ -57,14 +61,20 @@ func (s *Store) PurgeInBatches(ctx context.Context, db DB, cutoff time.Time, o P
 			}
 		}
 	}
-	for {
-		tag, err := db.Exec(ctx, s.sql(sqlPurgeEvents), cutoff, batch)
-		if err != nil {
-			return res, fmt.Errorf("purge: %w", err)
-		}
-		res.Events += tag.RowsAffected()
-		if tag.RowsAffected() == 0 {
-			return res, nil
+	for _, p := range []struct {
+		sql string
+		n   *int64
+	}{{s.sql(sqlPurgeEvents), &res.Events}, {s.sql(sqlPurgeDrift), &res.Drift}} {
+		for {
+			tag, err := db.Exec(ctx, p.sql, cutoff, batch)
+			if err != nil {
+				return res, fmt.Errorf("purge: %w", err)
+			}
+			*p.n += tag.RowsAffected()
+			if tag.RowsAffected() == 0 {
+				break
+			}
 		}
 	}
+	return res, nil
 }

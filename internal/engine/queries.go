@@ -530,6 +530,14 @@ DELETE FROM /*schema*/idempotency_keys WHERE id IN (
 	WHERE expires_at <= now() AND NOT (state = 'in_progress' AND locked_until > now())
 	LIMIT $1 FOR UPDATE SKIP LOCKED)`
 
+	// Drift records older than $1, $2 at a time (those of a purged effect
+	// lost its id already; unknown-key ones never had one).
+	sqlPurgeDrift = `
+DELETE FROM /*schema*/provider_drift WHERE id IN (
+	SELECT id FROM /*schema*/provider_drift WHERE created_at < $1 LIMIT $2)`
+
+	sqlPurgeDriftCount = `SELECT count(*) FROM /*schema*/provider_drift WHERE created_at < $1`
+
 	// Inbox message ids past their retention, $1 at a time.
 	sqlPurgeExpiredInbox = `
 DELETE FROM /*schema*/inbox_messages WHERE (source, message_id) IN (
