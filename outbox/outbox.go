@@ -187,6 +187,10 @@ type Event struct {
 	Type string
 	// Payload is a JSON object; nil is stored as {}.
 	Payload json.RawMessage
+	// OrderingKey, when set, is the ordering key of each of its effects
+	// that names none (see Effect.OrderingKey). It is not stored with the
+	// event.
+	OrderingKey string
 }
 
 // Effect is one side effect an event implies.
@@ -203,10 +207,39 @@ type Effect struct {
 	// transaction can take it back with Outbox.Cancel. Zero: at once. The
 	// provider's key window starts at its first request, not at enqueue.
 	NotBefore time.Time
+	// OrderingKey, when set, orders the effect after every earlier effect
+	// with the same key (for example "subscription:sub_42"): it fires only
+	// once each of them has ended (confirmed, cancelled, released by an
+	// operator, or failed with OnFailure SkipFailed), in the order their
+	// transactions committed, and in this call's order within one. Many
+	// keys dispatch in parallel. The enqueueing transaction holds a lock on
+	// the key until it commits: two transactions on one key wait for each
+	// other. At most 256 bytes. See docs/ordering.md.
+	OrderingKey string
+	// OnFailure says what this effect's failure does to the effects after
+	// it on its ordering key: BlockKey (the default) holds them until an
+	// operator redrives, cancels, resolves or releases it; SkipFailed lets
+	// them go on.
+	OnFailure FailurePolicy
 
 	// err is why EffectOf could not encode its payload; Enqueue reports it.
 	err error
 }
+
+// FailurePolicy is what an effect's failure does to the effects after it on
+// its ordering key.
+type FailurePolicy int
+
+const (
+	// BlockKey holds the effects after a failed one until an operator
+	// acts on it: the safe default when a later effect depends on an
+	// earlier one (a refund on its capture).
+	BlockKey FailurePolicy = iota
+	// SkipFailed lets the effects after a failed one go on, for effects
+	// whose order matters but whose loss does not stop the rest (a
+	// partner's notifications).
+	SkipFailed
+)
 
 // EffectOf is the effect of kind that a typed payload describes: its
 // provider and its JSON, from a value the compiler checks (a
@@ -306,6 +339,9 @@ func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Eff
 	if err != nil {
 		return nil, err
 	}
+	if err := o.lockOrderingKeys(ctx, tx, newEffects); err != nil {
+		return nil, err
+	}
 	res := &Result{EventID: ev.ID, Effects: make([]EffectResult, len(effects))}
 	for i, e := range effects {
 		res.Effects[i] = EffectResult{
@@ -374,6 +410,26 @@ func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Eff
 	return res, nil
 }
 
+// lockOrderingKeys takes the locks of the call's ordering keys in one
+// order when it has several, so that two calls naming the same keys in
+// different orders cannot deadlock. (The insert takes each key's lock
+// itself; with one key there is nothing to order.)
+func (o *Outbox) lockOrderingKeys(ctx context.Context, tx pgx.Tx, effects []engine.NewEffect) error {
+	var keys []string
+	for _, e := range effects {
+		if e.OrderingKey != "" && !slices.Contains(keys, e.OrderingKey) {
+			keys = append(keys, e.OrderingKey)
+		}
+	}
+	if len(keys) < 2 {
+		return nil
+	}
+	if err := o.store.LockOrderingKeys(ctx, tx, keys); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	return nil
+}
+
 // insertEffects inserts effects of event id and a dispatch job for each one
 // actually inserted, marking those in res as not duplicate.
 func (o *Outbox) insertEffects(ctx context.Context, tx pgx.Tx, id uuid.UUID, effects []engine.NewEffect, res *Result) error {
@@ -426,7 +482,9 @@ func (o *Outbox) insertJobs(ctx context.Context, tx pgx.Tx, id uuid.UUID, effect
 		return nil
 	}
 	for _, e := range effects {
-		if eid := engine.EffectID(id, e.Kind); inserted[eid] {
+		// An effect with an ordering key gets its job from a dispatcher
+		// when it is first in its chain.
+		if eid := engine.EffectID(id, e.Kind); inserted[eid] && e.OrderingKey == "" {
 			params = append(params, engine.JobParams(eid, e.Provider, e.NotBefore))
 		}
 	}
@@ -511,13 +569,44 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (engine.NewEven
 		if err := v.ValidatePayload(e.Kind, e.Payload); err != nil {
 			return ne, nil, invalid(field+".payload", "%s", err)
 		}
-		out[i] = engine.NewEffect{Kind: e.Kind, Provider: e.Provider, Payload: e.Payload}
+		out[i] = engine.NewEffect{Kind: e.Kind, Provider: e.Provider, Payload: e.Payload,
+			OrderingKey: e.OrderingKey, SkipFailed: e.OnFailure == SkipFailed}
+		if out[i].OrderingKey == "" {
+			out[i].OrderingKey = ev.OrderingKey
+		}
+		if err := checkOrderingKey(out[i].OrderingKey); err != nil {
+			f := field + ".ordering_key"
+			if e.OrderingKey == "" {
+				f = "event.ordering_key"
+			}
+			return ne, nil, invalid(f, "%s", err)
+		}
+		if e.OnFailure != BlockKey && e.OnFailure != SkipFailed {
+			return ne, nil, invalid(field+".on_failure", "unknown policy %d: use outbox.BlockKey or outbox.SkipFailed", e.OnFailure)
+		}
 		if !e.NotBefore.IsZero() {
 			nb := e.NotBefore
 			out[i].NotBefore = &nb
 		}
 	}
 	return ne, out, nil
+}
+
+// MaxOrderingKeyLength is the longest ordering key, in bytes.
+const MaxOrderingKeyLength = 256
+
+func checkOrderingKey(k string) error {
+	switch {
+	case k == "":
+		return nil
+	case len(k) > MaxOrderingKeyLength:
+		return fmt.Errorf("%d bytes, over the limit of %d", len(k), MaxOrderingKeyLength)
+	case !utf8.ValidString(k):
+		return errors.New("not valid UTF-8: Postgres text holds UTF-8 only")
+	case strings.ContainsRune(k, 0):
+		return errors.New("contains a NUL byte, which Postgres text cannot store")
+	}
+	return nil
 }
 
 func (o *Outbox) checkPayload(p json.RawMessage) error {

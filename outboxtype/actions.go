@@ -47,6 +47,9 @@ const (
 	ActionRequeue = "requeue"
 	// ActionAcknowledge marks a failed effect as reviewed.
 	ActionAcknowledge = "acknowledge"
+	// ActionRelease lets the effects after one on its ordering key go on,
+	// whatever becomes of it.
+	ActionRelease = "release"
 	// ActionLateAck records a provider's acknowledgement that arrived after
 	// an operator's action.
 	ActionLateAck = "late_ack"

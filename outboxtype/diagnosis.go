@@ -24,6 +24,10 @@ func (s StuckEffect) Diagnosis(now time.Time, firedBound, window time.Duration) 
 				relative(closes, now), relative(*e.KeyWindowFrom, now))
 		}
 	}
+	if s.BlockedBehind != nil && e.OrderingKey != nil {
+		return fmt.Sprintf("blocked behind %s on ordering key %q: it fires once that effect ends (confirmed, cancelled or released). "+
+			"Act on %s; if it will never complete, `outboxctl release %s` lets this chain go on", s.BlockedBehind, *e.OrderingKey, s.BlockedBehind, s.BlockedBehind)
+	}
 	if s.JobID == nil {
 		return "no live River job: nothing will fire it. `outboxctl requeue` gives it one (the sweeper would, within --sweep-interval)"
 	}

@@ -64,6 +64,18 @@ type Effect struct {
 	// NotBefore is the earliest time the effect may fire (nil: at once),
 	// as enqueued; its key window still starts at its first request.
 	NotBefore *time.Time `db:"not_before" json:"not_before"`
+	// OrderingKey, when set, orders the effect after every earlier effect
+	// with the same key; OrderingSeq is its position there (a later
+	// commit has a higher one).
+	OrderingKey *string `db:"ordering_key" json:"ordering_key,omitempty"`
+	OrderingSeq *int64  `db:"ordering_seq" json:"ordering_seq,omitempty"`
+	// OrderingSkipFailed is the effect's policy when it fails: true lets
+	// the effects after it on its key go on; false (the default) holds
+	// them until an operator acts.
+	OrderingSkipFailed bool `db:"ordering_skip_failed" json:"ordering_skip_failed,omitempty"`
+	// OrderingReleasedAt is when an operator released the effects after it
+	// on its key, whatever becomes of it.
+	OrderingReleasedAt *time.Time `db:"ordering_released_at" json:"ordering_released_at,omitempty"`
 }
 
 // Failure reasons recorded in last_error when an effect ends failed.

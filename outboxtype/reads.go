@@ -31,6 +31,9 @@ type StuckEffect struct {
 	JobID          *int64     `json:"job_id"`
 	JobState       *string    `json:"job_state"`
 	JobScheduledAt *time.Time `json:"job_scheduled_at"`
+	// BlockedBehind is the first earlier effect of its ordering key that
+	// has not ended, when there is one: the effect waits for it.
+	BlockedBehind *uuid.UUID `json:"blocked_behind,omitempty"`
 }
 
 // Event is an outbox_events row.

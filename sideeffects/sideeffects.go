@@ -258,6 +258,12 @@ func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts Action
 	return o.op.Acknowledge(ctx, ids, opts)
 }
 
+// Release lets the effects after each one on its ordering key go on, whatever
+// becomes of it; its state does not change (docs/ordering.md).
+func (o *Operator) Release(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+	return o.op.Release(ctx, ids, opts)
+}
+
 // The reads below are what outboxctl and the web view show; each reads
 // through an index (docs/performance.md times them at 10 M effects).
 

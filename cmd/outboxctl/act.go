@@ -127,6 +127,26 @@ Select effects by id, or by filters (default --state failed).`,
 	return cmd
 }
 
+func newReleaseCmd(a *app) *cobra.Command {
+	var f actFlags
+	cmd := &cobra.Command{
+		Use:   "release [effect id | key ...]",
+		Short: "Let the effects waiting behind one on its ordering key go on",
+		Long: `Let the effects after an effect on its ordering key fire, whatever becomes
+of it: for the head of a blocked chain that will never complete and that you
+do not want to cancel (it stays as it is, with your reason in the audit
+trail, and can still be retried, cancelled or confirmed; if retried, it may
+then fire after the effects behind it). "stuck" shows blocked chains under
+their head. Cancelling or confirming the head also lets the chain go on.
+
+Select effects by id, or by filters (default --state failed).`,
+		RunE: a.bulk(&f, "release", []outboxtype.State{outboxtype.StateFailed}),
+	}
+	f.add(cmd, 100)
+	addActFlags(cmd, &f)
+	return cmd
+}
+
 func newRequeueCmd(a *app) *cobra.Command {
 	var f actFlags
 	cmd := &cobra.Command{
@@ -197,6 +217,8 @@ func (a *app) action(verb string) func(context.Context, []uuid.UUID, outboxtype.
 		return a.op.Requeue
 	case "acknowledge":
 		return a.op.Acknowledge
+	case "release":
+		return a.op.Release
 	default:
 		return a.op.Cancel
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // IntakeChannel is the notification channel on which Enqueue wakes the
@@ -122,8 +123,9 @@ func (in *intake) listen(ctx context.Context) error {
 	return nil
 }
 
-// drain moves one batch of intake rows into River jobs and returns how many
-// it took.
+// drain moves one batch of intake rows into River jobs, and gives the
+// next effect of each ordering key that may have moved its job, and
+// returns how many rows it took.
 func (in *intake) drain(ctx context.Context) (int, error) {
 	// Most polls find the intake empty: one round trip says so, without
 	// a transaction.
@@ -140,22 +142,83 @@ func (in *intake) drain(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
-		params, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (river.InsertManyParams, error) {
-			var id uuid.UUID
-			var provider string
-			var notBefore *time.Time
-			err := r.Scan(&id, &provider, &notBefore)
-			return JobParams(id, provider, notBefore), err
+		var params []river.InsertManyParams
+		var id uuid.UUID
+		var provider string
+		var notBefore *time.Time
+		var ordered bool
+		_, err = pgx.ForEachRow(rows, []any{&id, &provider, &notBefore, &ordered}, func() error {
+			n++
+			// An effect with an ordering key gets its job when it is
+			// first in its chain: see the wakes below.
+			if !ordered {
+				params = append(params, JobParams(id, provider, notBefore))
+			}
+			return nil
 		})
-		if err != nil || len(params) == 0 {
+		if err != nil {
 			return err
 		}
-		n = len(params)
-		_, err = in.client.InsertManyTx(ctx, tx, params)
+		if len(params) > 0 {
+			if _, err := in.client.InsertManyTx(ctx, tx, params); err != nil {
+				return err
+			}
+		}
+		woken, err := in.store.WakeChains(ctx, tx, in.client, intakeBatch)
+		n += woken
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("intake: %w", err)
 	}
 	return n, nil
+}
+
+// WakeChains takes up to limit keys whose chain may have moved (an effect
+// of the key was inserted, ended or released) and gives the first effect of
+// each that has not ended, if it is pending, a dispatch job. Jobs are
+// unique per effect while live: an effect that has one keeps it, and a job
+// waiting behind its predecessor (see Worker) is made available now. It
+// returns how many keys it took.
+func (s *Store) WakeChains(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], limit int) (int, error) {
+	rows, err := tx.Query(ctx, s.sql(sqlTakeWakes), limit)
+	if err != nil {
+		return 0, fmt.Errorf("wake chains: %w", err)
+	}
+	var params []river.InsertManyParams
+	var id *uuid.UUID
+	var provider *string
+	var notBefore *time.Time
+	keys, err := pgx.ForEachRow(rows, []any{&id, &provider, &notBefore}, func() error {
+		if id != nil {
+			params = append(params, JobParams(*id, *provider, notBefore))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("wake chains: %w", err)
+	}
+	if len(params) == 0 {
+		return int(keys.RowsAffected()), nil
+	}
+	res, err := client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return 0, fmt.Errorf("wake chains: insert jobs: %w", err)
+	}
+	now := time.Now()
+	for i, r := range res {
+		// A job that found its effect blocked snoozed (River keeps a short
+		// snooze available, a longer one scheduled): wake it now, unless
+		// the effect itself must still wait.
+		st := r.Job.State
+		if r.UniqueSkippedAsDuplicate && (st == rivertype.JobStateScheduled || st == rivertype.JobStateAvailable) && r.Job.ScheduledAt.After(now) {
+			if nb := params[i].InsertOpts.ScheduledAt; !nb.IsZero() && nb.After(now) {
+				continue
+			}
+			if _, err := client.JobRetryTx(ctx, tx, r.Job.ID); err != nil {
+				return 0, fmt.Errorf("wake chains: make job %d available: %w", r.Job.ID, err)
+			}
+		}
+	}
+	return int(keys.RowsAffected()), nil
 }

@@ -193,6 +193,30 @@ func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts Action
 		})
 }
 
+// Release lets the effects after each of ids on its ordering key go on,
+// whatever becomes of it: for the head of a chain that will never complete
+// (a capture the customer settled by other means) when cancelling it would
+// lose what it records. Its state does not change; it can still be
+// redriven, cancelled or resolved, and it no longer holds its key.
+func (o *Operator) Release(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+	if opts.Reason == "" {
+		return nil, errors.New("release needs a reason")
+	}
+	check := func(_ context.Context, _ DB, e *Effect, _ *Change) (string, error) {
+		switch {
+		case e.OrderingKey == nil:
+			return "has no ordering key: nothing waits behind it", nil
+		case e.OrderingReleasedAt != nil:
+			return "released already at " + e.OrderingReleasedAt.UTC().Format(time.RFC3339), nil
+		}
+		return "", nil
+	}
+	return o.each(ctx, ids, opts, ActionRelease, "", []State{StatePending, StateFired, StateFailed}, check,
+		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
+			return o.store.transitionReturning(ctx, tx, ActionRelease, o.store.sql(sqlReleaseChain), e.ID)
+		})
+}
+
 // Cancel moves pending, fired or failed effects to cancelled: no worker will
 // fire them again. A fired effect may have a call in flight; if the provider
 // acknowledges it, the acknowledgement is recorded in the audit trail.
@@ -330,6 +354,8 @@ func pastTense(action string) string {
 		return "requeued"
 	case ActionAcknowledge:
 		return "acknowledged"
+	case ActionRelease:
+		return "released"
 	default:
 		return "confirmed"
 	}

@@ -11,7 +11,28 @@ import "strings"
 // outboxd_idempotency_key(source_id, kind).
 const effectColumns = `id, source_id, kind, provider, payload, state, attempts,
 	last_error, provider_ref, replayed, next_attempt_at, created_at, updated_at, fired_at, first_fired_at, confirmed_at,
-	in_doubt, total_attempts, redrives, key_window_from, acknowledged_at, not_before`
+	in_doubt, total_attempts, redrives, key_window_from, acknowledged_at, not_before,
+	ordering_key, ordering_seq, ordering_skip_failed, ordering_released_at`
+
+// openInChain is true of an effect s of an ordering key that has not
+// ended: the effects after it wait. Its terms are those of
+// side_effects_ordering_open_idx, so the planner reads that index.
+const openInChain = `s.ordering_released_at IS NULL AND s.phase NOT IN ('confirmed', 'cancelled')
+		AND (s.phase = 'live' OR NOT s.ordering_skip_failed)`
+
+// blockedInChain is true of the effect e while an earlier effect of its
+// ordering key has not ended; blockedInChainUnaliased of side_effects
+// named by its table name.
+const (
+	blockedInChain = `(e.ordering_key IS NOT NULL AND EXISTS (
+		SELECT 1 FROM /*schema*/side_effects s
+		WHERE s.ordering_key = e.ordering_key AND s.ordering_seq < e.ordering_seq
+		AND ` + openInChain + `))`
+	blockedInChainUnaliased = `(side_effects.ordering_key IS NOT NULL AND EXISTS (
+		SELECT 1 FROM /*schema*/side_effects s
+		WHERE s.ordering_key = side_effects.ordering_key AND s.ordering_seq < side_effects.ordering_seq
+		AND ` + openInChain + `))`
+)
 
 const (
 	sqlInsertEvent = `
@@ -28,9 +49,9 @@ WITH ev AS (
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
 )
-INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before)
-SELECT u.id, ev.id, u.kind, u.provider, u.payload, u.not_before
-FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[]) AS u(id, kind, provider, payload, not_before)
+INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed)
+SELECT u.id, ev.id, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip
+FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[], $11::text[], $12::boolean[]) AS u(id, kind, provider, payload, not_before, okey, oskip)
 RETURNING id`
 
 	// sqlInsertEventWithEffects, also queueing each effect in the intake
@@ -42,9 +63,9 @@ WITH ev AS (
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
 ), eff AS (
-	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before)
-	SELECT u.id, ev.id, u.kind, u.provider, u.payload, u.not_before
-	FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[]) AS u(id, kind, provider, payload, not_before)
+	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed)
+	SELECT u.id, ev.id, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip
+	FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[], $11::text[], $12::boolean[]) AS u(id, kind, provider, payload, not_before, okey, oskip)
 	RETURNING id, provider
 )
 INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FROM eff`
@@ -52,9 +73,9 @@ INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FR
 	// sqlInsertEffects, also queueing each inserted effect in the intake.
 	sqlInsertEffectsIntake = `
 WITH eff AS (
-	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before)
-	SELECT u.id, $1, u.kind, u.provider, u.payload, u.not_before
-	FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[]) AS u(id, kind, provider, payload, not_before)
+	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed)
+	SELECT u.id, $1, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip
+	FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[], $7::text[], $8::boolean[]) AS u(id, kind, provider, payload, not_before, okey, oskip)
 	ON CONFLICT DO NOTHING
 	RETURNING id, provider
 ), q AS (
@@ -67,9 +88,27 @@ SELECT id FROM eff`
 	sqlTakeIntake = `
 DELETE FROM /*schema*/outbox_intake WHERE ctid = ANY(ARRAY(
 	SELECT ctid FROM /*schema*/outbox_intake LIMIT $1 FOR UPDATE SKIP LOCKED))
-RETURNING effect_id, provider, (SELECT not_before FROM /*schema*/side_effects WHERE id = effect_id)`
+RETURNING effect_id, provider, (SELECT not_before FROM /*schema*/side_effects WHERE id = effect_id),
+	coalesce((SELECT ordering_key IS NOT NULL FROM /*schema*/side_effects WHERE id = effect_id), false)`
 
-	sqlIntakeWaiting = `SELECT EXISTS (SELECT 1 FROM /*schema*/outbox_intake)`
+	sqlIntakeWaiting = `SELECT EXISTS (SELECT 1 FROM /*schema*/outbox_intake) OR EXISTS (SELECT 1 FROM /*schema*/outbox_order_wake)`
+
+	// Takes up to $1 keys whose chain may have moved and returns, for
+	// each, its first effect that has not ended if that one is pending:
+	// the effect that may fire next on the key (NULLs for a key whose
+	// first is not pending, or that has none).
+	sqlTakeWakes = `
+WITH w AS (
+	DELETE FROM /*schema*/outbox_order_wake WHERE ctid = ANY(ARRAY(
+		SELECT ctid FROM /*schema*/outbox_order_wake LIMIT $1 FOR UPDATE SKIP LOCKED))
+	RETURNING ordering_key
+)
+SELECT h.id, h.provider, h.not_before
+FROM (SELECT DISTINCT ordering_key FROM w) k
+LEFT JOIN LATERAL (
+	SELECT s.id, s.provider, s.not_before, s.state FROM /*schema*/side_effects s
+	WHERE s.ordering_key = k.ordering_key AND ` + openInChain + `
+	ORDER BY s.ordering_seq LIMIT 1) h ON h.state = 'pending'`
 
 	// An application's cancel, in its own transaction, of the effect of
 	// kind $2 of event $1 that has never fired: the row lock waits for a
@@ -87,6 +126,20 @@ WITH target AS (
 )
 SELECT t.id, t.state, t.first_fired_at IS NOT NULL, EXISTS (SELECT 1 FROM upd) FROM target t`
 
+	// The first effect of effect $1's ordering key, before it, that has
+	// not ended: what it waits behind.
+	sqlBlockedBehind = `
+SELECT s.id FROM /*schema*/side_effects e JOIN /*schema*/side_effects s
+	ON s.ordering_key = e.ordering_key AND s.ordering_seq < e.ordering_seq
+WHERE e.id = $1 AND ` + openInChain + `
+ORDER BY s.ordering_seq LIMIT 1`
+
+	// The enqueue locks of the ordering keys $1, in hash order (the
+	// classid is the one outboxd_order_effect uses).
+	sqlLockOrderingKeys = `
+SELECT pg_advisory_xact_lock(1869574516, h) FROM (
+	SELECT DISTINCT hashtext(k) AS h FROM unnest($1::text[]) AS k ORDER BY 1) AS x`
+
 	sqlEventMatches = `
 SELECT aggregate_type = $2 AND aggregate_id = $3 AND event_type = $4 AND payload = $5::jsonb
 FROM /*schema*/outbox_events WHERE id = $1`
@@ -95,15 +148,16 @@ FROM /*schema*/outbox_events WHERE id = $1`
 	// effect (the id is derived from (source_id, kind)), so either means
 	// "exists".
 	sqlInsertEffects = `
-INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before)
-SELECT u.id, $1, u.kind, u.provider, u.payload, u.not_before
-FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[]) AS u(id, kind, provider, payload, not_before)
+INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed)
+SELECT u.id, $1, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip
+FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[], $7::text[], $8::boolean[]) AS u(id, kind, provider, payload, not_before, okey, oskip)
 ON CONFLICT DO NOTHING
 RETURNING id`
 
 	sqlCompareEffects = `
-SELECT u.kind, s.id, coalesce(s.provider = u.provider AND s.payload = u.payload AND s.not_before IS NOT DISTINCT FROM u.not_before, false)
-FROM unnest($2::text[], $3::text[], $4::jsonb[], $5::timestamptz[]) WITH ORDINALITY AS u(kind, provider, payload, not_before, ord)
+SELECT u.kind, s.id, coalesce(s.provider = u.provider AND s.payload = u.payload AND s.not_before IS NOT DISTINCT FROM u.not_before
+	AND s.ordering_key IS NOT DISTINCT FROM u.okey AND s.ordering_skip_failed = u.oskip, false)
+FROM unnest($2::text[], $3::text[], $4::jsonb[], $5::timestamptz[], $6::text[], $7::boolean[]) WITH ORDINALITY AS u(kind, provider, payload, not_before, okey, oskip, ord)
 LEFT JOIN /*schema*/side_effects s ON s.source_id = $1 AND s.kind = u.kind
 ORDER BY u.ord`
 
@@ -140,19 +194,21 @@ SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 
 	fired_at = now(), first_fired_at = coalesce(first_fired_at, now()), key_window_from = coalesce(key_window_from, now()),
 	next_attempt_at = NULL, updated_at = now()
 WHERE id = $1 AND state = $2 AND state IN ('pending', 'fired') AND (not_before IS NULL OR not_before <= now())
+	AND NOT ` + blockedInChainUnaliased + `
 RETURNING ` + effectColumns
 
 	// pending -> fired for the effects in $1 never fired before, of a
 	// provider this process has ($2): the common first attempt, which needs
 	// no in-doubt or key-window decision, for many effects in one statement.
-	// Neither claim fires an effect before its not_before.
+	// Neither claim fires an effect before its not_before, nor one with
+	// an earlier effect of its ordering key that has not ended.
 	sqlClaimFirstMany = `
 UPDATE /*schema*/side_effects
 SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 1, in_doubt = true,
 	fired_at = now(), first_fired_at = now(), key_window_from = coalesce(key_window_from, now()),
 	next_attempt_at = NULL, updated_at = now()
 WHERE id = ANY($1) AND state = 'pending' AND first_fired_at IS NULL AND NOT in_doubt AND provider = ANY($2)
-	AND (not_before IS NULL OR not_before <= now())
+	AND (not_before IS NULL OR not_before <= now()) AND NOT ` + blockedInChainUnaliased + `
 RETURNING ` + effectColumns
 
 	// fired -> confirmed on the providers' acknowledgements of many
@@ -316,6 +372,18 @@ WHERE created_at >= $1 AND ($2 = '' OR reason = $2) AND ($3::uuid IS NULL OR eff
 ORDER BY id DESC LIMIT $4`
 
 	// failed -> failed, acknowledged as reviewed and correctly failed.
+	// Lets the effects after $1 on its ordering key go on: the end trigger
+	// (migration 00016) wakes the chain.
+	sqlReleaseChain = `
+WITH before AS (
+	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+	WHERE id = $1 AND ordering_key IS NOT NULL AND ordering_released_at IS NULL FOR UPDATE
+)
+UPDATE /*schema*/side_effects e
+SET ordering_released_at = now()
+FROM before WHERE e.id = before.id
+RETURNING ` + beforeColumns
+
 	sqlAcknowledge = `
 WITH before AS (
 	SELECT ` + effectColumns + ` FROM /*schema*/side_effects
@@ -338,7 +406,8 @@ FROM /*schema*/side_effect_audit WHERE effect_id = $1 ORDER BY id`
 const beforeColumns = `before.id, before.source_id, before.kind, before.provider, before.payload,
 	before.state, before.attempts, before.last_error, before.provider_ref, before.replayed, before.next_attempt_at,
 	before.created_at, before.updated_at, before.fired_at, before.first_fired_at, before.confirmed_at,
-	before.in_doubt, before.total_attempts, before.redrives, before.key_window_from, before.acknowledged_at, before.not_before`
+	before.in_doubt, before.total_attempts, before.redrives, before.key_window_from, before.acknowledged_at, before.not_before,
+	before.ordering_key, before.ordering_seq, before.ordering_skip_failed, before.ordering_released_at`
 
 // Inspection: what operators and the stuck/stats commands read.
 const (
@@ -368,7 +437,7 @@ WITH stuck AS (
 	 WHERE phase = 'failed' ORDER BY ended_at LIMIT $2)
 	ORDER BY updated_at LIMIT $2
 )
-SELECT ` + effectColumnsE + `, j.id, j.state, j.scheduled_at
+SELECT ` + effectColumnsE + `, j.id, j.state, j.scheduled_at, b.id
 FROM stuck e
 LEFT JOIN LATERAL (
 	SELECT id, state::text, scheduled_at FROM /*schema*/river_job
@@ -376,6 +445,12 @@ LEFT JOIN LATERAL (
 		AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
 	ORDER BY id DESC LIMIT 1
 ) j ON true
+LEFT JOIN LATERAL (
+	SELECT s.id FROM /*schema*/side_effects s
+	WHERE e.ordering_key IS NOT NULL AND s.ordering_key = e.ordering_key AND s.ordering_seq < e.ordering_seq
+		AND ` + openInChain + `
+	ORDER BY s.ordering_seq LIMIT 1
+) b ON true
 ORDER BY e.updated_at`
 
 	sqlEventOf = `
@@ -579,7 +654,7 @@ ORDER BY seen_at DESC LIMIT $1`
 // rows written by plain SQL, or whose job was discarded or cleaned up.
 const sqlSweep = `
 SELECT e.id, e.provider, e.not_before FROM /*schema*/side_effects e
-WHERE e.phase = 'live' AND e.updated_at < $1
+WHERE e.phase = 'live' AND e.updated_at < $1 AND NOT ` + blockedInChain + `
 	AND NOT EXISTS (
 		SELECT 1 FROM /*schema*/river_job j
 		WHERE j.kind = 'outboxd.dispatch' AND j.args @> jsonb_build_object('effect_id', e.id)
@@ -604,7 +679,8 @@ GROUP BY kind`
 
 const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.payload, e.state, e.attempts,
 	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at,
-	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from, e.acknowledged_at, e.not_before`
+	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from, e.acknowledged_at, e.not_before,
+	e.ordering_key, e.ordering_seq, e.ordering_skip_failed, e.ordering_released_at`
 
 // sqlListFailed is sqlListEffects for failed effects only ($1 = {failed}):
 // the phase predicate lets it read side_effects_failed_list_idx.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -160,4 +161,19 @@ func (s *Store) Fail(ctx context.Context, db DB, id uuid.UUID, reason string) (b
 // in doubt only when an earlier request with the key may have been applied.
 func (s *Store) FailProven(ctx context.Context, db DB, id uuid.UUID, reason string, inDoubt bool) (bool, error) {
 	return s.exec(ctx, db, "fail", s.sql(sqlFailProven), id, reason, inDoubt)
+}
+
+// BlockedBehind returns the first earlier effect of effect id's ordering key
+// that has not ended, which id waits behind; nil when there is none (or id
+// has no ordering key).
+func (s *Store) BlockedBehind(ctx context.Context, db DB, id uuid.UUID) (*uuid.UUID, error) {
+	var head uuid.UUID
+	err := db.QueryRow(ctx, s.sql(sqlBlockedBehind), id).Scan(&head)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("effect %s: what it waits behind: %w", id, err)
+	}
+	return &head, nil
 }

@@ -46,6 +46,10 @@ type NewEffect struct {
 	Payload  json.RawMessage
 	// NotBefore, when set, is the earliest time it may fire.
 	NotBefore *time.Time
+	// OrderingKey, when not empty, orders it after the earlier effects
+	// of that key; SkipFailed lets those after it go on if it fails.
+	OrderingKey string
+	SkipFailed  bool
 }
 
 // effectArrays are new effects as the column arrays the unnest-based
@@ -56,6 +60,8 @@ type effectArrays struct {
 	providers []string
 	payloads  []json.RawMessage
 	notBefore []*time.Time
+	okeys     []*string
+	oskip     []bool
 }
 
 func columnsOf(sourceID uuid.UUID, effects []NewEffect) effectArrays {
@@ -65,9 +71,14 @@ func columnsOf(sourceID uuid.UUID, effects []NewEffect) effectArrays {
 		providers: make([]string, len(effects)),
 		payloads:  make([]json.RawMessage, len(effects)),
 		notBefore: make([]*time.Time, len(effects)),
+		okeys:     make([]*string, len(effects)),
+		oskip:     make([]bool, len(effects)),
 	}
 	for i, e := range effects {
 		c.ids[i], c.kinds[i], c.providers[i], c.payloads[i], c.notBefore[i] = EffectID(sourceID, e.Kind), e.Kind, e.Provider, e.Payload, e.NotBefore
+		if e.OrderingKey != "" {
+			c.okeys[i], c.oskip[i] = &e.OrderingKey, e.SkipFailed
+		}
 	}
 	return c
 }
@@ -81,7 +92,7 @@ func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, ef
 	if intake {
 		sql = s.sql(sqlInsertEffectsIntake)
 	}
-	rows, err := db.Query(ctx, sql, sourceID, c.ids, c.kinds, c.providers, c.payloads, c.notBefore)
+	rows, err := db.Query(ctx, sql, sourceID, c.ids, c.kinds, c.providers, c.payloads, c.notBefore, c.okeys, c.oskip)
 	if err != nil {
 		return nil, fmt.Errorf("insert effects of event %s: %w", sourceID, err)
 	}
@@ -112,7 +123,7 @@ func (s *Store) InsertEventWithEffects(ctx context.Context, db DB, ev NewEvent, 
 		sql = s.sql(sqlInsertEventWithEffectsIntake)
 	}
 	tag, err := db.Exec(ctx, sql, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload,
-		c.ids, c.kinds, c.providers, c.payloads, c.notBefore)
+		c.ids, c.kinds, c.providers, c.payloads, c.notBefore, c.okeys, c.oskip)
 	if err != nil {
 		return false, fmt.Errorf("insert event %s: %w", ev.ID, err)
 	}
@@ -134,7 +145,7 @@ type ExistingEffect struct {
 // already exists and whether it matches.
 func (s *Store) CompareEffects(ctx context.Context, db DB, sourceID uuid.UUID, effects []NewEffect) ([]ExistingEffect, error) {
 	c := columnsOf(sourceID, effects)
-	rows, err := db.Query(ctx, s.sql(sqlCompareEffects), sourceID, c.kinds, c.providers, c.payloads, c.notBefore)
+	rows, err := db.Query(ctx, s.sql(sqlCompareEffects), sourceID, c.kinds, c.providers, c.payloads, c.notBefore, c.okeys, c.oskip)
 	if err != nil {
 		return nil, fmt.Errorf("compare effects of event %s: %w", sourceID, err)
 	}
@@ -171,4 +182,13 @@ func (s *Store) CancelUnfired(ctx context.Context, tx pgx.Tx, eventID uuid.UUID,
 		}
 	}
 	return from, fired, cancelled, nil
+}
+
+// LockOrderingKeys takes, in tx, the advisory locks that serialise
+// enqueues on each of keys (see migration 00016), in one global order.
+func (s *Store) LockOrderingKeys(ctx context.Context, tx pgx.Tx, keys []string) error {
+	if _, err := tx.Exec(ctx, sqlLockOrderingKeys, keys); err != nil {
+		return fmt.Errorf("lock ordering keys: %w", err)
+	}
+	return nil
 }

@@ -66,6 +66,7 @@ const (
 	ActionConfirm            = outboxtype.ActionConfirm
 	ActionRequeue            = outboxtype.ActionRequeue
 	ActionAcknowledge        = outboxtype.ActionAcknowledge
+	ActionRelease            = outboxtype.ActionRelease
 	ActionLateAck            = outboxtype.ActionLateAck
 	ReasonKeyWindow          = outboxtype.ReasonKeyWindow
 	ReasonInDoubt            = outboxtype.ReasonInDoubt

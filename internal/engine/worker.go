@@ -320,10 +320,30 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 	if err != nil {
 		return nil, nil, err
 	}
+	if claimed == nil && e.OrderingKey != nil {
+		head, err := w.store.BlockedBehind(ctx, w.pool, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if head != nil {
+			// An earlier effect of its ordering key has not ended. The job
+			// waits; when the chain moves, the intake makes it available at
+			// once (WakeChains), and the snooze only bounds a missed wake.
+			log.Info("effect waits behind an earlier effect of its ordering key", "ordering_key", *e.OrderingKey, "behind", *head)
+			return nil, nil, river.JobSnooze(blockedSnooze(e))
+		}
+	}
 	if claimed == nil {
 		log.Info("effect changed state before it was fired; not firing")
 	}
 	return claimed, e, nil
+}
+
+// blockedSnooze is how long a job whose effect waits behind its ordering
+// key sleeps before it looks again: a quarter of the effect's age, between
+// a second and five minutes.
+func blockedSnooze(e *Effect) time.Duration {
+	return min(max(time.Since(e.CreatedAt)/4, time.Second), 5*time.Minute)
 }
 
 func (w *Worker) policy(kind string, g providers.Guarantees) providers.InDoubtPolicy {

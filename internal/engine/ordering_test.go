@@ -1,0 +1,315 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers/webhook"
+)
+
+// orderedEffect is a webhook effect to /<key> whose body carries n, on
+// ordering key key.
+func (b *workerBundle) orderedEffect(kind, key string, n int, policy outbox.FailurePolicy) outbox.Effect {
+	e := outbox.EffectOf(kind, webhook.Payload{URL: b.recv.URL + "/" + key, Body: json.RawMessage(fmt.Sprintf(`{"n": %d}`, n))})
+	e.OrderingKey, e.OnFailure = key, policy
+	return e
+}
+
+// enqueueOrdered enqueues effects under one new event, in one transaction.
+func (b *workerBundle) enqueueOrdered(t *testing.T, effects ...outbox.Effect) []outbox.EffectResult {
+	t.Helper()
+	ctx := context.Background()
+	var res *outbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = b.ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "subscription.changed"}, effects...)
+		return err
+	}))
+	return res.Effects
+}
+
+// accepted returns the n of each request to /key that the receiver
+// accepted, in the order it accepted them.
+func (b *workerBundle) accepted(t *testing.T, key string) []int {
+	t.Helper()
+	var out []int
+	for _, d := range b.recv.Deliveries() {
+		if d.Path != "/"+key || d.Status != http.StatusNoContent {
+			continue
+		}
+		var body struct{ N int }
+		require.NoError(t, json.Unmarshal(d.Body, &body))
+		out = append(out, body.N)
+	}
+	return out
+}
+
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// TestOrderedEffectsFireInCommitOrder: effects sharing an ordering key
+// reach the provider one after the other, in the order their transactions
+// committed and in call order within one, across three dispatchers, with
+// retries on the way; many keys go in parallel. Without ordering, the
+// three dispatchers deliver each key's effects in whatever order they
+// claim them.
+func TestOrderedEffectsFireInCommitOrder(t *testing.T) {
+	t.Parallel()
+	for name, jobs := range map[string]outbox.JobInsertion{"jobs in tx": outbox.JobsInTransaction, "jobs by dispatcher": outbox.JobsByDispatcher} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupWorker(t, workerOpts{})
+			ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: jobs, WebhookAllowedNetworks: loopback})
+			require.NoError(t, err)
+			b.ob = ob
+			const keys, perKey = 8, 12
+			// Some requests fail once and are retried: the effects behind
+			// them must wait for the retry.
+			for k := range keys {
+				b.recv.Respond(fmt.Sprintf("/sub_%d", k), fakes.Status(http.StatusServiceUnavailable))
+			}
+			for range 3 {
+				b.start(t)
+			}
+			var wg sync.WaitGroup
+			for k := range keys {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					key := fmt.Sprintf("sub_%d", k)
+					for n := 0; n < perKey; n += 2 {
+						// Two effects of the key in one transaction, and one
+						// unordered effect beside them.
+						b.enqueueOrdered(t,
+							b.orderedEffect("webhook.first", key, n, outbox.BlockKey),
+							b.orderedEffect("webhook.second", key, n+1, outbox.BlockKey),
+							outbox.EffectOf("webhook.audit", webhook.Payload{URL: b.recv.URL + "/audit", Body: json.RawMessage(`{}`)}))
+					}
+				}()
+			}
+			wg.Wait()
+			require.Eventually(t, func() bool {
+				for k := range keys {
+					if len(b.accepted(t, fmt.Sprintf("sub_%d", k))) < perKey {
+						return false
+					}
+				}
+				return true
+			}, 60*time.Second, 20*time.Millisecond)
+			for k := range keys {
+				require.Equal(t, seq(perKey), b.accepted(t, fmt.Sprintf("sub_%d", k)), "key sub_%d", k)
+			}
+			require.Len(t, b.accepted(t, "audit"), keys*perKey/2)
+		})
+	}
+}
+
+// TestAFailedHeadBlocksOnlyItsKey: a refused effect blocks the effects
+// after it on its key (the default policy) and nothing else; "blocked
+// behind" names it; releasing it lets them go, in order. With SkipFailed,
+// the chain goes on by itself.
+func TestAFailedHeadBlocksOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	b.recv.Respond("/blocked", fakes.Status(http.StatusGone))
+	b.recv.Respond("/skipping", fakes.Status(http.StatusGone))
+	b.start(t)
+
+	head := b.enqueueOrdered(t, b.orderedEffect("webhook.capture", "blocked", 0, outbox.BlockKey))[0]
+	var behind []outbox.EffectResult
+	for n := 1; n <= 3; n++ {
+		behind = append(behind, b.enqueueOrdered(t, b.orderedEffect("webhook.refund", "blocked", n, outbox.BlockKey))[0])
+	}
+	b.enqueueOrdered(t, b.orderedEffect("webhook.notify", "skipping", 0, outbox.SkipFailed))
+	for n := 1; n <= 2; n++ {
+		b.enqueueOrdered(t, b.orderedEffect("webhook.notify", "skipping", n, outbox.SkipFailed))
+	}
+	for n := range 3 {
+		b.enqueueOrdered(t, b.orderedEffect("webhook.other", "healthy", n, outbox.BlockKey))
+	}
+
+	b.waitFor(t, head.ID, engine.StateFailed)
+	require.Eventually(t, func() bool { return len(b.accepted(t, "healthy")) == 3 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(b.accepted(t, "skipping")) == 2 }, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, []int{1, 2}, b.accepted(t, "skipping"), "a failed SkipFailed effect lets the chain go on")
+	require.Equal(t, seq(3), b.accepted(t, "healthy"))
+
+	// The blocked chain waits, each effect behind the failed head, never
+	// fired; the head's failure is what an operator sees.
+	for _, e := range behind {
+		got := b.effect(t, e.ID)
+		require.Equal(t, engine.StatePending, got.State)
+		require.Nil(t, got.FirstFiredAt)
+		blocker, err := b.store.BlockedBehind(ctx, b.db.Pool, e.ID)
+		require.NoError(t, err)
+		require.NotNil(t, blocker)
+		require.Equal(t, head.ID, *blocker)
+	}
+	require.Empty(t, b.accepted(t, "blocked"))
+
+	// An operator releases the chain past the head: the rest go, in
+	// order; the head stays failed.
+	op := b.operator(t)
+	dry, err := op.Release(ctx, []uuid.UUID{head.ID}, engine.ActionOpts{Actor: "alice", Reason: "settled by bank transfer", DryRun: true})
+	require.NoError(t, err)
+	require.True(t, dry[0].Applied)
+	require.Empty(t, b.accepted(t, "blocked"), "a dry run releases nothing")
+	chs, err := op.Release(ctx, []uuid.UUID{head.ID}, engine.ActionOpts{Actor: "alice", Reason: "settled by bank transfer"})
+	require.NoError(t, err)
+	require.True(t, chs[0].Applied, chs[0].Skipped)
+	require.Eventually(t, func() bool { return len(b.accepted(t, "blocked")) == 3 }, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, []int{1, 2, 3}, b.accepted(t, "blocked"))
+	got := b.effect(t, head.ID)
+	require.Equal(t, engine.StateFailed, got.State)
+	require.NotNil(t, got.OrderingReleasedAt)
+	audit := b.audit(t, head.ID)
+	require.Equal(t, engine.ActionRelease, audit[len(audit)-1].Action)
+	require.Equal(t, "alice", audit[len(audit)-1].Actor)
+
+	// Releasing twice, or an effect without a key, changes nothing.
+	again, err := op.Release(ctx, []uuid.UUID{head.ID, behind[0].ID}, engine.ActionOpts{Actor: "alice", Reason: "again"})
+	require.NoError(t, err)
+	require.Contains(t, again[0].Skipped, "released already")
+	require.Contains(t, again[1].Skipped, "confirmed effects cannot be released")
+}
+
+// TestRedrivingAHeadThenTheChain: retrying a failed head fires it first,
+// then the effects behind it; cancelling a scheduled head lets the chain go
+// at once.
+func TestRedrivingAHeadThenTheChain(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	b.recv.Respond("/redrive", fakes.Status(http.StatusGone))
+	b.start(t)
+	head := b.enqueueOrdered(t, b.orderedEffect("webhook.capture", "redrive", 0, outbox.BlockKey))[0]
+	next := b.enqueueOrdered(t, b.orderedEffect("webhook.refund", "redrive", 1, outbox.BlockKey))[0]
+	b.waitFor(t, head.ID, engine.StateFailed)
+	b.waitForJob(t, head.ID, "cancelled")
+	chs, err := b.operator(t).Retry(ctx, []uuid.UUID{head.ID}, engine.ActionOpts{Actor: "alice", Reason: "receiver fixed"})
+	require.NoError(t, err)
+	require.True(t, chs[0].Applied, chs[0].Skipped)
+	b.waitFor(t, next.ID, engine.StateConfirmed)
+	require.Equal(t, []int{0, 1}, b.accepted(t, "redrive"))
+
+	// A head scheduled for tomorrow holds its key; the application
+	// cancels it, and the effect behind it fires.
+	later := b.orderedEffect("webhook.reminder", "scheduled", 0, outbox.BlockKey)
+	later.NotBefore = time.Now().Add(24 * time.Hour)
+	ev := uuid.New()
+	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		_, err := b.ob.Enqueue(ctx, tx, outbox.Event{ID: ev, Type: "order.placed"}, later)
+		return err
+	}))
+	after := b.enqueueOrdered(t, b.orderedEffect("webhook.shipped", "scheduled", 1, outbox.BlockKey))[0]
+	time.Sleep(200 * time.Millisecond) // give a wrong dispatch the chance to happen
+	require.Equal(t, engine.StatePending, b.effect(t, after.ID).State, "waits behind the scheduled head")
+	require.Equal(t, outbox.Cancelled, b.cancel(t, ev, "webhook.reminder"))
+	b.waitFor(t, after.ID, engine.StateConfirmed)
+	require.Equal(t, []int{1}, b.accepted(t, "scheduled"))
+}
+
+// TestAJobForABlockedEffectWaits: a job that reaches an effect still
+// blocked (an operator's requeue, a sweep) fires nothing and waits; when
+// the chain moves, it runs at once.
+func TestAJobForABlockedEffectWaits(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	b.recv.Respond("/early", fakes.Status(http.StatusGone))
+	b.start(t)
+	head := b.enqueueOrdered(t, b.orderedEffect("webhook.capture", "early", 0, outbox.BlockKey))[0]
+	next := b.enqueueOrdered(t, b.orderedEffect("webhook.refund", "early", 1, outbox.BlockKey))[0]
+	b.waitFor(t, head.ID, engine.StateFailed)
+	chs, err := b.operator(t).Requeue(ctx, []uuid.UUID{next.ID}, engine.ActionOpts{Actor: "alice", Reason: "try"})
+	require.NoError(t, err)
+	require.True(t, chs[0].Applied, chs[0].Skipped)
+	// River snoozes the job: back to available or scheduled, due later.
+	require.Eventually(t, func() bool {
+		var st string
+		var due bool
+		err := b.db.Pool.QueryRow(ctx, `SELECT state, scheduled_at > now() FROM `+b.db.Schema+`.river_job
+			WHERE args->>'effect_id' = $1`, next.ID.String()).Scan(&st, &due)
+		return err == nil && st != "running" && due
+	}, 30*time.Second, 10*time.Millisecond)
+	got := b.effect(t, next.ID)
+	require.Equal(t, engine.StatePending, got.State)
+	require.Nil(t, got.FirstFiredAt, "a blocked effect is never fired")
+
+	chs, err = b.operator(t).Cancel(ctx, []uuid.UUID{head.ID}, engine.ActionOpts{Actor: "alice", Reason: "void"})
+	require.NoError(t, err)
+	require.True(t, chs[0].Applied, chs[0].Skipped)
+	b.waitFor(t, next.ID, engine.StateConfirmed)
+	require.Equal(t, []int{1}, b.accepted(t, "early"))
+}
+
+// TestOrderingKeyIsPartOfTheEffect: a replay with the same key is a
+// duplicate; another key or policy under the same event and kind is a
+// conflict; a bad key is refused before anything is written.
+func TestOrderingKeyIsPartOfTheEffect(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	ev := uuid.New()
+	e := b.orderedEffect("webhook.capture", "k1", 0, outbox.BlockKey)
+	enq := func(e outbox.Effect) (*outbox.Result, error) {
+		var res *outbox.Result
+		err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			var err error
+			res, err = b.ob.Enqueue(ctx, tx, outbox.Event{ID: ev, Type: "x"}, e)
+			return err
+		})
+		return res, err
+	}
+	_, err := enq(e)
+	require.NoError(t, err)
+	res, err := enq(e)
+	require.NoError(t, err)
+	require.True(t, res.Replay())
+	other := e
+	other.OrderingKey = "k2"
+	_, err = enq(other)
+	require.ErrorIs(t, err, outbox.ErrConflict)
+	skip := e
+	skip.OnFailure = outbox.SkipFailed
+	_, err = enq(skip)
+	require.ErrorIs(t, err, outbox.ErrConflict)
+
+	long := b.orderedEffect("webhook.other", "k3", 0, outbox.BlockKey)
+	long.OrderingKey = fmt.Sprintf("%0300d", 1)
+	_, err = enq(long)
+	var ve *outbox.ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "effects[0].ordering_key", ve.Field)
+
+	// An event's key applies to its effects that name none.
+	ev2 := uuid.New()
+	plain := outbox.EffectOf("webhook.plain", webhook.Payload{URL: b.recv.URL + "/p", Body: json.RawMessage(`{}`)})
+	var r2 *outbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		r2, err = b.ob.Enqueue(ctx, tx, outbox.Event{ID: ev2, Type: "x", OrderingKey: "order:42"}, plain)
+		return err
+	}))
+	got := b.effect(t, r2.Effects[0].ID)
+	require.NotNil(t, got.OrderingKey)
+	require.Equal(t, "order:42", *got.OrderingKey)
+	require.NotNil(t, got.OrderingSeq)
+}
