@@ -36,6 +36,15 @@ type StuckEffect struct {
 	BlockedBehind *uuid.UUID `json:"blocked_behind,omitempty"`
 }
 
+// BlockedChains is what waits on ordering keys: the keys that have an
+// effect blocked behind an earlier one, those effects, and the age of the
+// oldest of them.
+type BlockedChains struct {
+	Keys      int           `json:"keys"`
+	Effects   int           `json:"effects"`
+	OldestAge time.Duration `json:"oldest_age"`
+}
+
 // Event is an outbox_events row.
 type Event struct {
 	ID            uuid.UUID       `json:"id"`

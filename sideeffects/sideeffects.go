@@ -338,6 +338,18 @@ func (o *Operator) Policy(provider, kind string) providers.InDoubtPolicy {
 	return o.op.Policy(provider, kind)
 }
 
+// BlockedBehind returns the first earlier effect of id's ordering key that
+// has not ended, which id waits for; nil when none.
+func (o *Operator) BlockedBehind(ctx context.Context, id uuid.UUID) (*uuid.UUID, error) {
+	return o.op.Store().BlockedBehind(ctx, o.op.Pool(), id)
+}
+
+// BlockedChains counts the ordering keys whose chain waits behind an
+// earlier effect, the effects waiting, and the age of the oldest.
+func (o *Operator) BlockedChains(ctx context.Context) (outboxtype.BlockedChains, error) {
+	return o.op.Store().BlockedChains(ctx, o.op.Pool())
+}
+
 // StateGauges counts live and failed effects by state and kind, with the
 // age of the oldest of each.
 func (o *Operator) StateGauges(ctx context.Context) ([]outboxtype.StateGauge, error) {

@@ -144,6 +144,11 @@ outboxd_transitions_total{kind="webhook.order_paid",provider="webhook",to="fired
 # TYPE outboxd_effects gauge
 outboxd_effects{kind="email.receipt",state="pending"} 1
 `), "outboxd_effects"))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP outboxd_blocked_ordering_keys Ordering keys with an effect waiting behind an earlier effect of the key that has not ended.
+# TYPE outboxd_blocked_ordering_keys gauge
+outboxd_blocked_ordering_keys 0
+`), "outboxd_blocked_ordering_keys"))
 	_ = stalled
 }
 

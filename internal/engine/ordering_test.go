@@ -164,6 +164,11 @@ func TestAFailedHeadBlocksOnlyItsKey(t *testing.T) {
 		require.Equal(t, head.ID, *blocker)
 	}
 	require.Empty(t, b.accepted(t, "blocked"))
+	chains, err := b.store.BlockedChains(ctx, b.db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, 1, chains.Keys, "one key waits")
+	require.Equal(t, 3, chains.Effects)
+	require.Positive(t, chains.OldestAge)
 
 	// An operator releases the chain past the head: the rest go, in
 	// order; the head stays failed.
@@ -177,6 +182,9 @@ func TestAFailedHeadBlocksOnlyItsKey(t *testing.T) {
 	require.True(t, chs[0].Applied, chs[0].Skipped)
 	require.Eventually(t, func() bool { return len(b.accepted(t, "blocked")) == 3 }, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, []int{1, 2, 3}, b.accepted(t, "blocked"))
+	chains, err = b.store.BlockedChains(ctx, b.db.Pool)
+	require.NoError(t, err)
+	require.Zero(t, chains.Keys)
 	got := b.effect(t, head.ID)
 	require.Equal(t, engine.StateFailed, got.State)
 	require.NotNil(t, got.OrderingReleasedAt)

@@ -664,6 +664,15 @@ LIMIT $2`
 
 // Gauges for /metrics: live and failed effects by state and kind, with the
 // age of the oldest.
+// Ordering keys with an effect blocked behind an earlier one, those
+// effects, and the age of the oldest (since created, or due).
+const sqlBlockedChains = `
+SELECT count(DISTINCT e.ordering_key), count(*),
+	coalesce(extract(epoch FROM now() - min(greatest(e.created_at, e.not_before))), 0)::float8
+FROM /*schema*/side_effects e
+WHERE e.ordering_key IS NOT NULL AND e.ordering_released_at IS NULL AND e.phase NOT IN ('confirmed', 'cancelled')
+	AND e.state = 'pending' AND ` + blockedInChain
+
 const sqlStateGauges = `
 SELECT state, kind, count(*),
 	greatest(0, extract(epoch FROM now() - min(CASE WHEN state = 'fired' THEN coalesce(fired_at, created_at)

@@ -133,6 +133,9 @@ type StateCollector struct {
 	count   *prometheus.Desc
 	oldest  *prometheus.Desc
 	up      *prometheus.Desc
+	blocked *prometheus.Desc
+	waiting *prometheus.Desc
+	oldestB *prometheus.Desc
 	timeout time.Duration
 }
 
@@ -149,6 +152,12 @@ func NewStateCollector(pool *pgxpool.Pool, schema string) *StateCollector {
 			[]string{"state", "kind"}, nil),
 		up: prometheus.NewDesc("outboxd_effects_scrape_ok",
 			"1 if the effects table could be read for this scrape, 0 otherwise.", nil, nil),
+		blocked: prometheus.NewDesc("outboxd_blocked_ordering_keys",
+			"Ordering keys with an effect waiting behind an earlier effect of the key that has not ended.", nil, nil),
+		waiting: prometheus.NewDesc("outboxd_blocked_effects",
+			"Effects waiting behind an earlier effect of their ordering key.", nil, nil),
+		oldestB: prometheus.NewDesc("outboxd_oldest_blocked_effect_age_seconds",
+			"Age of the oldest effect waiting behind an earlier effect of its ordering key (since created, or due).", nil, nil),
 		timeout: 5 * time.Second,
 	}
 }
@@ -158,6 +167,9 @@ func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.count
 	ch <- c.oldest
 	ch <- c.up
+	ch <- c.blocked
+	ch <- c.waiting
+	ch <- c.oldestB
 }
 
 // Collect implements prometheus.Collector.
@@ -177,5 +189,13 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(g.Count), string(g.State), g.Kind)
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, g.OldestAge.Seconds(), string(g.State), g.Kind)
 	}
+	b, err := c.op.BlockedChains(ctx)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.blocked, prometheus.GaugeValue, float64(b.Keys))
+	ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(b.Effects))
+	ch <- prometheus.MustNewConstMetric(c.oldestB, prometheus.GaugeValue, b.OldestAge.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 }

@@ -415,3 +415,77 @@ var (
 	regexpEffectLink = regexp.MustCompile(`href="/ui/effects/([0-9a-f-]{36})"`)
 	regexpNext       = regexp.MustCompile(`<a id="next" href="([^"]+)"`)
 )
+
+// TestABlockedChainInTheBrowser: effects waiting behind a failed head of
+// their ordering key are listed under it on the overview, their page says
+// what they wait for, and releasing the head from its page lets them go.
+func TestABlockedChainInTheBrowser(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	ctx := context.Background()
+	s.recv.Respond("/capture", fakes.Status(http.StatusGone))
+	ob, err := outbox.New(outbox.Config{Schema: s.db.Schema, WebhookAllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	require.NoError(t, err)
+	for _, name := range []string{"capture", "refund", "receipt"} {
+		require.NoError(t, pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
+			res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "payment." + name},
+				outbox.Effect{Kind: "webhook." + name, Provider: "webhook", OrderingKey: "pay_9",
+					Payload: json.RawMessage(`{"url": "` + s.recv.URL + "/" + name + `", "body": {}}`)})
+			if err == nil {
+				s.ids[name] = res.Effects[0].ID
+			}
+			return err
+		}))
+	}
+	s.wait(t, "capture", engine.StateFailed)
+	// The chain has waited an hour.
+	_, err = s.db.Pool.Exec(ctx, `UPDATE `+s.db.Schema+`.side_effects SET updated_at = now() - interval '1 hour' WHERE ordering_key = 'pay_9'`)
+	require.NoError(t, err)
+
+	br := b{t, browser(t)}
+	br.do(chromedp.Navigate(s.url("")), chromedp.WaitVisible(chromedp.CSS("#stuck")))
+	require.Equal(t, 2, br.count("#stuck tr.chain"))
+	rows, err := chromedp.Run(br.ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#stuck tr")].map(r => r.innerText)`))
+	require.NoError(t, err)
+	at := func(name string) int {
+		for i, r := range rows {
+			if strings.Contains(r, s.ids[name].String()) && !strings.Contains(r, "blocked behind "+s.ids[name].String()) {
+				return i
+			}
+		}
+		return -1
+	}
+	require.Equal(t, at("capture")+1, at("refund"), "the chain follows its head")
+	require.Equal(t, at("capture")+2, at("receipt"))
+	require.Contains(t, rows[at("refund")], "blocked behind "+s.ids["capture"].String())
+	br.shot("overview-blocked-chain")
+
+	br.do(chromedp.Navigate(s.url("effects/"+s.ids["receipt"].String())), chromedp.WaitVisible(chromedp.CSS("#blocked")))
+	require.Contains(t, br.text("#blocked"), s.ids["capture"].String())
+	require.Contains(t, br.text("#columns"), "pay_9 (position")
+
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("ada:"+adminToken))
+	br.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
+			return err
+		}
+		_, err := cdp.Call(ctx, tg, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": auth}})
+		return err
+	}))
+	br.do(chromedp.Navigate(s.url("effects/"+s.ids["capture"].String())), chromedp.WaitVisible(chromedp.CSS("#columns")))
+	br.do(chromedp.Click(chromedp.CSS(`a.action[href$="/actions/release"]`)), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
+	require.Contains(t, br.text("#dryrun"), `after it on ordering key "pay_9" would go on; it stays failed`)
+	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "captured by phone"),
+		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, br.text("#flash"), "release by web:ada: failed -> failed")
+	s.wait(t, "refund", engine.StateConfirmed)
+	s.wait(t, "receipt", engine.StateConfirmed)
+	require.Equal(t, engine.StateFailed, s.effectState(t, "capture"))
+}
+
+func (s *site) effectState(t *testing.T, name string) engine.State {
+	t.Helper()
+	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids[name])
+	require.NoError(t, err)
+	return e.State
+}

@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"html/template"
@@ -45,7 +46,7 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, http.StatusInternalServerError, "could not read stuck effects", err)
 		return
 	}
-	for _, s := range stuck {
+	for _, s := range chainsUnderHeads(stuck) {
 		d.Stuck = append(d.Stuck, stuckRow{s, s.Diagnosis(now, u.cfg.FiredBound, u.cfg.KeyWindow(s.Provider))})
 	}
 	if d.Reasons, err = u.op.FailureReasons(ctx, 20); err != nil {
@@ -64,6 +65,39 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Chart = chart(start, minutes)
 	u.render(w, r, http.StatusOK, "overview", "Overview", d)
+}
+
+// chainsUnderHeads orders stuck effects so that each blocked chain follows
+// its head, in the chain's order; chains whose head is not stuck itself
+// come last.
+func chainsUnderHeads(stuck []outboxtype.StuckEffect) []outboxtype.StuckEffect {
+	behind := map[uuid.UUID][]outboxtype.StuckEffect{}
+	var heads []uuid.UUID
+	for _, s := range stuck {
+		if s.BlockedBehind != nil {
+			if _, seen := behind[*s.BlockedBehind]; !seen {
+				heads = append(heads, *s.BlockedBehind)
+			}
+			behind[*s.BlockedBehind] = append(behind[*s.BlockedBehind], s)
+		}
+	}
+	out := make([]outboxtype.StuckEffect, 0, len(stuck))
+	chain := func(head uuid.UUID) {
+		c := behind[head]
+		slices.SortFunc(c, func(a, b outboxtype.StuckEffect) int { return cmp.Compare(*a.OrderingSeq, *b.OrderingSeq) })
+		out = append(out, c...)
+		delete(behind, head)
+	}
+	for _, s := range stuck {
+		if s.BlockedBehind == nil {
+			out = append(out, s)
+			chain(s.ID)
+		}
+	}
+	for _, h := range heads {
+		chain(h)
+	}
+	return out
 }
 
 // chart draws confirmed (green) and failed (red) effects per minute over
@@ -114,7 +148,7 @@ type searchData struct {
 
 var (
 	keyRE   = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	flashRE = regexp.MustCompile(`^(retry|cancel|confirm|acknowledge) by web:[^ ]{1,100}: [a-z]+ -> [a-z]+( \(.{0,300}\))?$`)
+	flashRE = regexp.MustCompile(`^(retry|cancel|confirm|acknowledge|release) by web:[^ ]{1,100}: [a-z]+ -> [a-z]+( \(.{0,300}\))?$`)
 )
 
 const pageSize = 50
@@ -254,6 +288,8 @@ type effectData struct {
 	Drift            []outboxtype.DriftRecord
 	Actions          []string
 	Flash            string
+	// BlockedBehind is the earlier effect of its ordering key it waits for.
+	BlockedBehind *uuid.UUID
 }
 
 func (u *ui) loadEffect(w http.ResponseWriter, r *http.Request) *outboxtype.Effect {
@@ -280,7 +316,7 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	d := effectData{Effect: e, Actions: actionsFor(e.State)}
+	d := effectData{Effect: e, Actions: actionsFor(e)}
 	// The note an action leaves after its redirect; only that shape is
 	// shown, so a crafted link cannot put other words in the green box.
 	if done := r.URL.Query().Get("done"); flashRE.MatchString(done) {
@@ -330,28 +366,49 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 		{"not before", ts(e.NotBefore)}, {"key window from", ts(e.KeyWindowFrom)}, {"fired", ts(e.FiredAt)}, {"confirmed", ts(e.ConfirmedAt)},
 		{"payload", string(e.Payload)},
 	}
+	if e.OrderingKey != nil {
+		policy := "block the key if it fails"
+		if e.OrderingSkipFailed {
+			policy = "the key goes on if it fails"
+		}
+		d.Columns = append(d.Columns[:len(d.Columns)-1],
+			[2]string{"ordering key", fmt.Sprintf("%s (position %d; %s)", *e.OrderingKey, *e.OrderingSeq, policy)},
+			[2]string{"released", ts(e.OrderingReleasedAt)},
+			d.Columns[len(d.Columns)-1])
+		if d.BlockedBehind, err = u.op.BlockedBehind(ctx, e.ID); err != nil {
+			u.fail(w, http.StatusInternalServerError, "could not read the effect's ordering key", err)
+			return
+		}
+	}
 	u.render(w, r, http.StatusOK, "effect", "Effect "+e.ID.String(), d)
 }
 
 // actionsFor lists the actions an effect's state allows.
-func actionsFor(s outboxtype.State) []string {
-	switch s {
+func actionsFor(e *outboxtype.Effect) []string {
+	var out []string
+	switch e.State {
 	case outboxtype.StatePending:
-		return []string{"cancel", "confirm"}
+		out = []string{"cancel", "confirm"}
 	case outboxtype.StateFired:
-		return []string{"retry", "cancel", "confirm"}
+		out = []string{"retry", "cancel", "confirm"}
 	case outboxtype.StateFailed:
-		return []string{"retry", "cancel", "confirm", "acknowledge"}
+		out = []string{"retry", "cancel", "confirm", "acknowledge"}
 	case outboxtype.StateCancelled:
 		return []string{"retry", "confirm"}
+	default:
+		return nil
 	}
-	return nil
+	if e.OrderingKey != nil && e.OrderingReleasedAt == nil {
+		out = append(out, "release")
+	}
+	return out
 }
 
 var actionHelp = map[string]string{
 	"retry":       "Back to pending with a new River job and the same key; refused while a call may be in flight, for an at_most_once effect in doubt without allowing a duplicate, and near or past the key window without force.",
 	"cancel":      "Never fire it. A call in flight may still reach the provider; its acknowledgement is then kept in the audit trail.",
 	"confirm":     "Record that the provider did it, with its reference, after checking the provider.",
+	"release":     "Let the effects after it on its ordering key go on, whatever becomes of it; it keeps its state and can still be retried, cancelled or confirmed (a retry may then fire it after them).",
 	"acknowledge": "Keep it failed, reviewed and correct (a card decline, a retired endpoint): out of stuck and the failed-effects alert.",
 }
 
@@ -383,7 +440,7 @@ func (u *ui) actionForm(w http.ResponseWriter, r *http.Request) {
 func (u *ui) showAction(w http.ResponseWriter, r *http.Request, d *actionData, actor string, status int) {
 	help, known := actionHelp[d.Action]
 	if !known {
-		u.fail(w, http.StatusNotFound, "unknown action: retry, cancel, confirm or acknowledge", nil)
+		u.fail(w, http.StatusNotFound, "unknown action: retry, cancel, confirm, acknowledge or release", nil)
 		return
 	}
 	d.Help = help
@@ -463,6 +520,8 @@ func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) 
 		chs, err = op.Cancel(ctx, ids, opts)
 	case "acknowledge":
 		chs, err = op.Acknowledge(ctx, ids, opts)
+	case "release":
+		chs, err = op.Release(ctx, ids, opts)
 	case "confirm":
 		if dryRun && opts.Ref == "" {
 			opts.Ref = "(reference)"
@@ -485,6 +544,9 @@ func describe(ch outboxtype.Change) string {
 		return "Would be refused: " + ch.Skipped
 	}
 	s := fmt.Sprintf("The effect would move %s -> %s, with an audit row naming you and your reason.", ch.From, ch.To)
+	if ch.From == ch.To && ch.Effect != nil && ch.Effect.OrderingKey != nil {
+		s = fmt.Sprintf("The effects after it on ordering key %q would go on; it stays %s. An audit row names you and your reason.", *ch.Effect.OrderingKey, ch.From)
+	}
 	if ch.Warning != "" {
 		s += " Warning: " + ch.Warning
 	}
