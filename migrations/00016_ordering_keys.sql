@@ -20,7 +20,11 @@
 -- inserted or ended). The dispatchers' intake reads it, finds the key's
 -- first effect that has not ended and gives it a job if it is pending.
 -- Rows are written by the triggers in the same transaction as the change,
--- so the intake only ever sees a change that has committed.
+-- so the intake only ever sees a change that has committed. (A dispatcher
+-- that confirms an effect also gives the next one its job in the same
+-- transaction; the wake is for every other path: operators, Cancel, SQL.
+-- The intake polls for wakes; no NOTIFY here, which would serialise the
+-- commits of every transaction that ends an ordered effect.)
 --
 -- The partial index names phase, not state, so claims stay HOT updates
 -- (see 00011); it holds only effects of a key that have not ended.
@@ -40,6 +44,8 @@ CREATE INDEX side_effects_ordering_open_idx ON side_effects (ordering_key, order
 CREATE TABLE outbox_order_wake (
     ordering_key text NOT NULL
 );
+-- The dispatcher that confirms an effect of a key takes the key's wakes.
+CREATE INDEX outbox_order_wake_key_idx ON outbox_order_wake (ordering_key);
 
 -- +goose StatementBegin
 CREATE FUNCTION outboxd_order_effect() RETURNS trigger
@@ -60,7 +66,6 @@ LANGUAGE plpgsql SET search_path FROM CURRENT
 AS $$
 BEGIN
     INSERT INTO outbox_order_wake (ordering_key) VALUES (NEW.ordering_key);
-    PERFORM pg_notify('outboxd_intake', current_schema());
     RETURN NULL;
 END
 $$;
@@ -70,9 +75,12 @@ CREATE TRIGGER side_effects_order_insert BEFORE INSERT ON side_effects
     FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL)
     EXECUTE FUNCTION outboxd_order_effect();
 
--- An effect of a key ended, or was released: the next may go.
+-- An effect of a key ended, or was released: the next may go. A
+-- dispatcher's confirming transaction moves the chain itself and says so
+-- (outboxd.chain_moved, local to the transaction): no wake then.
 CREATE TRIGGER side_effects_order_end AFTER UPDATE ON side_effects
-    FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL AND (
+    FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL
+        AND current_setting('outboxd.chain_moved', true) IS DISTINCT FROM 'on' AND (
         (NEW.state IS DISTINCT FROM OLD.state AND (NEW.state IN ('confirmed', 'cancelled')
             OR (NEW.state = 'failed' AND NEW.ordering_skip_failed)))
         OR (NEW.ordering_released_at IS NOT NULL AND OLD.ordering_released_at IS NULL)))

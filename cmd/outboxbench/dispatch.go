@@ -38,6 +38,10 @@ type dispatchResult struct {
 	// burn-down, and those that wrote no index entry.
 	Updates    int64 `json:"updates,omitempty"`
 	HOTUpdates int64 `json:"hot_updates,omitempty"`
+	// Keys is the number of ordering keys the effects were spread over (0:
+	// unordered), and VsUnordered this rate over the unordered no-op rate.
+	Keys        int     `json:"ordering_keys,omitempty"`
+	VsUnordered float64 `json:"vs_unordered,omitempty"`
 }
 
 // River's no-op floor with fast settings, as a tuned job queue would run.
@@ -116,6 +120,25 @@ func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dis
 		out = append(out, fwd)
 	}
 	out = append(out, ours)
+	if b.s.OrderedKeys > 0 {
+		for _, o := range []struct {
+			name    string
+			keys, n int
+		}{
+			{fmt.Sprintf("outboxd, no-op provider, ordered: %d keys x %d", b.s.OrderedKeys, b.s.OrderedPerKey), b.s.OrderedKeys, b.s.OrderedKeys * b.s.OrderedPerKey},
+			{"outboxd, no-op provider, ordered: one hot key", 1, b.s.HotKeyEffects},
+		} {
+			noop := &noopProvider{}
+			r, err := b.burnDownWith(ctx, o.name, o.n, noop, func() int { return int(noop.calls.Load()) },
+				func(ctx context.Context) error { return b.seedOrdered(ctx, o.n, o.keys, noop.Name(), `{}`) })
+			if err != nil {
+				return nil, err
+			}
+			r.Keys, r.VsUnordered = o.keys, r.PerSecond/ours.PerSecond
+			r.VsRiver, r.VsRiverSame = r.PerSecond/fast.PerSecond, r.PerSecond/same.PerSecond
+			out = append(out, r)
+		}
+	}
 	if withWebhook && b.s.WebhookEffects > 0 {
 		wh, err := b.webhookBurnDown(ctx)
 		if err != nil {
@@ -174,7 +197,13 @@ func (b *bench) riverNoop(ctx context.Context, name string, n, maxWorkers int, c
 // burnDown seeds n effects of provider p with payload and their jobs, then
 // dispatches them all and reports the rate.
 func (b *bench) burnDown(ctx context.Context, name string, n int, p providers.Provider, payload string, current func() int) (dispatchResult, error) {
-	if err := b.seedEffects(ctx, n, p.Name(), payload); err != nil {
+	return b.burnDownWith(ctx, name, n, p, current, func(ctx context.Context) error { return b.seedEffects(ctx, n, p.Name(), payload) })
+}
+
+// burnDownWith seeds with seed, then dispatches the n effects seeded and
+// reports the rate.
+func (b *bench) burnDownWith(ctx context.Context, name string, n int, p providers.Provider, current func() int, seed func(context.Context) error) (dispatchResult, error) {
+	if err := seed(ctx); err != nil {
 		return dispatchResult{}, err
 	}
 	d, err := b.dispatcher(p)
@@ -308,6 +337,25 @@ RETURNING id`, n, provider, payload)
 		if _, err := client.InsertMany(ctx, params); err != nil {
 			return err
 		}
+	}
+	return b.vacuum(ctx)
+}
+
+// seedOrdered writes n events and effects spread round-robin over keys
+// ordering keys, outside the timed part. Like an application's, the rows
+// get no job: the dispatcher gives each chain's first effect one, and the
+// next when it is confirmed.
+func (b *bench) seedOrdered(ctx context.Context, n, keys int, provider, payload string) error {
+	_, err := b.pool.Exec(ctx, `
+WITH ev AS (
+	INSERT INTO `+b.schema+`.outbox_events (id, event_type, payload)
+	SELECT gen_random_uuid(), 'bench', '{}' FROM generate_series(1, $1)
+	RETURNING id),
+numbered AS (SELECT id, row_number() OVER () AS i FROM ev)
+INSERT INTO `+b.schema+`.side_effects (id, source_id, kind, provider, payload, ordering_key)
+SELECT gen_random_uuid(), id, 'bench.effect', $2, $3::jsonb, 'bench-' || (i % $4) FROM numbered ORDER BY i`, n, provider, payload, keys)
+	if err != nil {
+		return err
 	}
 	return b.vacuum(ctx)
 }

@@ -43,6 +43,9 @@ type settings struct {
 	WebhookMaxPerHost int           `json:"webhook_max_per_host"`
 	Effects           int           `json:"effects"`
 	WebhookEffects    int           `json:"webhook_effects"`
+	OrderedKeys       int           `json:"ordered_keys"`
+	OrderedPerKey     int           `json:"ordered_per_key"`
+	HotKeyEffects     int           `json:"hot_key_effects"`
 	Workers           int           `json:"workers"`
 	PoolSize          int           `json:"pool_size"`
 	FetchCooldown     time.Duration `json:"fetch_cooldown"`
@@ -104,6 +107,9 @@ func main() {
 	flag.DurationVar(&s.EnqueueDuration, "enqueue-duration", 3*time.Second, "duration of each enqueue-cost run (4 runs)")
 	flag.IntVar(&s.Effects, "effects", 50000, "effects (and River jobs) burnt down in the dispatch comparison")
 	flag.IntVar(&s.WebhookEffects, "webhook-effects", 20000, "effects burnt down through the webhook provider")
+	flag.IntVar(&s.OrderedKeys, "ordered-keys", 1000, "ordering keys in the ordered dispatch row (0: skip the ordered rows)")
+	flag.IntVar(&s.OrderedPerKey, "ordered-per-key", 20, "effects per ordering key in the ordered dispatch row")
+	flag.IntVar(&s.HotKeyEffects, "hot-key-effects", 1000, "effects on one ordering key in the hot-key row")
 	flag.IntVar(&s.WebhookMaxPerHost, "webhook-max-per-host", webhook.DefaultMaxPerHost, "concurrent requests to the one local receiver (outboxd's default)")
 	flag.IntVar(&s.Workers, "workers", sideeffects.DefaultConcurrency, "workers for the queue under test (outboxd and the River baseline with outboxd's settings; outboxd's default)")
 	flag.IntVar(&s.PoolSize, "pool", 60, "Postgres pool size")
@@ -355,7 +361,7 @@ func printReport(out io.Writer, rep report) {
 		}
 	}
 	if len(rep.Dispatch) > 0 {
-		fmt.Fprintln(tw, "\nDISPATCH\tN\tPER SECOND\tSECONDS\tVS RIVER FAST\tVS RIVER, SAME SETTINGS\tVS WATERMILL FORWARDER\tHOT UPDATES")
+		fmt.Fprintln(tw, "\nDISPATCH\tN\tPER SECOND\tSECONDS\tVS RIVER FAST\tVS RIVER, SAME SETTINGS\tVS WATERMILL FORWARDER\tVS UNORDERED\tHOT UPDATES")
 		for _, r := range rep.Dispatch {
 			hot, wm := "", ""
 			if r.Updates > 0 {
@@ -364,8 +370,15 @@ func printReport(out io.Writer, rep report) {
 			if r.VsWatermill > 0 {
 				wm = fmt.Sprintf("%.2fx (target >= 1.0)", r.VsWatermill)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\n", r.Name, r.N, r.PerSecond, r.Seconds,
-				ratioStr(r.VsRiver, "target >= 0.5"), ratioStr(r.VsRiverSame, ""), wm, hot)
+			unordered := ""
+			if r.VsUnordered > 0 {
+				unordered = fmt.Sprintf("%.2fx", r.VsUnordered)
+				if r.Keys > 1 {
+					unordered += " (target >= 0.8)"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.N, r.PerSecond, r.Seconds,
+				ratioStr(r.VsRiver, "target >= 0.5"), ratioStr(r.VsRiverSame, ""), wm, unordered, hot)
 		}
 	}
 	if len(rep.Replicas) > 0 {

@@ -271,6 +271,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: river client: %w", err)
 	}
+	w.client = client
 	return &Dispatcher{settings: cfg.Settings, heartbeat: make(chan struct{}), pool: pool, store: store, logger: cfg.Logger,
 		client: client, worker: w, intake: &intake{
 			pool: pool, store: store, schema: cfg.Schema, poll: cfg.FetchPollInterval, logger: cfg.Logger, client: client,

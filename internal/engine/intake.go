@@ -174,6 +174,28 @@ func (in *intake) drain(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// NextInChains gives the first effect of each of keys that has not ended, if
+// it is pending, a dispatch job, and takes the keys' wakes (see WakeChains).
+func (s *Store) NextInChains(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], keys []string) error {
+	rows, err := tx.Query(ctx, s.sql(sqlNextInChains), keys)
+	if err != nil {
+		return fmt.Errorf("next in chains: %w", err)
+	}
+	queues, err := s.insertChainJobs(ctx, tx, client, rows)
+	if err != nil || len(queues) == 0 {
+		return err
+	}
+	// River notifies its producers of an insert at most once per fetch
+	// cooldown per queue and client; a chain's next job, inserted a few
+	// milliseconds after the last, would often wait for the next poll
+	// (measured: every other step of a hot key took the 100 ms poll
+	// interval). Notify on River's insert topic ourselves, on commit.
+	if _, err := tx.Exec(ctx, sqlNotifyRiverInsert, s.name, queues); err != nil {
+		return fmt.Errorf("next in chains: notify: %w", err)
+	}
+	return nil
+}
+
 // WakeChains takes up to limit keys whose chain may have moved (an effect
 // of the key was inserted, ended or released) and gives the first effect of
 // each that has not ended, if it is pending, a dispatch job. Jobs are
@@ -185,40 +207,59 @@ func (s *Store) WakeChains(ctx context.Context, tx pgx.Tx, client *river.Client[
 	if err != nil {
 		return 0, fmt.Errorf("wake chains: %w", err)
 	}
+	queues, err := s.insertChainJobs(ctx, tx, client, rows)
+	return len(queues), err
+}
+
+// insertChainJobs inserts a dispatch job for each row (id, provider,
+// not_before) with an id, and returns the queues of the jobs it inserted
+// (one entry per row read, "" for a row without a job or for a job that
+// existed). Jobs are
+// unique per effect while live: an effect that has one keeps it, and a job
+// waiting behind its predecessor (see Worker) is made available now.
+func (s *Store) insertChainJobs(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], rows pgx.Rows) ([]string, error) {
 	var params []river.InsertManyParams
 	var id *uuid.UUID
 	var provider *string
 	var notBefore *time.Time
-	keys, err := pgx.ForEachRow(rows, []any{&id, &provider, &notBefore}, func() error {
+	read := 0
+	_, err := pgx.ForEachRow(rows, []any{&id, &provider, &notBefore}, func() error {
+		read++
 		if id != nil {
 			params = append(params, JobParams(*id, *provider, notBefore))
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("wake chains: %w", err)
+		return nil, fmt.Errorf("wake chains: %w", err)
 	}
+	queues := make([]string, read)
 	if len(params) == 0 {
-		return int(keys.RowsAffected()), nil
+		return queues, nil
 	}
 	res, err := client.InsertManyTx(ctx, tx, params)
 	if err != nil {
-		return 0, fmt.Errorf("wake chains: insert jobs: %w", err)
+		return nil, fmt.Errorf("wake chains: insert jobs: %w", err)
 	}
 	now := time.Now()
 	for i, r := range res {
+		st := r.Job.State
+		if !r.UniqueSkippedAsDuplicate {
+			queues[i] = r.Job.Queue
+			continue
+		}
 		// A job that found its effect blocked snoozed (River keeps a short
 		// snooze available, a longer one scheduled): wake it now, unless
 		// the effect itself must still wait.
-		st := r.Job.State
-		if r.UniqueSkippedAsDuplicate && (st == rivertype.JobStateScheduled || st == rivertype.JobStateAvailable) && r.Job.ScheduledAt.After(now) {
+		if (st == rivertype.JobStateScheduled || st == rivertype.JobStateAvailable) && r.Job.ScheduledAt.After(now) {
 			if nb := params[i].InsertOpts.ScheduledAt; !nb.IsZero() && nb.After(now) {
 				continue
 			}
 			if _, err := client.JobRetryTx(ctx, tx, r.Job.ID); err != nil {
-				return 0, fmt.Errorf("wake chains: make job %d available: %w", r.Job.ID, err)
+				return nil, fmt.Errorf("wake chains: make job %d available: %w", r.Job.ID, err)
 			}
+			queues[i] = r.Job.Queue
 		}
 	}
-	return int(keys.RowsAffected()), nil
+	return queues, nil
 }

@@ -91,6 +91,32 @@ DELETE FROM /*schema*/outbox_intake WHERE ctid = ANY(ARRAY(
 RETURNING effect_id, provider, (SELECT not_before FROM /*schema*/side_effects WHERE id = effect_id),
 	coalesce((SELECT ordering_key IS NOT NULL FROM /*schema*/side_effects WHERE id = effect_id), false)`
 
+	// The first effect of each key in $1 that has not ended, if pending
+	// (NULLs otherwise), taking the keys' wakes: sqlTakeWakes for keys
+	// a confirmation just moved.
+	sqlNextInChains = `
+WITH w AS (
+	DELETE FROM /*schema*/outbox_order_wake WHERE ctid = ANY(ARRAY(
+		SELECT ctid FROM /*schema*/outbox_order_wake WHERE ordering_key = ANY($1) FOR UPDATE SKIP LOCKED))
+)
+SELECT h.id, h.provider, h.not_before
+FROM (SELECT DISTINCT k AS ordering_key FROM unnest($1::text[]) AS k) k
+LEFT JOIN LATERAL (
+	SELECT s.id, s.provider, s.not_before, s.state FROM /*schema*/side_effects s
+	WHERE s.ordering_key = k.ordering_key AND ` + openInChain + `
+	ORDER BY s.ordering_seq LIMIT 1) h ON h.state = 'pending'`
+
+	// A notification on River's insert topic for each queue in $2 (""
+	// skipped), as River's own inserts send it: "<schema>.river_insert",
+	// {"queue": ...}.
+	sqlNotifyRiverInsert = `
+SELECT pg_notify(concat(coalesce(nullif($1, ''), current_schema()), '.river_insert'), json_build_object('queue', q)::text)
+FROM (SELECT DISTINCT q FROM unnest($2::text[]) AS q WHERE q <> '') AS x`
+
+	// Tells side_effects_order_end that this transaction moves the chains
+	// of the effects it ends itself.
+	sqlChainMovedHere = `SELECT set_config('outboxd.chain_moved', 'on', true)`
+
 	sqlIntakeWaiting = `SELECT EXISTS (SELECT 1 FROM /*schema*/outbox_intake) OR EXISTS (SELECT 1 FROM /*schema*/outbox_order_wake)`
 
 	// Takes up to $1 keys whose chain may have moved and returns, for

@@ -27,6 +27,8 @@ var ErrNotFound = errors.New("side effect not found")
 
 // Store runs outboxd's SQL against the tables of one schema.
 type Store struct {
+	// name is the schema's name as given ("" for search_path).
+	name   string
 	schema *strings.Replacer
 	// stmts caches each statement with the schema filled in, by its text.
 	stmts sync.Map
@@ -34,7 +36,7 @@ type Store struct {
 
 // NewStore returns a Store for the tables in schema ("" uses search_path).
 func NewStore(schema string) *Store {
-	return &Store{schema: strings.NewReplacer("/*schema*/", pgschema.Table(schema, ""))}
+	return &Store{name: schema, schema: strings.NewReplacer("/*schema*/", pgschema.Table(schema, ""))}
 }
 
 // sql is a statement of queries.go, where each is declared once, with

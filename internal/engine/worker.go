@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,6 +39,9 @@ type Worker struct {
 	retry   RetryPolicy
 	logger  *slog.Logger
 	metrics Observer
+	// client inserts the job of the next effect of an ordering key in the
+	// transaction that confirms the one before it.
+	client *river.Client[pgx.Tx]
 
 	// retryAt hands the time chosen in Work to NextRetry, which River calls
 	// right after Work returns an error for the same job.
@@ -99,8 +103,18 @@ func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]State, e
 		acks[i] = Ack{ID: r.effect.ID, Ref: r.res.Ref, Replayed: r.res.Replayed}
 	}
 	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		if w.client != nil && slices.ContainsFunc(reqs, func(r confirmReq) bool { return r.effect.OrderingKey != nil }) {
+			// This transaction gives the next effects of their keys their
+			// jobs (nextInChains): the end trigger need not wake them.
+			if _, err := tx.Exec(ctx, sqlChainMovedHere); err != nil {
+				return err
+			}
+		}
 		confirmed, err := w.store.ConfirmMany(ctx, tx, acks)
 		if err != nil {
+			return err
+		}
+		if err := w.nextInChains(ctx, tx, reqs, confirmed); err != nil {
 			return err
 		}
 		for i, r := range reqs {
@@ -127,6 +141,23 @@ func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]State, e
 		return nil
 	})
 	return out, err
+}
+
+// nextInChains gives the next effect of each ordering key whose effect this
+// batch confirmed its dispatch job, in the confirming transaction: a chain
+// moves without waiting for the intake to read the wake the confirmation
+// left (it still does, and finds the job there).
+func (w *Worker) nextInChains(ctx context.Context, tx pgx.Tx, reqs []confirmReq, confirmed map[uuid.UUID]ConfirmedFrom) error {
+	var keys []string
+	for _, r := range reqs {
+		if _, ok := confirmed[r.effect.ID]; ok && r.effect.OrderingKey != nil && w.client != nil {
+			keys = append(keys, *r.effect.OrderingKey)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	return w.store.NextInChains(ctx, tx, w.client, keys)
 }
 
 // Work implements river.Worker.
