@@ -41,11 +41,12 @@ CREATE SEQUENCE side_effects_ordering_seq AS bigint;
 CREATE INDEX side_effects_ordering_open_idx ON side_effects (ordering_key, ordering_seq)
     WHERE ordering_key IS NOT NULL AND ordering_released_at IS NULL AND phase NOT IN ('confirmed', 'cancelled');
 
+-- One row per key however many changes it had: a change upserts the row,
+-- which also locks it until the change commits, so the intake (SKIP
+-- LOCKED) never takes a wake before the change it stands for is visible.
 CREATE TABLE outbox_order_wake (
-    ordering_key text NOT NULL
+    ordering_key text PRIMARY KEY
 );
--- The dispatcher that confirms an effect of a key takes the key's wakes.
-CREATE INDEX outbox_order_wake_key_idx ON outbox_order_wake (ordering_key);
 
 -- +goose StatementBegin
 CREATE FUNCTION outboxd_order_effect() RETURNS trigger
@@ -54,7 +55,8 @@ AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(1869574516, hashtext(NEW.ordering_key));
     NEW.ordering_seq := nextval('side_effects_ordering_seq');
-    INSERT INTO outbox_order_wake (ordering_key) VALUES (NEW.ordering_key);
+    INSERT INTO outbox_order_wake (ordering_key) VALUES (NEW.ordering_key)
+        ON CONFLICT (ordering_key) DO UPDATE SET ordering_key = EXCLUDED.ordering_key;
     RETURN NEW;
 END
 $$;
@@ -65,7 +67,8 @@ CREATE FUNCTION outboxd_order_wake() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT
 AS $$
 BEGIN
-    INSERT INTO outbox_order_wake (ordering_key) VALUES (NEW.ordering_key);
+    INSERT INTO outbox_order_wake (ordering_key) VALUES (NEW.ordering_key)
+        ON CONFLICT (ordering_key) DO UPDATE SET ordering_key = EXCLUDED.ordering_key;
     RETURN NULL;
 END
 $$;

@@ -373,6 +373,9 @@ func printReport(out io.Writer, rep report) {
 			unordered := ""
 			if r.VsUnordered > 0 {
 				unordered = fmt.Sprintf("%.2fx", r.VsUnordered)
+			}
+			if r.VsIntake > 0 {
+				unordered += fmt.Sprintf("; %.2fx vs jobs by dispatcher", r.VsIntake)
 				if r.Keys > 1 {
 					unordered += " (target >= 0.8)"
 				}

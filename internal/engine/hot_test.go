@@ -62,7 +62,7 @@ func TestClaimsWriteNoIndexEntries(t *testing.T) {
 	require.Equal(t, int64(4), all, "four transitions of a live effect")
 	require.Equal(t, int64(4), hot, "each one a HOT update: no index entry written")
 
-	confirmed, err := store.ConfirmMany(ctx, tx, []engine.Ack{{ID: id, Ref: "evt_1"}})
+	confirmed, err := store.ConfirmMany(ctx, tx, []engine.Ack{{ID: id, Ref: "evt_1"}}, false)
 	require.NoError(t, err)
 	require.Contains(t, confirmed, id)
 	all, hot = updates(tx)

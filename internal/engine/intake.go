@@ -177,23 +177,12 @@ func (in *intake) drain(ctx context.Context) (int, error) {
 // NextInChains gives the first effect of each of keys that has not ended, if
 // it is pending, a dispatch job, and takes the keys' wakes (see WakeChains).
 func (s *Store) NextInChains(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], keys []string) error {
-	rows, err := tx.Query(ctx, s.sql(sqlNextInChains), keys)
+	rows, err := tx.Query(ctx, s.sql(sqlNextInChains), keys, s.name)
 	if err != nil {
 		return fmt.Errorf("next in chains: %w", err)
 	}
-	queues, err := s.insertChainJobs(ctx, tx, client, rows)
-	if err != nil || len(queues) == 0 {
-		return err
-	}
-	// River notifies its producers of an insert at most once per fetch
-	// cooldown per queue and client; a chain's next job, inserted a few
-	// milliseconds after the last, would often wait for the next poll
-	// (measured: every other step of a hot key took the 100 ms poll
-	// interval). Notify on River's insert topic ourselves, on commit.
-	if _, err := tx.Exec(ctx, sqlNotifyRiverInsert, s.name, queues); err != nil {
-		return fmt.Errorf("next in chains: notify: %w", err)
-	}
-	return nil
+	_, err = s.insertChainJobs(ctx, tx, client, rows)
+	return err
 }
 
 // WakeChains takes up to limit keys whose chain may have moved (an effect

@@ -321,3 +321,48 @@ func TestOrderingKeyIsPartOfTheEffect(t *testing.T) {
 	require.Equal(t, "order:42", *got.OrderingKey)
 	require.NotNil(t, got.OrderingSeq)
 }
+
+// TestAConfirmationThatMovesItsChainLeavesNoWake: a dispatcher's
+// confirmation that gives the next effect its job in the same transaction
+// tells the end trigger so (no wake row for the intake to read again);
+// any other confirmation, an operator's say, leaves the wake. Claims of
+// ordered effects stay HOT updates.
+func TestAConfirmationThatMovesItsChainLeavesNoWake(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	for _, chained := range []bool{true, false} {
+		key := fmt.Sprintf("chained-%v", chained)
+		first := b.enqueueOrdered(t, b.orderedEffect("webhook.a", key, 0, outbox.BlockKey))[0]
+		b.enqueueOrdered(t, b.orderedEffect("webhook.b", key, 1, outbox.BlockKey))
+		_, err := b.db.Pool.Exec(ctx, `DELETE FROM `+b.db.Schema+`.outbox_order_wake`)
+		require.NoError(t, err)
+		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			var all0, hot0 int64
+			require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+				WHERE schemaname = $1 AND relname = 'side_effects'`, b.db.Schema).Scan(&all0, &hot0))
+			e, err := b.store.Claim(ctx, tx, first.ID, engine.StatePending)
+			require.NoError(t, err)
+			require.NotNil(t, e, "the first of its key may fire")
+			var all, hot int64
+			require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+				WHERE schemaname = $1 AND relname = 'side_effects'`, b.db.Schema).Scan(&all, &hot))
+			require.Equal(t, all-all0, hot-hot0, "the claim of an ordered effect is a HOT update (before: %d/%d)", all0, hot0)
+			confirmed, err := b.store.ConfirmMany(ctx, tx, []engine.Ack{{ID: first.ID}}, chained)
+			require.NoError(t, err)
+			require.Contains(t, confirmed, first.ID)
+			return nil
+		}))
+		var wakes int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+b.db.Schema+`.outbox_order_wake WHERE ordering_key = $1`, key).Scan(&wakes))
+		if chained {
+			require.Zero(t, wakes, "the confirming transaction moved the chain itself")
+		} else {
+			require.Equal(t, 1, wakes, "the end trigger woke the chain")
+		}
+		// The setting lasts for its transaction only.
+		var flag *string
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT current_setting('outboxd.chain_moved', true)`).Scan(&flag))
+		require.True(t, flag == nil || *flag == "", "flag leaked out of its transaction: %v", flag)
+	}
+}

@@ -94,28 +94,31 @@ RETURNING effect_id, provider, (SELECT not_before FROM /*schema*/side_effects WH
 	// The first effect of each key in $1 that has not ended, if pending
 	// (NULLs otherwise), taking the keys' wakes: sqlTakeWakes for keys
 	// a confirmation just moved.
+	//
+	// River notifies its producers of an insert at most once per fetch
+	// cooldown per queue and client; a chain's next job, inserted a few
+	// milliseconds after the last, would often wait for the next poll
+	// (measured: every other step of a hot key took the 100 ms poll
+	// interval). So this also notifies on River's insert topic, as River's
+	// own inserts do ("<schema>.river_insert", {"queue": ...}; $2 is the
+	// schema), for the queues of the effects it returns: delivered on
+	// commit, after the jobs are inserted.
 	sqlNextInChains = `
 WITH w AS (
 	DELETE FROM /*schema*/outbox_order_wake WHERE ctid = ANY(ARRAY(
 		SELECT ctid FROM /*schema*/outbox_order_wake WHERE ordering_key = ANY($1) FOR UPDATE SKIP LOCKED))
+), heads AS (
+	SELECT h.id, h.provider, h.not_before
+	FROM (SELECT DISTINCT k AS ordering_key FROM unnest($1::text[]) AS k) k
+	LEFT JOIN LATERAL (
+		SELECT s.id, s.provider, s.not_before, s.state FROM /*schema*/side_effects s
+		WHERE s.ordering_key = k.ordering_key AND ` + openInChain + `
+		ORDER BY s.ordering_seq LIMIT 1) h ON h.state = 'pending'
+), notified AS (
+	SELECT pg_notify(concat(coalesce(nullif($2, ''), current_schema()), '.river_insert'), json_build_object('queue', provider)::text)
+	FROM (SELECT DISTINCT provider FROM heads WHERE provider IS NOT NULL) p
 )
-SELECT h.id, h.provider, h.not_before
-FROM (SELECT DISTINCT k AS ordering_key FROM unnest($1::text[]) AS k) k
-LEFT JOIN LATERAL (
-	SELECT s.id, s.provider, s.not_before, s.state FROM /*schema*/side_effects s
-	WHERE s.ordering_key = k.ordering_key AND ` + openInChain + `
-	ORDER BY s.ordering_seq LIMIT 1) h ON h.state = 'pending'`
-
-	// A notification on River's insert topic for each queue in $2 (""
-	// skipped), as River's own inserts send it: "<schema>.river_insert",
-	// {"queue": ...}.
-	sqlNotifyRiverInsert = `
-SELECT pg_notify(concat(coalesce(nullif($1, ''), current_schema()), '.river_insert'), json_build_object('queue', q)::text)
-FROM (SELECT DISTINCT q FROM unnest($2::text[]) AS q WHERE q <> '') AS x`
-
-	// Tells side_effects_order_end that this transaction moves the chains
-	// of the effects it ends itself.
-	sqlChainMovedHere = `SELECT set_config('outboxd.chain_moved', 'on', true)`
+SELECT id, provider, not_before FROM heads, (SELECT count(*) FROM notified) n`
 
 	sqlIntakeWaiting = `SELECT EXISTS (SELECT 1 FROM /*schema*/outbox_intake) OR EXISTS (SELECT 1 FROM /*schema*/outbox_order_wake)`
 
@@ -247,6 +250,20 @@ SET state = 'confirmed', confirmed_at = now(), provider_ref = nullif(u.ref, ''),
 	last_error = NULL, in_doubt = false, next_attempt_at = NULL, updated_at = now()
 FROM unnest($1::uuid[], $2::text[], $3::boolean[]) AS u(id, ref, replayed)
 WHERE e.id = u.id AND e.state = 'fired'
+RETURNING e.id`
+
+	// sqlConfirmFiredMany for a transaction that moves the chains of the
+	// effects it confirms: it sets outboxd.chain_moved for the transaction
+	// first (a join emits no row before both of its sides gave one, so the
+	// flag is set before the first row is updated and the end trigger's
+	// WHEN reads it).
+	sqlConfirmFiredManyChained = `
+WITH flag AS MATERIALIZED (SELECT set_config('outboxd.chain_moved', 'on', true) AS on)
+UPDATE /*schema*/side_effects e
+SET state = 'confirmed', confirmed_at = now(), provider_ref = nullif(u.ref, ''), replayed = u.replayed,
+	last_error = NULL, in_doubt = false, next_attempt_at = NULL, updated_at = now()
+FROM flag, unnest($1::uuid[], $2::text[], $3::boolean[]) AS u(id, ref, replayed)
+WHERE e.id = u.id AND e.state = 'fired' AND flag.on = 'on'
 RETURNING e.id`
 
 	// fired -> confirmed on the providers' acknowledgements of many

@@ -56,12 +56,20 @@ type ConfirmedFrom struct {
 // by id, the state each confirmed effect left and the error it cleared; an
 // acknowledged effect missing from the result was cancelled, confirmed or
 // deleted meanwhile, and nothing changed.
-func (s *Store) ConfirmMany(ctx context.Context, db DB, acks []Ack) (map[uuid.UUID]ConfirmedFrom, error) {
+//
+// chained says that the transaction moves the ordering keys of the effects
+// it confirms itself (Store.NextInChains): it tells the end trigger of
+// migration 00016, for the rest of the transaction, that no wake is needed.
+func (s *Store) ConfirmMany(ctx context.Context, db DB, acks []Ack, chained bool) (map[uuid.UUID]ConfirmedFrom, error) {
 	// Rows are updated in id order, so that batches never wait on each
 	// other in a cycle.
 	acks = slices.SortedFunc(slices.Values(acks), func(a, b Ack) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 	ids, refs, replayed := ackColumns(acks)
-	rows, err := db.Query(ctx, s.sql(sqlConfirmFiredMany), ids, refs, replayed)
+	first := sqlConfirmFiredMany
+	if chained {
+		first = sqlConfirmFiredManyChained
+	}
+	rows, err := db.Query(ctx, s.sql(first), ids, refs, replayed)
 	if err != nil {
 		return nil, fmt.Errorf("confirm %d effects: %w", len(acks), err)
 	}

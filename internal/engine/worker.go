@@ -103,14 +103,10 @@ func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]State, e
 		acks[i] = Ack{ID: r.effect.ID, Ref: r.res.Ref, Replayed: r.res.Replayed}
 	}
 	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		if w.client != nil && slices.ContainsFunc(reqs, func(r confirmReq) bool { return r.effect.OrderingKey != nil }) {
-			// This transaction gives the next effects of their keys their
-			// jobs (nextInChains): the end trigger need not wake them.
-			if _, err := tx.Exec(ctx, sqlChainMovedHere); err != nil {
-				return err
-			}
-		}
-		confirmed, err := w.store.ConfirmMany(ctx, tx, acks)
+		// A transaction that gives the next effects of their keys their
+		// jobs (nextInChains) says so: the end trigger need not wake them.
+		chained := w.client != nil && slices.ContainsFunc(reqs, func(r confirmReq) bool { return r.effect.OrderingKey != nil })
+		confirmed, err := w.store.ConfirmMany(ctx, tx, acks, chained)
 		if err != nil {
 			return err
 		}
