@@ -106,6 +106,13 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--webhook-secret", testSecret, "--sendgrid-event-public-key", "not a key"}, nil, "SENDGRID_EVENT_PUBLIC_KEY"},
 		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-admin-token", "short"}, nil, "OUTBOXD_WEB_ADMIN_TOKEN"},
 		{[]string{"run", "--webhook-secret", testSecret, "--web-admin-token", "0123456789abcdef0123"}, nil, "--web-addr"},
+		// The web view beyond loopback is a deliberate choice, and reads
+		// then need a credential unless anonymous reads are asked for.
+		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "0.0.0.0:0"}, nil, "--web-expose"},
+		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", ":8082"}, nil, "--web-expose"},
+		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "[::]:0", "--web-admin-token", "0123456789abcdef0123"}, nil, "--web-expose"},
+		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "0.0.0.0:0", "--web-expose"}, nil, "--web-read-token"},
+		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "0.0.0.0:0", "--web-expose", "--web-read-token", "short"}, nil, "OUTBOXD_WEB_READ_TOKEN"},
 	}
 	for _, tc := range cases {
 		for k, v := range tc.env {

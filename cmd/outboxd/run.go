@@ -9,9 +9,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -68,6 +70,9 @@ type runConfig struct {
 
 	EventsAddr             string
 	WebAddr                string
+	WebExpose              bool
+	WebReadToken           string
+	WebAnonymousRead       bool
 	WebAdminToken          string
 	StripeWebhookSecret    string
 	SendGridEventPublicKey string
@@ -147,6 +152,12 @@ already older than --rescue-after and re-fires it within seconds.`,
 	envflag.Bind(f, "sendgrid-event-public-key", "SENDGRID_EVENT_PUBLIC_KEY")
 	f.StringVar(&c.WebAddr, "web-addr", "", "address of the web view under /ui/, e.g. 127.0.0.1:8082 (empty: off; it shows payloads and errors, so keep it on loopback or behind your SSO proxy)")
 	envflag.Bind(f, "web-addr", "OUTBOXD_WEB_ADDR")
+	f.BoolVar(&c.WebExpose, "web-expose", false, "allow --web-addr to listen beyond loopback (0.0.0.0, a LAN or public address); pages then need --web-read-token unless --web-anonymous-read")
+	envflag.Bind(f, "web-expose", "OUTBOXD_WEB_EXPOSE")
+	f.StringVar(&c.WebReadToken, "web-read-token", "", "required to read the web view (basic auth password or bearer token; at least 16 characters; the admin token reads too)")
+	envflag.Bind(f, "web-read-token", "OUTBOXD_WEB_READ_TOKEN")
+	f.BoolVar(&c.WebAnonymousRead, "web-anonymous-read", false, "with --web-expose, let anyone who reaches the web view read payloads, errors and keys without a credential")
+	envflag.Bind(f, "web-anonymous-read", "OUTBOXD_WEB_ANONYMOUS_READ")
 	f.StringVar(&c.WebAdminToken, "web-admin-token", "", "enables the web view's actions for requests carrying it (basic auth password or bearer token; at least 16 characters); empty: read-only")
 	envflag.Bind(f, "web-admin-token", "OUTBOXD_WEB_ADMIN_TOKEN")
 	return cmd
@@ -283,6 +294,19 @@ func (c *runConfig) validate() error {
 	if c.WebAdminToken != "" && len(c.WebAdminToken) < 16 {
 		return cli.Usagef("--web-admin-token (OUTBOXD_WEB_ADMIN_TOKEN) must be at least 16 characters (e.g. openssl rand -hex 24)")
 	}
+	if c.WebReadToken != "" && len(c.WebReadToken) < 16 {
+		return cli.Usagef("--web-read-token (OUTBOXD_WEB_READ_TOKEN) must be at least 16 characters (e.g. openssl rand -hex 24)")
+	}
+	if c.WebAddr != "" && !loopbackAddr(c.WebAddr) {
+		switch {
+		case !c.WebExpose:
+			return cli.Usagef("--web-addr %s listens beyond loopback, where anyone who reaches it could read payloads, errors and keys: "+
+				"bind it to 127.0.0.1 (behind your SSO proxy), or set --web-expose (OUTBOXD_WEB_EXPOSE) with --web-read-token", c.WebAddr)
+		case c.WebReadToken == "" && c.WebAdminToken == "" && !c.WebAnonymousRead:
+			return cli.Usagef("--web-expose: set --web-read-token (OUTBOXD_WEB_READ_TOKEN) so that reading needs a credential, " +
+				"or --web-anonymous-read (OUTBOXD_WEB_ANONYMOUS_READ) to let anyone read")
+		}
+	}
 	if c.WebAdminToken != "" && c.WebAddr == "" {
 		return cli.Usagef("--web-admin-token (OUTBOXD_WEB_ADMIN_TOKEN) is set but the web view is off: set --web-addr (OUTBOXD_WEB_ADDR)")
 	}
@@ -361,9 +385,15 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	for i, p := range provs {
 		names[i] = p.Name()
 	}
-	d, err := sideeffects.NewDispatcher(pool, c.dispatcherConfig(g.Schema, provs, names, inDoubt, metrics, log))
-	if err != nil {
-		return cli.UsageError{Err: err}
+	newDispatcher := func() (*sideeffects.Dispatcher, error) {
+		d, err := sideeffects.NewDispatcher(pool, c.dispatcherConfig(g.Schema, provs, names, inDoubt, metrics, log))
+		if err != nil {
+			return nil, cli.UsageError{Err: err}
+		}
+		return d, nil
+	}
+	if _, err := newDispatcher(); err != nil {
+		return err
 	}
 
 	var started atomic.Bool
@@ -400,11 +430,16 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 			return err
 		}
 		log.Info("web view served", "url", "http://"+addr.String()+"/ui/", "actions", c.WebAdminToken != "")
+		if !loopbackAddr(c.WebAddr) {
+			log.Warn("web view reachable beyond loopback over plain HTTP: put TLS in front of it, or credentials and payloads travel in clear text",
+				"addr", addr.String(), "reads_need_credential", !c.WebAnonymousRead || c.WebReadToken != "")
+		}
 	}
 
 	// The signal cancels ctx, which starts River's soft stop
 	// (ShutdownTimeout); Stop below waits for it and stops the rest.
-	if err := d.Start(ctx); err != nil {
+	d, err := startRetrying(ctx, log, newDispatcher, time.Second)
+	if err != nil {
 		return fmt.Errorf("start dispatcher: %w", err)
 	}
 	started.Store(true)
@@ -441,7 +476,7 @@ func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[strin
 	if err != nil {
 		return nil, err
 	}
-	return webui.New(webui.Config{Schema: schema, Operator: op, AdminToken: c.WebAdminToken, Logger: log,
+	return webui.New(webui.Config{Schema: schema, Operator: op, AdminToken: c.WebAdminToken, ReadToken: c.webReadToken(), Logger: log,
 		FiredBound: c.RescueAfter + time.Minute,
 		KeyWindow: func(provider string) time.Duration {
 			g := guarantees[provider]
@@ -526,6 +561,80 @@ type timeouts struct{ header, read, write, idle time.Duration }
 // provider events, web view): a scrape, an event delivery or a page takes
 // milliseconds; a provider retries a delivery that timed out.
 var listenerTimeouts = timeouts{header: 5 * time.Second, read: 15 * time.Second, write: time.Minute, idle: time.Minute}
+
+// webReadToken is the credential reads need: the read token; or, for a
+// view beyond loopback without one and without --web-anonymous-read, the
+// admin token (webui lets the admin token read whenever reads need one).
+func (c *runConfig) webReadToken() string {
+	if c.WebReadToken != "" || loopbackAddr(c.WebAddr) || c.WebAnonymousRead {
+		return c.WebReadToken
+	}
+	return c.WebAdminToken
+}
+
+// startRetrying builds and starts a dispatcher. A database that is
+// restarting or drops a connection mid-start (a failover, a backend
+// terminated) is retried with a growing wait, from first up to 30 s,
+// until ctx ends; any other error (configuration, permissions) is
+// returned at once.
+func startRetrying(ctx context.Context, log *slog.Logger, build func() (*sideeffects.Dispatcher, error), first time.Duration) (*sideeffects.Dispatcher, error) {
+	wait := first
+	for {
+		d, err := build()
+		if err != nil {
+			return nil, err
+		}
+		err = d.Start(ctx)
+		if err == nil {
+			return d, nil
+		}
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = d.Stop(stopCtx)
+		cancel()
+		if !transientDBError(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		log.Warn("database unavailable while starting: retrying", "in", wait, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// transientDBError reports whether err is a database connection that
+// failed or went away (worth retrying), not a refusal of what was asked.
+func transientDBError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08 (connection exception), 57P01..57P03 (terminated by an
+		// administrator, crash shutdown, cannot connect now), 53300 (too
+		// many connections).
+		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" || pgErr.Code == "57P02" ||
+			pgErr.Code == "57P03" || pgErr.Code == "53300"
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "conn closed")
+}
+
+// loopbackAddr reports whether a listen address (host:port) binds loopback
+// only: 127.0.0.0/8, ::1 or localhost. An empty host binds every
+// interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
 
 // serve listens on addr (the flag and variable named in an error) and
 // serves h until Shutdown; what names the server in the log.

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
 
@@ -365,4 +366,15 @@ func TestAConfirmationThatMovesItsChainLeavesNoWake(t *testing.T) {
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT current_setting('outboxd.chain_moved', true)`).Scan(&flag))
 		require.True(t, flag == nil || *flag == "", "flag leaked out of its transaction: %v", flag)
 	}
+}
+
+// TestAFailedConfirmSaysWhatHappensNext: the warning for an acknowledged
+// effect whose confirmation failed says what its policy will do, not a
+// re-fire for an at_most_once effect.
+func TestAFailedConfirmSaysWhatHappensNext(t *testing.T) {
+	t.Parallel()
+	once := engine.ConfirmFailedNote(providers.AtMostOnce)
+	require.Contains(t, once, "parks it in doubt")
+	require.NotContains(t, once, "will re-fire")
+	require.Contains(t, engine.ConfirmFailedNote(providers.AtLeastOnce), "will re-fire with the same key")
 }

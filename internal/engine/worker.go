@@ -216,18 +216,17 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
 	if sendErr == nil {
-		return w.acknowledged(bctx, log, job, claimed, res)
+		return w.acknowledged(bctx, log, job, claimed, res, w.policy(claimed.Kind, p.Guarantees()))
 	}
 	return w.attemptFailed(bctx, log, job, p, claimed, before, start, sendErr)
 }
 
 // acknowledged records the provider's acknowledgement of claimed.
-func (w *Worker) acknowledged(bctx context.Context, log *slog.Logger, job *river.Job[DispatchArgs], claimed *Effect, res providers.Result) error {
+func (w *Worker) acknowledged(bctx context.Context, log *slog.Logger, job *river.Job[DispatchArgs], claimed *Effect, res providers.Result, policy providers.InDoubtPolicy) error {
 	from, err := w.confirm(bctx, job, claimed, res)
 	if err != nil {
-		// Still fired: the next attempt re-fires with the same key and
-		// the provider answers from its idempotency record.
-		log.Warn("provider acknowledged but confirm failed; will re-fire with the same key", "error", err)
+		// Still fired: the next attempt applies the in-doubt policy.
+		log.Warn(confirmFailedNote(policy), "error", err, "provider_ref", res.Ref)
 		return err
 	}
 	switch from {
@@ -364,6 +363,16 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 		log.Info("effect changed state before it was fired; not firing")
 	}
 	return claimed, e, nil
+}
+
+// confirmFailedNote says what happens to an effect the provider acknowledged
+// but whose confirmation could not be recorded: it is still fired, and its
+// next attempt applies policy.
+func confirmFailedNote(policy providers.InDoubtPolicy) string {
+	if policy == providers.AtMostOnce {
+		return "provider acknowledged but confirm failed; at_most_once: the next attempt parks it in doubt for review, not re-sent (the provider did act: confirm it with outboxctl confirm --ref)"
+	}
+	return "provider acknowledged but confirm failed; will re-fire with the same key (the provider answers from its idempotency record)"
 }
 
 // blockedSnooze is how long a job whose effect waits behind its ordering

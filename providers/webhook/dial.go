@@ -20,6 +20,12 @@ var specialRanges = []struct {
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
 	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64"},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "NAT64"},
+	// IPv6 forms that carry an IPv4 address or reach a local network.
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible (deprecated)"},
+	{netip.MustParsePrefix("2002::/16"), "6to4"},
+	{netip.MustParsePrefix("2001::/32"), "Teredo"},
+	{netip.MustParsePrefix("fec0::/10"), "site-local (deprecated)"},
+	{netip.MustParsePrefix("100::/64"), "discard-only"},
 }
 
 // blockedReason names why ip may not be dialled, or returns "" when it may.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -45,6 +47,10 @@ type gate struct {
 
 	mu    sync.Mutex
 	hosts map[string]*hostState
+	// addrs caches destination's answers by host; lookup resolves a name
+	// (nil: the system's resolver).
+	addrs  map[string]resolved
+	lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 type hostState struct {
@@ -64,11 +70,11 @@ type hostState struct {
 }
 
 func newGate(max int) *gate {
-	return &gate{max: max, now: time.Now, hosts: map[string]*hostState{}}
+	return &gate{max: max, now: time.Now, hosts: map[string]*hostState{}, addrs: map[string]resolved{}}
 }
 
-// hostOf is the destination host (host:port) of a webhook payload, or ""
-// when it has none (Send then fails it permanently).
+// hostOf is the destination host (host[:port], as written) of a webhook
+// payload, or "" when it has none (Send then fails it permanently).
 func hostOf(payload json.RawMessage) string {
 	var p struct {
 		URL string `json:"url"`
@@ -81,6 +87,63 @@ func hostOf(payload json.RawMessage) string {
 		return ""
 	}
 	return strings.ToLower(u.Host)
+}
+
+// addrTTL is how long the gate keeps the address a host name resolved to.
+const addrTTL = 30 * time.Second
+
+type resolved struct {
+	key     string
+	expires time.Time
+}
+
+// destination is the gate's key for host (host[:port]): the address it is
+// dialled at, so that one receiver reached by several names (127.0.0.1,
+// localhost) shares one cap and one breaker. A name is resolved (kept for
+// addrTTL) and keyed by its first IPv4 address, else its first address;
+// one that does not resolve keeps its name (the request then fails
+// before any byte is sent).
+func (g *gate) destination(ctx context.Context, host string) string {
+	name, port, err := net.SplitHostPort(host)
+	if err != nil {
+		// No port: the scheme's (the gate does not know it; a host is
+		// reached by one scheme in practice).
+		name, port = strings.Trim(host, "[]"), ""
+	}
+	if ip, err := netip.ParseAddr(name); err == nil {
+		return net.JoinHostPort(ip.Unmap().String(), port)
+	}
+	g.mu.Lock()
+	r, ok := g.addrs[host]
+	g.mu.Unlock()
+	if ok && g.now().Before(r.expires) {
+		return r.key
+	}
+	lookup := g.lookup
+	if lookup == nil {
+		lookup = net.DefaultResolver.LookupNetIP
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ips, err := lookup(lctx, "ip", strings.TrimSuffix(name, "."))
+	if err != nil || len(ips) == 0 {
+		return host
+	}
+	pick := ips[0]
+	for _, ip := range ips {
+		if ip.Unmap().Is4() {
+			pick = ip
+			break
+		}
+	}
+	key := net.JoinHostPort(pick.Unmap().String(), port)
+	g.mu.Lock()
+	if len(g.addrs) > 10_000 {
+		clear(g.addrs)
+	}
+	g.addrs[host] = resolved{key: key, expires: g.now().Add(addrTTL)}
+	g.mu.Unlock()
+	return key
 }
 
 // admit takes a slot for host. While the host is at its cap the caller

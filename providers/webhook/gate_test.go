@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -81,4 +82,59 @@ func TestGateCapsEachHostAndBacksOffFromOneThatNeverAnswers(t *testing.T) {
 	g.done("slow.example:443", providers.ErrNotAttempted)
 	g.done("slow.example:443", providers.ErrNotAttempted)
 	require.Empty(t, g.hosts, "idle healthy hosts are forgotten")
+}
+
+// TestOneReceiverByTwoNamesSharesOneGate: the cap and the breaker are keyed
+// on the address a destination is dialled at, so a hanging receiver
+// reached as 127.0.0.1 and as localhost holds one cap, not two.
+func TestOneReceiverByTwoNamesSharesOneGate(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	g := newGate(1)
+	g.now = func() time.Time { return now }
+	lookups := 0
+	g.lookup = func(_ context.Context, _, host string) ([]netip.Addr, error) {
+		lookups++
+		switch host {
+		case "localhost":
+			return []netip.Addr{netip.MustParseAddr("::1"), netip.MustParseAddr("127.0.0.1")}, nil
+		case "hooks.example.com":
+			return []netip.Addr{netip.MustParseAddr("2001:db8::7")}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	ctx := context.Background()
+	require.Equal(t, "127.0.0.1:8080", g.destination(ctx, "127.0.0.1:8080"))
+	require.Equal(t, "127.0.0.1:8080", g.destination(ctx, "localhost:8080"), "the IPv4 address of a name, as the literal")
+	require.Equal(t, "127.0.0.1:9090", g.destination(ctx, "localhost:9090"), "another port, another destination")
+	require.Equal(t, "[2001:db8::7]:443", g.destination(ctx, "hooks.example.com:443"))
+	require.Equal(t, "[::1]:8080", g.destination(ctx, "[::1]:8080"))
+	require.Equal(t, "nowhere.invalid:443", g.destination(ctx, "nowhere.invalid:443"), "unresolved: keyed by its name")
+	n := lookups
+	g.destination(ctx, "localhost:8080")
+	require.Equal(t, n, lookups, "an answer is kept for a while")
+	now = now.Add(addrTTL + time.Second)
+	g.destination(ctx, "localhost:8080")
+	require.Equal(t, n+1, lookups, "and looked up again after it")
+
+	ok, _ := g.admit(ctx, g.destination(ctx, "127.0.0.1:8080"))
+	require.True(t, ok)
+	ok, _ = g.admit(ctx, g.destination(ctx, "localhost:8080"))
+	require.False(t, ok, "the same receiver by another name waits for the same cap")
+}
+
+// TestIPv6FormsThatReachLocalNetworksAreRefused: addresses that embed an
+// IPv4 address or reach a site-local network are refused at dial time.
+func TestIPv6FormsThatReachLocalNetworksAreRefused(t *testing.T) {
+	for addr, reason := range map[string]string{
+		"::127.0.0.1":     "IPv4-compatible (deprecated)",
+		"2002:7f00:1::1":  "6to4",
+		"2001:0:4136::1":  "Teredo",
+		"fec0::1":         "site-local (deprecated)",
+		"100::1":          "discard-only",
+		"::ffff:10.0.0.1": "private",
+	} {
+		require.Equal(t, reason, blockedReason(netip.MustParseAddr(addr).Unmap(), nil), addr)
+	}
+	require.Empty(t, blockedReason(netip.MustParseAddr("2606:4700::1111"), nil), "a public IPv6 address")
+	require.Empty(t, blockedReason(netip.MustParseAddr("2002:7f00:1::1"), []netip.Prefix{netip.MustParsePrefix("2002::/16")}), "unless allowed")
 }

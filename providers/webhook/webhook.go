@@ -169,6 +169,8 @@ func (p *Provider) Admit(ctx context.Context, payload json.RawMessage) (release 
 	if host == "" {
 		return func(error) {}, 0, true
 	}
+	// One receiver reached by several names shares one cap and breaker.
+	host = p.gate.destination(ctx, host)
 	if ok, wait := p.gate.admit(ctx, host); !ok {
 		return nil, wait, false
 	}

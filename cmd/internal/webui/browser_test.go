@@ -359,6 +359,42 @@ func TestReadOnlyViewRefusesActions(t *testing.T) {
 	require.ErrorContains(t, err, "at least 16 characters")
 }
 
+// TestAReadTokenGuardsEveryPage: with a read token (a view beyond
+// loopback), every page needs it or the admin token; the read token does
+// not act.
+func TestAReadTokenGuardsEveryPage(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
+	require.NoError(t, err)
+	const readToken = "read-token-0123456789"
+	h, err := webui.New(webui.Config{Schema: db.Schema, Operator: op, AdminToken: adminToken, ReadToken: readToken})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	get := func(path, user, pass string) int {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		require.NoError(t, err)
+		if pass != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, path := range []string{"/ui/", "/ui/effects", "/ui/effects/" + uuid.NewString(), "/ui/static/app.css"} {
+		require.Equal(t, http.StatusUnauthorized, get(path, "", ""), "%s without a credential", path)
+		require.Equal(t, http.StatusUnauthorized, get(path, "eve", "guess-0123456789abc"), "%s with a wrong one", path)
+	}
+	require.Equal(t, http.StatusOK, get("/ui/", "ada", readToken))
+	require.Equal(t, http.StatusOK, get("/ui/", "ada", adminToken), "the admin token reads too")
+	require.Equal(t, http.StatusUnauthorized, get("/ui/effects/"+uuid.NewString()+"/actions/retry", "ada", readToken), "the read token does not act")
+	_, err = webui.New(webui.Config{Operator: op, ReadToken: "short"})
+	require.ErrorContains(t, err, "at least 16 characters")
+}
+
 // Search pages through results 50 at a time, newest first, with a cursor:
 // every effect once, none twice.
 func TestSearchPagesWithAKeysetCursor(t *testing.T) {

@@ -45,6 +45,10 @@ type Config struct {
 	// with it as password, the user name as actor; or a bearer token) may
 	// act. Empty: read-only.
 	AdminToken string
+	// ReadToken, when set, is required to read any page (basic auth
+	// password or bearer token; the admin token reads too): for a view
+	// reachable beyond loopback. Empty: pages are readable without one.
+	ReadToken string
 	// KeyWindow is a provider's key window minus margin, for the stuck
 	// diagnosis (as outboxctl reads it).
 	KeyWindow func(provider string) time.Duration
@@ -79,6 +83,9 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	if cfg.AdminToken != "" && len(cfg.AdminToken) < 16 {
 		return nil, errors.New("webui: the admin token must be at least 16 characters (e.g. openssl rand -hex 24)")
+	}
+	if cfg.ReadToken != "" && len(cfg.ReadToken) < 16 {
+		return nil, errors.New("webui: the read token must be at least 16 characters (e.g. openssl rand -hex 24)")
 	}
 	if cfg.KeyWindow == nil {
 		cfg.KeyWindow = func(string) time.Duration { return 0 }
@@ -122,7 +129,31 @@ func New(cfg Config) (http.Handler, error) {
 	if p != "/" {
 		mux.Handle("GET /{$}", http.RedirectHandler(p, http.StatusFound))
 	}
+	if cfg.ReadToken != "" {
+		return secure(u.readers(mux)), nil
+	}
 	return secure(mux), nil
+}
+
+// readers lets through only requests that carry the read token or the
+// admin token (basic auth password or bearer).
+func (u *ui) readers(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, found := "", false
+		if _, pass, ok := r.BasicAuth(); ok {
+			got, found = pass, true
+		} else if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			got, found = b, true
+		}
+		for _, tok := range []string{u.cfg.ReadToken, u.cfg.AdminToken} {
+			if found && tok != "" && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
+				h.ServeHTTP(w, r)
+				return
+			}
+		}
+		w.Header().Set("WWW-Authenticate", `Basic realm="outboxd", charset="UTF-8"`)
+		u.fail(w, http.StatusUnauthorized, "this web view needs a credential: any user name, the read token (or the admin token) as password", nil)
+	})
 }
 
 // secure sets the headers every response carries.
