@@ -378,3 +378,28 @@ func TestAFailedConfirmSaysWhatHappensNext(t *testing.T) {
 	require.NotContains(t, once, "will re-fire")
 	require.Contains(t, engine.ConfirmFailedNote(providers.AtLeastOnce), "will re-fire with the same key")
 }
+
+// TestRetentionKeepsAHeadThatHoldsItsChain: a failed effect that blocks
+// the effects after it on its key is not purged with the rest of the old
+// failures: deleting it would release them without anyone deciding so.
+func TestRetentionKeepsAHeadThatHoldsItsChain(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	b.recv.Respond("/held", fakes.Status(http.StatusGone))
+	b.recv.Respond("/alone", fakes.Status(http.StatusGone))
+	b.start(t)
+	head := b.enqueueOrdered(t, b.orderedEffect("webhook.capture", "held", 0, outbox.BlockKey))[0]
+	next := b.enqueueOrdered(t, b.orderedEffect("webhook.refund", "held", 1, outbox.BlockKey))[0]
+	alone := b.enqueueOrdered(t, b.orderedEffect("webhook.capture", "alone", 0, outbox.BlockKey))[0]
+	b.waitFor(t, head.ID, engine.StateFailed)
+	b.waitFor(t, alone.ID, engine.StateFailed)
+
+	res, err := b.store.Purge(ctx, b.db.Pool, time.Now().Add(time.Hour), false)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Effects, "only the failure that holds nothing")
+	require.Equal(t, engine.StateFailed, b.effect(t, head.ID).State, "kept")
+	require.Equal(t, engine.StatePending, b.effect(t, next.ID).State, "still waiting behind it")
+	_, err = b.store.Get(ctx, b.db.Pool, alone.ID)
+	require.ErrorIs(t, err, engine.ErrNotFound)
+}

@@ -20,6 +20,15 @@ const effectColumns = `id, source_id, kind, provider, payload, state, attempts,
 const openInChain = `s.ordering_released_at IS NULL AND s.phase NOT IN ('confirmed', 'cancelled')
 		AND (s.phase = 'live' OR NOT s.ordering_skip_failed)`
 
+// holdsAChain is true of a failed effect e that holds the effects after it
+// on its ordering key (BlockKey, not released) while one of them is live:
+// retention keeps it, since deleting it would let them go without anyone
+// deciding so.
+const holdsAChain = `(e.ordering_key IS NOT NULL AND e.ordering_released_at IS NULL AND NOT e.ordering_skip_failed
+	AND e.phase IN ('failed', 'acknowledged') AND EXISTS (
+		SELECT 1 FROM /*schema*/side_effects s
+		WHERE s.ordering_key = e.ordering_key AND s.ordering_seq > e.ordering_seq AND s.phase = 'live'))`
+
 // blockedInChain is true of the effect e while an earlier effect of its
 // ordering key has not ended; blockedInChainUnaliased of side_effects
 // named by its table name.
@@ -603,8 +612,8 @@ WHERE action = 'confirm' AND to_state = 'confirmed' AND created_at >= $1`
 	// Purge: terminal effects older than $1, in batches of $2; then events
 	// older than $1 left without effects.
 	sqlPurgeCount = `
-SELECT count(*) FROM /*schema*/side_effects
-WHERE phase <> 'live' AND ended_at < $1`
+SELECT count(*) FROM /*schema*/side_effects e
+WHERE phase <> 'live' AND ended_at < $1 AND NOT ` + holdsAChain
 
 	// A batch of $2 terminal effects older than $1, and the
 	// events they leave without effects, in one statement: an event goes
@@ -620,10 +629,10 @@ WHERE phase <> 'live' AND ended_at < $1`
 WITH gone AS (
 	DELETE FROM /*schema*/side_effects e
 	WHERE e.id = ANY (ARRAY(
-		SELECT id FROM /*schema*/side_effects
-		WHERE phase <> 'live' AND ended_at < $1
+		SELECT id FROM /*schema*/side_effects e
+		WHERE phase <> 'live' AND ended_at < $1 AND NOT ` + holdsAChain + `
 		LIMIT $2))
-		AND e.phase <> 'live' AND e.ended_at < $1
+		AND e.phase <> 'live' AND e.ended_at < $1 AND NOT ` + holdsAChain + `
 	RETURNING e.source_id),
 events AS (
 	DELETE FROM /*schema*/outbox_events ev
