@@ -41,7 +41,7 @@ func newDemoCmd(g *globalConfig) *cobra.Command {
 start a local webhook receiver that verifies signatures, create orders through
 POST /orders behind the Idempotency-Key middleware (each order, its event and
 effects commit with the stored response; a retry replays it, a changed body
-gets 409), dispatch the effects, and print each effect's path
+gets 422), dispatch the effects, and print each effect's path
 pending -> fired -> confirmed with timings. One receiver endpoint fails once
 with HTTP 500, to show a retry carrying the same webhook-id.`,
 		Args: cobra.NoArgs,

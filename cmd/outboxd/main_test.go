@@ -63,7 +63,7 @@ func TestDemoConfirmsEveryEffect(t *testing.T) {
 	require.Regexp(t, `web view: http://127\.0\.0\.1:\d+/ui/ \(read-only`, out)
 	require.Contains(t, out, "(HTTP 500: in doubt) -> fired", "a 5xx does not prove the receiver did nothing: re-fired with the same id")
 	require.Contains(t, out, "HTTP 201, Idempotent-Replayed: true; orders, events, dispatch jobs: [3 3 6] before, [3 3 6] after")
-	require.Contains(t, out, `same key, changed amount: HTTP 409 {"error":{"code":"idempotency_key_reused"`)
+	require.Contains(t, out, `same key, changed amount: HTTP 422 {"error":{"code":"idempotency_key_reused"`)
 	require.Contains(t, out, "4 requests, 4 with valid signatures, 3 distinct webhook-ids for 3 webhook effects")
 	require.Contains(t, out, "sendgrid: 2 mails")
 	require.Contains(t, out, `delivered twice: HTTP 200 {"processed": 1, "duplicates": 0}; HTTP 200 {"processed": 0, "duplicates": 1} -> the email is confirmed once`)

@@ -42,7 +42,7 @@ const (
 	Replayed Outcome = "replayed"
 	// InFlight: another request with the key was still running (409).
 	InFlight Outcome = "in_flight"
-	// FingerprintMismatch: the key was used for a different request (409).
+	// FingerprintMismatch: the key was used for a different request (422).
 	FingerprintMismatch Outcome = "fingerprint_mismatch"
 	// Invalid: a missing or malformed key or an oversized body (4xx).
 	Invalid Outcome = "invalid"
@@ -98,9 +98,12 @@ type Config struct {
 	// RouteRetention overrides Retention per route (as Route names it).
 	RouteRetention map[string]time.Duration
 	// StoreStatus reports whether a response below 500 is stored (and its
-	// transaction committed). Default: all of them, 4xx included, so a
-	// retry of a refused request is refused the same way. A response not
-	// stored is rolled back like a 5xx. 5xx responses are never stored.
+	// transaction committed). Default StoreUnlessInvalid: every one but
+	// 400 and 422, so a retry of a request the handler acted on or refused
+	// for what it is (402 card declined, 404, 409) gets the same answer,
+	// while a request refused as malformed can be corrected and retried
+	// with the same key, as Stripe does. A response not stored is rolled
+	// back like a 5xx. 5xx responses are never stored.
 	StoreStatus func(status int) bool
 	// InFlightWait is how long a request waits for another with the same key
 	// to finish before answering 409. Default 0: answer at once.
@@ -116,6 +119,17 @@ type Config struct {
 	// Logger reports failed commits and lost claims. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// StoreUnlessInvalid is the default Config.StoreStatus: store every
+// response below 500 except 400 Bad Request and 422 Unprocessable Content,
+// the answers of a validation failure, after which nothing happened.
+func StoreUnlessInvalid(status int) bool {
+	return status != http.StatusBadRequest && status != http.StatusUnprocessableEntity
+}
+
+// StoreAll stores every response below 500, validation failures included:
+// a retry with the same key gets the same 400 back.
+func StoreAll(int) bool { return true }
 
 var (
 	defaultKeyPattern = regexp.MustCompile(`^[\x21-\x7e]+$`)
@@ -184,7 +198,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		checkRetention(fmt.Sprintf("RouteRetention[%q]", route), cfg.RouteRetention[route])
 	}
 	if cfg.StoreStatus == nil {
-		cfg.StoreStatus = func(int) bool { return true }
+		cfg.StoreStatus = StoreUnlessInvalid
 	}
 	for _, d := range []struct {
 		name string
@@ -199,6 +213,17 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.LockTimeout == 0 {
 		cfg.LockTimeout = DefaultLockTimeout
+	}
+	// A key that expires while a three-phase claim holds it would let a
+	// second request claim it and run the handler again.
+	for _, route := range append([]string{""}, slices.Sorted(maps.Keys(cfg.RouteRetention))...) {
+		d, name := cfg.Retention, "Retention"
+		if route != "" {
+			d, name = cfg.RouteRetention[route], fmt.Sprintf("RouteRetention[%q]", route)
+		}
+		if d > 0 && d <= cfg.LockTimeout {
+			errs = append(errs, fmt.Errorf("%s %s: must exceed LockTimeout %s, or a key could expire while a three-phase claim holds it and a second request run the handler again", name, d, cfg.LockTimeout))
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -24,8 +24,8 @@
 //
 // A key is scoped by the caller (Config.Scope), the method and the route;
 // the table's unique constraint decides which of two requests runs. The
-// same key with a different request (method, route, body, selected headers)
-// answers 409 and never the old response. A 5xx, a panic or a failed commit
+// same key with a different request (method, path, query, body, selected
+// headers) answers 422 and never the old response. A 5xx, a panic or a failed commit
 // stores nothing, so the client's retry runs the handler again. Keys expire
 // after Config.Retention (24h by default; Forever for money movement); an
 // expired key is new again, and outboxd's dispatcher purges expired keys.

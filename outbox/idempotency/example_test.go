@@ -20,7 +20,7 @@ import (
 
 // POST /orders with an Idempotency-Key: the first call writes the order
 // and enqueues its webhook in the request's transaction, the retry gets the
-// same response back, and the same key with another body gets 409.
+// same response back, and the same key with another body gets 422.
 func Example() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, exampleDatabaseURL())
@@ -107,7 +107,7 @@ func Example() {
 	// Output:
 	// 201 replayed="" {"id": "ord_1001", "amount": 4200}
 	// 201 replayed="true" {"id": "ord_1001", "amount": 4200}
-	// 409 replayed="" {"error":{"code":"idempotency_key_reused","message":"this Idempotency-Key was already used for a different request (see differs): use a new key for a new operation","differs":["body"]}}
+	// 422 replayed="" {"error":{"code":"idempotency_key_reused","message":"this Idempotency-Key was already used for a different request (see differs): use a new key for a new operation","differs":["body"]}}
 	// 1 order, 1 effect
 }
 

@@ -268,17 +268,87 @@ func TestSameKeyDifferentRequestIsRefused(t *testing.T) {
 	require.Equal(t, http.StatusCreated, s.post(t, "key-reused", order, "X-Currency", "eur").status)
 
 	a := s.post(t, "key-reused", `{"order": "ord_2", "amount": 1}`, "X-Currency", "eur")
-	require.Equal(t, http.StatusConflict, a.status)
+	require.Equal(t, http.StatusUnprocessableEntity, a.status, "422, as the IETF draft asks (409 is for a key in flight)")
 	require.Equal(t, "idempotency_key_reused", a.code)
 	require.Contains(t, string(a.body), `"differs":["body"]`)
 	require.NotContains(t, string(a.body), "ord_1", "never the old response")
 
 	a = s.post(t, "key-reused", order, "X-Currency", "usd")
-	require.Equal(t, http.StatusConflict, a.status)
+	require.Equal(t, http.StatusUnprocessableEntity, a.status)
 	require.Contains(t, string(a.body), `"differs":["header X-Currency"]`)
 	require.EqualValues(t, 1, s.runs.Load())
 	s.requireRows(t, 1, 1)
 	require.Equal(t, 2, s.obs.count(idempotency.FingerprintMismatch))
+}
+
+// TestTheFingerprintIsTheRequestAsSent: the path with its parameters, the
+// query and each header's values, framed so that no two requests hash
+// alike: PUT /orders/2 with the key of PUT /orders/1 is refused, not given
+// order 1's response; likewise another query, or "a b" for "a", "b".
+func TestTheFingerprintIsTheRequestAsSent(t *testing.T) {
+	t.Parallel()
+	s := newShop(t, idempotency.Config{FingerprintHeaders: []string{"X-Account"}}, "")
+	require.Equal(t, http.StatusCreated, s.do(t, http.MethodPut, "/orders/ord_1", "key-path", order).status)
+	a := s.do(t, http.MethodPut, "/orders/ord_2", "key-path", order)
+	require.Equal(t, http.StatusUnprocessableEntity, a.status)
+	require.Contains(t, string(a.body), `"differs":["path"]`)
+
+	order3 := `{"order": "ord_3", "amount": 1}`
+	require.Equal(t, http.StatusCreated, s.do(t, http.MethodPut, "/orders/ord_3?amount=1", "key-query", order3).status)
+	a = s.do(t, http.MethodPut, "/orders/ord_3?amount=999999", "key-query", order3)
+	require.Equal(t, http.StatusUnprocessableEntity, a.status)
+	require.Contains(t, string(a.body), `"differs":["query"]`)
+
+	send := func(key string, values ...string) int {
+		req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/orders", strings.NewReader(`{"order": "ord_4", "amount": 1}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", key)
+		for _, v := range values {
+			req.Header.Add("X-Account", v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusCreated, send("key-framing", "a b"))
+	require.Equal(t, http.StatusUnprocessableEntity, send("key-framing", "a", "b"), "two values are not one with a space")
+	require.Equal(t, http.StatusCreated, send("key-framing", "a b"), "the same request is replayed")
+	require.EqualValues(t, 3, s.runs.Load(), "no handler ran for another request's key")
+	s.requireRows(t, 3, 3)
+}
+
+// TestTwoKeyHeadersAreRefused: a request with two Idempotency-Key headers
+// is malformed (400), in the same JSON shape as other invalid keys.
+func TestTwoKeyHeadersAreRefused(t *testing.T) {
+	t.Parallel()
+	s := newShop(t, idempotency.Config{}, "")
+	req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/orders", strings.NewReader(order))
+	require.NoError(t, err)
+	req.Header.Add("Idempotency-Key", "key-a")
+	req.Header.Add("Idempotency-Key", "key-b")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	var body struct{ Error struct{ Code string } }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	require.Equal(t, "idempotency_key_repeated", body.Error.Code)
+	require.Zero(t, s.runs.Load())
+}
+
+// TestARetentionShorterThanTheLockIsRefused: a key that could expire while
+// a three-phase claim holds it would let a second request run the handler.
+func TestARetentionShorterThanTheLockIsRefused(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	_, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Retention: 30 * time.Second})
+	require.ErrorContains(t, err, "must exceed LockTimeout")
+	_, err = idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, LockTimeout: 10 * time.Minute,
+		RouteRetention: map[string]time.Duration{"POST /payouts": 5 * time.Minute}})
+	require.ErrorContains(t, err, `RouteRetention["POST /payouts"]`)
+	_, err = idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Retention: idempotency.Forever})
+	require.NoError(t, err)
 }
 
 func TestKeysAreScopedByCallerMethodAndRoute(t *testing.T) {
@@ -338,21 +408,28 @@ func TestFailedRequestsStoreNothing(t *testing.T) {
 	}
 }
 
-func TestClientErrorsAreStoredUnlessConfiguredOtherwise(t *testing.T) {
+// TestValidationFailuresAreNotStoredByDefault: a request the handler
+// refuses as malformed (400, 422) stores nothing, so the client corrects it
+// and retries with the same key, as Stripe lets it; StoreAll keeps the
+// refusal and replays it.
+func TestValidationFailuresAreNotStoredByDefault(t *testing.T) {
 	t.Parallel()
 	s := newShop(t, idempotency.Config{}, "")
+	require.Equal(t, http.StatusUnprocessableEntity, s.post(t, "key-422", `{"amount": 1}`).status)
+	require.Equal(t, http.StatusUnprocessableEntity, s.post(t, "key-422", `{"amount": 1}`).status)
+	require.EqualValues(t, 2, s.runs.Load(), "not stored: each retry runs")
+	s.requireRows(t, 0, 0)
+	require.Equal(t, http.StatusCreated, s.post(t, "key-422", order).status, "the corrected request runs, with the same key")
+	require.True(t, idempotency.StoreUnlessInvalid(http.StatusPaymentRequired), "a decline is stored")
+	require.False(t, idempotency.StoreUnlessInvalid(http.StatusBadRequest))
+
+	s = newShop(t, idempotency.Config{StoreStatus: idempotency.StoreAll}, "")
 	first := s.post(t, "key-422", `{"amount": 1}`)
 	require.Equal(t, http.StatusUnprocessableEntity, first.status)
 	again := s.post(t, "key-422", `{"amount": 1}`)
 	require.Equal(t, first.body, again.body)
 	require.Equal(t, "true", again.header.Get(idempotency.ReplayedHeader))
 	require.EqualValues(t, 1, s.runs.Load())
-
-	s = newShop(t, idempotency.Config{StoreStatus: func(status int) bool { return status < 400 }}, "")
-	require.Equal(t, http.StatusUnprocessableEntity, s.post(t, "key-422", `{"amount": 1}`).status)
-	require.Equal(t, http.StatusUnprocessableEntity, s.post(t, "key-422", `{"amount": 1}`).status)
-	require.EqualValues(t, 2, s.runs.Load(), "not stored: each retry runs")
-	s.requireRows(t, 0, 0)
 }
 
 // A crash between the handler and the commit: the connection is killed, or

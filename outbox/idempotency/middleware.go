@@ -172,7 +172,7 @@ func (m *Middleware) serveThreePhase(w http.ResponseWriter, r *http.Request, req
 			break
 		}
 		// Held by a request still running: wait up to InFlightWait.
-		if err == nil && (existing.State != stateInProgress || existing.Fingerprint != req.fingerprint) {
+		if err == nil && (existing.State != stateInProgress || !req.sameAs(existing.Fingerprint, existing.Parts)) {
 			m.answer(w, req, existing)
 			return
 		}
@@ -226,7 +226,7 @@ func (m *Middleware) fail(ctx context.Context, req *request, token uuid.UUID, re
 
 // answer responds to a request whose key someone else holds or completed.
 func (m *Middleware) answer(w http.ResponseWriter, req *request, existing *row) {
-	if existing.Fingerprint != req.fingerprint {
+	if !req.sameAs(existing.Fingerprint, existing.Parts) {
 		m.mismatch(w, req.differs(existing.Parts))
 		return
 	}

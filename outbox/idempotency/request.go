@@ -21,8 +21,11 @@ import (
 type request struct {
 	scope, method, route, key string
 	fingerprint               string
-	parts                     map[string]string // what the fingerprint is made of, each hashed
-	retention                 time.Duration     // 0: forever
+	// legacy is the fingerprint as outboxd computed it before path and
+	// query were part of it, to compare with keys stored then.
+	legacy    string
+	parts     map[string]string // what the fingerprint is made of, each hashed
+	retention time.Duration     // 0: forever
 }
 
 // prepare validates the key and reads the body. It returns nil, true for a
@@ -32,6 +35,11 @@ func (m *Middleware) prepare(w http.ResponseWriter, r *http.Request) (*request, 
 	cfg := &m.cfg
 	if !slices.Contains(cfg.Methods, r.Method) {
 		return nil, true
+	}
+	if len(r.Header.Values(cfg.Header)) > 1 {
+		m.refuse(w, http.StatusBadRequest, "idempotency_key_repeated",
+			fmt.Sprintf("the request carries %d %s headers: send exactly one", len(r.Header.Values(cfg.Header)), cfg.Header), nil)
+		return nil, false
 	}
 	key := r.Header.Get(cfg.Header)
 	if key == "" {
@@ -61,19 +69,40 @@ func (m *Middleware) prepare(w http.ResponseWriter, r *http.Request) (*request, 
 
 	req := &request{scope: cfg.Scope(r), method: r.Method, route: cfg.Route(r), key: key}
 	req.retention = cfg.retention(req.route)
-	req.parts = map[string]string{"body": hashOf(body)}
+	// The request as the client sent it: the path (with its parameters)
+	// and the query, not only the route; each header's values as a JSON
+	// array, so that "a b" and the two values "a", "b" differ.
+	req.parts = map[string]string{"body": hashOf(body), "path": hashOf([]byte(r.URL.EscapedPath())), "query": hashOf([]byte(r.URL.RawQuery))}
+	legacy := map[string]string{"body": req.parts["body"]}
 	for _, h := range cfg.FingerprintHeaders {
-		req.parts["header "+h] = hashOf([]byte(fmt.Sprint(r.Header.Values(h))))
+		values, _ := json.Marshal(r.Header.Values(h))
+		req.parts["header "+h] = hashOf(values)
+		legacy["header "+h] = hashOf([]byte(fmt.Sprint(r.Header.Values(h))))
 	}
+	req.fingerprint = fingerprintOf(req.method, req.route, req.parts)
+	req.legacy = fingerprintOf(req.method, req.route, legacy)
+	return req, true
+}
+
+func fingerprintOf(method, route string, parts map[string]string) string {
 	sum := sha256.New()
-	for _, s := range []string{req.method, req.route} {
+	for _, s := range []string{method, route} {
 		fmt.Fprintf(sum, "%d:%s", len(s), s)
 	}
-	for _, k := range slices.Sorted(maps.Keys(req.parts)) {
-		fmt.Fprintf(sum, "%d:%s=%s", len(k), k, req.parts[k])
+	for _, k := range slices.Sorted(maps.Keys(parts)) {
+		fmt.Fprintf(sum, "%d:%s=%s", len(k), k, parts[k])
 	}
-	req.fingerprint = hex.EncodeToString(sum.Sum(nil))
-	return req, true
+	return hex.EncodeToString(sum.Sum(nil))
+}
+
+// sameAs reports whether req is the request a stored key was made for. A
+// key stored before path and query were fingerprinted (its parts lack
+// "path") is compared the way it was made.
+func (req *request) sameAs(fingerprint string, parts map[string]string) bool {
+	if _, current := parts["path"]; !current && parts != nil {
+		return fingerprint == req.legacy
+	}
+	return fingerprint == req.fingerprint
 }
 
 func hashOf(b []byte) string {
@@ -132,8 +161,11 @@ func (m *Middleware) inFlight(w http.ResponseWriter) {
 		"a request with this "+m.cfg.Header+" is still being processed: retry after a moment with the same key", nil)
 }
 
+// mismatch answers 422 Unprocessable Content, as the IETF
+// Idempotency-Key draft asks for a key reused with another request (409
+// stays for a key in flight).
 func (m *Middleware) mismatch(w http.ResponseWriter, differs []string) {
-	m.refuse(w, http.StatusConflict, "idempotency_key_reused",
+	m.refuse(w, http.StatusUnprocessableEntity, "idempotency_key_reused",
 		"this "+m.cfg.Header+" was already used for a different request (see differs): use a new key for a new operation", differs)
 }
 

@@ -57,7 +57,7 @@ var _ idempotency.Observer = (*Idempotency)(nil)
 func NewIdempotency(reg prometheus.Registerer) (*Idempotency, error) {
 	m := &Idempotency{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outboxd_idempotency_requests_total",
-		Help: "Requests carrying an idempotency key by outcome: executed, replayed, in_flight (409), fingerprint_mismatch (409), invalid (4xx), rolled_back (5xx, panic or failed commit: nothing stored).",
+		Help: "Requests carrying an idempotency key by outcome: executed, replayed, in_flight (409), fingerprint_mismatch (422), invalid (4xx), rolled_back (5xx, panic or failed commit: nothing stored).",
 	}, []string{"outcome"})}
 	for _, o := range []idempotency.Outcome{idempotency.Executed, idempotency.Replayed, idempotency.InFlight,
 		idempotency.FingerprintMismatch, idempotency.Invalid, idempotency.RolledBack} {

@@ -22,7 +22,7 @@ func TestIdempotencyOutcomesAreCounted(t *testing.T) {
 	m.Observe(outboxtype.KeyRequest{Outcome: string(idempotency.Replayed)})
 	m.Observe(outboxtype.KeyRequest{Outcome: string(idempotency.Replayed)})
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP outboxd_idempotency_requests_total Requests carrying an idempotency key by outcome: executed, replayed, in_flight (409), fingerprint_mismatch (409), invalid (4xx), rolled_back (5xx, panic or failed commit: nothing stored).
+# HELP outboxd_idempotency_requests_total Requests carrying an idempotency key by outcome: executed, replayed, in_flight (409), fingerprint_mismatch (422), invalid (4xx), rolled_back (5xx, panic or failed commit: nothing stored).
 # TYPE outboxd_idempotency_requests_total counter
 outboxd_idempotency_requests_total{outcome="executed"} 1
 outboxd_idempotency_requests_total{outcome="fingerprint_mismatch"} 0
