@@ -31,7 +31,7 @@ func (b *bench) idempotencyCost(ctx context.Context) ([]enqueueResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	mw, err := idempotency.New(b.pool, idempotency.Config{Schema: b.schema, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	mw, err := idempotency.New(b.pool, idempotency.Config{Schema: b.schema, Unscoped: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return nil, err
 	}

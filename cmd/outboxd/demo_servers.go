@@ -116,7 +116,10 @@ type orderCreated struct {
 // demoAPI serves POST /orders on a loopback port, behind the
 // Idempotency-Key middleware, and returns its base URL.
 func demoAPI(pool *pgxpool.Pool, schema string, ob *outbox.Outbox, receiver string) (string, func(), error) {
-	mw, err := idempotency.New(pool, idempotency.Config{Schema: schema})
+	mw, err := idempotency.New(pool, idempotency.Config{Schema: schema,
+		// Each API client's keys are its own. (A real API takes the
+		// identity from its authentication, not from a header anyone sets.)
+		Scope: func(r *http.Request) string { return r.Header.Get("X-Api-Client") }})
 	if err != nil {
 		return "", nil, err
 	}
@@ -169,6 +172,7 @@ func postOrder(ctx context.Context, api, key, body string) (apiAnswer, error) {
 		return apiAnswer{}, err
 	}
 	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("X-Api-Client", "shop-frontend")
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

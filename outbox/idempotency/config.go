@@ -64,9 +64,16 @@ type Config struct {
 	// Header names the request header carrying the key. Default
 	// Idempotency-Key.
 	Header string
-	// Scope returns the caller's identity (tenant, API key id): keys of two
-	// scopes never collide. Default: one scope for every caller.
+	// Scope returns the authenticated caller's identity (tenant, API key
+	// id): keys of two scopes never collide, and a caller never gets
+	// another's response, learns whether another's key exists, or takes a
+	// key another would use. Required, unless Unscoped.
 	Scope func(*http.Request) string
+	// Unscoped, set instead of Scope, puts every caller in one scope: for
+	// an endpoint with one caller (an internal service), where sharing
+	// keys is harmless. With several callers, any of them can replay
+	// another's response by sending its key and body.
+	Unscoped bool
 	// Route names the endpoint in the stored key. Default: the ServeMux
 	// pattern the request matched (wrap each handler, not the whole mux),
 	// else the URL path.
@@ -144,7 +151,13 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Header == "" {
 		cfg.Header = DefaultHeader
 	}
-	if cfg.Scope == nil {
+	switch {
+	case cfg.Scope == nil && !cfg.Unscoped:
+		errs = append(errs, errors.New("Config.Scope: required: return the authenticated caller's identity (tenant or API key id), "+
+			"so that callers never share keys; or set Unscoped: true when the endpoint has a single caller"))
+	case cfg.Scope != nil && cfg.Unscoped:
+		errs = append(errs, errors.New("Config.Unscoped is set beside Config.Scope: choose one"))
+	case cfg.Scope == nil:
 		cfg.Scope = func(*http.Request) string { return "" }
 	}
 	if cfg.Route == nil {

@@ -70,6 +70,9 @@ func newShop(t *testing.T, cfg idempotency.Config, mode string) *shop {
 	_, err := s.db.Pool.Exec(context.Background(), "CREATE TABLE "+s.db.Schema+".orders (id text PRIMARY KEY, amount int NOT NULL)")
 	require.NoError(t, err)
 	cfg.Schema = s.db.Schema
+	if cfg.Scope == nil {
+		cfg.Unscoped = true // one client in these tests
+	}
 	cfg.Observer = s.obs
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s.mw, err = idempotency.New(s.db.Pool, cfg)
@@ -342,12 +345,12 @@ func TestTwoKeyHeadersAreRefused(t *testing.T) {
 func TestARetentionShorterThanTheLockIsRefused(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	_, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Retention: 30 * time.Second})
+	_, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Unscoped: true, Retention: 30 * time.Second})
 	require.ErrorContains(t, err, "must exceed LockTimeout")
-	_, err = idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, LockTimeout: 10 * time.Minute,
+	_, err = idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Unscoped: true, LockTimeout: 10 * time.Minute,
 		RouteRetention: map[string]time.Duration{"POST /payouts": 5 * time.Minute}})
 	require.ErrorContains(t, err, `RouteRetention["POST /payouts"]`)
-	_, err = idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Retention: idempotency.Forever})
+	_, err = idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Unscoped: true, Retention: idempotency.Forever})
 	require.NoError(t, err)
 }
 
@@ -602,6 +605,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{idempotency.Config{RequiredFor: []string{"GET"}}, "RequiredFor: GET is not among Methods"},
 		{idempotency.Config{Schema: "Bad Schema"}, `Config.Schema: schema "Bad Schema": use one lowercase name`},
 		{idempotency.Config{InFlightWait: -1}, "InFlightWait"},
+		{idempotency.Config{}, "Config.Scope: required"},
+		{idempotency.Config{Unscoped: true, Scope: func(*http.Request) string { return "" }}, "choose one"},
 	} {
 		_, err := idempotency.New(db.Pool, c.cfg)
 		require.ErrorContains(t, err, c.want)

@@ -63,7 +63,7 @@ type Keys struct {
 // NewKeys returns the operator API over the keys in schema ("" uses
 // search_path).
 func NewKeys(pool *pgxpool.Pool, schema string) (*Keys, error) {
-	cfg, err := Config{Schema: schema}.withDefaults()
+	cfg, err := Config{Schema: schema, Unscoped: true}.withDefaults() // only the table names are used
 	if err != nil {
 		return nil, err
 	}
