@@ -12,8 +12,11 @@ type EventResult struct {
 	Effect *Effect
 	// Confirmed says the event confirmed the effect.
 	Confirmed bool
-	// Drift is the drift reasons recorded.
+	// Drift is the drift reasons found.
 	Drift []string
+	// DriftNotRecorded counts those of Drift not recorded as rows: the
+	// delivery had reached its limit (see sideeffects.WithDriftLimit).
+	DriftNotRecorded int
 }
 
 // DriftFilter selects drift records; zero fields match all.

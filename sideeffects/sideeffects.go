@@ -338,6 +338,13 @@ func (o *Operator) Policy(provider, kind string) providers.InDoubtPolicy {
 	return o.op.Policy(provider, kind)
 }
 
+// WithDriftLimit returns a context in which ApplyProviderEvent records at
+// most n drift rows for all the events applied with it (one delivery):
+// drift past it is reported in EventResult but not stored.
+func WithDriftLimit(ctx context.Context, n int64) context.Context {
+	return engine.WithDriftLimit(ctx, n)
+}
+
 // BlockedBehind returns the first earlier effect of id's ordering key that
 // has not ended, which id waits for; nil when none.
 func (o *Operator) BlockedBehind(ctx context.Context, id uuid.UUID) (*uuid.UUID, error) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -104,7 +105,27 @@ func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.
 	return res, nil
 }
 
+// driftLimitKey holds, in a context, how many more drift rows the delivery
+// it serves may record (*atomic.Int64).
+type driftLimitKey struct{}
+
+// WithDriftLimit returns a context in which ApplyProviderEvent records at
+// most n drift rows, however many events are applied with it: one signed
+// delivery (a SendGrid batch holds up to thousands of events) cannot fill
+// the table. Drift past the limit is still reported in EventResult.Drift,
+// and counted in DriftNotRecorded.
+func WithDriftLimit(ctx context.Context, n int64) context.Context {
+	var left atomic.Int64
+	left.Store(n)
+	return context.WithValue(ctx, driftLimitKey{}, &left)
+}
+
 func (s *Store) drift(ctx context.Context, tx pgx.Tx, res *EventResult, ev providers.EventReport, e *Effect, reason, hint string) error {
+	res.Drift = append(res.Drift, reason)
+	if left, ok := ctx.Value(driftLimitKey{}).(*atomic.Int64); ok && left.Add(-1) < 0 {
+		res.DriftNotRecorded++
+		return nil
+	}
 	var (
 		id    *uuid.UUID
 		kind  string
@@ -116,7 +137,6 @@ func (s *Store) drift(ctx context.Context, tx pgx.Tx, res *EventResult, ev provi
 	if _, err := tx.Exec(ctx, s.sql(sqlInsertDrift), reason, ev.Provider, kind, id, state, ev.Key, ev.EventID, ev.Type, ev.ObjectID, hint); err != nil {
 		return fmt.Errorf("record drift: %w", err)
 	}
-	res.Drift = append(res.Drift, reason)
 	return nil
 }
 

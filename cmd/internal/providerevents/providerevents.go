@@ -136,11 +136,14 @@ func observed(h http.Handler, cfg Config) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var done []applied
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), appliedKey{}, &done)))
+		ctx := sideeffects.WithDriftLimit(context.WithValue(r.Context(), appliedKey{}, &done), MaxDriftPerDelivery)
+		h.ServeHTTP(sw, r.WithContext(ctx))
 		if sw.status >= 300 {
 			return
 		}
+		logged, unlogged, unrecorded := 0, 0, 0
 		for _, a := range done {
+			unrecorded += a.res.DriftNotRecorded
 			if cfg.Observer != nil {
 				cfg.Observer.Observe(outboxtype.ProviderEventApplied{Event: a.ev, Result: a.res})
 			}
@@ -149,6 +152,11 @@ func observed(h http.Handler, cfg Config) http.Handler {
 					"event_id", a.ev.EventID, "event_type", a.ev.Type, "object", a.ev.ObjectID)
 			}
 			for _, reason := range a.res.Drift {
+				if logged == MaxDriftLogLines {
+					unlogged++
+					continue
+				}
+				logged++
 				attrs := []any{"reason", reason, "provider", a.ev.Provider, "event_id", a.ev.EventID, "event_type", a.ev.Type, "key", a.ev.Key}
 				if a.res.Effect != nil {
 					attrs = append(attrs, "effect_id", a.res.Effect.ID, "state", a.res.Effect.State)
@@ -156,8 +164,20 @@ func observed(h http.Handler, cfg Config) http.Handler {
 				cfg.Logger.Warn("drift between outboxd and a provider: see outboxctl drift", attrs...)
 			}
 		}
+		if unlogged > 0 || unrecorded > 0 {
+			cfg.Logger.Warn("more drift in this delivery than is logged or recorded one by one: see outboxctl drift and the provider's dashboard",
+				"not_logged", unlogged, "not_recorded", unrecorded, "recorded_at_most", MaxDriftPerDelivery)
+		}
 	})
 }
+
+// What one delivery (one signed request, up to thousands of events) may
+// record as drift rows and log as warning lines; the rest is counted in one
+// summary line (and in outboxd_drift_total).
+const (
+	MaxDriftPerDelivery = 100
+	MaxDriftLogLines    = 20
+)
 
 type statusWriter struct {
 	http.ResponseWriter

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -356,4 +359,57 @@ func TestAnEventConfirmsOnlyWhatItCanProve(t *testing.T) {
 		map[string]any{"id": "pi_123", "object": "payment_intent", "status": "succeeded", "metadata": map[string]any{"outboxd_idempotency_key": capture.IdempotencyKey}})
 	require.Equal(t, http.StatusOK, status, body)
 	require.Equal(t, engine.StateConfirmed, e.get(t, capture.ID).State)
+}
+
+// TestOneDeliveryRecordsAndLogsBoundedDrift: one signed SendGrid batch of
+// 250 events naming keys no effect has records at most
+// MaxDriftPerDelivery drift rows and logs at most MaxDriftLogLines lines
+// and one summary; the observer (the metrics) still counts every one.
+func TestOneDeliveryRecordsAndLogsBoundedDrift(t *testing.T) {
+	t.Parallel()
+	e := &env{db: testdb.New(t), obs: &observer{}}
+	var err error
+	e.sg, err = fakes.NewSendGridEventSigner()
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	h, err := providerevents.New(e.db.Pool, providerevents.Config{
+		Schema: e.db.Schema, SendGridPublicKey: e.sg.PublicKey(), Observer: e.obs,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	require.NoError(t, err)
+	e.srv = httptest.NewServer(h)
+	t.Cleanup(e.srv.Close)
+
+	var events []map[string]any
+	for i := range 250 {
+		key := fmt.Sprintf("%064x", i+1)
+		events = append(events, sgEvent(fmt.Sprintf("sg_%d", i), "delivered", key, fmt.Sprintf("m%d", i), time.Now()))
+	}
+	status, _ := e.sendgridEvents(t, events...)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, providerevents.MaxDriftPerDelivery, e.count(t, "provider_drift"))
+	drift := 0
+	for _, r := range e.obs.events {
+		drift += len(r.Drift)
+	}
+	require.Equal(t, 250, drift, "every finding is still counted")
+	mu.Lock()
+	lines := strings.Count(logs.String(), "\n")
+	text := logs.String()
+	mu.Unlock()
+	require.Equal(t, providerevents.MaxDriftLogLines+1, lines, "the first lines, then one summary")
+	require.Contains(t, text, "not_logged=230")
+	require.Contains(t, text, "not_recorded=150")
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
