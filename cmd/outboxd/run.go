@@ -56,6 +56,7 @@ type runConfig struct {
 	Policies cli.Policies
 
 	WebhookSecret     string
+	WebhookPrevious   []string
 	WebhookTimeout    time.Duration
 	WebhookAllowCIDRs []string
 	WebhookMaxPerHost int
@@ -126,6 +127,8 @@ already older than --rescue-after and re-fires it within seconds.`,
 	c.Policies.Bind(f)
 	f.StringVar(&c.WebhookSecret, "webhook-secret", "", "Standard Webhooks signing secret, whsec_<base64>; enables the webhook provider")
 	envflag.Bind(f, "webhook-secret", "OUTBOXD_WEBHOOK_SECRET")
+	f.StringSliceVar(&c.WebhookPrevious, "webhook-previous-secrets", nil, "signing secrets being retired (whsec_…, comma-separated): during a rotation each request is also signed with them, until every receiver verifies with --webhook-secret")
+	envflag.Bind(f, "webhook-previous-secrets", "OUTBOXD_WEBHOOK_PREVIOUS_SECRETS")
 	f.DurationVar(&c.WebhookTimeout, "webhook-timeout", webhook.DefaultTimeout, "timeout of one webhook request")
 	envflag.Bind(f, "webhook-timeout", "OUTBOXD_WEBHOOK_TIMEOUT")
 	f.StringSliceVar(&c.WebhookAllowCIDRs, "webhook-allow-cidrs", nil, "non-public networks webhooks may reach, e.g. 10.0.0.0/8 (default: none)")
@@ -179,6 +182,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 		}
 		wh, err := webhook.New(c.Policies.WebhookConfig(webhook.Config{
 			Secret:          c.WebhookSecret,
+			PreviousSecrets: c.WebhookPrevious,
 			Timeout:         c.WebhookTimeout,
 			AllowedNetworks: allowed,
 			MaxPerHost:      c.WebhookMaxPerHost,

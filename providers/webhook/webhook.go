@@ -57,6 +57,13 @@ type Config struct {
 	// Secret signs every request: "whsec_" followed by base64, as the
 	// Standard Webhooks libraries expect. Required.
 	Secret string
+	// PreviousSecrets are secrets being retired. During a rotation every
+	// request carries, beside Secret's signature, one by each of them (the
+	// webhook-signature header holds a space-separated list, which the
+	// Standard Webhooks verifiers accept if any one matches), so that a
+	// receiver still verifying with an old secret accepts it until it
+	// moves to the new one. Remove them when every receiver has.
+	PreviousSecrets []string
 	// Timeout bounds one attempt, connection included. Default 15s.
 	Timeout time.Duration
 	// AllowedNetworks are destinations allowed even though they are
@@ -98,8 +105,10 @@ type Provider struct {
 	Schema
 	cfg    Config
 	signer *standardwebhooks.Webhook
-	client *http.Client
-	gate   *gate
+	// previous sign with Config.PreviousSecrets during a rotation.
+	previous []*standardwebhooks.Webhook
+	client   *http.Client
+	gate     *gate
 }
 
 var _ providers.Provider = (*Provider)(nil)
@@ -115,6 +124,17 @@ func New(cfg Config) (*Provider, error) {
 	signer, err := standardwebhooks.NewWebhook(cfg.Secret)
 	if err != nil {
 		return nil, errors.New("webhook: Config.Secret is not valid base64 after whsec_")
+	}
+	var previous []*standardwebhooks.Webhook
+	for i, s := range cfg.PreviousSecrets {
+		w, err := standardwebhooks.NewWebhook(s)
+		if err != nil || !strings.HasPrefix(s, "whsec_") {
+			return nil, fmt.Errorf("webhook: Config.PreviousSecrets[%d] must be whsec_ followed by base64", i)
+		}
+		if s == cfg.Secret {
+			return nil, fmt.Errorf("webhook: Config.PreviousSecrets[%d] is the current Secret: list only the secrets being retired", i)
+		}
+		previous = append(previous, w)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
@@ -150,8 +170,8 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{
 		Schema: Schema{AllowedNetworks: cfg.AllowedNetworks},
 		cfg:    cfg,
-		signer: signer,
-		gate:   newGate(cfg.MaxPerHost),
+		signer: signer, previous: previous,
+		gate: newGate(cfg.MaxPerHost),
 		client: &http.Client{
 			Transport: transport,
 			Timeout:   cfg.Timeout,
@@ -183,7 +203,11 @@ func (p *Provider) Host(payload json.RawMessage) string { return hostOf(payload)
 // Secrets implements providers.SecretHolder: the signing secret, with and
 // without its whsec_ prefix.
 func (p *Provider) Secrets() []string {
-	return []string{p.cfg.Secret, strings.TrimPrefix(p.cfg.Secret, "whsec_")}
+	out := []string{p.cfg.Secret, strings.TrimPrefix(p.cfg.Secret, "whsec_")}
+	for _, s := range p.cfg.PreviousSecrets {
+		out = append(out, s, strings.TrimPrefix(s, "whsec_"))
+	}
+	return out
 }
 
 // Guarantees implements providers.Provider.
@@ -214,6 +238,13 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	sig, err := p.signer.Sign(req.Key, now, body)
 	if err != nil {
 		return providers.Result{}, providers.Permanent(fmt.Errorf("sign: %w", err))
+	}
+	for _, old := range p.previous {
+		s, err := old.Sign(req.Key, now, body)
+		if err != nil {
+			return providers.Result{}, providers.Permanent(fmt.Errorf("sign: %w", err))
+		}
+		sig += " " + s
 	}
 
 	ctx, wrote := providers.WatchWrites(ctx)

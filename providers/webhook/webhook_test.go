@@ -213,3 +213,37 @@ func TestNewRejectsBadSecrets(t *testing.T) {
 		require.Contains(t, err.Error(), "Config.Secret")
 	}
 }
+
+// TestSecretRotationSignsWithBoth: during a rotation every request carries
+// a signature by the new secret and one by each secret being retired, so a
+// receiver verifying with either accepts it; errors never show either.
+func TestSecretRotationSignsWithBoth(t *testing.T) {
+	t.Parallel()
+	const newSecret = "whsec_bmV3IHNlY3JldCBmb3Igb3V0Ym94ZCByb3RhdGlvbg=="
+	var got http.Header
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		body, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	p := newProvider(t, webhook.Config{Secret: newSecret, PreviousSecrets: []string{secret}, AllowedNetworks: loopback})
+	_, err := p.Send(context.Background(), request(srv.URL, `{"n": 1}`))
+	require.NoError(t, err)
+	require.Len(t, strings.Fields(got.Get("webhook-signature")), 2, "one signature per secret")
+	for _, s := range []string{newSecret, secret} {
+		v, err := standardwebhooks.NewWebhook(s)
+		require.NoError(t, err)
+		require.NoError(t, v.Verify(body, got), "a receiver verifying with %s…", s[:12])
+	}
+	other, err := standardwebhooks.NewWebhook("whsec_b3RoZXIgc2VjcmV0IG5vdCBpbiB0aGUgcm90YXRpb24=")
+	require.NoError(t, err)
+	require.Error(t, other.Verify(body, got))
+	require.Contains(t, p.Secrets(), secret, "retired secrets are redacted too")
+
+	_, err = webhook.New(webhook.Config{Secret: newSecret, PreviousSecrets: []string{"not-a-secret"}})
+	require.ErrorContains(t, err, "PreviousSecrets[0]")
+	_, err = webhook.New(webhook.Config{Secret: newSecret, PreviousSecrets: []string{newSecret}})
+	require.ErrorContains(t, err, "is the current Secret")
+}
