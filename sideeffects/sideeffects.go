@@ -338,6 +338,12 @@ func (o *Operator) Policy(provider, kind string) providers.InDoubtPolicy {
 	return o.op.Policy(provider, kind)
 }
 
+// ByKeyPrefix returns the effects whose idempotency key begins with prefix
+// (12 to 64 lowercase hex digits, as outboxctl prints keys), at most limit.
+func (o *Operator) ByKeyPrefix(ctx context.Context, prefix string, limit int) ([]*EffectRow, error) {
+	return o.op.Store().ByKeyPrefix(ctx, o.op.Pool(), prefix, limit)
+}
+
 // WithDriftLimit returns a context in which ApplyProviderEvent records at
 // most n drift rows for all the events applied with it (one delivery):
 // drift past it is reported in EventResult but not stored.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,6 +45,36 @@ func (s *Store) List(ctx context.Context, db DB, f Filter) ([]*Effect, error) {
 		return nil, fmt.Errorf("list effects: %w", err)
 	}
 	return pgx.CollectRows(rows, rowToEffect)
+}
+
+// ByKeyPrefix returns the effects whose idempotency key begins with prefix
+// (at least 12 lowercase hex digits, as outboxctl prints keys), at most
+// limit: found on the primary key, since an effect's id is its key's first
+// 16 bytes with the version and variant set (migration 00012). Effects
+// recorded before ids were derived are not found this way.
+func (s *Store) ByKeyPrefix(ctx context.Context, db DB, prefix string, limit int) ([]*Effect, error) {
+	if len(prefix) < 12 || len(prefix) > 64 {
+		return nil, fmt.Errorf("key prefix %q: give 12 to 64 hex digits", prefix)
+	}
+	// The first 12 digits of the id are the key's; search the ids that
+	// begin with them, then keep the keys that begin with all of prefix.
+	lo := prefix[:8] + "-" + prefix[8:12] + "-0000-0000-000000000000"
+	hi := prefix[:8] + "-" + prefix[8:12] + "-ffff-ffff-ffffffffffff"
+	rows, err := db.Query(ctx, s.sql(sqlEffectsInIDRange), lo, hi, max(limit*4, limit+16))
+	if err != nil {
+		return nil, fmt.Errorf("effects by key prefix: %w", err)
+	}
+	all, err := pgx.CollectRows(rows, rowToEffect)
+	if err != nil {
+		return nil, fmt.Errorf("effects by key prefix: %w", err)
+	}
+	out := all[:0]
+	for _, e := range all {
+		if strings.HasPrefix(e.IdempotencyKey, prefix) && len(out) < limit {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // Stuck returns live effects not updated since notSince and failed ones,

@@ -178,6 +178,12 @@ ORDER BY s.ordering_seq LIMIT 1`
 SELECT pg_advisory_xact_lock(1869574516, h) FROM (
 	SELECT DISTINCT hashtext(k) AS h FROM unnest($1::text[]) AS k ORDER BY 1) AS x`
 
+	// Effects whose id lies in [$1, $2]: the ids that begin with a key's
+	// first hex digits (an id is derived from its key's first 16 bytes), on
+	// the primary key, at most $3.
+	sqlEffectsInIDRange = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+WHERE id BETWEEN $1 AND $2 ORDER BY id LIMIT $3`
+
 	sqlEventMatches = `
 SELECT aggregate_type = $2 AND aggregate_id = $3 AND event_type = $4 AND payload = $5::jsonb
 FROM /*schema*/outbox_events WHERE id = $1`

@@ -525,3 +525,27 @@ func (s *site) effectState(t *testing.T, name string) engine.State {
 	require.NoError(t, err)
 	return e.State
 }
+
+// TestSearchTakesKeysAsPeoplePasteThem: an uppercase key, and the 12-digit
+// prefix outboxctl prints (with or without its ellipsis), find the effect.
+func TestSearchTakesKeysAsPeoplePasteThem(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids["busy"])
+	require.NoError(t, err)
+	for _, q := range []string{strings.ToUpper(e.IdempotencyKey), e.IdempotencyKey[:12], e.IdempotencyKey[:12] + "…", e.IdempotencyKey[:20]} {
+		resp, err := http.Get(s.url("effects?q=" + url.QueryEscape(q)))
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%q: %s", q, body)
+		require.Contains(t, string(body), e.ID.String(), q)
+		require.NotContains(t, string(body), s.ids["gone"].String(), "only the effect whose key it is: %q", q)
+	}
+	resp, err := http.Get(s.url("effects?q=" + url.QueryEscape("not a key")))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, string(body), "first 12 or more digits")
+}

@@ -147,8 +147,11 @@ type searchData struct {
 }
 
 var (
-	keyRE   = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	flashRE = regexp.MustCompile(`^(retry|cancel|confirm|acknowledge|release) by web:[^ ]{1,100}: [a-z]+ -> [a-z]+( \(.{0,300}\))?$`)
+	keyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	// prefixRE is the start of a key as outboxctl prints it (12 digits and
+	// an ellipsis) or longer.
+	prefixRE = regexp.MustCompile(`^[0-9a-f]{12,63}$`)
+	flashRE  = regexp.MustCompile(`^(retry|cancel|confirm|acknowledge|release) by web:[^ ]{1,100}: [a-z]+ -> [a-z]+( \(.{0,300}\))?$`)
 )
 
 const pageSize = 50
@@ -237,6 +240,13 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 // lookup finds effects by effect id, event id or idempotency key.
 func (u *ui) lookup(r *http.Request, q string) ([]*outboxtype.Effect, error) {
 	ctx := r.Context()
+	// Keys are hex: an uppercase copy, or the 12-digit prefix outboxctl
+	// prints (with its ellipsis), finds the same effect.
+	if hex := strings.ToLower(strings.TrimRight(q, "…. ")); prefixRE.MatchString(hex) {
+		return u.op.ByKeyPrefix(ctx, hex, pageSize)
+	} else if keyRE.MatchString(hex) {
+		q = hex
+	}
 	if keyRE.MatchString(q) {
 		e, err := u.op.GetByKey(ctx, q)
 		if errors.Is(err, sideeffects.ErrNotFound) {
@@ -249,7 +259,7 @@ func (u *ui) lookup(r *http.Request, q string) ([]*outboxtype.Effect, error) {
 	}
 	id, err := uuid.Parse(q)
 	if err != nil {
-		return nil, errors.New("search: give an effect id or event id (a UUID) or an idempotency key (64 hex digits)")
+		return nil, errors.New("search: give an effect id or event id (a UUID), an idempotency key (64 hex digits, any case) or its first 12 or more digits; for an order, search by aggregate")
 	}
 	e, err := u.op.Get(ctx, id)
 	if err == nil {
