@@ -1,10 +1,8 @@
 package main
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -46,6 +44,7 @@ actions and the one that could cause a second real-world effect.`,
 				outboxtype.StuckEffect
 				Diagnosis string `json:"diagnosis"`
 			}
+			stuck = outboxtype.ChainsUnderHeads(stuck)
 			rows := make([]row, len(stuck))
 			for i, s := range stuck {
 				rows[i] = row{s, s.Diagnosis(now, firedBound, a.keyWindow(s.Provider))}
@@ -58,45 +57,24 @@ actions and the one that could cause a second real-world effect.`,
 				fmt.Fprintf(out, "nothing stuck: no live effect unchanged for %s, no failed effect\n", olderThan)
 				return nil
 			}
-			// A blocked chain is listed under its head, in its order.
-			behind := map[uuid.UUID][]row{}
-			listed := map[uuid.UUID]bool{}
-			for _, r := range rows {
-				if r.BlockedBehind != nil {
-					behind[*r.BlockedBehind] = append(behind[*r.BlockedBehind], r)
-				} else {
-					listed[r.ID] = true
-				}
-			}
+			// A blocked chain is listed under its head, in its order; a
+			// head that is not stuck itself (retrying, or changed recently)
+			// gets a line of its own.
 			tw := table(out)
 			fmt.Fprintln(tw, "ID\tKIND\tPROVIDER\tSTATE\tATTEMPTS\tUNCHANGED\tWHY")
-			chain := func(head uuid.UUID) {
-				waiting := behind[head]
-				slices.SortFunc(waiting, func(a, b row) int { return cmp.Compare(*a.OrderingSeq, *b.OrderingSeq) })
-				for _, w := range waiting {
-					fmt.Fprintf(tw, "  └ %s\t%s\t%s\t%s\t%d\t%s\tblocked behind %s (ordering key %q)\n",
-						w.ID, w.Kind, w.Provider, w.State, w.Attempts, ago(w.UpdatedAt), head, *w.OrderingKey)
-				}
-			}
+			shown := map[uuid.UUID]bool{}
 			for _, r := range rows {
-				if r.BlockedBehind != nil {
+				if h := r.BlockedBehind; h != nil {
+					if !shown[*h] {
+						shown[*h] = true
+						fmt.Fprintf(tw, "%s\t\t\t\t\t\t%s\n", h, "head of a blocked chain, not stuck itself: `outboxctl show "+h.String()+"`")
+					}
+					fmt.Fprintf(tw, "  └ %s\t%s\t%s\t%s\t%d\t%s\tblocked behind %s (ordering key %q)\n",
+						r.ID, r.Kind, r.Provider, r.State, r.Attempts, ago(r.UpdatedAt), h, *r.OrderingKey)
 					continue
 				}
+				shown[r.ID] = true
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Kind, r.Provider, r.State, r.Attempts, ago(r.UpdatedAt), r.Diagnosis)
-				chain(r.ID)
-			}
-			// Chains whose head is not stuck itself (it is retrying, or
-			// changed recently).
-			var heads []uuid.UUID
-			for h := range behind {
-				if !listed[h] {
-					heads = append(heads, h)
-				}
-			}
-			slices.SortFunc(heads, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
-			for _, h := range heads {
-				fmt.Fprintf(tw, "%s\t\t\t\t\t\t%s\n", h, "head of a blocked chain, not stuck itself: `outboxctl show "+h.String()+"`")
-				chain(h)
 			}
 			return tw.Flush()
 		},

@@ -164,6 +164,20 @@ func (b b) count(sel string) int {
 	return n
 }
 
+// authenticate makes the tab send HTTP basic auth with user and password
+// on every request, as a browser does once its prompt was answered.
+func (b b) authenticate(user, password string) {
+	b.t.Helper()
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
+	b.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
+			return err
+		}
+		_, err := cdp.Call(ctx, tg, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": auth}})
+		return err
+	}))
+}
+
 // shot saves a screenshot of the page for a person to look at (not
 // committed): OUTBOXD_SCREENSHOTS, else .screenshots at the repository root.
 func (b b) shot(name string) {
@@ -222,14 +236,7 @@ func TestWebViewInABrowser(t *testing.T) {
 	// Retry with a reason, as an admin: the dry run first, then the change
 	// and its audit row; the dispatcher delivers it (the receiver accepts
 	// now).
-	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("ada:"+adminToken))
-	br.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
-			return err
-		}
-		_, err := cdp.Call(ctx, tg, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": auth}})
-		return err
-	}))
+	br.authenticate("ada", adminToken)
 	br.do(chromedp.Navigate(s.url("effects/"+busy.ID.String()+"/actions/retry")), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
 	require.Contains(t, br.text("#dryrun"), "would move failed -> pending")
 	br.shot("action-retry")
@@ -500,14 +507,7 @@ func TestABlockedChainInTheBrowser(t *testing.T) {
 	require.Contains(t, br.text("#blocked"), s.ids["capture"].String())
 	require.Contains(t, br.text("#columns"), "pay_9 (position")
 
-	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("ada:"+adminToken))
-	br.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
-			return err
-		}
-		_, err := cdp.Call(ctx, tg, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": auth}})
-		return err
-	}))
+	br.authenticate("ada", adminToken)
 	br.do(chromedp.Navigate(s.url("effects/"+s.ids["capture"].String())), chromedp.WaitVisible(chromedp.CSS("#columns")))
 	br.do(chromedp.Click(chromedp.CSS(`a.action[href$="/actions/release"]`)), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
 	require.Contains(t, br.text("#dryrun"), `after it on ordering key "pay_9" would go on; it stays failed`)

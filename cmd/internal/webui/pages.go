@@ -1,7 +1,6 @@
 package webui
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"html/template"
@@ -46,7 +45,7 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, http.StatusInternalServerError, "could not read stuck effects", err)
 		return
 	}
-	for _, s := range chainsUnderHeads(stuck) {
+	for _, s := range outboxtype.ChainsUnderHeads(stuck) {
 		d.Stuck = append(d.Stuck, stuckRow{s, s.Diagnosis(now, u.cfg.FiredBound, u.cfg.KeyWindow(s.Provider))})
 	}
 	if d.Reasons, err = u.op.FailureReasons(ctx, 20); err != nil {
@@ -65,39 +64,6 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Chart = chart(start, minutes)
 	u.render(w, r, http.StatusOK, "overview", "Overview", d)
-}
-
-// chainsUnderHeads orders stuck effects so that each blocked chain follows
-// its head, in the chain's order; chains whose head is not stuck itself
-// come last.
-func chainsUnderHeads(stuck []outboxtype.StuckEffect) []outboxtype.StuckEffect {
-	behind := map[uuid.UUID][]outboxtype.StuckEffect{}
-	var heads []uuid.UUID
-	for _, s := range stuck {
-		if s.BlockedBehind != nil {
-			if _, seen := behind[*s.BlockedBehind]; !seen {
-				heads = append(heads, *s.BlockedBehind)
-			}
-			behind[*s.BlockedBehind] = append(behind[*s.BlockedBehind], s)
-		}
-	}
-	out := make([]outboxtype.StuckEffect, 0, len(stuck))
-	chain := func(head uuid.UUID) {
-		c := behind[head]
-		slices.SortFunc(c, func(a, b outboxtype.StuckEffect) int { return cmp.Compare(*a.OrderingSeq, *b.OrderingSeq) })
-		out = append(out, c...)
-		delete(behind, head)
-	}
-	for _, s := range stuck {
-		if s.BlockedBehind == nil {
-			out = append(out, s)
-			chain(s.ID)
-		}
-	}
-	for _, h := range heads {
-		chain(h)
-	}
-	return out
 }
 
 // chart draws confirmed (green) and failed (red) effects per minute over
