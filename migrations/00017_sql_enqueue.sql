@@ -18,6 +18,12 @@
 -- before its first request and fails an effect it cannot send, with the
 -- reason and no request made.
 
+-- The W3C traceparent of the span that enqueued an event, when the
+-- application traces (outbox/outboxtrace, or the "traceparent" field
+-- below): the dispatch of its effects continues that trace. Nullable, no
+-- default: adding it rewrites nothing.
+ALTER TABLE outbox_events ADD COLUMN traceparent text;
+
 -- +goose StatementBegin
 CREATE FUNCTION outboxd_enqueue_invalid(field text, problem text) RETURNS void
 LANGUAGE plpgsql
@@ -45,6 +51,7 @@ DECLARE
     ev_agg_id text := '';
     ev_payload jsonb;
     ev_okey text;
+    ev_trace text;
     existed boolean;
     same boolean;
     n int;
@@ -73,11 +80,11 @@ BEGIN
         PERFORM outboxd_enqueue_invalid('event', 'a JSON object: {"id": ..., "type": ..., "payload": {...}}');
     END IF;
     SELECT string_agg(x, ', ') INTO bad FROM jsonb_object_keys(event) AS x
-    WHERE x NOT IN ('id', 'type', 'aggregate_type', 'aggregate_id', 'payload', 'ordering_key');
+    WHERE x NOT IN ('id', 'type', 'aggregate_type', 'aggregate_id', 'payload', 'ordering_key', 'traceparent');
     IF bad IS NOT NULL THEN
-        PERFORM outboxd_enqueue_invalid('event', format('unknown field %s: use id, type, aggregate_type, aggregate_id, payload, ordering_key', bad));
+        PERFORM outboxd_enqueue_invalid('event', format('unknown field %s: use id, type, aggregate_type, aggregate_id, payload, ordering_key, traceparent', bad));
     END IF;
-    FOREACH f IN ARRAY ARRAY['id', 'type', 'aggregate_type', 'aggregate_id', 'ordering_key'] LOOP
+    FOREACH f IN ARRAY ARRAY['id', 'type', 'aggregate_type', 'aggregate_id', 'ordering_key', 'traceparent'] LOOP
         v := event -> f;
         IF v IS NOT NULL AND v <> 'null' AND jsonb_typeof(v) <> 'string' THEN
             PERFORM outboxd_enqueue_invalid('event.' || f, format('a JSON string, not %s', jsonb_typeof(v)));
@@ -104,6 +111,10 @@ BEGIN
     END IF;
     IF octet_length(ev_payload::text) > max_payload THEN
         PERFORM outboxd_enqueue_invalid('event.payload', format('%s bytes, over the limit of %s', octet_length(ev_payload::text), max_payload));
+    END IF;
+    ev_trace := nullif(event ->> 'traceparent', '');
+    IF ev_trace !~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
+        PERFORM outboxd_enqueue_invalid('event.traceparent', 'a W3C traceparent, for example "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"');
     END IF;
     ev_okey := nullif(event ->> 'ordering_key', '');
     IF octet_length(ev_okey) > 256 THEN
@@ -219,8 +230,8 @@ BEGIN
             SELECT DISTINCT hashtext(x) AS h FROM unnest(okeys) AS x WHERE x IS NOT NULL ORDER BY 1) AS l;
     END IF;
 
-    INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
-    VALUES (ev_id, ev_agg_type, ev_agg_id, ev_type, ev_payload)
+    INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, traceparent)
+    VALUES (ev_id, ev_agg_type, ev_agg_id, ev_type, ev_payload, ev_trace)
     ON CONFLICT (id) DO NOTHING;
     GET DIAGNOSTICS n = ROW_COUNT;
     existed := n = 0;
@@ -295,3 +306,4 @@ $fn$;
 -- +goose Down
 DROP FUNCTION outboxd_enqueue(jsonb, jsonb, boolean);
 DROP FUNCTION outboxd_enqueue_invalid(text, text);
+ALTER TABLE outbox_events DROP COLUMN traceparent;

@@ -9,7 +9,7 @@ import (
 )
 
 // An application that only enqueues compiles River and pgx, not the
-// providers' SDKs or Prometheus.
+// providers' SDKs, Prometheus or OpenTelemetry.
 func TestImportingOutboxStaysSmall(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
@@ -17,7 +17,7 @@ func TestImportingOutboxStaysSmall(t *testing.T) {
 	deps := strings.Fields(string(out))
 	require.LessOrEqual(t, len(deps), 100, "packages outside the standard library")
 	for _, d := range deps {
-		for _, banned := range []string{"github.com/stripe/stripe-go", "github.com/sendgrid/", "github.com/prometheus/"} {
+		for _, banned := range []string{"github.com/stripe/stripe-go", "github.com/sendgrid/", "github.com/prometheus/", "go.opentelemetry.io/"} {
 			require.False(t, strings.HasPrefix(d, banned), "outbox imports %s", d)
 		}
 	}

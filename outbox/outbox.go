@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,6 +72,12 @@ type Config struct {
 	Observer Observer
 	// Jobs says who inserts the River jobs. Default JobsInTransaction.
 	Jobs JobInsertion
+	// Tracer, when set, traces each Enqueue call as a span ("outbox.enqueue",
+	// a child of the span in its context) and stores that span's W3C
+	// traceparent with a new event, so the dispatch of its effects, in
+	// whichever outboxd and however much later, continues the same trace.
+	// Package outbox/outboxtrace provides one for OpenTelemetry.
+	Tracer outboxtype.Tracer
 	// NotifyDispatchers, under JobsByDispatcher, also wakes the
 	// dispatchers with a NOTIFY in the caller's transaction (at most every
 	// millisecond per process). Off by default: Postgres takes a
@@ -124,6 +131,7 @@ type Outbox struct {
 	maxPayload int
 	river      *river.Client[pgx.Tx]
 	observer   Observer
+	tracer     outboxtype.Tracer
 	jobs       JobInsertion
 	notify     bool
 	schema     string
@@ -159,6 +167,7 @@ func New(cfg Config) (*Outbox, error) {
 		o.validators[v.Name()] = v
 	}
 	o.observer = cfg.Observer
+	o.tracer = cfg.Tracer
 	if o.river == nil {
 		// River notifies waiting workers of inserts at most once per
 		// FetchCooldown per queue; 1ms keeps commit-to-fire latency low
@@ -317,28 +326,46 @@ type EffectResult struct {
 // serialization error instead; retrying its transaction then reports
 // duplicate.
 func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects ...Effect) (*Result, error) {
-	res, err := o.enqueue(ctx, tx, ev, effects)
-	if o.observer != nil {
-		switch {
-		case errors.Is(err, ErrInvalid):
-			o.observer.Observe(outboxtype.Enqueued{Result: ResultInvalid})
-		case errors.Is(err, ErrConflict):
-			o.observer.Observe(outboxtype.Enqueued{Result: ResultConflict})
-		case err != nil:
-		case res.Replay():
-			o.observer.Observe(outboxtype.Enqueued{Result: ResultDuplicate})
-		default:
-			o.observer.Observe(outboxtype.Enqueued{Result: ResultNew})
-		}
+	var span outboxtype.Span
+	traceparent := ""
+	if o.tracer != nil {
+		ctx, span = o.tracer.Start(ctx, outboxtype.SpanStart{Name: "outbox.enqueue", Attrs: []outboxtype.Attr{
+			{Key: "outboxd.event_id", Value: ev.ID.String()}, {Key: "outboxd.event_type", Value: ev.Type},
+			{Key: "outboxd.effects", Value: len(effects)}}})
+		traceparent = span.Traceparent()
+	}
+	res, err := o.enqueue(ctx, tx, ev, effects, traceparent)
+	if o.observer == nil && span == nil {
+		return res, err
+	}
+	var result string
+	switch {
+	case errors.Is(err, ErrInvalid):
+		result = ResultInvalid
+	case errors.Is(err, ErrConflict):
+		result = ResultConflict
+	case err != nil:
+	case res.Replay():
+		result = ResultDuplicate
+	default:
+		result = ResultNew
+	}
+	if o.observer != nil && result != "" {
+		o.observer.Observe(outboxtype.Enqueued{Result: result})
+	}
+	if span != nil {
+		span.SetAttrs(outboxtype.Attr{Key: "outboxd.result", Value: cmp.Or(result, "error")})
+		span.End(err)
 	}
 	return res, err
 }
 
-func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Effect) (*Result, error) {
+func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Effect, traceparent string) (*Result, error) {
 	newEvent, newEffects, err := o.validate(tx, ev, effects)
 	if err != nil {
 		return nil, err
 	}
+	newEvent.Traceparent = traceparent
 	if err := o.lockOrderingKeys(ctx, tx, newEffects); err != nil {
 		return nil, err
 	}

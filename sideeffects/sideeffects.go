@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -47,6 +48,9 @@ type (
 	// Observer receives what the dispatcher measures (package
 	// dispatchmetrics implements it for Prometheus).
 	Observer = outboxtype.Observer
+	// Tracer traces dispatches and provider calls (package
+	// outbox/outboxtrace implements it for OpenTelemetry).
+	Tracer = outboxtype.Tracer
 	// ActionOpts are who acts and why, and the guards an action may lift.
 	ActionOpts = outboxtype.ActionOpts
 	// Change is what an operator action did (or, in a dry run, would do)
@@ -122,6 +126,16 @@ type Config struct {
 	// Metrics, when set, receives what the dispatcher measures (see package
 	// dispatchmetrics for Prometheus).
 	Metrics Observer
+	// Tracer, when set, traces each dispatch as a span ("outboxd.dispatch")
+	// that continues the trace stored with the effect's event by the
+	// enqueuing application, and each provider call as a client span
+	// inside it; log lines of a dispatch carry its trace_id and span_id.
+	// Package outbox/outboxtrace provides one for OpenTelemetry.
+	Tracer Tracer
+	// RiverMiddleware is added to the dispatcher's River client, for
+	// example River's OpenTelemetry middleware (rivercontrib/otelriver),
+	// whose job spans the dispatch spans link to.
+	RiverMiddleware []rivertype.Middleware
 	// Logger receives outboxd's and River's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Settings, when set, are recorded with this process's host and pid

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
@@ -94,6 +95,16 @@ type Config struct {
 	// Metrics, when set, receives what the dispatcher measures (see package
 	// dispatchmetrics for Prometheus).
 	Metrics Observer
+	// Tracer, when set, traces each dispatch as a span ("outboxd.dispatch")
+	// that continues the trace stored with the effect's event by the
+	// enqueuing application, and each provider call as a client span
+	// inside it; log lines of a dispatch carry its trace_id and span_id.
+	// Package outbox/outboxtrace provides one for OpenTelemetry.
+	Tracer Tracer
+	// RiverMiddleware is added to the dispatcher's River client, for
+	// example River's OpenTelemetry middleware (rivercontrib/otelriver),
+	// whose job spans the dispatch spans link to.
+	RiverMiddleware []rivertype.Middleware
 	// Logger receives outboxd's and River's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Settings, when set, are recorded with this process's host and pid
@@ -220,6 +231,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		retry:     cfg.Retry,
 		logger:    cfg.Logger,
 		metrics:   cmp.Or[Observer](cfg.Metrics, noObserver{}),
+		tracer:    cfg.Tracer,
 	}
 	queues := make(map[string]river.QueueConfig, len(cfg.Providers))
 	for _, p := range cfg.Providers {
@@ -266,6 +278,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		FetchPollInterval:           cfg.FetchPollInterval,
 		Logger:                      cfg.Logger,
 		PeriodicJobs:                periodicJobs,
+		Middleware:                  cfg.RiverMiddleware,
 		TestOnly:                    cfg.TestOnly,
 	})
 	if err != nil {

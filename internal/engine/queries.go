@@ -45,16 +45,16 @@ const (
 
 const (
 	sqlInsertEvent = `
-INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_type, payload, traceparent)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (id) DO NOTHING`
 
 	// A new event and its effects in one statement: the effects are
 	// inserted only if the event was. $6.. are the effects' arrays.
 	sqlInsertEventWithEffects = `
 WITH ev AS (
-	INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
-	VALUES ($1, $2, $3, $4, $5)
+	INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_type, payload, traceparent)
+	VALUES ($1, $2, $3, $4, $5, $13)
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
 )
@@ -67,8 +67,8 @@ RETURNING id`
 	// for a dispatcher to give it a River job.
 	sqlInsertEventWithEffectsIntake = `
 WITH ev AS (
-	INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_type, payload)
-	VALUES ($1, $2, $3, $4, $5)
+	INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_type, payload, traceparent)
+	VALUES ($1, $2, $3, $4, $5, $13)
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
 ), eff AS (
@@ -183,6 +183,9 @@ SELECT pg_advisory_xact_lock(1869574516, h) FROM (
 	// the primary key, at most $3.
 	sqlEffectsInIDRange = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects
 WHERE id BETWEEN $1 AND $2 ORDER BY id LIMIT $3`
+
+	// The W3C traceparent stored with the event of effect $1 ("" if none).
+	sqlEventTraceparent = `SELECT coalesce(traceparent, '') FROM /*schema*/outbox_events WHERE id = $1`
 
 	sqlEventMatches = `
 SELECT aggregate_type = $2 AND aggregate_id = $3 AND event_type = $4 AND payload = $5::jsonb

@@ -21,12 +21,31 @@ type NewEvent struct {
 	AggregateID   string
 	Type          string
 	Payload       json.RawMessage
+	// Traceparent is the W3C traceparent of the span that enqueued it
+	// (empty: none); not part of its content.
+	Traceparent string
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// EventTraceparent returns the traceparent stored with event id, or "".
+func (s *Store) EventTraceparent(ctx context.Context, db DB, id uuid.UUID) (string, error) {
+	var tp string
+	if err := db.QueryRow(ctx, s.sql(sqlEventTraceparent), id).Scan(&tp); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("trace context of event %s: %w", id, err)
+	}
+	return tp, nil
 }
 
 // InsertEvent inserts ev. It reports inserted=false when a row with that id
 // exists already, and then whether that row has identical columns.
 func (s *Store) InsertEvent(ctx context.Context, db DB, ev NewEvent) (inserted, same bool, err error) {
-	tag, err := db.Exec(ctx, s.sql(sqlInsertEvent), ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload)
+	tag, err := db.Exec(ctx, s.sql(sqlInsertEvent), ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload, nullIfEmpty(ev.Traceparent))
 	if err != nil {
 		return false, false, fmt.Errorf("insert event %s: %w", ev.ID, err)
 	}
@@ -123,7 +142,7 @@ func (s *Store) InsertEventWithEffects(ctx context.Context, db DB, ev NewEvent, 
 		sql = s.sql(sqlInsertEventWithEffectsIntake)
 	}
 	tag, err := db.Exec(ctx, sql, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload,
-		c.ids, c.kinds, c.providers, c.payloads, c.notBefore, c.okeys, c.oskip)
+		c.ids, c.kinds, c.providers, c.payloads, c.notBefore, c.okeys, c.oskip, nullIfEmpty(ev.Traceparent))
 	if err != nil {
 		return false, fmt.Errorf("insert event %s: %w", ev.ID, err)
 	}

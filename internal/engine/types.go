@@ -33,6 +33,7 @@ type (
 	StuckEffect      = outboxtype.StuckEffect
 	RetryPolicy      = outboxtype.RetryPolicy
 	Observer         = outboxtype.Observer
+	Tracer           = outboxtype.Tracer
 )
 
 // The states of side_effects.state.

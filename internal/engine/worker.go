@@ -39,6 +39,8 @@ type Worker struct {
 	retry   RetryPolicy
 	logger  *slog.Logger
 	metrics Observer
+	// tracer, when set, traces each dispatch and provider call.
+	tracer Tracer
 	// client inserts the job of the next effect of an ordering key in the
 	// transaction that confirms the one before it.
 	client *river.Client[pgx.Tx]
@@ -172,6 +174,20 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 			return err
 		}
 	}
+	if w.tracer == nil {
+		return w.fire(ctx, job, claimed, before, nil)
+	}
+	ctx, span := w.startDispatch(ctx, claimed)
+	err = w.fire(ctx, job, claimed, before, span)
+	span.End(err)
+	return err
+}
+
+// fire makes one attempt of claimed, which this worker has just claimed
+// (before is the effect as it was before the claim, to undo it), and
+// records its outcome; span, when tracing, is the dispatch's span.
+func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed, before *Effect, span outboxtype.Span) error {
+	id := claimed.ID
 	// Both claims take only effects of providers this process has.
 	p := w.providers[claimed.Provider]
 	// A provider that limits calls per destination may make the effect
@@ -199,9 +215,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	}()
 	log := w.logger.With("effect_id", id, "kind", claimed.Kind, "provider", claimed.Provider, "attempt", claimed.Attempts)
 	w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StateFired})
+	callCtx, call := ctx, outboxtype.Span(nil)
+	if span != nil {
+		log = log.With(span.LogAttrs()...)
+		callCtx, call = w.startCall(ctx, claimed)
+	}
 
 	start := time.Now()
-	res, sendErr := p.Send(ctx, providers.Request{
+	res, sendErr := p.Send(callCtx, providers.Request{
 		EffectID: id.String(),
 		Kind:     claimed.Kind,
 		Key:      claimed.IdempotencyKey,
@@ -209,6 +230,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		Attempt:  claimed.Attempts,
 	})
 	sendErr = providers.Redact(sendErr, w.secrets)
+	if call != nil {
+		endCall(call, span, res, sendErr)
+	}
 	slotFreed = true
 	release(sendErr)
 	w.metrics.Observe(outboxtype.ProviderCalled{Effect: claimed, Duration: time.Since(start), Err: sendErr, Result: res})
