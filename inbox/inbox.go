@@ -30,6 +30,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/pgschema"
 )
 
@@ -52,6 +53,11 @@ type Config struct {
 	MaxBodyBytes int64
 	// Logger reports refused deliveries and failures. Default slog.Default().
 	Logger *slog.Logger
+	// Tracer, if set, traces each claim as a span ("inbox.claim", with the
+	// source, the message id and whether it was a duplicate) in the trace
+	// of the context it is given. Package outbox/outboxtrace provides one
+	// for OpenTelemetry.
+	Tracer outboxtype.Tracer
 }
 
 // Inbox records which messages were processed.
@@ -99,11 +105,21 @@ func (ib *Inbox) Claim(ctx context.Context, tx pgx.Tx, source, messageID string)
 	if source == "" || messageID == "" {
 		return false, fmt.Errorf("inbox: claim needs a source and a message id (got %q, %q)", source, messageID)
 	}
+	var span outboxtype.Span
+	if ib.cfg.Tracer != nil {
+		ctx, span = ib.cfg.Tracer.Start(ctx, outboxtype.SpanStart{Name: "inbox.claim", Attrs: []outboxtype.Attr{
+			{Key: "inbox.source", Value: source}, {Key: "inbox.message_id", Value: messageID}}})
+	}
 	tag, err := tx.Exec(ctx, ib.claim, source, messageID, ib.Retention(source).Seconds())
 	if err != nil {
-		return false, fmt.Errorf("inbox: claim %s message %s: %w", source, messageID, err)
+		err = fmt.Errorf("inbox: claim %s message %s: %w", source, messageID, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	isNew := err == nil && tag.RowsAffected() == 1
+	if span != nil {
+		span.SetAttrs(outboxtype.Attr{Key: "inbox.duplicate", Value: err == nil && !isNew})
+		span.End(err)
+	}
+	return isNew, err
 }
 
 // Message is one message of a verified delivery. A delivery may carry

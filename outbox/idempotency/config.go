@@ -123,6 +123,12 @@ type Config struct {
 	LockTimeout time.Duration
 	// Observer, if set, is told each request's outcome.
 	Observer Observer
+	// Tracer, if set, traces the key's claim ("idempotency.claim": claimed,
+	// or the state of the request that holds the key) and the replay of a
+	// stored response ("idempotency.replay") as spans of the request's
+	// trace; the handler's Enqueue inside is in the same trace. Package
+	// outbox/outboxtrace provides one for OpenTelemetry.
+	Tracer outboxtype.Tracer
 	// Logger reports failed commits and lost claims. Default slog.Default().
 	Logger *slog.Logger
 }

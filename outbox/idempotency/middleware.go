@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // Middleware guards handlers with idempotency keys. Build it with New; it
@@ -84,7 +86,7 @@ func (m *Middleware) serveTransactional(w http.ResponseWriter, r *http.Request, 
 		return
 	case !claimed:
 		_ = tx.Rollback(ctx)
-		m.answer(w, req, existing)
+		m.answer(ctx, w, req, existing)
 		return
 	}
 
@@ -173,7 +175,7 @@ func (m *Middleware) serveThreePhase(w http.ResponseWriter, r *http.Request, req
 		}
 		// Held by a request still running: wait up to InFlightWait.
 		if err == nil && (existing.State != stateInProgress || !req.sameAs(existing.Fingerprint, existing.Parts)) {
-			m.answer(w, req, existing)
+			m.answer(ctx, w, req, existing)
 			return
 		}
 		if time.Now().After(giveUp) || ctx.Err() != nil {
@@ -225,7 +227,7 @@ func (m *Middleware) fail(ctx context.Context, req *request, token uuid.UUID, re
 }
 
 // answer responds to a request whose key someone else holds or completed.
-func (m *Middleware) answer(w http.ResponseWriter, req *request, existing *row) {
+func (m *Middleware) answer(ctx context.Context, w http.ResponseWriter, req *request, existing *row) {
 	if !req.sameAs(existing.Fingerprint, existing.Parts) {
 		m.mismatch(w, req.differs(existing.Parts))
 		return
@@ -233,6 +235,11 @@ func (m *Middleware) answer(w http.ResponseWriter, req *request, existing *row) 
 	if existing.State != stateCompleted {
 		m.inFlight(w)
 		return
+	}
+	if m.cfg.Tracer != nil {
+		_, span := m.cfg.Tracer.Start(ctx, outboxtype.SpanStart{Name: "idempotency.replay", Attrs: append(req.spanAttrs(),
+			outboxtype.Attr{Key: "http.response.status_code", Value: existing.Response.Status})})
+		defer span.End(nil)
 	}
 	existing.Response.replay(w)
 	m.observe(Replayed)
@@ -277,6 +284,27 @@ type row struct {
 // insert wait up to InFlightWait (lock_timeout) and then fail with 55P03.
 // Unclaimed, it returns the row that holds the key.
 func (m *Middleware) claim(ctx context.Context, tx pgx.Tx, req *request, lockedUntil time.Time, token uuid.UUID) (bool, *row, error) {
+	if m.cfg.Tracer == nil {
+		return m.claimKey(ctx, tx, req, lockedUntil, token)
+	}
+	ctx, span := m.cfg.Tracer.Start(ctx, outboxtype.SpanStart{Name: "idempotency.claim", Attrs: req.spanAttrs()})
+	claimed, existing, err := m.claimKey(ctx, tx, req, lockedUntil, token)
+	spanErr := err
+	switch {
+	case claimed:
+		span.SetAttrs(outboxtype.Attr{Key: "idempotency.outcome", Value: "claimed"})
+	case isLockTimeout(err):
+		// Held by a request still running (its transaction uncommitted).
+		span.SetAttrs(outboxtype.Attr{Key: "idempotency.outcome", Value: "held"}, outboxtype.Attr{Key: "idempotency.held_state", Value: stateInProgress})
+		spanErr = nil
+	case existing != nil:
+		span.SetAttrs(outboxtype.Attr{Key: "idempotency.outcome", Value: "held"}, outboxtype.Attr{Key: "idempotency.held_state", Value: existing.State})
+	}
+	span.End(spanErr)
+	return claimed, existing, err
+}
+
+func (m *Middleware) claimKey(ctx context.Context, tx pgx.Tx, req *request, lockedUntil time.Time, token uuid.UUID) (bool, *row, error) {
 	var until *time.Time
 	if !lockedUntil.IsZero() {
 		until = &lockedUntil

@@ -169,6 +169,12 @@ func (m *Middleware) mismatch(w http.ResponseWriter, differs []string) {
 		"this "+m.cfg.Header+" was already used for a different request (see differs): use a new key for a new operation", differs)
 }
 
+// spanAttrs name the request on a span: its route and method, never its
+// key (a client's secret to replay a response) or its scope.
+func (req *request) spanAttrs() []outboxtype.Attr {
+	return []outboxtype.Attr{{Key: "http.route", Value: req.route}, {Key: "http.request.method", Value: req.method}}
+}
+
 func (m *Middleware) observe(o Outcome) {
 	if m.cfg.Observer != nil {
 		m.cfg.Observer.Observe(outboxtype.KeyRequest{Outcome: string(o)})

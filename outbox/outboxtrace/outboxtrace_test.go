@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -21,11 +21,13 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxd/outboxd/inbox"
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outbox/outboxtrace"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
@@ -109,16 +111,51 @@ func TestOneTraceFromRequestToProviderCall(t *testing.T) {
 	ob, err := outbox.New(outbox.Config{Schema: db.Schema, WebhookAllowedNetworks: loopback, Tracer: outboxtrace.New(app.tp)})
 	require.NoError(t, err)
 
-	// The request.
-	reqCtx, request := app.tp.Tracer("shop").Start(ctx, "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
+	// The request, through the Idempotency-Key middleware; the server
+	// span stands for the application's own HTTP instrumentation.
+	keys, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Unscoped: true, Tracer: outboxtrace.New(app.tp)})
+	require.NoError(t, err)
 	var res *outbox.Result
-	require.NoError(t, pgx.BeginFunc(reqCtx, db.Pool, func(tx pgx.Tx) error {
-		res, err = ob.Enqueue(reqCtx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"},
-			outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: recv.URL + "/orders", Body: json.RawMessage(`{"card": "4242"}`)}))
-		return err
+	var request trace.Span
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := app.tp.Tracer("shop").Start(r.Context(), "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		if request == nil {
+			request = span
+		}
+		keys.Transactional(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tx, _ := idempotency.Tx(r.Context())
+			var err error
+			res, err = ob.Enqueue(r.Context(), tx, outbox.Event{ID: outbox.EventID("order.paid", "ord_1"), Type: "order.paid"},
+				outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: recv.URL + "/orders", Body: json.RawMessage(`{"card": "4242"}`)}))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		})).ServeHTTP(w, r.WithContext(ctx))
 	}))
-	request.End()
+	t.Cleanup(srv.Close)
+	for range 2 { // the client retries: the second is a replay
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"order": "ord_1"}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "order-ord_1-attempt")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+	}
+	require.NotNil(t, res)
 	traceID := request.SpanContext().TraceID()
+	claims := named(app.exp.GetSpans(), "idempotency.claim")
+	require.Len(t, claims, 2)
+	require.Equal(t, request.SpanContext().SpanID(), claims[0].Parent.SpanID())
+	require.Equal(t, "claimed", attr(claims[0], "idempotency.outcome").AsString())
+	require.Equal(t, "held", attr(claims[1], "idempotency.outcome").AsString())
+	require.Equal(t, "completed", attr(claims[1], "idempotency.held_state").AsString())
+	replays := named(app.exp.GetSpans(), "idempotency.replay")
+	require.Len(t, replays, 1)
+	require.EqualValues(t, http.StatusCreated, attr(replays[0], "http.response.status_code").AsInt64())
 
 	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loopback, Timeout: 10 * time.Second})
 	require.NoError(t, err)
@@ -169,7 +206,12 @@ func TestOneTraceFromRequestToProviderCall(t *testing.T) {
 	require.Equal(t, "confirmed", attr(named(second.exp.GetSpans(), "outboxd.dispatch")[0], "outboxd.outcome").AsString())
 
 	// River's own job span (otelriver) is linked from the dispatch.
-	river := named(first.exp.GetSpans(), "river.work")
+	var river []tracetest.SpanStub
+	for _, s := range named(first.exp.GetSpans(), "river.work") {
+		if attr(s, "kind").AsString() == engine.JobKind {
+			river = append(river, s)
+		}
+	}
 	require.Len(t, river, 1)
 	require.Len(t, named(first.exp.GetSpans(), "outboxd.dispatch")[0].Links, 1)
 	require.Equal(t, river[0].SpanContext.SpanID(), named(first.exp.GetSpans(), "outboxd.dispatch")[0].Links[0].SpanContext.SpanID())
@@ -183,4 +225,29 @@ func TestOneTraceFromRequestToProviderCall(t *testing.T) {
 		}
 	}
 	require.True(t, found, "a log line names the effect")
+}
+
+// TestInboxClaimSpans: each claim of the inbox is a span of the caller's
+// trace that says whether the message was a duplicate.
+func TestInboxClaimSpans(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	p := newProcess(t)
+	ib, err := inbox.New(db.Pool, inbox.Config{Schema: db.Schema, Tracer: outboxtrace.New(p.tp)})
+	require.NoError(t, err)
+	ctx, delivery := p.tp.Tracer("test").Start(context.Background(), "POST /webhooks/partner")
+	for range 2 {
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := ib.Claim(ctx, tx, "partner", "msg_42")
+			return err
+		}))
+	}
+	delivery.End()
+	claims := named(p.exp.GetSpans(), "inbox.claim")
+	require.Len(t, claims, 2)
+	for i, c := range claims {
+		require.Equal(t, delivery.SpanContext().SpanID(), c.Parent.SpanID())
+		require.Equal(t, "msg_42", attr(c, "inbox.message_id").AsString())
+		require.Equal(t, i == 1, attr(c, "inbox.duplicate").AsBool(), "claim %d", i)
+	}
 }
