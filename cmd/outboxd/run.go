@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/cmd/internal/providerevents"
@@ -25,6 +27,7 @@ import (
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/outbox/outboxtrace"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
@@ -94,7 +97,9 @@ Crash recovery bound: an effect left fired by a killed process is re-fired,
 with the same key, after --rescue-after plus River's 30s rescuer interval
 plus the first retry delay (about 3 minutes with the defaults) by replicas
 that kept running; an outboxd that starts after the crash finds the job
-already older than --rescue-after and re-fires it within seconds.`,
+already older than --rescue-after and re-fires it within seconds.
+
+` + tracingEnv,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), cmd.ErrOrStderr(), g, c) },
 	}
@@ -362,6 +367,22 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if err := c.validate(); err != nil {
 		return err
 	}
+	tp, flushTraces, err := setupTracing(ctx, os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := flushTraces(fctx); err != nil {
+			log.Warn("tracing: spans still buffered were lost", "error", err)
+		}
+	}()
+	if tp != nil {
+		// Log lines of a dispatch (and any logged with a traced context)
+		// carry trace_id and span_id.
+		log = slog.New(outboxtrace.LogHandler(log.Handler()))
+	}
 	provs, err := c.providers()
 	if err != nil {
 		return err
@@ -390,7 +411,12 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		names[i] = p.Name()
 	}
 	newDispatcher := func() (*sideeffects.Dispatcher, error) {
-		d, err := sideeffects.NewDispatcher(pool, c.dispatcherConfig(g.Schema, provs, names, inDoubt, metrics, log))
+		cfg := c.dispatcherConfig(g.Schema, provs, names, inDoubt, metrics, log)
+		if tp != nil {
+			cfg.Tracer = outboxtrace.New(tp)
+			cfg.RiverMiddleware = []rivertype.Middleware{outboxtrace.RiverMiddleware(tp)}
+		}
+		d, err := sideeffects.NewDispatcher(pool, cfg)
 		if err != nil {
 			return nil, cli.UsageError{Err: err}
 		}
@@ -448,7 +474,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	}
 	started.Store(true)
 	log.Info("outboxd running", "schema", g.Schema, "providers", names, "http_addr", c.HTTPAddr,
-		"job_timeout", c.JobTimeout, "rescue_after", c.RescueAfter, "retention", c.Retention)
+		"job_timeout", c.JobTimeout, "rescue_after", c.RescueAfter, "retention", c.Retention, "tracing", tp != nil)
 
 	<-ctx.Done()
 	log.Info("signal received: draining", "timeout", c.ShutdownTimeout)
