@@ -42,6 +42,9 @@ type dispatchResult struct {
 	// unordered), and VsUnordered this rate over the unordered no-op rate.
 	Keys        int     `json:"ordering_keys,omitempty"`
 	VsUnordered float64 `json:"vs_unordered,omitempty"`
+	// VsUntraced is this rate, with tracing on, over the same row's
+	// without.
+	VsUntraced float64 `json:"vs_untraced,omitempty"`
 	// VsIntake is this rate over the unordered no-op rate with jobs
 	// inserted by the dispatcher from the intake, as an ordered chain's
 	// jobs are: like for like.
@@ -114,6 +117,12 @@ func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dis
 	}
 	ours.VsRiver, ours.VsRiverSame = ours.PerSecond/fast.PerSecond, ours.PerSecond/same.PerSecond
 	out := []dispatchResult{fast, same}
+	traced, err := b.tracedBurnDown(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	traced.VsUntraced = traced.PerSecond / ours.PerSecond
+	traced.VsRiver, traced.VsRiverSame = traced.PerSecond/fast.PerSecond, traced.PerSecond/same.PerSecond
 	if b.wm != nil {
 		fwd, err := b.wm.forward(ctx, n)
 		if err != nil {
@@ -123,7 +132,7 @@ func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dis
 		ours.VsWatermill = ours.PerSecond / fwd.PerSecond
 		out = append(out, fwd)
 	}
-	out = append(out, ours)
+	out = append(out, ours, traced)
 	if b.s.OrderedKeys > 0 {
 		// Unordered effects whose jobs the dispatcher inserts from the
 		// intake (outbox.JobsByDispatcher), as it inserts an ordered
@@ -284,7 +293,36 @@ func (b *bench) updates(ctx context.Context, want int64) (all, hot int64, err er
 }
 
 func (b *bench) dispatcher(p providers.Provider) (*sideeffects.Dispatcher, error) {
-	return sideeffects.NewDispatcher(b.pool, b.dispatcherConfig(p))
+	cfg := b.dispatcherConfig(p)
+	if b.traced != nil {
+		cfg.Tracer = b.traced.tracer
+	}
+	return sideeffects.NewDispatcher(b.pool, cfg)
+}
+
+// tracedBurnDown is the no-op burn-down with tracing on: each event
+// carries a traceparent, as one enqueued in a traced request does, and
+// each dispatch reads it and starts its spans.
+func (b *bench) tracedBurnDown(ctx context.Context, n int) (dispatchResult, error) {
+	b.traced = newBenchTracing()
+	defer func() {
+		_ = b.traced.tp.Shutdown(context.Background())
+		b.traced = nil
+	}()
+	noop := &noopProvider{}
+	return b.burnDownWith(ctx, "outboxd, no-op provider, traced (OpenTelemetry SDK, every trace sampled)", n, noop,
+		func() int { return int(noop.calls.Load()) },
+		func(ctx context.Context) error {
+			if err := b.seedEffects(ctx, n, noop.Name(), `{}`); err != nil {
+				return err
+			}
+			_, err := b.pool.Exec(ctx, `UPDATE `+b.schema+`.outbox_events
+				SET traceparent = '00-' || md5(id::text) || '-' || substr(md5(id::text || 's'), 1, 16) || '-01'`)
+			if err != nil {
+				return err
+			}
+			return b.vacuum(ctx)
+		})
 }
 
 func (b *bench) dispatcherConfig(p providers.Provider) sideeffects.Config {

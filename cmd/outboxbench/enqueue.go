@@ -26,6 +26,9 @@ type enqueueResult struct {
 	// enqueueing makes the transaction 30% more expensive); 0 for the bare
 	// baseline itself.
 	CostRatio float64 `json:"cost_ratio,omitempty"`
+	// VsUntraced is this rate, with tracing on, over the same row's
+	// without.
+	VsUntraced float64 `json:"vs_untraced,omitempty"`
 }
 
 // enqueueCost compares a domain transaction inserting one row with the same
@@ -43,6 +46,7 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 			return nil, err
 		}
 		out = append(out, base)
+		var inTx enqueueResult
 		for _, mode := range enqueueModes {
 			ob, err := outbox.New(mode.config(b.schema))
 			if err != nil {
@@ -54,7 +58,16 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 			}
 			r.CostRatio = base.TPS / r.TPS
 			out = append(out, r)
+			if mode.jobs == outbox.JobsInTransaction {
+				inTx = r
+			}
 		}
+		r, err := b.tracedEnqueue(ctx, conc)
+		if err != nil {
+			return nil, err
+		}
+		r.CostRatio, r.VsUntraced = base.TPS/r.TPS, r.TPS/inTx.TPS
+		out = append(out, r)
 		if b.wm != nil {
 			if err := b.vacuum(ctx); err != nil {
 				return nil, err
@@ -69,6 +82,27 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 	}
 	_, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".bench_orders, "+b.schema+".outbox_intake CASCADE")
 	return out, err
+}
+
+// tracedEnqueue is the jobs-in-transaction row with tracing on: each
+// transaction runs inside a request span, Enqueue starts its span and
+// stores the traceparent with the event.
+func (b *bench) tracedEnqueue(ctx context.Context, conc int) (enqueueResult, error) {
+	t := newBenchTracing()
+	defer func() { _ = t.tp.Shutdown(context.Background()) }()
+	cfg := enqueueModes[0].config(b.schema)
+	cfg.Tracer = t.tracer
+	ob, err := outbox.New(cfg)
+	if err != nil {
+		return enqueueResult{}, err
+	}
+	order := b.orderTx(ob)
+	return b.runTxs(ctx, "domain tx + Enqueue(1+3), jobs in tx, traced (OpenTelemetry SDK, every trace sampled)", conc,
+		func(ctx context.Context, tx pgx.Tx) error {
+			ctx, end := t.request(ctx)
+			defer end()
+			return order(ctx, tx)
+		})
 }
 
 // createOrders creates the table of the application's domain rows.

@@ -258,6 +258,13 @@ WHERE id = ANY($1) AND state = 'pending' AND first_fired_at IS NULL AND NOT in_d
 	AND (not_before IS NULL OR not_before <= now()) AND NOT ` + blockedInChainUnaliased + `
 RETURNING ` + effectColumns
 
+	// sqlClaimFirstMany for a dispatcher that traces: each claimed effect
+	// also returns the traceparent stored with its event, in the same
+	// round trip.
+	sqlClaimFirstManyTraced = `
+WITH c AS (` + sqlClaimFirstMany + `)
+SELECT c.*, coalesce(ev.traceparent, '') AS traceparent FROM c LEFT JOIN /*schema*/outbox_events ev ON ev.id = c.source_id`
+
 	// fired -> confirmed on the providers' acknowledgements of many
 	// effects ($1 ids, $2 refs, '' for none, $3 replayed flags): the common
 	// case, in one plain guarded UPDATE that takes no separate row lock.

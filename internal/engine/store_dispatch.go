@@ -36,6 +36,34 @@ func (s *Store) ClaimFirstMany(ctx context.Context, db DB, ids []uuid.UUID, prov
 	return out, nil
 }
 
+// tracedEffect is a claimed effect and the traceparent of its event.
+type tracedEffect struct {
+	Effect
+	Traceparent string `db:"traceparent"`
+}
+
+// ClaimFirstManyTraced is ClaimFirstMany that also returns, for each
+// claimed effect, the traceparent stored with its event ("" if none).
+func (s *Store) ClaimFirstManyTraced(ctx context.Context, db DB, ids []uuid.UUID, providers []string) (map[uuid.UUID]*Effect, map[uuid.UUID]string, error) {
+	rows, err := db.Query(ctx, s.sql(sqlClaimFirstManyTraced), ids, providers)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
+	}
+	es, err := pgx.CollectRows(rows, pgx.RowToStructByName[tracedEffect])
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
+	}
+	out := make(map[uuid.UUID]*Effect, len(es))
+	tps := make(map[uuid.UUID]string, len(es))
+	for i := range es {
+		e := &es[i].Effect
+		e.IdempotencyKey = Key(e.SourceID, e.Kind)
+		out[e.ID] = e
+		tps[e.ID] = es[i].Traceparent
+	}
+	return out, tps, nil
+}
+
 // Ack is a provider's acknowledgement of one effect.
 type Ack struct {
 	ID       uuid.UUID

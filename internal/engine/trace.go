@@ -39,9 +39,15 @@ func effectAttrs(e *Effect) []outboxtype.Attr {
 // enqueued it. The span River's middleware started for the job, if any,
 // is linked.
 func (w *Worker) startDispatch(ctx context.Context, claimed *Effect) (context.Context, outboxtype.Span) {
-	parent, err := w.store.EventTraceparent(ctx, w.pool, claimed.SourceID)
-	if err != nil {
-		w.logger.Debug("dispatch span starts a new trace", "effect_id", claimed.ID, "error", err)
+	var parent string
+	if tp, ok := w.traceparents.LoadAndDelete(claimed.ID); ok {
+		parent = tp.(string)
+	} else {
+		// Claimed on its own (a retry, a re-fire): one more lookup.
+		var err error
+		if parent, err = w.store.EventTraceparent(ctx, w.pool, claimed.SourceID); err != nil {
+			w.logger.Debug("dispatch span starts a new trace", "effect_id", claimed.ID, "error", err)
+		}
 	}
 	attrs := effectAttrs(claimed)
 	attrs = append(attrs, outboxtype.Attr{Key: "outboxd.total_attempts", Value: claimed.TotalAttempts})

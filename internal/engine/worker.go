@@ -39,8 +39,11 @@ type Worker struct {
 	retry   RetryPolicy
 	logger  *slog.Logger
 	metrics Observer
-	// tracer, when set, traces each dispatch and provider call.
-	tracer Tracer
+	// tracer, when set, traces each dispatch and provider call;
+	// traceparents hands the trace context of an effect's event from the
+	// batched claim to its dispatch (effect id -> traceparent).
+	tracer       Tracer
+	traceparents sync.Map
 	// client inserts the job of the next effect of an ordering key in the
 	// transaction that confirms the one before it.
 	client *river.Client[pgx.Tx]
@@ -85,7 +88,19 @@ func (w *Worker) stopBatchers() {
 // claimFirstMany claims the first attempt of every effect in ids that is
 // due one, in one statement; the others get nil.
 func (w *Worker) claimFirstMany(ctx context.Context, ids []uuid.UUID) ([]*Effect, error) {
-	claimed, err := w.store.ClaimFirstMany(ctx, w.pool, ids, w.providerNames)
+	var claimed map[uuid.UUID]*Effect
+	var err error
+	if w.tracer != nil {
+		// The events' trace contexts come with the claim, for the
+		// dispatch spans (startDispatch).
+		var tps map[uuid.UUID]string
+		claimed, tps, err = w.store.ClaimFirstManyTraced(ctx, w.pool, ids, w.providerNames)
+		for id, tp := range tps {
+			w.traceparents.Store(id, tp)
+		}
+	} else {
+		claimed, err = w.store.ClaimFirstMany(ctx, w.pool, ids, w.providerNames)
+	}
 	if err != nil {
 		return nil, err
 	}
