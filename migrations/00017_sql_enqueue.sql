@@ -55,17 +55,10 @@ DECLARE
     existed boolean;
     same boolean;
     n int;
-    e jsonb;
-    i int;
     f text;
-    v jsonb;
     bad text;
+    problem text[];
     k text;
-    prov text;
-    p jsonb;
-    nb timestamptz;
-    okey text;
-    skip boolean;
     kinds text[] := '{}';
     provs text[] := '{}';
     payloads jsonb[] := '{}';
@@ -73,26 +66,27 @@ DECLARE
     okeys text[] := '{}';
     skips boolean[] := '{}';
     ids uuid[] := '{}';
+    keys text[] := '{}';
     inserted uuid[] := '{}';
 BEGIN
     -- The event.
     IF event IS NULL OR jsonb_typeof(event) <> 'object' THEN
         PERFORM outboxd_enqueue_invalid('event', 'a JSON object: {"id": ..., "type": ..., "payload": {...}}');
     END IF;
-    SELECT string_agg(x, ', ') INTO bad FROM jsonb_object_keys(event) AS x
-    WHERE x NOT IN ('id', 'type', 'aggregate_type', 'aggregate_id', 'payload', 'ordering_key', 'traceparent');
-    IF bad IS NOT NULL THEN
-        PERFORM outboxd_enqueue_invalid('event', format('unknown field %s: use id, type, aggregate_type, aggregate_id, payload, ordering_key, traceparent', bad));
+    -- Unknown fields, and fields that must be strings: one statement.
+    SELECT CASE
+        WHEN u.unknown IS NOT NULL THEN ARRAY['event', format('unknown field %s: use id, type, aggregate_type, aggregate_id, payload, ordering_key, traceparent', u.unknown)]
+        WHEN u.not_string IS NOT NULL THEN ARRAY['event.' || u.not_string, format('a JSON string, not %s', jsonb_typeof(event -> u.not_string))]
+        WHEN u.too_long IS NOT NULL THEN ARRAY['event.' || u.too_long, format('%s bytes, over the limit of 512', octet_length(event ->> u.too_long))]
+        END INTO problem
+    FROM (SELECT string_agg(k, ', ') FILTER (WHERE k NOT IN ('id', 'type', 'aggregate_type', 'aggregate_id', 'payload', 'ordering_key', 'traceparent')) AS unknown,
+            min(k) FILTER (WHERE k IN ('id', 'type', 'aggregate_type', 'aggregate_id', 'ordering_key', 'traceparent')
+                AND jsonb_typeof(event -> k) NOT IN ('string', 'null')) AS not_string,
+            min(k) FILTER (WHERE k IN ('type', 'aggregate_type', 'aggregate_id') AND octet_length(event ->> k) > 512) AS too_long
+          FROM jsonb_object_keys(event) AS k) u;
+    IF problem IS NOT NULL THEN
+        PERFORM outboxd_enqueue_invalid(problem[1], problem[2]);
     END IF;
-    FOREACH f IN ARRAY ARRAY['id', 'type', 'aggregate_type', 'aggregate_id', 'ordering_key', 'traceparent'] LOOP
-        v := event -> f;
-        IF v IS NOT NULL AND v <> 'null' AND jsonb_typeof(v) <> 'string' THEN
-            PERFORM outboxd_enqueue_invalid('event.' || f, format('a JSON string, not %s', jsonb_typeof(v)));
-        END IF;
-        IF f IN ('type', 'aggregate_type', 'aggregate_id') AND octet_length(v #>> '{}') > 512 THEN
-            PERFORM outboxd_enqueue_invalid('event.' || f, format('%s bytes, over the limit of 512', octet_length(v #>> '{}')));
-        END IF;
-    END LOOP;
     IF coalesce(event ->> 'id', '') ~ uuid_re THEN
         ev_id := (event ->> 'id')::uuid;
     END IF;
@@ -121,7 +115,9 @@ BEGIN
         PERFORM outboxd_enqueue_invalid('event.ordering_key', format('%s bytes, over the limit of 256', octet_length(ev_okey)));
     END IF;
 
-    -- The effects, in the order given.
+    -- The effects, in the order given: the first problem, if any, found
+    -- by one set-based statement (a plpgsql loop costs about as much again
+    -- as the inserts).
     effects := coalesce(nullif(effects, 'null'), '[]');
     IF jsonb_typeof(effects) <> 'array' THEN
         PERFORM outboxd_enqueue_invalid('effects', 'a JSON array of effects: [{"kind": ..., "provider": ..., "payload": {...}}]');
@@ -129,98 +125,90 @@ BEGIN
     IF jsonb_array_length(effects) > max_effects THEN
         PERFORM outboxd_enqueue_invalid('effects', format('%s effects, over the limit of %s per event', jsonb_array_length(effects), max_effects));
     END IF;
-    FOR e, i IN SELECT x, (o - 1)::int FROM jsonb_array_elements(effects) WITH ORDINALITY AS a(x, o) LOOP
-        f := format('effects[%s]', i);
-        IF jsonb_typeof(e) <> 'object' THEN
-            PERFORM outboxd_enqueue_invalid(f, 'a JSON object: {"kind": ..., "provider": ..., "payload": {...}}');
-        END IF;
-        SELECT string_agg(x, ', ') INTO bad FROM jsonb_object_keys(e) AS x
-        WHERE x NOT IN ('kind', 'provider', 'payload', 'not_before', 'ordering_key', 'on_failure');
-        IF bad IS NOT NULL THEN
-            PERFORM outboxd_enqueue_invalid(f, format('unknown field %s: use kind, provider, payload, not_before, ordering_key, on_failure', bad));
-        END IF;
-        FOREACH k IN ARRAY ARRAY['kind', 'provider', 'not_before', 'ordering_key', 'on_failure'] LOOP
-            v := e -> k;
-            IF v IS NOT NULL AND v <> 'null' AND jsonb_typeof(v) <> 'string' THEN
-                PERFORM outboxd_enqueue_invalid(f || '.' || k, format('a JSON string, not %s', jsonb_typeof(v)));
-            END IF;
-        END LOOP;
+    SELECT q.p[1], q.p[2] INTO f, bad FROM (
+        SELECT a.o, CASE
+            WHEN jsonb_typeof(a.x) <> 'object' THEN
+                ARRAY[a.f, 'a JSON object: {"kind": ..., "provider": ..., "payload": {...}}']
+            WHEN u.unknown IS NOT NULL THEN
+                ARRAY[a.f, format('unknown field %s: use kind, provider, payload, not_before, ordering_key, on_failure', u.unknown)]
+            WHEN u.not_string IS NOT NULL THEN
+                ARRAY[a.f || '.' || u.not_string, format('a JSON string, not %s', jsonb_typeof(a.x -> u.not_string))]
+            WHEN a.kind = '' THEN
+                ARRAY[a.f || '.kind', 'required, for example "webhook.order_paid"']
+            WHEN length(a.kind) > 128 THEN
+                ARRAY[a.f || '.kind', format('%s characters, over the limit of 128', length(a.kind))]
+            WHEN a.kind !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]*$' THEN
+                ARRAY[a.f || '.kind', format('"%s": use letters, digits and _ . : - only, starting with a letter or digit', a.kind)]
+            WHEN a.first_of_kind < a.o THEN
+                ARRAY[a.f || '.kind', format('"%s" repeats effects[%s]: each kind at most once per event', a.kind, a.first_of_kind - 1)]
+            WHEN a.provider = '' THEN
+                ARRAY[a.f || '.provider', 'required: webhook, stripe, sendgrid or the name of a provider your outboxd runs']
+            WHEN length(a.provider) > 128 THEN
+                ARRAY[a.f || '.provider', format('%s characters, over the limit of 128', length(a.provider))]
+            WHEN coalesce(a.x -> 'payload', 'null') = 'null' THEN
+                ARRAY[a.f || '.payload', 'required: a JSON object']
+            WHEN jsonb_typeof(a.x -> 'payload') <> 'object' THEN
+                ARRAY[a.f || '.payload', 'must be a JSON object, not ' || jsonb_typeof(a.x -> 'payload')]
+            WHEN octet_length((a.x -> 'payload')::text) > max_payload THEN
+                ARRAY[a.f || '.payload', format('%s bytes, over the limit of %s', octet_length((a.x -> 'payload')::text), max_payload)]
+            -- The built-in providers' required fields; the rest of each
+            -- schema is checked by the dispatcher before the first request.
+            WHEN a.provider = 'webhook' AND coalesce(a.x #>> '{payload,url}', '') !~* '^https?://[^/?#]' THEN
+                ARRAY[a.f || '.payload.url', 'required: the https URL to POST to']
+            WHEN a.provider = 'webhook' AND coalesce(a.x #> '{payload,body}', 'null') = 'null' THEN
+                ARRAY[a.f || '.payload.body', 'required: the JSON value to POST']
+            WHEN a.provider = 'stripe' AND coalesce(a.x #>> '{payload,operation}', '') = '' THEN
+                ARRAY[a.f || '.payload.operation', 'required, for example "refund.create"']
+            WHEN a.provider = 'stripe' AND jsonb_typeof(a.x #> '{payload,params}') IS DISTINCT FROM 'object' THEN
+                ARRAY[a.f || '.payload.params', 'required: the operation''s parameters as a JSON object']
+            WHEN a.provider = 'sendgrid' AND coalesce(a.x #>> '{payload,from,email}', '') = '' THEN
+                ARRAY[a.f || '.payload.from.email', 'required']
+            WHEN a.provider = 'sendgrid' AND (jsonb_typeof(a.x #> '{payload,to}') IS DISTINCT FROM 'array'
+                    OR jsonb_array_length(CASE WHEN jsonb_typeof(a.x #> '{payload,to}') = 'array' THEN a.x #> '{payload,to}' ELSE '[]' END) = 0) THEN
+                ARRAY[a.f || '.payload.to', 'required: at least one recipient']
+            WHEN coalesce(a.x ->> 'not_before', '') <> ''
+                    AND a.x ->> 'not_before' !~ '^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|z|[+-]\d\d(:?\d\d)?)$' THEN
+                ARRAY[a.f || '.not_before', 'an RFC 3339 time with its offset, for example "2026-12-01T09:00:00Z"']
+            WHEN octet_length(coalesce(nullif(a.x ->> 'ordering_key', ''), ev_okey)) > 256 THEN
+                ARRAY[a.f || '.ordering_key', format('%s bytes, over the limit of 256', octet_length(coalesce(nullif(a.x ->> 'ordering_key', ''), ev_okey)))]
+            WHEN coalesce(a.x ->> 'on_failure', 'block_key') NOT IN ('block_key', 'skip_failed') THEN
+                ARRAY[a.f || '.on_failure', format('unknown policy "%s": use block_key (the default) or skip_failed', a.x ->> 'on_failure')]
+            END AS p
+        FROM (
+            SELECT e.x, e.o, format('effects[%s]', e.o - 1) AS f,
+                CASE WHEN jsonb_typeof(e.x) = 'object' THEN coalesce(e.x ->> 'kind', '') END AS kind,
+                CASE WHEN jsonb_typeof(e.x) = 'object' THEN coalesce(e.x ->> 'provider', '') END AS provider,
+                min(e.o) OVER (PARTITION BY CASE WHEN jsonb_typeof(e.x) = 'object' THEN e.x ->> 'kind' END) AS first_of_kind
+            FROM jsonb_array_elements(effects) WITH ORDINALITY AS e(x, o)
+        ) a
+        LEFT JOIN LATERAL (
+            SELECT string_agg(k, ', ') FILTER (WHERE k NOT IN ('kind', 'provider', 'payload', 'not_before', 'ordering_key', 'on_failure')) AS unknown,
+                min(k) FILTER (WHERE k IN ('kind', 'provider', 'not_before', 'ordering_key', 'on_failure')
+                    AND jsonb_typeof(a.x -> k) NOT IN ('string', 'null')) AS not_string
+            FROM jsonb_object_keys(CASE WHEN jsonb_typeof(a.x) = 'object' THEN a.x ELSE '{}' END) AS k
+        ) u ON true
+    ) q
+    WHERE q.p IS NOT NULL ORDER BY q.o LIMIT 1;
+    IF f IS NOT NULL THEN
+        PERFORM outboxd_enqueue_invalid(f, bad);
+    END IF;
 
-        k := coalesce(e ->> 'kind', '');
-        IF k = '' THEN
-            PERFORM outboxd_enqueue_invalid(f || '.kind', 'required, for example "webhook.order_paid"');
-        ELSIF length(k) > 128 THEN
-            PERFORM outboxd_enqueue_invalid(f || '.kind', format('%s characters, over the limit of 128', length(k)));
-        ELSIF k !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]*$' THEN
-            PERFORM outboxd_enqueue_invalid(f || '.kind', format('"%s": use letters, digits and _ . : - only, starting with a letter or digit', k));
-        ELSIF k = ANY(kinds) THEN
-            PERFORM outboxd_enqueue_invalid(f || '.kind', format('"%s" repeats effects[%s]: each kind at most once per event', k, array_position(kinds, k) - 1));
-        END IF;
-
-        prov := coalesce(e ->> 'provider', '');
-        IF prov = '' THEN
-            PERFORM outboxd_enqueue_invalid(f || '.provider', 'required: webhook, stripe, sendgrid or the name of a provider your outboxd runs');
-        ELSIF length(prov) > 128 THEN
-            PERFORM outboxd_enqueue_invalid(f || '.provider', format('%s characters, over the limit of 128', length(prov)));
-        END IF;
-
-        p := e -> 'payload';
-        IF p IS NULL OR p = 'null' THEN
-            PERFORM outboxd_enqueue_invalid(f || '.payload', 'required: a JSON object');
-        ELSIF jsonb_typeof(p) <> 'object' THEN
-            PERFORM outboxd_enqueue_invalid(f || '.payload', 'must be a JSON object, not ' || jsonb_typeof(p));
-        ELSIF octet_length(p::text) > max_payload THEN
-            PERFORM outboxd_enqueue_invalid(f || '.payload', format('%s bytes, over the limit of %s', octet_length(p::text), max_payload));
-        END IF;
-        -- The built-in providers' required fields; the rest of each schema
-        -- is checked by the dispatcher before the first request.
-        CASE prov
-        WHEN 'webhook' THEN
-            IF coalesce(p ->> 'url', '') !~* '^https?://[^/?#]' THEN
-                PERFORM outboxd_enqueue_invalid(f || '.payload.url', 'required: the https URL to POST to');
-            ELSIF coalesce(p -> 'body', 'null') = 'null' THEN
-                PERFORM outboxd_enqueue_invalid(f || '.payload.body', 'required: the JSON value to POST');
-            END IF;
-        WHEN 'stripe' THEN
-            IF coalesce(p ->> 'operation', '') = '' THEN
-                PERFORM outboxd_enqueue_invalid(f || '.payload.operation', 'required, for example "refund.create"');
-            ELSIF jsonb_typeof(p -> 'params') IS DISTINCT FROM 'object' THEN
-                PERFORM outboxd_enqueue_invalid(f || '.payload.params', 'required: the operation''s parameters as a JSON object');
-            END IF;
-        WHEN 'sendgrid' THEN
-            IF coalesce(p #>> '{from,email}', '') = '' THEN
-                PERFORM outboxd_enqueue_invalid(f || '.payload.from.email', 'required');
-            ELSIF jsonb_typeof(p -> 'to') IS DISTINCT FROM 'array' OR jsonb_array_length(p -> 'to') = 0 THEN
-                PERFORM outboxd_enqueue_invalid(f || '.payload.to', 'required: at least one recipient');
-            END IF;
-        ELSE
-        END CASE;
-
-        nb := NULL;
-        IF coalesce(e ->> 'not_before', '') <> '' THEN
-            IF e ->> 'not_before' !~ '^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|z|[+-]\d\d(:?\d\d)?)$' THEN
-                PERFORM outboxd_enqueue_invalid(f || '.not_before', 'an RFC 3339 time with its offset, for example "2026-12-01T09:00:00Z"');
-            END IF;
-            nb := (e ->> 'not_before')::timestamptz;
-        END IF;
-
-        okey := coalesce(nullif(e ->> 'ordering_key', ''), ev_okey);
-        IF octet_length(okey) > 256 THEN
-            PERFORM outboxd_enqueue_invalid(f || '.ordering_key', format('%s bytes, over the limit of 256', octet_length(okey)));
-        END IF;
-        skip := CASE coalesce(e ->> 'on_failure', 'block_key') WHEN 'block_key' THEN false WHEN 'skip_failed' THEN true END;
-        IF skip IS NULL THEN
-            PERFORM outboxd_enqueue_invalid(f || '.on_failure', format('unknown policy "%s": use block_key (the default) or skip_failed', e ->> 'on_failure'));
-        END IF;
-
-        kinds := kinds || k;
-        provs := provs || prov;
-        payloads := payloads || p;
-        nbs := nbs || nb;
-        okeys := okeys || okey;
-        skips := skips || skip;
-        ids := ids || outboxd_effect_id(ev_id, k);
-    END LOOP;
+    -- The keys and ids as outboxd_idempotency_key and outboxd_effect_id
+    -- compute them, written out: called from here, those functions are not
+    -- inlined and cost more than the inserts.
+    SELECT coalesce(array_agg((substr(e.h, 1, 12) || '8' || substr(e.h, 14, 3)
+                || substr('89ab', (('x' || substr(e.h, 17, 1))::bit(4)::int & 3) + 1, 1)
+                || substr(e.h, 18, 15))::uuid ORDER BY e.o), '{}'),
+        coalesce(array_agg(e.h ORDER BY e.o), '{}'),
+        coalesce(array_agg(e.x ->> 'kind' ORDER BY e.o), '{}'),
+        coalesce(array_agg(e.x ->> 'provider' ORDER BY e.o), '{}'),
+        coalesce(array_agg(e.x -> 'payload' ORDER BY e.o), '{}'),
+        coalesce(array_agg(nullif(e.x ->> 'not_before', '')::timestamptz ORDER BY e.o), '{}'),
+        coalesce(array_agg(coalesce(nullif(e.x ->> 'ordering_key', ''), ev_okey) ORDER BY e.o), '{}'),
+        coalesce(array_agg(coalesce(e.x ->> 'on_failure', 'block_key') = 'skip_failed' ORDER BY e.o), '{}')
+    INTO ids, keys, kinds, provs, payloads, nbs, okeys, skips
+    FROM (SELECT x, o, encode(sha256(convert_to(ev_id::text || ':' || (x ->> 'kind'), 'UTF8')), 'hex') AS h
+          FROM jsonb_array_elements(effects) WITH ORDINALITY AS a(x, o) OFFSET 0) e;
 
     -- The writes. Several ordering keys are locked in one global order, as
     -- outbox.Enqueue does, so two calls naming them in different orders
@@ -295,8 +283,8 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    SELECT ev_id, existed, coalesce(s.id, u.id), u.kind, outboxd_idempotency_key(ev_id, u.kind), NOT u.id = ANY(inserted)
-    FROM unnest(ids, kinds) WITH ORDINALITY AS u(id, kind, ord)
+    SELECT ev_id, existed, coalesce(s.id, u.id), u.kind, u.key, NOT u.id = ANY(inserted)
+    FROM unnest(ids, kinds, keys) WITH ORDINALITY AS u(id, kind, key, ord)
     LEFT JOIN side_effects s ON existed AND s.source_id = ev_id AND s.kind = u.kind
     ORDER BY u.ord;
 END

@@ -68,6 +68,12 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 		}
 		r.CostRatio, r.VsUntraced = base.TPS/r.TPS, r.TPS/inTx.TPS
 		out = append(out, r)
+		r, err = b.runTxs(ctx, "domain tx + outboxd_enqueue(1+3) from SQL (jobs by dispatcher)", conc, b.sqlOrderTx())
+		if err != nil {
+			return nil, err
+		}
+		r.CostRatio = base.TPS / r.TPS
+		out = append(out, r)
 		if b.wm != nil {
 			if err := b.vacuum(ctx); err != nil {
 				return nil, err
@@ -103,6 +109,26 @@ func (b *bench) tracedEnqueue(ctx context.Context, conc int) (enqueueResult, err
 			defer end()
 			return order(ctx, tx)
 		})
+}
+
+// sqlOrderTx is orderTx as an application in another language writes
+// it: the same event and effects through the SQL function.
+func (b *bench) sqlOrderTx() func(context.Context, pgx.Tx) error {
+	insertOrder := "INSERT INTO " + b.schema + ".bench_orders (customer, amount) VALUES ($1, $2)"
+	enqueue := "SELECT count(*) FROM " + b.schema + ".outboxd_enqueue($1::jsonb, $2::jsonb)"
+	return func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insertOrder, "cus_42", 4200); err != nil {
+			return err
+		}
+		n := strconv.FormatInt(b.seq.Add(1), 10)
+		event := `{"id": "` + outbox.EventID("bench.order_paid", n).String() + `", "aggregate_type": "order", "aggregate_id": "` + n +
+			`", "type": "order.paid", "payload": {"amount": 4200, "currency": "eur"}}`
+		effects := `[{"kind": "webhook.order_paid", "provider": "webhook", "payload": {"url": "https://hooks.example.com/orders", "body": {"order": "` + n + `"}}},
+			{"kind": "stripe.capture", "provider": "stripe", "payload": {"operation": "payment_intent.capture", "params": {"id": "pi_` + n + `"}}},
+			{"kind": "email.receipt", "provider": "sendgrid", "payload": {"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "Receipt", "text": "Thanks"}}]`
+		var effs int
+		return tx.QueryRow(ctx, enqueue, event, effects).Scan(&effs)
+	}
 }
 
 // createOrders creates the table of the application's domain rows.
