@@ -33,15 +33,25 @@ func TestBenchRuns(t *testing.T) {
 	require.NoError(t, err)
 	var rep report
 	require.NoError(t, json.Unmarshal(raw, &rep))
-	require.Len(t, rep.Enqueue, 10, "bare, three ways of enqueueing and the Watermill publisher, at two concurrencies")
-	for _, i := range []int{4, 9} {
+	require.Len(t, rep.Enqueue, 14, "bare, three ways of enqueueing, traced, from SQL and the Watermill publisher, at two concurrencies")
+	for _, i := range []int{6, 13} {
 		require.Contains(t, rep.Enqueue[i].Name, "Watermill")
 		require.Positive(t, rep.Enqueue[i].Txs)
 		require.Positive(t, rep.Enqueue[i].CostRatio)
 	}
+	for _, i := range []int{4, 11} {
+		require.Contains(t, rep.Enqueue[i].Name, "traced")
+		require.Positive(t, rep.Enqueue[i].VsUntraced)
+	}
+	for _, i := range []int{5, 12} {
+		require.Contains(t, rep.Enqueue[i].Name, "from SQL")
+		require.Positive(t, rep.Enqueue[i].Txs, "the SQL function enqueued")
+	}
 	require.Len(t, rep.Idempotency, 4, "with and without the middleware, at two concurrencies")
 	require.Positive(t, rep.Idempotency[1].CostRatio)
-	require.Len(t, rep.Dispatch, 5, "River fast, River with outboxd's settings, Watermill's forwarder, outboxd no-op, outboxd webhook")
+	require.Len(t, rep.Dispatch, 6, "River fast, River with outboxd's settings, Watermill's forwarder, outboxd no-op, traced, outboxd webhook")
+	require.Contains(t, rep.Dispatch[4].Name, "traced")
+	require.Positive(t, rep.Dispatch[4].VsUntraced)
 	require.Contains(t, rep.Dispatch[2].Name, "Watermill")
 	require.Equal(t, 200, rep.Dispatch[2].N, "every message forwarded")
 	ours := rep.Dispatch[3]
