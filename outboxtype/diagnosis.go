@@ -6,11 +6,34 @@ import (
 	"time"
 )
 
+// Situation is what a diagnosis knows beyond the effect itself.
+type Situation struct {
+	Now time.Time
+	// FiredBound is the crash-recovery bound: how long an effect may stay
+	// fired under a job River thinks is running before the worker must
+	// have died (the dispatchers' --rescue-after, River's rescuer interval
+	// and the first retry delay).
+	FiredBound time.Duration
+	// KeyWindow is the provider's key window minus its margin (0: none).
+	KeyWindow time.Duration
+	// Dispatchers is how many outboxd processes reported in the last
+	// minute, or -1 when unknown.
+	Dispatchers int
+	// BoundFrom says where FiredBound comes from, for the text ("the
+	// running dispatchers' settings"); "" reads as the default.
+	BoundFrom string
+}
+
 // Diagnosis explains why a stuck effect is not progressing and what to do.
 // firedBound is the crash-recovery bound; window the provider's key window
-// minus margin (zero: none).
+// minus margin (zero: none). Explain says more when it knows more.
 func (s StuckEffect) Diagnosis(now time.Time, firedBound, window time.Duration) string {
-	e := s.Effect
+	return s.Explain(Situation{Now: now, FiredBound: firedBound, KeyWindow: window, Dispatchers: -1})
+}
+
+// Explain is Diagnosis with what is known of the dispatchers.
+func (s StuckEffect) Explain(sit Situation) string {
+	e, now := s.Effect, sit.Now
 	lastErr := ""
 	if e.LastError != nil {
 		lastErr = *e.LastError
@@ -18,8 +41,8 @@ func (s StuckEffect) Diagnosis(now time.Time, firedBound, window time.Duration) 
 	if e.State == StateFailed {
 		return "failed: " + strings.TrimRight(lastErr, ". ") + ". " + failedAdvice(e, lastErr)
 	}
-	if window > 0 && e.KeyWindowFrom != nil {
-		if closes := e.KeyWindowFrom.Add(window); closes.Sub(now) < time.Hour {
+	if sit.KeyWindow > 0 && e.KeyWindowFrom != nil {
+		if closes := e.KeyWindowFrom.Add(sit.KeyWindow); closes.Sub(now) < time.Hour {
 			return fmt.Sprintf("key window closes %s (first request with the key %s): if it passes, the effect fails for reconciliation",
 				relative(closes, now), relative(*e.KeyWindowFrom, now))
 		}
@@ -31,24 +54,67 @@ func (s StuckEffect) Diagnosis(now time.Time, firedBound, window time.Duration) 
 	if s.JobID == nil {
 		return "no live River job: nothing will fire it. `outboxctl requeue` gives it one (the sweeper would, within --sweep-interval)"
 	}
-	if e.State == StateFired && e.FiredAt != nil && now.Sub(*e.FiredAt) > firedBound {
-		return fmt.Sprintf("fired %s, beyond the crash-recovery bound (%s): the worker died mid-call and River has not rescued job %d (%s); is any outboxd running? "+
-			"An outboxd that starts rescues it within seconds and re-fires it with the same key (at_least_once) or parks it for review (at_most_once). "+
-			"To resolve it yourself: look up key %s at the provider, then `outboxctl confirm --ref` if done, or let it re-fire",
-			relative(*e.FiredAt, now), firedBound, *s.JobID, *s.JobState, e.IdempotencyKey)
-	}
-	if e.Attempts > 0 && lastErr != "" {
+	running := s.JobState != nil && *s.JobState == "running"
+	if e.Attempts > 0 && lastErr != "" && !running {
+		// Backing off between attempts, in doubt or not: nothing died.
 		next := "unknown"
 		if s.JobScheduledAt != nil {
 			next = relative(*s.JobScheduledAt, now)
 		}
-		return fmt.Sprintf("retrying: %d attempts, last error: %s; next attempt %s", e.Attempts, lastErr, next)
+		why := fmt.Sprintf("retrying: %d attempts, last error: %s; next attempt %s", e.Attempts, lastErr, next)
+		if e.InDoubt || e.State == StateFired {
+			why += " with the same key (the last attempt's outcome is unknown, so the provider may have acted: its key makes a repeat harmless)"
+		}
+		return why
+	}
+	if e.State == StateFired && e.FiredAt != nil && running && now.Sub(*e.FiredAt) > sit.FiredBound {
+		from := sit.BoundFrom
+		if from == "" {
+			from = "default settings"
+		}
+		head := fmt.Sprintf("fired %s under job %d, which River still marks running, beyond the crash-recovery bound (%s, %s): ",
+			relative(*e.FiredAt, now), *s.JobID, sit.FiredBound, from)
+		var who string
+		switch {
+		case sit.Dispatchers == 0:
+			who = "no outboxd has reported in the last minute: start one (`outboxctl dispatchers` lists them). It rescues the job within seconds and "
+		case sit.Dispatchers > 0:
+			who = fmt.Sprintf("the process that called the provider died mid-call; River on one of the %d running outboxd rescues the job within its rescuer interval (30s) and ", sit.Dispatchers)
+		default:
+			who = "the worker died mid-call (is any outboxd running? `outboxctl dispatchers`); an outboxd rescues the job and "
+		}
+		return head + who + fmt.Sprintf("re-fires it with the same key (at_least_once) or parks it for review (at_most_once). "+
+			"To resolve it yourself: %s, then `outboxctl confirm --ref` if done, or let it re-fire", lookUp(e))
+	}
+	if running && e.State == StateFired && e.FiredAt != nil {
+		from := sit.BoundFrom
+		if from == "" {
+			from = "default settings"
+		}
+		return fmt.Sprintf("in flight: attempt %d fired %s under job %d; if its worker died, River rescues the job once the crash-recovery bound passes (%s, %s)",
+			e.Attempts, relative(*e.FiredAt, now), *s.JobID, sit.FiredBound, from)
 	}
 	if s.JobScheduledAt != nil && s.JobScheduledAt.Before(now) {
 		return fmt.Sprintf("waiting for a worker: job %d %s since %s; is an outboxd serving queue %q?",
 			*s.JobID, *s.JobState, relative(*s.JobScheduledAt, now), e.Provider)
 	}
 	return fmt.Sprintf("job %d %s", *s.JobID, *s.JobState)
+}
+
+// lookUp says how to find out, at e's provider, whether its key was acted
+// on: each provider offers something else.
+func lookUp(e *Effect) string {
+	switch e.Provider {
+	case "stripe":
+		return fmt.Sprintf("`outboxctl reconcile %s` asks Stripe for the objects carrying key %s", e.ID, e.IdempotencyKey)
+	case "sendgrid":
+		return fmt.Sprintf("find the message with custom argument outboxd_idempotency_key=%s in SendGrid's Email Activity "+
+			"(`outboxctl reconcile %s` shows what SendGrid's events told outboxd)", e.IdempotencyKey, e.ID)
+	case "webhook":
+		return fmt.Sprintf("ask the receiver whether it processed webhook-id %s (its Idempotency-Key)", e.IdempotencyKey)
+	default:
+		return fmt.Sprintf("look up key %s at the provider", e.IdempotencyKey)
+	}
 }
 
 // failedAdvice says, per failure class, which actions are safe for a
@@ -58,10 +124,13 @@ func failedAdvice(e *Effect, lastErr string) string {
 	case strings.HasPrefix(lastErr, ReasonUnqueueable):
 		return "Fix the row's provider, then `outboxctl retry`; or `outboxctl cancel`."
 	case strings.HasPrefix(lastErr, ReasonInDoubt) || e.InDoubt && !strings.HasPrefix(lastErr, ReasonKeyWindow):
-		return fmt.Sprintf("An earlier request may have been delivered: look up key %s at the provider "+
-			"(`outboxctl reconcile` asks Stripe for you; with provider events on, outboxd confirms it by itself when the provider's event arrives). "+
+		events := ""
+		if e.Provider == "stripe" || e.Provider == "sendgrid" {
+			events = " (with provider events on, outboxd confirms it by itself when the provider's event arrives)"
+		}
+		return fmt.Sprintf("An earlier request may have been delivered: %s%s. "+
 			"Done: `outboxctl confirm --ref`. Not done: `outboxctl retry` (with --allow-duplicate for at_most_once kinds: "+
-			"a second delivery if it was done after all). Not wanted: `outboxctl cancel`.", e.IdempotencyKey)
+			"a second delivery if it was done after all). Not wanted: `outboxctl cancel`.", lookUp(e), events)
 	case strings.HasPrefix(lastErr, ReasonKeyWindow):
 		return fmt.Sprintf("The provider may have forgotten key %s, so a re-fire could act twice: check at the provider. "+
 			"Done: `outboxctl confirm --ref`. Not done: `outboxctl retry --force` (a new key window). Not wanted: `outboxctl cancel`.", e.IdempotencyKey)

@@ -86,6 +86,54 @@ func (a *app) keyWindow(provider string) time.Duration {
 	return g.KeyWindow - g.KeyWindowMargin
 }
 
+// riverRescuerInterval is how often River looks for jobs running longer
+// than their RescueStuckJobsAfter (River's default, which outboxd keeps).
+const riverRescuerInterval = 30 * time.Second
+
+// situation is what stuck's diagnoses know of the dispatchers: how many
+// reported in the last minute and, unless the operator gave --fired-bound
+// (bound, set), the crash-recovery bound their own settings give: the
+// longest --rescue-after among them, River's rescuer interval and the first
+// retry delay.
+func (a *app) situation(ctx context.Context, now time.Time, bound time.Duration, set bool) (outboxtype.Situation, error) {
+	sit := outboxtype.Situation{Now: now, FiredBound: bound, Dispatchers: 0}
+	if set {
+		sit.BoundFrom = "--fired-bound"
+	}
+	ds, err := a.op.Dispatchers(ctx, 100)
+	if err != nil {
+		return sit, err
+	}
+	var rescue, retry time.Duration
+	for _, d := range ds {
+		if d.StoppedAt != nil || now.Sub(d.SeenAt) > time.Minute+heartbeatSlack {
+			continue
+		}
+		sit.Dispatchers++
+		var st struct {
+			RescueAfter string `json:"rescue_after"`
+			RetryBase   string `json:"retry_base_delay"`
+		}
+		if json.Unmarshal(d.Settings, &st) != nil {
+			continue
+		}
+		if r, err := time.ParseDuration(st.RescueAfter); err == nil && r > rescue {
+			rescue = r
+		}
+		if r, err := time.ParseDuration(st.RetryBase); err == nil && r > retry {
+			retry = r
+		}
+	}
+	if !set && rescue > 0 {
+		sit.FiredBound = rescue + riverRescuerInterval + retry
+		sit.BoundFrom = fmt.Sprintf("from the running dispatchers' --rescue-after %s", rescue)
+	}
+	return sit, nil
+}
+
+// heartbeatSlack allows for a dispatcher's 30s heartbeat arriving late.
+const heartbeatSlack = 30 * time.Second
+
 // open connects and checks that the schema is migrated.
 func (a *app) open(ctx context.Context) error {
 	pool, err := cli.Connect(ctx, a.URL, 4)

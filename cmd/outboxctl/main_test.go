@@ -224,8 +224,65 @@ func TestStuckExplainsWhy(t *testing.T) {
 			require.Contains(t, r.Diagnosis, "--allow-duplicate")
 			require.Contains(t, r.Diagnosis, "confirm --ref")
 			require.NotContains(t, r.Diagnosis, "in_doubt:", "no doubled class in the wording")
+			require.NotContains(t, r.Diagnosis, "Stripe", "an email's advice names SendGrid's tools, not Stripe's")
+			require.Contains(t, r.Diagnosis, "custom argument outboxd_idempotency_key=")
 		}
 	}
+}
+
+// TestStuckBlamesADeadWorkerOnlyForARunningJob: a webhook backing off
+// from a receiver that hangs reads as retrying, not as a dead outboxd; a
+// fired effect under a running job is blamed on a dead worker only past
+// the bound the running dispatchers' own --rescue-after gives; with none
+// running, the diagnosis says so. The default threshold shows a fired
+// effect as soon as it passes the crash-recovery bound.
+func TestStuckBlamesADeadWorkerOnlyForARunningJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'fired', in_doubt = true,
+		last_error = 'no response: context deadline exceeded (webhook timeout 30s)' WHERE id = $1`, b.ids["retrying"])
+	require.NoError(t, err)
+	why := func() map[uuid.UUID]string {
+		out, err := b.run(t, "", "stuck", "--json")
+		require.NoError(t, err)
+		var rows []struct {
+			ID        uuid.UUID `json:"id"`
+			Diagnosis string    `json:"diagnosis"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &rows))
+		m := map[uuid.UUID]string{}
+		for _, r := range rows {
+			m[r.ID] = r.Diagnosis
+		}
+		return m
+	}
+	w := why()
+	require.Contains(t, w[b.ids["retrying"]], "retrying: 2 attempts, last error: no response")
+	require.Contains(t, w[b.ids["retrying"]], "with the same key")
+	require.NotContains(t, w[b.ids["retrying"]], "died")
+	require.Contains(t, w[b.ids["fired_stale"]], "beyond the crash-recovery bound")
+	require.Contains(t, w[b.ids["fired_stale"]], "no outboxd has reported in the last minute")
+
+	// A dispatcher runs with --rescue-after 6h: twenty minutes is in flight.
+	require.NoError(t, b.store.RecordDispatcher(ctx, b.db.Pool, "web-1-42-1", "web-1", 42,
+		map[string]any{"rescue_after": "6h0m0s", "retry_base_delay": "1s"}))
+	w = why()
+	require.Contains(t, w[b.ids["fired_stale"]], "in flight: attempt 1 fired")
+	require.Contains(t, w[b.ids["fired_stale"]], "6h0m31s, from the running dispatchers' --rescue-after 6h0m0s")
+	require.NotContains(t, w[b.ids["fired_stale"]], "beyond")
+
+	// Fired four minutes ago under a running job, with the default 2m
+	// rescue: past the bound, and shown by the default threshold.
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.outboxd_dispatchers SET settings = '{"rescue_after": "2m0s", "retry_base_delay": "1s"}'`)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET fired_at = now() - interval '4 minutes',
+		updated_at = now() - interval '4 minutes' WHERE id = $1`, b.ids["fired_stale"])
+	require.NoError(t, err)
+	w = why()
+	require.Contains(t, w[b.ids["fired_stale"]], "beyond the crash-recovery bound (2m31s")
+	require.Contains(t, w[b.ids["fired_stale"]], "River on one of the 1 running outboxd rescues the job")
+	require.Contains(t, w[b.ids["fired_stale"]], "ask the receiver whether it processed webhook-id")
 }
 
 func TestAcknowledgeTakesAFailedEffectOutOfStuck(t *testing.T) {

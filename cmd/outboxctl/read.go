@@ -25,7 +25,13 @@ every failed effect, oldest first, each with a diagnosis that names a
 command that works for it: no live River job (requeue), fired beyond the
 crash-recovery bound, retrying (attempts, last error, next attempt), key
 window about to close, or failed — with, per failure class, the safe
-actions and the one that could cause a second real-world effect.`,
+actions and the one that could cause a second real-world effect.
+
+The crash-recovery bound comes from the settings the running dispatchers
+recorded (their --rescue-after, River's 30s rescuer interval, the first
+retry delay; see outboxctl dispatchers), and an effect is blamed on a dead
+worker only while River still marks its job running: one backing off
+between attempts (a hanging receiver) reads as retrying.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if olderThan < 0 || limit <= 0 {
@@ -40,6 +46,10 @@ actions and the one that could cause a second real-world effect.`,
 				return err
 			}
 			now := time.Now()
+			sit, err := a.situation(ctx, now, firedBound, cmd.Flags().Changed("fired-bound"))
+			if err != nil {
+				return err
+			}
 			type row struct {
 				outboxtype.StuckEffect
 				Diagnosis string `json:"diagnosis"`
@@ -47,7 +57,8 @@ actions and the one that could cause a second real-world effect.`,
 			stuck = outboxtype.ChainsUnderHeads(stuck)
 			rows := make([]row, len(stuck))
 			for i, s := range stuck {
-				rows[i] = row{s, s.Diagnosis(now, firedBound, a.keyWindow(s.Provider))}
+				sit.KeyWindow = a.keyWindow(s.Provider)
+				rows[i] = row{s, s.Explain(sit)}
 			}
 			out := cmd.OutOrStdout()
 			if a.JSON {
@@ -79,8 +90,9 @@ actions and the one that could cause a second real-world effect.`,
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().DurationVar(&olderThan, "older-than", 5*time.Minute, "only live effects unchanged for at least this long")
-	cmd.Flags().DurationVar(&firedBound, "fired-bound", sideeffects.DefaultRescueAfter+time.Minute, "crash-recovery bound: fired longer than this is reported")
+	cmd.Flags().DurationVar(&olderThan, "older-than", time.Minute, "only live effects unchanged for at least this long (below the crash-recovery bound, so an effect past it shows)")
+	cmd.Flags().DurationVar(&firedBound, "fired-bound", sideeffects.DefaultRescueAfter+time.Minute,
+		"crash-recovery bound: fired longer than this under a running job is reported (default: from the running dispatchers' --rescue-after)")
 	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many effects")
 	return cmd
 }
