@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/outbox/idempotency"
 )
 
@@ -18,7 +22,7 @@ import (
 func newKeysCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "keys",
-		Short: "Idempotency keys of incoming requests: list, show, release a stuck claim",
+		Short: "Idempotency keys of incoming requests: list, show, release or complete a stuck claim",
 		Long: `The keys stored by the Idempotency-Key middleware (package outbox/idempotency).
 
 A key is scoped by caller, method and route. States: completed (the response
@@ -26,7 +30,7 @@ is stored and replayed to retries), failed (three-phase mode: the handler
 failed or the key was released; the next request runs again), in_progress
 (three-phase mode: a request holds the key until its lock deadline).`,
 	}
-	cmd.AddCommand(newKeysListCmd(a), newKeysShowCmd(a), newKeysReleaseCmd(a))
+	cmd.AddCommand(newKeysListCmd(a), newKeysShowCmd(a), newKeysReleaseCmd(a), newKeysCompleteCmd(a))
 	return cmd
 }
 
@@ -67,8 +71,8 @@ func newKeysListCmd(a *app) *cobra.Command {
 			tw := table(out)
 			fmt.Fprintln(tw, "ID\tSTATE\tSTATUS\tAGE\tSCOPE\tMETHOD ROUTE\tKEY\tEXPIRES")
 			for _, k := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s\t%s\t%s\n", k.ID, k.State, keyStatus(k), ago(k.CreatedAt),
-					orDash(k.Scope), k.Method, k.Route, short(&k.Key, 40), keyExpiry(k))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.State, keyStatus(k), ago(k.CreatedAt),
+					orDash(k.Scope), routeLabel(k), short(&k.Key, 40), keyExpiry(k))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -109,7 +113,7 @@ func newKeysShowCmd(a *app) *cobra.Command {
 			}
 			tw := table(out)
 			for _, row := range [][2]string{
-				{"id", k.ID.String()}, {"key", k.Key}, {"scope", orDash(k.Scope)}, {"route", k.Method + " " + k.Route},
+				{"id", k.ID.String()}, {"key", k.Key}, {"scope", orDash(k.Scope)}, {"route", routeLabel(k)},
 				{"state", k.State}, {"response", keyStatus(k) + fmt.Sprintf(" (%d bytes stored)", k.BodyBytes)},
 				{"error", orDash(k.Error)}, {"created", k.CreatedAt.UTC().Format(time.RFC3339) + " (" + ago(k.CreatedAt) + " ago)"},
 				{"updated", k.UpdatedAt.UTC().Format(time.RFC3339)}, {"locked until", lockNote(k)}, {"expires", keyExpiry(k)},
@@ -154,13 +158,102 @@ taken over by the next retry anyway; release it to record why.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "released key %s (%s %s): in_progress -> failed; the next request with it runs again\n", k.ID, k.Method, k.Route)
+			fmt.Fprintf(cmd.OutOrStdout(), "released key %s (%s): in_progress -> failed; the next request with it runs again\n", k.ID, routeLabel(k))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit trail (required)")
 	cmd.Flags().BoolVar(&o.Force, "force", false, "release a key whose lock has not expired (its request may still be running)")
 	return cmd
+}
+
+func newKeysCompleteCmd(a *app) *cobra.Command {
+	var o idempotency.CompleteOpts
+	var body, bodyFile string
+	var headers []string
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "complete ID --status N --body JSON --reason TEXT",
+		Short: "Record the response of a request that succeeded but was never stored",
+		Long: `Mark an in_progress or failed key completed with the response its request
+gave (or should have given), audited with actor and reason: the client's
+retries get that response and the handler does not run again.
+
+Use it after a crash in three-phase mode between the handler's own commit
+(the payout was made) and the middleware storing the response, once you
+have checked that the request did succeed. To let a retry run the handler
+again instead, use release. A key whose lock deadline has not passed may
+belong to a request still running: it needs --force.
+
+  outboxctl keys complete 0190… --status 201 --body '{"id": "po_42"}' \
+      --header 'Content-Type: application/json' --reason "po_42 paid, seen at the bank"`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case body != "" && bodyFile != "":
+				return cli.Usagef("--body and --body-file: give one")
+			case bodyFile != "":
+				b, err := os.ReadFile(bodyFile)
+				if err != nil {
+					return cli.Usagef("--body-file: %v", err)
+				}
+				o.Body = b
+			default:
+				o.Body = []byte(body)
+			}
+			o.Headers = http.Header{}
+			for _, h := range headers {
+				name, value, ok := strings.Cut(h, ":")
+				if !ok || strings.TrimSpace(name) == "" {
+					return cli.Usagef("--header %q: write it as 'Name: value'", h)
+				}
+				o.Headers.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+			}
+			if o.Headers.Get("Content-Type") == "" && len(o.Body) > 0 && json.Valid(o.Body) {
+				o.Headers.Set("Content-Type", "application/json")
+			}
+			ks, id, err := a.keyArg(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if dryRun {
+				k, _, err := ks.Get(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "dry run: key %s (%s) is %s; would record HTTP %d with %d bytes for its retries to receive\n",
+					k.ID, routeLabel(k), k.State, o.Status, len(o.Body))
+				return nil
+			}
+			o.Actor = a.actor()
+			k, err := ks.Complete(cmd.Context(), id, o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "completed key %s (%s) with HTTP %d: retries with it receive this response; the handler does not run again\n",
+				k.ID, routeLabel(k), o.Status)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&o.Status, "status", 0, "the HTTP status the request answered (required, below 500)")
+	fl.StringVar(&body, "body", "", "the response body")
+	fl.StringVar(&bodyFile, "body-file", "", "read the response body from this file")
+	fl.StringArrayVar(&headers, "header", nil, "a response header, 'Name: value' (repeatable; JSON bodies get Content-Type: application/json)")
+	fl.StringVar(&o.Reason, "reason", "", "how you know the request succeeded, for the audit trail (required)")
+	fl.BoolVar(&o.Force, "force", false, "complete a key whose lock has not expired (its request may still be running)")
+	fl.BoolVar(&dryRun, "dry-run", false, "say what would be recorded, change nothing")
+	return cmd
+}
+
+// routeLabel is a key's method and route as one label: routes recorded
+// from a method pattern ("POST /payouts") carry the method already.
+func routeLabel(k *idempotency.Key) string {
+	if strings.HasPrefix(k.Route, k.Method+" ") {
+		return k.Route
+	}
+	return k.Method + " " + k.Route
 }
 
 // keyArg parses a key id argument, then opens the keys of the schema.

@@ -95,3 +95,80 @@ func TestKeysFindAndReleaseAStuckClaim(t *testing.T) {
 	_, err = b.run(t, "", "keys", "show", "refund-ord_7")
 	require.ErrorContains(t, err, "pass a key's id")
 }
+
+// A payout request made the payout, then its response was never stored
+// (the handler's call hangs past every deadline): the operator checks the
+// payout was made and records the response; the client's retry receives it
+// and the handler does not run again. The route reads as the mux wrote it.
+func TestKeysCompleteRecordsTheResponseRetriesGet(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	b := &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+	mw, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Unscoped: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	hang := make(chan struct{})
+	var runs atomic.Int32
+	mux := http.NewServeMux()
+	mux.Handle("POST /payouts", mw.ThreePhase(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			<-hang // paid out; the answer never comes back
+		}
+		w.WriteHeader(http.StatusCreated)
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	defer close(hang)
+	post := func() *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payouts", strings.NewReader(`{"amount": 500}`))
+		req.Header.Set("Idempotency-Key", "payout-7")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payouts", strings.NewReader(`{"amount": 500}`))
+		req.Header.Set("Idempotency-Key", "payout-7")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	var id, list string
+	require.Eventually(t, func() bool {
+		out, err := b.run(t, "", "keys", "list", "--state", "in_progress")
+		if err != nil || !strings.Contains(out, "payout-7") {
+			return false
+		}
+		id, list = strings.Fields(strings.Split(out, "\n")[1])[0], out
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Contains(t, list, "POST /payouts")
+	require.NotContains(t, list, "POST POST", "the method once")
+
+	_, err = b.run(t, "", "keys", "complete", id, "--status", "201", "--body", `{"id": "po_42"}`)
+	require.ErrorContains(t, err, "a reason is required")
+	_, err = b.run(t, "", "keys", "complete", id, "--status", "502", "--body", `{}`, "--reason", "r", "--force")
+	require.ErrorContains(t, err, "a 5xx is never stored")
+	out, err := b.run(t, "", "keys", "complete", id, "--status", "201", "--body", `{"id": "po_42"}`, "--reason", "po_42 seen at the bank", "--dry-run")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "dry run: key "+id+" (POST /payouts) is in_progress; would record HTTP 201")
+	_, err = b.run(t, "", "keys", "complete", id, "--status", "201", "--body", `{"id": "po_42"}`, "--reason", "po_42 seen at the bank")
+	require.ErrorContains(t, err, "pass --force", "its lock has not passed")
+	out, err = b.run(t, "", "keys", "complete", id, "--status", "201", "--body", `{"id": "po_42"}`, "--reason", "po_42 seen at the bank", "--force")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "completed key "+id+" (POST /payouts) with HTTP 201")
+
+	resp := post()
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	require.JSONEq(t, `{"id": "po_42"}`, string(body))
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	require.Equal(t, "true", resp.Header.Get(idempotency.ReplayedHeader))
+	require.EqualValues(t, 1, runs.Load(), "the handler did not run again")
+
+	out, err = b.run(t, "", "keys", "show", id)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "complete by oncall@example.com (in_progress -> completed): po_42 seen at the bank")
+	_, err = b.run(t, "", "keys", "complete", id, "--status", "201", "--reason", "again")
+	require.ErrorContains(t, err, "completed already")
+}

@@ -2,8 +2,10 @@ package idempotency
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -124,6 +126,83 @@ func (k *Keys) Get(ctx context.Context, id uuid.UUID) (*Key, []AuditEntry, error
 	}
 	audit, err := pgx.CollectRows(rows, pgx.RowToStructByPos[AuditEntry])
 	return key, audit, err
+}
+
+// CompleteOpts are the response an operator records with Complete, and why.
+type CompleteOpts struct {
+	Actor, Reason string
+	// Status is the HTTP status retries will receive: below 500, as the
+	// middleware never stores a 5xx.
+	Status int
+	// Headers and Body are the rest of the response retries receive.
+	Headers http.Header
+	Body    []byte
+	// Force completes a key whose lock has not expired: its request may
+	// still be running, and its own outcome is then lost.
+	Force bool
+}
+
+// MaxCompleteBody bounds the response body Complete stores.
+const MaxCompleteBody = 1 << 20
+
+// Complete records, for an in_progress or failed key, the response of a
+// request that did succeed although the middleware never stored it (a
+// crash between the handler's commit and the response's, in three-phase
+// mode): retries with the key then get that response, and the handler does
+// not run again. It audits who did it and why. Without Force it refuses a
+// key whose lock deadline has not passed.
+func (k *Keys) Complete(ctx context.Context, id uuid.UUID, o CompleteOpts) (*Key, error) {
+	switch {
+	case strings.TrimSpace(o.Reason) == "":
+		return nil, errors.New("a reason is required: say how you know the request succeeded (--reason)")
+	case o.Actor == "":
+		return nil, errors.New("an actor is required (--actor)")
+	case o.Status < 100 || o.Status >= 500:
+		return nil, fmt.Errorf("status %d: give the status the request answered, 100 to 499 (a 5xx is never stored: retries run again)", o.Status)
+	case len(o.Body) > MaxCompleteBody:
+		return nil, fmt.Errorf("body of %d bytes, over the limit of %d", len(o.Body), MaxCompleteBody)
+	}
+	headers, err := json.Marshal(o.Headers)
+	if err != nil {
+		return nil, err
+	}
+	var out *Key
+	err = pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
+		key, err := scanKey(tx.QueryRow(ctx, `SELECT `+keyColumns+` FROM `+k.table+` WHERE id = $1 FOR UPDATE`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if key.State == stateCompleted {
+			return fmt.Errorf("key %s is completed already: its stored response (%s) is what retries get", id, statusText(key.Status))
+		}
+		if !o.Force && key.LockedUntil != nil && key.LockedUntil.After(time.Now()) {
+			return fmt.Errorf("key %s is locked until %s: its request may still be running and store its own response; wait, or pass --force",
+				id, key.LockedUntil.UTC().Format(time.RFC3339))
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+k.table+` SET state = 'completed', locked_until = NULL, error = '',
+			status = $2, response_headers = $3, response_body = $4, updated_at = now() WHERE id = $1`, id, o.Status, headers, o.Body); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+k.audit+` (key_id, action, actor, reason, from_state, to_state)
+			VALUES ($1, 'complete', $2, $3, $4, 'completed')`, id, o.Actor, o.Reason, key.State); err != nil {
+			return err
+		}
+		status := o.Status
+		key.State, key.Error, key.LockedUntil, key.Status, key.BodyBytes = stateCompleted, "", nil, &status, len(o.Body)
+		out = key
+		return nil
+	})
+	return out, err
+}
+
+func statusText(s *int) string {
+	if s == nil {
+		return "no status"
+	}
+	return fmt.Sprintf("HTTP %d", *s)
 }
 
 // ReleaseOpts are the operator's reasons for Release.
