@@ -265,14 +265,23 @@ func (a *app) report(out io.Writer, changes []outboxtype.Change, dryRun, strict 
 }
 
 func newConfirmCmd(a *app) *cobra.Command {
-	var ref, reason string
+	var f actFlags
+	var ref string
 	cmd := &cobra.Command{
-		Use:   "confirm <effect id | key> --ref REF --reason TEXT",
-		Short: "Record by hand that an effect was performed, after checking the provider",
-		Long: `Record by hand that an effect was performed, after checking the provider,
+		Use:   "confirm [effect id | key ...] [--ref REF] --reason TEXT",
+		Short: "Record by hand that effects were performed, after checking the provider",
+		Long: `Record by hand that effects were performed, after checking the provider,
 with the provider's reference. Accepts pending, fired, failed and cancelled
 effects; the effect's last error is cleared (the audit row keeps it, with
 the state it left).
+
+--ref is the provider's id for what it did: a Stripe object (re_…, pi_…),
+a SendGrid message id. A webhook has none: without --ref a webhook effect is
+recorded with "webhook-id <its key>", the id the receiver saw and logged,
+so several webhook effects (one hanging partner's) are confirmed in one
+command, by ids or by filters (--kind, --provider webhook, --state; default
+--state fired,failed), after --dry-run shows which. One --ref names one
+object, so with --ref give exactly one effect.
 
 A fired effect may still have a River job marked running (a call in flight,
 or a process that died). Confirming does not stop that call: if it reaches
@@ -280,29 +289,63 @@ the provider, the key makes it a replay, and its acknowledgement is
 recorded in the audit trail (late_ack). When the job runs again it finds the
 effect confirmed and does nothing (outboxd logs "already confirmed, not
 fired").`,
-		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if ref == "" || reason == "" {
-				return cli.Usagef("--ref (the provider's id for what it did) and --reason are both required")
-			}
 			ctx := cmd.Context()
-			if err := a.open(ctx); err != nil {
-				return err
-			}
-			e, err := a.resolve(ctx, args[0])
+			ids, bulk, err := a.targets(ctx, args, &f, []outboxtype.State{outboxtype.StateFired, outboxtype.StateFailed})
 			if err != nil {
 				return err
 			}
-			ch, err := a.op.Confirm(ctx, e.ID, outboxtype.ActionOpts{Actor: a.actor(), Reason: reason, Ref: ref})
-			if err != nil {
-				return err
+			if ref != "" && (bulk || len(ids) != 1) {
+				return cli.Usagef("--ref names one provider object: give exactly one effect with it (webhook effects need no --ref and may be confirmed together)")
 			}
-			return a.report(cmd.OutOrStdout(), []outboxtype.Change{ch}, false, true)
+			effects := make([]*outboxtype.Effect, 0, len(ids))
+			for _, id := range ids {
+				e, err := a.op.Get(ctx, id)
+				if err != nil {
+					return err
+				}
+				if ref == "" && e.Provider != "webhook" {
+					return cli.Usagef("--ref is required for %s effect %s: the provider's id for what it did (%s)", e.Provider, e.ID, refExample(e.Provider))
+				}
+				effects = append(effects, e)
+			}
+			if bulk && !f.dryRun {
+				if err := a.confirmBulk(cmd.ErrOrStderr(), "confirm", len(ids), f.yes); err != nil {
+					return err
+				}
+			}
+			changes := make([]outboxtype.Change, 0, len(effects))
+			for _, e := range effects {
+				opts := a.opts(&f)
+				opts.Ref = ref
+				if opts.Ref == "" {
+					opts.Ref = "webhook-id " + e.IdempotencyKey
+				}
+				ch, err := a.op.Confirm(ctx, e.ID, opts)
+				if err != nil {
+					return err
+				}
+				changes = append(changes, ch)
+			}
+			return a.report(cmd.OutOrStdout(), changes, f.dryRun, !bulk)
 		},
 	}
-	cmd.Flags().StringVar(&ref, "ref", "", "the provider's reference, e.g. re_3Pabc or a SendGrid message id")
-	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit trail")
+	f.add(cmd, 100)
+	addActFlags(cmd, &f)
+	cmd.Flags().StringVar(&ref, "ref", "", "the provider's reference, e.g. re_3Pabc or a SendGrid message id (webhooks: none needed)")
 	return cmd
+}
+
+// refExample says what a provider's reference looks like.
+func refExample(provider string) string {
+	switch provider {
+	case "stripe":
+		return "re_…, pi_…, cus_…, tr_…: `outboxctl reconcile` finds it"
+	case "sendgrid":
+		return "the X-Message-Id SendGrid returned, as in its Email Activity"
+	default:
+		return "as the provider names it"
+	}
 }
 
 // MinPurgeAge keeps purges from deleting effects whose key a provider may

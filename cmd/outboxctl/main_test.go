@@ -285,6 +285,44 @@ func TestStuckBlamesADeadWorkerOnlyForARunningJob(t *testing.T) {
 	require.Contains(t, w[b.ids["fired_stale"]], "ask the receiver whether it processed webhook-id")
 }
 
+// TestConfirmSeveralWebhooksOfOneHangingPartner: the effects of one partner
+// that hung are confirmed in one command after a dry run that shows exactly
+// them; each is recorded with the webhook-id the receiver logged. One
+// --ref is refused for several effects.
+func TestConfirmSeveralWebhooksOfOneHangingPartner(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// retrying and fired_stale went to the hanging partner; failed too.
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET kind = 'webhook.partner_acme'
+		WHERE id = ANY($1)`, []uuid.UUID{b.ids["retrying"], b.ids["fired_stale"], b.ids["failed"]})
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'fired' WHERE id = $1`, b.ids["retrying"])
+	require.NoError(t, err)
+
+	_, err = b.run(t, "", "confirm", "--kind", "webhook.partner_acme", "--ref", "x", "--reason", "acme's log", "--yes")
+	require.Equal(t, 2, cli.ExitCode(err))
+	require.ErrorContains(t, err, "--ref names one provider object")
+
+	out, err := b.run(t, "", "confirm", "--kind", "webhook.partner_acme", "--reason", "in acme's log", "--dry-run")
+	require.NoError(t, err, out)
+	require.Equal(t, 3, strings.Count(out, "would change (dry run)"), out)
+	for _, n := range []string{"retrying", "fired_stale", "failed"} {
+		require.Contains(t, out, b.ids[n].String())
+		require.NotEqual(t, engine.StateConfirmed, b.effect(t, n).State, "a dry run changes nothing")
+	}
+
+	_, err = b.run(t, "", "confirm", "--kind", "webhook.partner_acme", "--reason", "in acme's log")
+	require.Error(t, err, "several effects need --yes (or an answer) in a script")
+	out, err = b.run(t, "", "confirm", "--kind", "webhook.partner_acme", "--reason", "in acme's log", "--yes")
+	require.NoError(t, err, out)
+	for _, n := range []string{"retrying", "fired_stale", "failed"} {
+		e := b.effect(t, n)
+		require.Equal(t, engine.StateConfirmed, e.State, n)
+		require.Equal(t, "webhook-id "+e.IdempotencyKey, *e.ProviderRef, n)
+	}
+}
+
 func TestAcknowledgeTakesAFailedEffectOutOfStuck(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -559,8 +597,9 @@ func TestCancelAndConfirm(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, engine.StateCancelled, b.effect(t, "pending").State)
 
-	_, err = b.run(t, "", "confirm", b.ids["failed"].String(), "--reason", "found in the receiver's log")
-	require.Equal(t, 2, cli.ExitCode(err), "--ref is required")
+	_, err = b.run(t, "", "confirm", b.ids["confirmed"].String(), "--reason", "found in SendGrid's activity")
+	require.Equal(t, 2, cli.ExitCode(err), "--ref is required for an email")
+	require.ErrorContains(t, err, "--ref is required for sendgrid effect")
 	out, err := b.run(t, "", "confirm", b.ids["failed"].String(), "--ref", "rcv-42", "--reason", "found in the receiver's log")
 	require.NoError(t, err, out)
 	e := b.effect(t, "failed")

@@ -240,7 +240,7 @@ func TestRunbook(t *testing.T) {
 		out, err := r.run(t, "", "stuck")
 		require.NoError(t, err, out)
 		require.Contains(t, out, "beyond the crash-recovery bound")
-		require.Contains(t, out, "An outboxd that starts rescues it within seconds")
+		require.Contains(t, out, "It rescues the job within seconds")
 		require.Contains(t, out, r.effect(t, "charge").IdempotencyKey, "names the key to look up")
 
 		r.start(t)
