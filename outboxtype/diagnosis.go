@@ -22,6 +22,10 @@ type Situation struct {
 	// BoundFrom says where FiredBound comes from, for the text ("the
 	// running dispatchers' settings"); "" reads as the default.
 	BoundFrom string
+	// Holders says, by dispatcher ID, what is known of the process that
+	// holds a running job: "running", or how long ago it stopped or was
+	// last seen.
+	Holders map[string]string
 }
 
 // Diagnosis explains why a stuck effect is not progressing and what to do.
@@ -72,8 +76,15 @@ func (s StuckEffect) Explain(sit Situation) string {
 		if from == "" {
 			from = "default settings"
 		}
-		head := fmt.Sprintf("fired %s under job %d, which River still marks running, beyond the crash-recovery bound (%s, %s): ",
-			relative(*e.FiredAt, now), *s.JobID, sit.FiredBound, from)
+		held := ""
+		if s.JobHeldBy != nil {
+			held = " by " + *s.JobHeldBy
+			if st, ok := sit.Holders[*s.JobHeldBy]; ok {
+				held += " (" + st + ")"
+			}
+		}
+		head := fmt.Sprintf("fired %s under job %d, which River still marks running%s, beyond the crash-recovery bound (%s, %s): ",
+			relative(*e.FiredAt, now), *s.JobID, held, sit.FiredBound, from)
 		var who string
 		switch {
 		case sit.Dispatchers == 0:

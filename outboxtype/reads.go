@@ -31,6 +31,9 @@ type StuckEffect struct {
 	JobID          *int64     `json:"job_id"`
 	JobState       *string    `json:"job_state"`
 	JobScheduledAt *time.Time `json:"job_scheduled_at"`
+	// JobHeldBy is the dispatcher (outboxctl dispatchers' ID) that River
+	// says is working the job, while it is running.
+	JobHeldBy *string `json:"job_held_by,omitempty"`
 	// BlockedBehind is the first earlier effect of its ordering key that
 	// has not ended, when there is one: the effect waits for it.
 	BlockedBehind *uuid.UUID `json:"blocked_behind,omitempty"`
@@ -117,6 +120,15 @@ type Attempt struct {
 	Error   string `json:"error"`
 	// Host is the destination the provider called, when it says.
 	Host string `json:"host"`
+}
+
+// RunningJobs is how many dispatch jobs River marks running under one
+// dispatcher (its record ID; "" for a client outboxd did not record), and
+// since when the oldest of them.
+type RunningJobs struct {
+	HeldBy string    `json:"held_by"`
+	Jobs   int       `json:"jobs"`
+	Oldest time.Time `json:"oldest_attempted_at"`
 }
 
 // DispatcherRecord is what an outboxd run recorded about itself: where it

@@ -339,6 +339,14 @@ func (o *Operator) Dispatchers(ctx context.Context, limit int) ([]outboxtype.Dis
 	return o.op.Store().Dispatchers(ctx, o.op.Pool(), limit)
 }
 
+// RunningJobs counts the dispatch jobs River marks running, by the
+// dispatcher that holds them (a DispatcherRecord's ID): jobs held by a
+// dispatcher that stopped or stopped reporting were left by a process that
+// died, and wait for River's rescue.
+func (o *Operator) RunningJobs(ctx context.Context) ([]outboxtype.RunningJobs, error) {
+	return o.op.Store().RunningJobs(ctx, o.op.Pool())
+}
+
 // Purge deletes terminal effects that ended before cutoff, and the events
 // they leave without effects, in batches at full speed (the dispatcher's
 // retention job yields between batches instead). dryRun counts only.

@@ -105,8 +105,10 @@ func (a *app) situation(ctx context.Context, now time.Time, bound time.Duration,
 		return sit, err
 	}
 	var rescue, retry time.Duration
+	sit.Holders = make(map[string]string, len(ds))
 	for _, d := range ds {
-		if d.StoppedAt != nil || now.Sub(d.SeenAt) > time.Minute+heartbeatSlack {
+		sit.Holders[d.ID] = holderState(d, now)
+		if !alive(d, now) {
 			continue
 		}
 		sit.Dispatchers++
@@ -133,6 +135,25 @@ func (a *app) situation(ctx context.Context, now time.Time, bound time.Duration,
 
 // heartbeatSlack allows for a dispatcher's 30s heartbeat arriving late.
 const heartbeatSlack = 30 * time.Second
+
+// alive is whether dispatcher d reported in the last minute and has not
+// stopped.
+func alive(d outboxtype.DispatcherRecord, now time.Time) bool {
+	return d.StoppedAt == nil && now.Sub(d.SeenAt) <= time.Minute+heartbeatSlack
+}
+
+// holderState says what is known of dispatcher d: running, stopped, or
+// gone silent (killed).
+func holderState(d outboxtype.DispatcherRecord, now time.Time) string {
+	switch {
+	case d.StoppedAt != nil:
+		return "stopped " + ago(*d.StoppedAt) + " ago"
+	case alive(d, now):
+		return "running"
+	default:
+		return "silent since " + ago(d.SeenAt) + " ago: killed?"
+	}
+}
 
 // open connects and checks that the schema is migrated.
 func (a *app) open(ctx context.Context) error {

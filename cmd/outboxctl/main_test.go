@@ -399,15 +399,62 @@ func TestDispatchersShowsWhoDispatchedWithWhat(t *testing.T) {
 	require.NoError(t, b.store.DispatcherSeen(ctx, b.db.Pool, "web-1-42-1", true))
 	out, err := b.run(t, "", "dispatchers", "--json")
 	require.NoError(t, err)
-	var ds []engine.DispatcherRecord
+	var ds []struct {
+		engine.DispatcherRecord
+		State       string `json:"state"`
+		RunningJobs int    `json:"running_jobs"`
+	}
 	require.NoError(t, json.Unmarshal([]byte(out), &ds))
-	require.Len(t, ds, 1)
+	require.Len(t, ds, 2, "the recorded one, and the River client holding fired_stale's job that nobody recorded")
 	require.Equal(t, "web-1", ds[0].Host)
 	require.NotNil(t, ds[0].StoppedAt)
+	require.Contains(t, ds[0].State, "stopped")
 	require.Contains(t, string(ds[0].Settings), "stripe-proxy.internal")
+	require.Equal(t, "not recorded", ds[1].State)
+	require.Equal(t, 1, ds[1].RunningJobs)
 	out, err = b.run(t, "", "dispatchers")
 	require.NoError(t, err)
 	require.Contains(t, out, "web-1-42-1")
+}
+
+// TestJobsLeftRunningNameTheirProcess: a job River still marks running
+// under a process that was killed (it stopped reporting) is named by
+// dispatchers, with its count and what happens to it, and stuck says who
+// holds the effect's job and that it went silent.
+func TestJobsLeftRunningNameTheirProcess(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	require.NoError(t, b.store.RecordDispatcher(ctx, b.db.Pool, "web-2-7-1", "web-2", 7, map[string]any{"rescue_after": "2m0s"}))
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.outboxd_dispatchers SET seen_at = now() - interval '20 minutes'`)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.river_job SET attempted_by = ARRAY['web-2-7-1'], attempted_at = now() - interval '20 minutes'
+		WHERE state = 'running'`)
+	require.NoError(t, err)
+
+	out, err := b.run(t, "", "dispatchers")
+	require.NoError(t, err)
+	require.Regexp(t, `web-2-7-1\s+silent since 20m\ds ago: killed\?\s+\S+\s+20m\ds ago\s+1\s`, out)
+	require.Regexp(t, `web-2-7-1 \(silent since 20m\ds ago: killed\?\) left 1 dispatch jobs running, the oldest attempted 20m\ds ago: River rescues them`, out)
+
+	out, err = b.run(t, "", "stuck", "--json")
+	require.NoError(t, err)
+	var rows []struct {
+		ID        uuid.UUID `json:"id"`
+		HeldBy    *string   `json:"job_held_by"`
+		Diagnosis string    `json:"diagnosis"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	var found bool
+	for _, r := range rows {
+		if r.ID == b.ids["fired_stale"] {
+			found = true
+			require.Equal(t, "web-2-7-1", *r.HeldBy)
+			require.Regexp(t, `which River still marks running by web-2-7-1 \(silent since 20m\ds ago: killed\?\)`, r.Diagnosis)
+			require.Contains(t, r.Diagnosis, "no outboxd has reported in the last minute")
+		}
+	}
+	require.True(t, found)
 }
 
 func TestRequeueGivesJoblessEffectsAJob(t *testing.T) {

@@ -97,6 +97,16 @@ between attempts (a hanging receiver) reads as retrying.`,
 	return cmd
 }
 
+// held0 is holder's entry in running (zero if none).
+func held0(running []outboxtype.RunningJobs, holder string) outboxtype.RunningJobs {
+	for _, r := range running {
+		if r.HeldBy == holder {
+			return r
+		}
+	}
+	return outboxtype.RunningJobs{}
+}
+
 // filterFlags are the selection flags list, retry and cancel share.
 type filterFlags struct {
 	states    []string
@@ -590,10 +600,13 @@ func newDispatchersCmd(a *app) *cobra.Command {
 		Use:   "dispatchers",
 		Short: "The outboxd processes that ran against this schema and the settings each used",
 		Long: `List the outboxd run processes recorded in this schema, most recently seen
-first: host, pid, when started, last seen (refreshed every 30s) and stopped,
-and the settings each dispatched with: providers and their API hosts, key
-windows, in-doubt policies, limits and timeouts (never secrets). Use it to
-tell which process talked to which host. --json prints the settings in full.`,
+first: state (running; stopped; silent: it stopped reporting without
+stopping, as a killed process does), when started, last seen (refreshed
+every 30s), how many dispatch jobs River marks running under it, and the
+settings each dispatched with: providers and their API hosts, key windows,
+in-doubt policies, limits and timeouts (never secrets). Jobs left running by
+a process that is not running are named below the table: they wait for
+River's rescue (--rescue-after). --json prints everything in full.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -604,20 +617,52 @@ tell which process talked to which host. --json prints the settings in full.`,
 			if err != nil {
 				return err
 			}
+			running, err := a.op.RunningJobs(ctx)
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			held := make(map[string]outboxtype.RunningJobs, len(running))
+			for _, r := range running {
+				held[r.HeldBy] = r
+			}
+			type row struct {
+				outboxtype.DispatcherRecord
+				State       string `json:"state"`
+				RunningJobs int    `json:"running_jobs"`
+			}
+			rows := make([]row, len(ds))
+			for i, d := range ds {
+				rows[i] = row{d, holderState(d, now), held[d.ID].Jobs}
+				delete(held, d.ID)
+			}
+			for holder, r := range held {
+				// Jobs under a River client outboxd did not record (an
+				// older outboxd, or another client): a row of their own.
+				rows = append(rows, row{outboxtype.DispatcherRecord{ID: holder, SeenAt: r.Oldest}, "not recorded", r.Jobs})
+			}
 			out := cmd.OutOrStdout()
 			if a.JSON {
-				return printJSON(out, ds)
+				return printJSON(out, rows)
 			}
 			tw := table(out)
-			fmt.Fprintln(tw, "ID\tSTARTED\tLAST SEEN\tSTOPPED\tSETTINGS")
-			for _, d := range ds {
-				stopped := "-"
-				if d.StoppedAt != nil {
-					stopped = ago(*d.StoppedAt) + " ago"
+			fmt.Fprintln(tw, "ID\tSTATE\tSTARTED\tLAST SEEN\tRUNNING JOBS\tSETTINGS")
+			var left []string
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%d\t%s\n", r.ID, r.State, r.StartedAt.UTC().Format(time.RFC3339), ago(r.SeenAt), r.RunningJobs, r.Settings)
+				if r.RunningJobs > 0 && r.State != "running" && r.State != "not recorded" {
+					left = append(left, fmt.Sprintf("%s (%s) left %d dispatch jobs running, the oldest attempted %s ago: River rescues them once they have run "+
+						"for --rescue-after, and their effects are re-fired with the same key (or parked, at_most_once); `outboxctl stuck` lists them",
+						r.ID, r.State, r.RunningJobs, ago(held0(running, r.ID).Oldest)))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s ago\t%s\t%s\n", d.ID, d.StartedAt.UTC().Format(time.RFC3339), ago(d.SeenAt), stopped, d.Settings)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, l := range left {
+				fmt.Fprintln(out, "\n"+l)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 20, "at most this many")

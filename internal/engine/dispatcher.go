@@ -121,7 +121,8 @@ const heartbeatInterval = 30 * time.Second
 
 // Dispatcher runs River workers that fire side effects.
 type Dispatcher struct {
-	// record is this dispatcher's row in outboxd_dispatchers ("": none).
+	// record is this dispatcher's row in outboxd_dispatchers, written
+	// when it has settings to record, and its River client's ID.
 	record    string
 	settings  map[string]any
 	heartbeat chan struct{}
@@ -264,7 +265,12 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	periodicJobs = append(periodicJobs, periodic(cfg.RetentionInterval, KeyExpiryArgs{}))
+	// River marks the jobs a process works with its client ID
+	// (attempted_by); it is also this process's record in
+	// outboxd_dispatchers, so that a job left running names its process.
+	record := recordID()
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		ID:                   record,
 		Schema:               cfg.Schema,
 		Queues:               queues,
 		Workers:              workers,
@@ -285,7 +291,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: river client: %w", err)
 	}
 	w.client = client
-	return &Dispatcher{settings: cfg.Settings, heartbeat: make(chan struct{}), pool: pool, store: store, logger: cfg.Logger,
+	return &Dispatcher{record: record, settings: cfg.Settings, heartbeat: make(chan struct{}), pool: pool, store: store, logger: cfg.Logger,
 		client: client, worker: w, intake: &intake{
 			pool: pool, store: store, schema: cfg.Schema, poll: cfg.FetchPollInterval, logger: cfg.Logger, client: client,
 		}}, nil
@@ -305,11 +311,20 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	return nil
 }
 
+// recordID names a dispatcher process: host, pid and start time, at most
+// River's 100 characters.
+func recordID() string {
+	host, _ := os.Hostname()
+	if len(host) > 60 {
+		host = host[:60]
+	}
+	return fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().UnixNano())
+}
+
 // announce records the dispatcher's settings and refreshes the record
 // until Stop or the end of ctx.
 func (d *Dispatcher) announce(ctx context.Context) {
 	host, _ := os.Hostname()
-	d.record = fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().UnixNano())
 	if err := d.store.RecordDispatcher(ctx, d.pool, d.record, host, os.Getpid(), d.settings); err != nil {
 		d.logger.Warn("could not record this dispatcher's settings", "error", err)
 	}
@@ -340,7 +355,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	defer d.worker.stopBatchers()
 	defer d.stopOnce.Do(func() {
 		close(d.heartbeat)
-		if d.record != "" {
+		if d.settings != nil {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			_ = d.store.DispatcherSeen(sctx, d.pool, d.record, true)

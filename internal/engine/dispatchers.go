@@ -41,3 +41,13 @@ func (s *Store) Dispatchers(ctx context.Context, db DB, limit int) ([]Dispatcher
 		return d, err
 	})
 }
+
+// RunningJobs counts the dispatch jobs River marks running, by the
+// dispatcher (River client) that holds them.
+func (s *Store) RunningJobs(ctx context.Context, db DB) ([]RunningJobs, error) {
+	rows, err := db.Query(ctx, s.sql(sqlRunningJobs))
+	if err != nil {
+		return nil, fmt.Errorf("running jobs: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[RunningJobs])
+}

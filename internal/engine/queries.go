@@ -505,10 +505,12 @@ WITH stuck AS (
 	 WHERE phase = 'failed' ORDER BY ended_at LIMIT $2)
 	ORDER BY updated_at LIMIT $2
 )
-SELECT ` + effectColumnsE + `, j.id, j.state, j.scheduled_at, b.id
+SELECT ` + effectColumnsE + `, j.id, j.state, j.scheduled_at, j.held_by, b.id
 FROM stuck e
 LEFT JOIN LATERAL (
-	SELECT id, state::text, scheduled_at FROM /*schema*/river_job
+	SELECT id, state::text, scheduled_at,
+		CASE WHEN state = 'running' THEN attempted_by[array_length(attempted_by, 1)] END AS held_by
+	FROM /*schema*/river_job
 	WHERE kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', e.id)
 		AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
 	ORDER BY id DESC LIMIT 1
@@ -716,6 +718,14 @@ UPDATE /*schema*/outboxd_dispatchers SET seen_at = now(), stopped_at = CASE WHEN
 	sqlDispatchers = `
 SELECT id, host, pid, started_at, seen_at, stopped_at, settings FROM /*schema*/outboxd_dispatchers
 ORDER BY seen_at DESC LIMIT $1`
+
+	// The dispatch jobs River marks running, by the client that holds each
+	// (the last of attempted_by: a dispatcher's record id), with the
+	// oldest attempt's time.
+	sqlRunningJobs = `
+SELECT coalesce(attempted_by[array_length(attempted_by, 1)], ''), count(*), min(attempted_at)
+FROM /*schema*/river_job WHERE state = 'running' AND kind = 'outboxd.dispatch'
+GROUP BY 1 ORDER BY 1`
 )
 
 // Pending and fired effects without a live dispatch job, unchanged for $1:

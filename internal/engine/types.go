@@ -34,6 +34,7 @@ type (
 	RetryPolicy      = outboxtype.RetryPolicy
 	Observer         = outboxtype.Observer
 	Tracer           = outboxtype.Tracer
+	RunningJobs      = outboxtype.RunningJobs
 )
 
 // The states of side_effects.state.

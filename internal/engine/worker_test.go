@@ -625,3 +625,30 @@ func TestShutdownTimeoutCancelsHangingAttempts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, engine.StateFired, got.State)
 }
+
+// TestARunningJobNamesItsDispatcher: River marks a job it works with the
+// dispatcher's recorded id, so that a job left running names its process.
+func TestARunningJobNamesItsDispatcher(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	inFlight := make(chan struct{})
+	b.recv.Respond("/hang", func(w http.ResponseWriter, r *http.Request) int {
+		close(inFlight)
+		<-r.Context().Done()
+		return 0
+	})
+	b.cfg.Settings = map[string]any{"providers": []string{"webhook"}}
+	b.cfg.ShutdownTimeout = 100 * time.Millisecond // the hanging call is cut off at the end
+	b.start(t)
+	b.enqueue(t, "/hang")
+	<-inFlight
+	ctx := context.Background()
+	ds, err := b.store.Dispatchers(ctx, b.db.Pool, 10)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	running, err := b.store.RunningJobs(ctx, b.db.Pool)
+	require.NoError(t, err)
+	require.Len(t, running, 1)
+	require.Equal(t, ds[0].ID, running[0].HeldBy)
+	require.Equal(t, 1, running[0].Jobs)
+}
