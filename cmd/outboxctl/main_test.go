@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -808,4 +809,34 @@ func TestReceiverTextCannotDriveTheTerminal(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &shown), "JSON output stays parseable")
 	require.Equal(t, hostile, deref(shown.Effect.LastError), "and carries the text exactly")
+}
+
+// TestShowListsEveryAttempt: show lists every attempt in order, also those
+// with no row of their own (the one in flight, one cut off by a crash, the
+// confirmed one), and a completed River job's errors read as its earlier
+// runs', not as a second fire.
+func TestShowListsEveryAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	s := b.db.Schema
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+s+`.side_effects SET total_attempts = 3, attempts = 3 WHERE id = $1`, b.ids["fired_stale"])
+	require.NoError(t, err)
+	require.NoError(t, b.store.RecordAttempt(ctx, b.db.Pool, engine.Attempt{EffectID: b.ids["fired_stale"], Attempt: 2,
+		StartedAt: time.Now().Add(-30 * time.Minute), Duration: 30 * time.Second, Outcome: "in_doubt", Error: "no response: timeout", Host: "hooks.example.com"}))
+	out, err := b.run(t, "", "show", b.ids["fired_stale"].String())
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^1\s+-\s+no outcome recorded\s.*interrupted`, out)
+	require.Regexp(t, `(?m)^2\s+\S+\s+in_doubt\s+30s\s+hooks.example.com\s+no response: timeout`, out)
+	require.Regexp(t, `(?m)^3\s+\S+\s+no answer yet\s`, out)
+
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+s+`.side_effects SET total_attempts = 1 WHERE id = $1`, b.ids["confirmed"])
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+s+`.river_job SET errors = ARRAY['{"at": "2026-11-25T10:00:00Z", "attempt": 1, "error": "snoozed behind the gate", "trace": ""}'::jsonb]
+		WHERE args->>'effect_id' = $1::text`, b.ids["confirmed"])
+	require.NoError(t, err)
+	out, err = b.run(t, "", "show", b.ids["confirmed"].String())
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^1\s+\S+\s+confirmed\s+2s\s+ref msg_1`, out)
+	require.Contains(t, out, "1 before it completed, the last: snoozed behind the gate")
 }

@@ -97,6 +97,48 @@ between attempts (a hanging receiver) reads as retrying.`,
 	return cmd
 }
 
+// timelineEntry is one attempt as show prints it.
+type timelineEntry struct{ n, at, outcome, duration, host, detail string }
+
+// attemptTimeline is every attempt of e in order: those recorded one by
+// one (failed ones), the confirmation (on the effect row), and, for the
+// numbers with neither, what is known: the attempt in flight (fired, no
+// answer yet) or one interrupted (its process stopped or died mid-call; the
+// next carried the same key).
+func attemptTimeline(e *outboxtype.Effect, recorded []outboxtype.Attempt) []timelineEntry {
+	byN := make(map[int]outboxtype.Attempt, len(recorded))
+	for _, at := range recorded {
+		byN[at.Attempt] = at
+	}
+	ts := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	var out []timelineEntry
+	for n := 1; n <= max(e.TotalAttempts, len(recorded)); n++ {
+		last := n == e.TotalAttempts
+		if at, ok := byN[n]; ok {
+			out = append(out, timelineEntry{fmt.Sprint(n), at.StartedAt.UTC().Format(time.RFC3339Nano), at.Outcome,
+				at.Duration.String(), at.Host, strings.ReplaceAll(at.Error, "\n", " ")})
+			continue
+		}
+		switch {
+		case last && e.State == outboxtype.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil && e.ConfirmedAt.After(*e.FiredAt):
+			out = append(out, timelineEntry{fmt.Sprint(n), ts(e.FiredAt), "confirmed", e.ConfirmedAt.Sub(*e.FiredAt).Round(time.Millisecond).String(),
+				"", "ref " + short(e.ProviderRef, 200)})
+		case last && e.State == outboxtype.StateFired:
+			out = append(out, timelineEntry{fmt.Sprint(n), ts(e.FiredAt), "no answer yet", "-", "",
+				"in flight, or its process died mid-call (`outboxctl stuck` says which)"})
+		default:
+			out = append(out, timelineEntry{fmt.Sprint(n), "-", "no outcome recorded", "-", "",
+				"interrupted: its process stopped or died mid-call, or an operator resolved it; the next attempt carried the same key"})
+		}
+	}
+	return out
+}
+
 // held0 is holder's entry in running (zero if none).
 func held0(running []outboxtype.RunningJobs, holder string) outboxtype.RunningJobs {
 	for _, r := range running {
@@ -288,30 +330,28 @@ func newShowCmd(a *app) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "\nAttempts (failed ones recorded one by one; a confirmation is on the effect):\n")
+			fmt.Fprintf(out, "\nAttempts (%d in all):\n", e.TotalAttempts)
 			tw = table(out)
 			fmt.Fprintln(tw, "ATTEMPT\tAT\tOUTCOME\tDURATION\tHOST\tERROR")
-			for _, at := range attempts {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", at.Attempt, at.StartedAt.UTC().Format(time.RFC3339Nano), at.Outcome,
-					at.Duration, at.Host, strings.ReplaceAll(at.Error, "\n", " "))
-			}
-			if e.State == outboxtype.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil {
-				fmt.Fprintf(tw, "%d\t%s\tconfirmed\t%s\t\tref %s\n", e.TotalAttempts, ts(e.FiredAt),
-					e.ConfirmedAt.Sub(*e.FiredAt).Round(time.Millisecond), short(e.ProviderRef, 200))
+			for _, at := range attemptTimeline(e, attempts) {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", at.n, at.at, at.outcome, at.duration, at.host, at.detail)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "\nRiver jobs (%d):\n", len(jobs))
+			fmt.Fprintf(out, "\nRiver jobs (%d; a job's state is River's, the effect's state above is what counts):\n", len(jobs))
 			tw = table(out)
-			fmt.Fprintln(tw, "JOB\tSTATE\tQUEUE\tATTEMPT\tSCHEDULED\tFINALIZED\tLAST ERROR")
+			fmt.Fprintln(tw, "JOB\tSTATE\tQUEUE\tATTEMPT\tSCHEDULED\tFINALIZED\tERRORS OF ITS EARLIER RUNS")
 			for _, j := range jobs {
-				lastErr := ""
+				errs := "-"
 				if n := len(j.Errors); n > 0 {
-					lastErr = j.Errors[n-1].Error
+					errs = fmt.Sprintf("%d, the last: %s", n, strings.ReplaceAll(j.Errors[n-1].Error, "\n", " "))
+					if j.State == "completed" {
+						errs = fmt.Sprintf("%d before it completed, the last: %s", n, strings.ReplaceAll(j.Errors[n-1].Error, "\n", " "))
+					}
 				}
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", j.ID, j.State, j.Queue, j.Attempt, j.MaxAttempts,
-					ts(&j.ScheduledAt), ts(j.FinalizedAt), strings.ReplaceAll(lastErr, "\n", " "))
+					ts(&j.ScheduledAt), ts(j.FinalizedAt), errs)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
