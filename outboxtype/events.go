@@ -25,6 +25,8 @@ type DriftFilter struct {
 	Reason   string
 	EffectID *uuid.UUID
 	Limit    int
+	// Acknowledged keeps acknowledged records too (always, with EffectID).
+	Acknowledged bool
 }
 
 // DriftRecord is one disagreement between outboxd and a provider.
@@ -41,6 +43,17 @@ type DriftRecord struct {
 	ObjectID       string     `json:"object_id,omitempty"`
 	Check          string     `json:"check"`
 	CreatedAt      time.Time  `json:"created_at"`
+	// Details are the provider's object as the event showed it: status,
+	// amount (smallest unit), currency, detail, event_at.
+	Details map[string]any `json:"details"`
+	// AcknowledgedAt, By and Reason record an operator's review.
+	AcknowledgedAt *time.Time `json:"acknowledged_at,omitempty"`
+	AcknowledgedBy *string    `json:"acknowledged_by,omitempty"`
+	AckReason      *string    `json:"ack_reason,omitempty"`
+	// EffectStateNow and EffectRefNow are the effect's state and provider
+	// reference now (EffectState is its state when the drift was found).
+	EffectStateNow *string `json:"effect_state_now,omitempty"`
+	EffectRefNow   *string `json:"effect_ref_now,omitempty"`
 }
 
 // Delivery is a mail's delivery status from the provider's events.

@@ -38,7 +38,13 @@ type EventReport struct {
 	Delivery string
 	// Detail is the provider's explanation (a bounce reason, a failure code).
 	Detail string
-	At     time.Time
+	// Status, Amount and Currency are the object's as the event shows them
+	// (a refund "failed", 500 "eur"), for the people reading drift;
+	// Amount is in the currency's smallest unit, nil when it has none.
+	Status   string
+	Amount   *int64
+	Currency string
+	At       time.Time
 	// Operations are the effect operations ("refund.create", …) the event
 	// can speak for, from the kind of object it is about; nil when the
 	// provider's effects have a single kind of request (a mail). An event

@@ -333,6 +333,18 @@ func (o *Operator) Drift(ctx context.Context, f outboxtype.DriftFilter) ([]outbo
 	return o.op.Store().Drift(ctx, o.op.Pool(), f)
 }
 
+// AckDrift records that drift records were reviewed, by actor for reason:
+// they leave the default list and the outboxd_drift_unacknowledged gauge.
+// It returns the ids it acknowledged now.
+func (o *Operator) AckDrift(ctx context.Context, ids []int64, actor, reason string) ([]int64, error) {
+	return o.op.Store().AckDrift(ctx, o.op.Pool(), ids, actor, reason)
+}
+
+// UnacknowledgedDrift counts the drift records nobody acknowledged.
+func (o *Operator) UnacknowledgedDrift(ctx context.Context) (int64, error) {
+	return o.op.Store().UnacknowledgedDrift(ctx, o.op.Pool())
+}
+
 // Dispatchers lists the dispatchers that recorded their settings, newest
 // first, at most limit.
 func (o *Operator) Dispatchers(ctx context.Context, limit int) ([]outboxtype.DispatcherRecord, error) {

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -402,13 +404,16 @@ func newDriftCmd(a *app) *cobra.Command {
 		since  string
 		reason string
 		limit  int
+		all    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "drift",
 		Short: "Disagreements between outboxd and the providers, found in their events",
-		Long: `List drift records, newest first: provider events that contradict what
-outboxd holds. Each names the effect (when one matches), the event, the
-provider's object and what to check. Reasons:
+		Long: `List drift records not yet acknowledged, newest first (--all: every one):
+provider events that contradict what outboxd holds. Each names the effect
+(when one matches) with its state then and now, the event and when it
+happened, the provider's object as the event showed it (status, amount,
+currency, the provider's explanation) and what to check. Reasons:
 
   unknown_key            an event carries an outboxd key no effect has
   acted_while_failed     the provider acted on an effect outboxd failed (not in doubt)
@@ -416,7 +421,9 @@ provider's object and what to check. Reasons:
   two_objects            a second provider object carries a confirmed effect's key
   undone_after_confirm   a confirmed effect's object was later undone (refund failed, payment canceled)
 
-Drift changes no effect: decide, then confirm, retry or undo at the provider.`,
+Drift changes no effect: decide, then confirm, retry or undo at the provider,
+and record the review with "outboxctl drift ack <id> --reason": the record
+leaves this list and the outboxd_drift_unacknowledged gauge.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -427,7 +434,7 @@ Drift changes no effect: decide, then confirm, retry or undo at the provider.`,
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			recs, err := a.op.Drift(ctx, outboxtype.DriftFilter{Since: time.Now().Add(-d), Reason: reason, Limit: limit})
+			recs, err := a.op.Drift(ctx, outboxtype.DriftFilter{Since: time.Now().Add(-d), Reason: reason, Limit: limit, Acknowledged: all})
 			if err != nil {
 				return err
 			}
@@ -436,16 +443,15 @@ Drift changes no effect: decide, then confirm, retry or undo at the provider.`,
 				return printJSON(out, recs)
 			}
 			if len(recs) == 0 {
-				fmt.Fprintf(out, "no drift in the last %s\n", since)
+				what := "unacknowledged drift"
+				if all {
+					what = "drift"
+				}
+				fmt.Fprintf(out, "no %s in the last %s\n", what, since)
 				return nil
 			}
 			for _, r := range recs {
-				effect := "no effect"
-				if r.EffectID != nil {
-					effect = fmt.Sprintf("effect %s (%s, %s)", r.EffectID, r.Kind, r.EffectState)
-				}
-				fmt.Fprintf(out, "%s  %s  %s\n  %s event %s (%s), object %s, key %s\n  check: %s\n\n", r.CreatedAt.UTC().Format(time.RFC3339),
-					r.Reason, effect, r.Provider, r.EventID, r.EventType, orDash(r.ObjectID), r.IdempotencyKey, r.Check)
+				printDrift(out, r)
 			}
 			return nil
 		},
@@ -453,6 +459,104 @@ Drift changes no effect: decide, then confirm, retry or undo at the provider.`,
 	cmd.Flags().StringVar(&since, "since", "168h", "how far back")
 	cmd.Flags().StringVar(&reason, "reason", "", "only this reason")
 	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many")
+	cmd.Flags().BoolVar(&all, "all", false, "also records already acknowledged")
+	cmd.AddCommand(newDriftAckCmd(a))
+	return cmd
+}
+
+// printDrift prints one drift record for people.
+func printDrift(out io.Writer, r outboxtype.DriftRecord) {
+	effect := "no effect"
+	if r.EffectID != nil {
+		effect = fmt.Sprintf("effect %s (%s; %s when found", r.EffectID, r.Kind, r.EffectState)
+		if r.EffectStateNow != nil {
+			effect += ", " + *r.EffectStateNow + " now"
+			if r.EffectRefNow != nil {
+				effect += " with ref " + *r.EffectRefNow
+			}
+		}
+		effect += ")"
+	}
+	fmt.Fprintf(out, "#%d  %s  %s  %s\n", r.ID, r.CreatedAt.UTC().Format(time.RFC3339), r.Reason, effect)
+	fmt.Fprintf(out, "  %s event %s (%s)", r.Provider, r.EventID, r.EventType)
+	if at, ok := r.Details["event_at"].(string); ok {
+		fmt.Fprintf(out, " at %s", at)
+	}
+	fmt.Fprintf(out, ", key %s\n", r.IdempotencyKey)
+	object := orDash(r.ObjectID)
+	var facts []string
+	if st, ok := r.Details["status"].(string); ok {
+		facts = append(facts, "status "+st)
+	}
+	if amt, ok := r.Details["amount"].(float64); ok {
+		cur, _ := r.Details["currency"].(string)
+		facts = append(facts, strings.TrimSpace(fmt.Sprintf("amount %d %s", int64(amt), strings.ToUpper(cur))))
+	}
+	if det, ok := r.Details["detail"].(string); ok {
+		facts = append(facts, det)
+	}
+	if len(facts) > 0 {
+		object += ": " + strings.Join(facts, ", ")
+	}
+	fmt.Fprintf(out, "  object %s\n  check: %s\n", object, r.Check)
+	if r.AcknowledgedAt != nil {
+		fmt.Fprintf(out, "  acknowledged %s by %s: %s\n", r.AcknowledgedAt.UTC().Format(time.RFC3339), deref(r.AcknowledgedBy), deref(r.AckReason))
+	} else {
+		fmt.Fprintf(out, "  reviewed? outboxctl drift ack %d --reason \"...\"\n", r.ID)
+	}
+	fmt.Fprintln(out)
+}
+
+func newDriftAckCmd(a *app) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "ack <drift id ...> --reason TEXT",
+		Short: "Record that drift records were reviewed",
+		Long: `Record, with your reason and --actor, that drift records were reviewed (the
+effect was confirmed, retried or undone at the provider, or the drift is
+understood): they leave the default drift list and the
+outboxd_drift_unacknowledged gauge, and keep the review ("drift --all").
+Ids are the #N of "outboxctl drift".`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids := make([]int64, len(args))
+			for i, arg := range args {
+				id, err := strconv.ParseInt(strings.TrimPrefix(arg, "#"), 10, 64)
+				if err != nil || id <= 0 {
+					return cli.Usagef("%q: give drift record ids, the #N of `outboxctl drift`", arg)
+				}
+				ids[i] = id
+			}
+			if strings.TrimSpace(reason) == "" {
+				return cli.Usagef("--reason is required: say what you checked or did")
+			}
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			done, err := a.op.AckDrift(ctx, ids, a.actor(), reason)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			acked := make(map[int64]bool, len(done))
+			for _, id := range done {
+				acked[id] = true
+				fmt.Fprintf(out, "acknowledged drift #%d\n", id)
+			}
+			var missed []string
+			for _, id := range ids {
+				if !acked[id] {
+					missed = append(missed, fmt.Sprintf("#%d", id))
+				}
+			}
+			if len(missed) > 0 {
+				return fmt.Errorf("%s not acknowledged: no such record, or acknowledged already (`outboxctl drift --all` shows them)", strings.Join(missed, ", "))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "what you checked or did, for the record (required)")
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -134,7 +135,19 @@ func (s *Store) drift(ctx context.Context, tx pgx.Tx, res *EventResult, ev provi
 	if e != nil {
 		id, kind, state = &e.ID, e.Kind, string(e.State)
 	}
-	if _, err := tx.Exec(ctx, s.sql(sqlInsertDrift), reason, ev.Provider, kind, id, state, ev.Key, ev.EventID, ev.Type, ev.ObjectID, hint); err != nil {
+	details := map[string]any{}
+	for k, v := range map[string]string{"status": ev.Status, "currency": ev.Currency, "detail": ev.Detail} {
+		if v != "" {
+			details[k] = v
+		}
+	}
+	if ev.Amount != nil {
+		details["amount"] = *ev.Amount
+	}
+	if !ev.At.IsZero() {
+		details["event_at"] = ev.At.UTC()
+	}
+	if _, err := tx.Exec(ctx, s.sql(sqlInsertDrift), reason, ev.Provider, kind, id, state, ev.Key, ev.EventID, ev.Type, ev.ObjectID, hint, details); err != nil {
 		return fmt.Errorf("record drift: %w", err)
 	}
 	return nil
@@ -176,11 +189,35 @@ func (s *Store) Drift(ctx context.Context, db DB, f DriftFilter) ([]DriftRecord,
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	rows, err := db.Query(ctx, s.sql(sqlListDrift), f.Since, f.Reason, f.EffectID, f.Limit)
+	rows, err := db.Query(ctx, s.sql(sqlListDrift), f.Since, f.Reason, f.EffectID, f.Limit, f.Acknowledged || f.EffectID != nil)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[DriftRecord])
+}
+
+// AckDrift records that drift records ids were reviewed, by actor for
+// reason, and returns those it acknowledged now (others were already, or
+// do not exist).
+func (s *Store) AckDrift(ctx context.Context, db DB, ids []int64, actor, reason string) ([]int64, error) {
+	if strings.TrimSpace(reason) == "" {
+		return nil, errors.New("a reason is required: say what you checked (--reason)")
+	}
+	if actor == "" {
+		return nil, errors.New("an actor is required (--actor)")
+	}
+	rows, err := db.Query(ctx, s.sql(sqlAckDrift), ids, actor, reason)
+	if err != nil {
+		return nil, fmt.Errorf("acknowledge drift: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+// UnacknowledgedDrift counts the drift records nobody acknowledged.
+func (s *Store) UnacknowledgedDrift(ctx context.Context, db DB) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, s.sql(sqlUnacknowledgedDrift)).Scan(&n)
+	return n, err
 }
 
 // payloadOperation is the "operation" of an effect's payload ("" if none).

@@ -430,14 +430,25 @@ WHERE (CASE excluded.status WHEN 'processed' THEN 1 WHEN 'deferred' THEN 2 ELSE 
 	sqlGetDelivery = `SELECT status, detail, event_id, event_at, updated_at FROM /*schema*/side_effect_deliveries WHERE effect_id = $1`
 
 	sqlInsertDrift = `
-INSERT INTO /*schema*/provider_drift (reason, provider, kind, effect_id, effect_state, idempotency_key, event_id, event_type, object_id, check_hint)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+INSERT INTO /*schema*/provider_drift (reason, provider, kind, effect_id, effect_state, idempotency_key, event_id, event_type, object_id, check_hint, details)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 
+	// Drift records, newest first; $5 keeps acknowledged ones.
 	sqlListDrift = `
-SELECT id, reason, provider, kind, effect_id, effect_state, idempotency_key, event_id, event_type, object_id, check_hint, created_at
-FROM /*schema*/provider_drift
-WHERE created_at >= $1 AND ($2 = '' OR reason = $2) AND ($3::uuid IS NULL OR effect_id = $3)
-ORDER BY id DESC LIMIT $4`
+SELECT d.id, d.reason, d.provider, d.kind, d.effect_id, d.effect_state, d.idempotency_key, d.event_id, d.event_type, d.object_id,
+	d.check_hint, d.created_at, d.details, d.acknowledged_at, d.acknowledged_by, d.ack_reason, e.state, e.provider_ref
+FROM /*schema*/provider_drift d LEFT JOIN /*schema*/side_effects e ON e.id = d.effect_id
+WHERE d.created_at >= $1 AND ($2 = '' OR d.reason = $2) AND ($3::uuid IS NULL OR d.effect_id = $3)
+	AND ($5 OR d.acknowledged_at IS NULL)
+ORDER BY d.id DESC LIMIT $4`
+
+	// Acknowledges drift records $1 (not acknowledged yet) by $2 for $3.
+	sqlAckDrift = `
+UPDATE /*schema*/provider_drift SET acknowledged_at = now(), acknowledged_by = $2, ack_reason = $3
+WHERE id = ANY($1) AND acknowledged_at IS NULL
+RETURNING id`
+
+	sqlUnacknowledgedDrift = `SELECT count(*) FROM /*schema*/provider_drift WHERE acknowledged_at IS NULL`
 
 	// failed -> failed, acknowledged as reviewed and correctly failed.
 	// Lets the effects after $1 on its ordering key go on: the end trigger

@@ -118,6 +118,7 @@ func ParseEvent(body []byte) (providers.EventReport, error) {
 	r.ObjectID, _, _ = strings.Cut(str("sg_message_id"), ".")
 	if deliveryStatuses[r.Type] {
 		r.Delivery = r.Type
+		r.Status = r.Type
 		r.Detail = strings.TrimSpace(strings.Join([]string{str("reason"), str("response")}, " "))
 	}
 	return r, nil

@@ -73,6 +73,12 @@ func ParseEvent(body []byte) (providers.EventReport, error) {
 	}
 	status, _ := obj["status"].(string)
 	objType, _ := obj["object"].(string)
+	r.Status = status
+	if amount, ok := obj["amount"].(float64); ok {
+		a := int64(amount)
+		r.Amount = &a
+	}
+	r.Currency, _ = obj["currency"].(string)
 	r.Outcome = classifyEvent(r.Type, objType, status)
 	r.Operations = operationsOn(objType)
 	if r.Outcome == providers.EventUndone {

@@ -136,6 +136,7 @@ type StateCollector struct {
 	blocked *prometheus.Desc
 	waiting *prometheus.Desc
 	oldestB *prometheus.Desc
+	drift   *prometheus.Desc
 	timeout time.Duration
 }
 
@@ -158,6 +159,8 @@ func NewStateCollector(pool *pgxpool.Pool, schema string) *StateCollector {
 			"Effects waiting behind an earlier effect of their ordering key.", nil, nil),
 		oldestB: prometheus.NewDesc("outboxd_oldest_blocked_effect_age_seconds",
 			"Age of the oldest effect waiting behind an earlier effect of its ordering key (since created, or due).", nil, nil),
+		drift: prometheus.NewDesc("outboxd_drift_unacknowledged",
+			"Drift records no operator acknowledged (outboxctl drift ack): disagreements with a provider still to review.", nil, nil),
 		timeout: 5 * time.Second,
 	}
 }
@@ -170,6 +173,7 @@ func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.blocked
 	ch <- c.waiting
 	ch <- c.oldestB
+	ch <- c.drift
 }
 
 // Collect implements prometheus.Collector.
@@ -197,5 +201,11 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.blocked, prometheus.GaugeValue, float64(b.Keys))
 	ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(b.Effects))
 	ch <- prometheus.MustNewConstMetric(c.oldestB, prometheus.GaugeValue, b.OldestAge.Seconds())
+	drift, err := c.op.UnacknowledgedDrift(ctx)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.drift, prometheus.GaugeValue, float64(drift))
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 }
