@@ -34,6 +34,7 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
@@ -548,4 +549,51 @@ func TestSearchTakesKeysAsPeoplePasteThem(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	require.Contains(t, string(body), "first 12 or more digits")
+}
+
+// TestTheDryRunIsWhatTheClickDoes: ticking an option shows that option's
+// dry run before anything is done (the click after it does it), and a form
+// opened before another operator changed the effect does nothing but show
+// what it would do now.
+func TestTheDryRunIsWhatTheClickDoes(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	br := b{t, browser(t)}
+	br.authenticate("ada", adminToken)
+	ctx := context.Background()
+	// "busy" failed after retries; make it a fired effect, so that retry
+	// needs force.
+	_, err := s.db.Pool.Exec(ctx, `UPDATE `+s.db.Schema+`.side_effects SET state = 'fired', fired_at = now() - interval '1 hour',
+		updated_at = now() - interval '1 hour' WHERE id = $1`, s.ids["busy"])
+	require.NoError(t, err)
+	_, err = s.db.Pool.Exec(ctx, `DELETE FROM `+s.db.Schema+`.river_job WHERE args->>'effect_id' = $1::text`, s.ids["busy"])
+	require.NoError(t, err)
+
+	br.do(chromedp.Navigate(s.url("effects/"+s.ids["busy"].String()+"/actions/retry")), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
+	require.Contains(t, br.text("#dryrun"), "Would be refused")
+	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "checked: never reached the receiver"),
+		chromedp.Click(chromedp.CSS(`input[name="force"]`)),
+		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#review")))
+	require.Contains(t, br.text("#review"), "the options changed since the dry run")
+	require.Contains(t, br.text("h2"), "with force")
+	require.Contains(t, br.text("#dryrun"), "would move fired -> pending")
+	require.Equal(t, engine.StateFired, s.effectState(t, "busy"), "nothing done before its dry run was shown")
+	br.shot("action-review-options")
+	br.do(chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, br.text("#flash"), "retry by web:ada: fired -> pending")
+
+	// A cancel form opened, then another operator retries "gone": the
+	// click shows the new situation and does nothing.
+	br.do(chromedp.Navigate(s.url("effects/"+s.ids["gone"].String()+"/actions/cancel")), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
+	require.Contains(t, br.text("#dryrun"), "would move failed -> cancelled")
+	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema})
+	require.NoError(t, err)
+	_, err = op.Acknowledge(ctx, []uuid.UUID{s.ids["gone"]}, outboxtype.ActionOpts{Actor: "bob", Reason: "endpoint retired, reviewed"})
+	require.NoError(t, err)
+	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "not needed"),
+		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#review")))
+	require.Contains(t, br.text("#review"), "this effect changed since the page was opened")
+	require.Equal(t, engine.StateFailed, s.effectState(t, "gone"), "the stale click did nothing")
+	br.do(chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, br.text("#flash"), "cancel by web:ada: failed -> cancelled")
 }

@@ -1,6 +1,8 @@
 package webui
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
@@ -397,6 +399,34 @@ type actionData struct {
 	DryRun         outboxtype.Change
 	DryRunText     string
 	Error          string
+	// Reviewed names what the dry run on the page was made for: the
+	// effect's version and the options. A click whose form carries another
+	// one (the options were changed, or the effect changed meanwhile) is
+	// shown its own dry run instead of being done.
+	Reviewed string
+	// Review says why the click was shown again instead of done.
+	Review string
+}
+
+// reviewKey names what a dry run was made for: the effect as it was (its
+// last change) and the options that change the outcome.
+func reviewKey(e *outboxtype.Effect, d *actionData) string {
+	return fmt.Sprintf("%s:force=%t:allow_duplicate=%t", effectVersion(e), d.Force, d.AllowDuplicate)
+}
+
+// effectVersion changes with every change an action or a worker makes to
+// an effect: its state and attempts, and the marks that do not move
+// updated_at (acknowledged, released).
+func effectVersion(e *outboxtype.Effect) string {
+	mark := func(t *time.Time) int64 {
+		if t == nil {
+			return 0
+		}
+		return t.UnixMicro()
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s|%d|%d|%d|%d|%d|%d", e.State, e.UpdatedAt.UnixMicro(), e.TotalAttempts, e.Redrives,
+		mark(e.AcknowledgedAt), mark(e.OrderingReleasedAt), mark(e.ConfirmedAt)))
+	return hex.EncodeToString(sum[:8])
 }
 
 func (u *ui) actionForm(w http.ResponseWriter, r *http.Request) {
@@ -420,6 +450,7 @@ func (u *ui) showAction(w http.ResponseWriter, r *http.Request, d *actionData, a
 		return
 	}
 	d.Help = help
+	d.Reviewed = reviewKey(d.Effect, d)
 	ch, err := u.perform(r, d, actor, true)
 	if err != nil {
 		d.DryRunText = err.Error()
@@ -462,6 +493,19 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 	}
 	if d.Error != "" {
 		u.showAction(w, r, d, actor, http.StatusBadRequest)
+		return
+	}
+	// The page's own form says what its dry run was made for; a click on
+	// anything else is shown its dry run first. (Scripts, which post no
+	// such field, act at once, as outboxctl does.)
+	if reviewed, ok := r.PostForm["reviewed"]; ok && reviewed[0] != reviewKey(e, d) {
+		if !strings.HasPrefix(reviewed[0], effectVersion(e)+":") {
+			d.Review = fmt.Sprintf("Not done: this effect changed since the page was opened (it is now %s, last changed %s). "+
+				"Below is what the click would do now; click again to go ahead.", e.State, e.UpdatedAt.UTC().Format(time.RFC3339))
+		} else {
+			d.Review = "Not done yet: the options changed since the dry run. Below is what this click will do; click again to go ahead."
+		}
+		u.showAction(w, r, d, actor, http.StatusConflict)
 		return
 	}
 	ch, err := u.perform(r, d, actor, false)
