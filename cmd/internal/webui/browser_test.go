@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
@@ -596,4 +597,51 @@ func TestTheDryRunIsWhatTheClickDoes(t *testing.T) {
 	require.Equal(t, engine.StateFailed, s.effectState(t, "gone"), "the stale click did nothing")
 	br.do(chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "cancel by web:ada: failed -> cancelled")
+}
+
+// TestEveryPageFitsAPhoneAndFollowsDarkMode: at 390 px wide no page is
+// wider than the screen; with the system in dark mode the view is dark; an
+// error is a page of the view with the way back; and the overview lists
+// the effects just enqueued even when nothing is stuck.
+func TestEveryPageFitsAPhoneAndFollowsDarkMode(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	br := b{t, browser(t)}
+	br.authenticate("ada", adminToken)
+	br.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulatePortrait))
+	pages := map[string]string{
+		"overview": "", "search": "effects?q=" + s.ids["gone"].String(), "effect": "effects/" + s.ids["gone"].String(),
+		"action": "effects/" + s.ids["gone"].String() + "/actions/retry", "error": "effects/not-an-id",
+	}
+	for name, path := range pages {
+		br.do(chromedp.Navigate(s.url(path)), chromedp.WaitVisible(chromedp.CSS("main")))
+		w, err := chromedp.Run(br.ctx, chromedp.Evaluate[int]("document.documentElement.scrollWidth"))
+		require.NoError(t, err)
+		require.LessOrEqual(t, w, 390, "%s is %d px wide on a 390 px screen", name, w)
+		br.shot("phone-" + name)
+	}
+	// The error page: the status, the problem, the way back.
+	br.do(chromedp.Navigate(s.url("effects/not-an-id")), chromedp.WaitVisible(chromedp.CSS("#problem")))
+	require.Contains(t, br.text("h1"), "400 Bad Request")
+	require.Equal(t, 1, br.count(`#back a[href="/ui/"]`))
+
+	// The overview shows what was just enqueued.
+	br.do(chromedp.Navigate(s.url("")), chromedp.WaitVisible(chromedp.CSS("#recent")))
+	require.Contains(t, br.text("#recent"), s.ids["ok"].String())
+
+	background := func() string {
+		v, err := chromedp.Run(br.ctx, chromedp.Evaluate[string]("getComputedStyle(document.body).backgroundColor"))
+		require.NoError(t, err)
+		return v
+	}
+	light := background()
+	br.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+		return err
+	}))
+	br.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#recent")))
+	require.Equal(t, "rgb(20, 23, 27)", background(), "dark background")
+	require.NotEqual(t, light, background())
+	br.shot("phone-overview-dark")
 }

@@ -27,6 +27,9 @@ type overviewData struct {
 	Chart         template.HTML
 	ConfirmedHour int64
 	FailedHour    int64
+	// Recent are the newest effects, whatever their state: what was just
+	// enqueued, even when nothing is stuck.
+	Recent []*outboxtype.Effect
 }
 
 type stuckRow struct {
@@ -65,6 +68,10 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 		d.FailedHour += m.Failed
 	}
 	d.Chart = chart(start, minutes)
+	if d.Recent, err = u.op.List(ctx, outboxtype.Filter{Limit: 10}); err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read recent effects", err)
+		return
+	}
 	u.render(w, r, http.StatusOK, "overview", "Overview", d)
 }
 

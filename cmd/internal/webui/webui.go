@@ -107,7 +107,7 @@ func New(cfg Config) (http.Handler, error) {
 			return *s
 		},
 	}
-	for _, page := range []string{"overview", "search", "effect", "action"} {
+	for _, page := range []string{"overview", "search", "effect", "action", "error"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("webui: template %s: %w", page, err)
@@ -193,11 +193,28 @@ func (u *ui) render(w http.ResponseWriter, r *http.Request, status int, page, ti
 	_, _ = w.Write([]byte(b.String()))
 }
 
+// fail answers with an error page: the status, what went wrong and the
+// way back, in the view's layout (no form on it, so no CSRF token).
 func (u *ui) fail(w http.ResponseWriter, status int, msg string, err error) {
 	if err != nil {
 		u.cfg.Logger.Error("webui: "+msg, "error", err)
 	}
-	http.Error(w, msg, status)
+	v := view{Title: http.StatusText(status), Prefix: u.cfg.Prefix, Schema: cmpOr(u.cfg.Schema, "search_path"), Admin: u.cfg.AdminToken != "",
+		Data: errorData{Status: status, StatusText: http.StatusText(status), Message: msg}}
+	var b strings.Builder
+	if err := u.pages["error"].ExecuteTemplate(&b, "layout", v); err != nil {
+		http.Error(w, msg, status)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+type errorData struct {
+	Status     int
+	StatusText string
+	Message    string
 }
 
 // csrfToken returns this browser's CSRF token, setting the cookie that
