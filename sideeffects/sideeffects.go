@@ -415,7 +415,8 @@ func (o *Operator) Throughput(ctx context.Context, since time.Time) ([]outboxtyp
 }
 
 // EventsOfAggregate lists the events of one aggregate, newest first, with
-// their effects.
+// their effects. An empty aggType finds aggID under any aggregate type (an
+// order id pasted without saying it is an order).
 func (o *Operator) EventsOfAggregate(ctx context.Context, aggType, aggID string, limit int) ([]outboxtype.EventEffects, error) {
 	return o.op.Store().EventsOfAggregate(ctx, o.op.Pool(), aggType, aggID, limit)
 }

@@ -191,6 +191,11 @@ FROM ev CROSS JOIN unnest($2::text[]) AS k(kind),
 		return err
 	}
 	jobs := keptJobs(b.history) - keptJobs(from)
+	if from == 0 && b.history > 0 {
+		// River's table as River leaves it at a production rate, whatever
+		// the rate that made this history.
+		jobs = max(keptJobs(b.history), b.s.RiverJobs)
+	}
 	if jobs > 0 {
 		_, err := b.pool.Exec(ctx, `
 INSERT INTO `+b.schema+`.river_job (state, attempt, max_attempts, attempted_at, created_at, finalized_at, scheduled_at,

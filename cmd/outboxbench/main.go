@@ -55,6 +55,10 @@ type settings struct {
 	AdminRows         int           `json:"admin_rows"`
 	History           []int         `json:"history"`
 	HistoryEffects    int           `json:"history_effects"`
+	// RiverJobs is how many finished dispatch jobs River's table holds at
+	// each history size above zero, at least (River keeps completed jobs
+	// for CompletedJobRetention: 250,000 is an hour at about 70/s).
+	RiverJobs int `json:"river_jobs"`
 	// SkipReads leaves the operator's reads out of the history phase;
 	// ReadsSettle is how long a read's counters take to settle.
 	SkipReads    bool          `json:"skip_reads,omitempty"`
@@ -120,6 +124,7 @@ func main() {
 	flag.IntVar(&s.AdminRows, "admin-rows", 1_000_000, "effects in the table for the admin-query timings")
 	flag.StringVar(&history, "history", "0,1000000", "effects of confirmed history in the tables for the cost-versus-history phase, ascending (0: empty tables, the baseline)")
 	flag.IntVar(&s.HistoryEffects, "history-effects", 20000, "effects burnt down at each history size")
+	flag.IntVar(&s.RiverJobs, "river-jobs", 250000, "finished dispatch jobs in River's table at each history size above zero, at least (as River leaves it: an hour at about 70/s)")
 	flag.BoolVar(&s.SkipReads, "skip-reads", false, "leave out the operator's reads (web view, provider event, outboxctl) at each history size")
 	flag.DurationVar(&s.ReadsSettle, "reads-settle", 1500*time.Millisecond, "wait after each read for Postgres's scan counters to settle")
 	flag.IntVar(&s.PurgeEffects, "purge-effects", 1_000_000, "expired effects retention purges in the purge phase")

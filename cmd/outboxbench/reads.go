@@ -157,6 +157,7 @@ func (b *bench) operatorReads(ctx context.Context) ([]readResult, error) {
 		{"web: overview", "/ui/"},
 		{"web: search by key", "/ui/effects?q=" + url.QueryEscape(confirmedKey)},
 		{"web: search by aggregate", "/ui/effects?aggregate_type=order&aggregate_id=ord_1"},
+		{"web: search box, an order id (any aggregate type)", "/ui/effects?q=ord_1"},
 		{"web: failed of one kind", "/ui/effects?state=failed&kind=" + historyKinds[0]},
 		{"web: search all, first page", "/ui/effects?state="},
 		{"web: effect page (failed)", "/ui/effects/" + failedID.String()},

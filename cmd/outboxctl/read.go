@@ -99,48 +99,6 @@ between attempts (a hanging receiver) reads as retrying.`,
 	return cmd
 }
 
-// timelineEntry is one attempt as show prints it.
-type timelineEntry struct{ n, at, outcome, duration, host, detail string }
-
-// attemptTimeline is every attempt of e in order: those recorded one by
-// one (failed ones), the confirmation (on the effect row), and, for the
-// numbers with neither, what is known: the attempt in flight (fired, no
-// answer yet) or one interrupted (its process stopped or died mid-call; the
-// next carried the same key).
-func attemptTimeline(e *outboxtype.Effect, recorded []outboxtype.Attempt) []timelineEntry {
-	byN := make(map[int]outboxtype.Attempt, len(recorded))
-	for _, at := range recorded {
-		byN[at.Attempt] = at
-	}
-	ts := func(t *time.Time) string {
-		if t == nil {
-			return "-"
-		}
-		return t.UTC().Format(time.RFC3339Nano)
-	}
-	var out []timelineEntry
-	for n := 1; n <= max(e.TotalAttempts, len(recorded)); n++ {
-		last := n == e.TotalAttempts
-		if at, ok := byN[n]; ok {
-			out = append(out, timelineEntry{fmt.Sprint(n), at.StartedAt.UTC().Format(time.RFC3339Nano), at.Outcome,
-				at.Duration.String(), at.Host, strings.ReplaceAll(at.Error, "\n", " ")})
-			continue
-		}
-		switch {
-		case last && e.State == outboxtype.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil && e.ConfirmedAt.After(*e.FiredAt):
-			out = append(out, timelineEntry{fmt.Sprint(n), ts(e.FiredAt), "confirmed", e.ConfirmedAt.Sub(*e.FiredAt).Round(time.Millisecond).String(),
-				"", "ref " + short(e.ProviderRef, 200)})
-		case last && e.State == outboxtype.StateFired:
-			out = append(out, timelineEntry{fmt.Sprint(n), ts(e.FiredAt), "no answer yet", "-", "",
-				"in flight, or its process died mid-call (`outboxctl stuck` says which)"})
-		default:
-			out = append(out, timelineEntry{fmt.Sprint(n), "-", "no outcome recorded", "-", "",
-				"interrupted: its process stopped or died mid-call, or an operator resolved it; the next attempt carried the same key"})
-		}
-	}
-	return out
-}
-
 // held0 is holder's entry in running (zero if none).
 func held0(running []outboxtype.RunningJobs, holder string) outboxtype.RunningJobs {
 	for _, r := range running {
@@ -332,11 +290,11 @@ func newShowCmd(a *app) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "\nAttempts (%d in all):\n", e.TotalAttempts)
+			fmt.Fprintf(out, "\nTimeline (%d attempts in all):\n", e.TotalAttempts)
 			tw = table(out)
-			fmt.Fprintln(tw, "ATTEMPT\tAT\tOUTCOME\tDURATION\tHOST\tERROR")
-			for _, at := range attemptTimeline(e, attempts) {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", at.n, at.at, at.outcome, at.duration, at.host, at.detail)
+			fmt.Fprintln(tw, "AT\tWHAT\tOUTCOME\tDETAIL")
+			for _, t := range outboxtype.Timeline(e, attempts, audit, delivery, drift) {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ts(t.At), t.What, t.Outcome, t.Detail)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -34,8 +34,13 @@ func (s *Store) Throughput(ctx context.Context, db DB, since time.Time) ([]Minut
 
 // EventsOfAggregate returns the newest events of one aggregate with their
 // effects.
+// An empty aggType finds aggID under any type.
 func (s *Store) EventsOfAggregate(ctx context.Context, db DB, aggType, aggID string, limit int) ([]EventEffects, error) {
-	rows, err := db.Query(ctx, s.sql(sqlEventsOfAggregate), aggType, aggID, limit)
+	sql, args := s.sql(sqlEventsOfAggregate), []any{aggType, aggID, limit}
+	if aggType == "" {
+		sql, args = s.sql(sqlEventsOfAggregateID), []any{aggID, limit}
+	}
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("events of %s %s: %w", aggType, aggID, err)
 	}

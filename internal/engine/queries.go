@@ -581,6 +581,25 @@ WHERE ev.aggregate_type = $1 AND ev.aggregate_id = $2 AND ev.aggregate_type <> '
 ORDER BY ev.created_at DESC, ev.id DESC
 LIMIT $3`
 
+	// Events of aggregate id $1 whatever its type, newest first: a loose
+	// scan of the aggregate index lists its few types, then each type is
+	// one lookup in it.
+	sqlEventsOfAggregateID = `
+WITH RECURSIVE types AS (
+	(SELECT aggregate_type FROM /*schema*/outbox_events WHERE aggregate_type <> '' ORDER BY aggregate_type LIMIT 1)
+	UNION ALL
+	SELECT (SELECT ev.aggregate_type FROM /*schema*/outbox_events ev
+		WHERE ev.aggregate_type > t.aggregate_type AND ev.aggregate_type <> '' ORDER BY ev.aggregate_type LIMIT 1)
+	FROM types t WHERE t.aggregate_type IS NOT NULL
+)
+SELECT ev.id, ev.aggregate_type, ev.aggregate_id, ev.event_type, ev.payload, ev.created_at,
+	coalesce((SELECT jsonb_agg(jsonb_build_object('id', e.id, 'kind', e.kind, 'state', e.state) ORDER BY e.kind)
+		FROM /*schema*/side_effects e WHERE e.source_id = ev.id), '[]'::jsonb)
+FROM types t JOIN /*schema*/outbox_events ev
+	ON ev.aggregate_type = t.aggregate_type AND ev.aggregate_id = $1 AND ev.aggregate_type <> ''
+ORDER BY ev.created_at DESC, ev.id DESC
+LIMIT $2`
+
 	sqlEffectsOfEvent = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE source_id = $1 ORDER BY kind`
 
 	sqlJobsOf = `

@@ -223,10 +223,14 @@ func TestWebViewInABrowser(t *testing.T) {
 	br.shot("search")
 
 	// The effect page: its attempt history.
-	br.do(chromedp.Click(chromedp.CSS("#results a")), chromedp.WaitVisible(chromedp.CSS("#attempts")))
-	text = br.text("#attempts")
+	br.do(chromedp.Click(chromedp.CSS("#results a")), chromedp.WaitVisible(chromedp.CSS("#timeline")))
+	text = br.text("#timeline")
 	require.Contains(t, text, "retryable")
 	require.Equal(t, 2, strings.Count(text, "HTTP 429"), "both attempts")
+	require.Less(t, strings.Index(text, "enqueued"), strings.Index(text, "attempt 1"))
+	require.Less(t, strings.Index(text, "attempt 1"), strings.Index(text, "attempt 2"), "in order")
+	require.Contains(t, br.text("#diagnosis"), "failed: retries exhausted after 2 attempts")
+	require.Contains(t, br.text("#diagnosis"), "`outboxctl retry` once the cause is fixed")
 	br.shot("effect")
 
 	// A receiver's error body with <script> is text, and no script of it runs.
@@ -544,12 +548,24 @@ func TestSearchTakesKeysAsPeoplePasteThem(t *testing.T) {
 		require.Contains(t, string(body), e.ID.String(), q)
 		require.NotContains(t, string(body), s.ids["gone"].String(), "only the effect whose key it is: %q", q)
 	}
-	resp, err := http.Get(s.url("effects?q=" + url.QueryEscape("not a key")))
+	// An order id, pasted as it is: the effects of that aggregate's events,
+	// whatever its type.
+	resp, err := http.Get(s.url("effects?q=ord_busy"))
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), e.ID.String())
+	require.NotContains(t, string(body), s.ids["gone"].String())
+
+	// A provider reference: not found, and the page says how to find it.
+	resp, err = http.Get(s.url("effects?q=" + url.QueryEscape("pi_3NqXj2LkdIwHu7ix")))
+	require.NoError(t, err)
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	require.Contains(t, string(body), "first 12 or more digits")
+	require.Contains(t, string(body), "Provider references (pi_…, re_…, msg_…) are not searchable")
 }
 
 // TestTheDryRunIsWhatTheClickDoes: ticking an option shows that option's

@@ -234,7 +234,29 @@ func (u *ui) lookup(r *http.Request, q string) ([]*outboxtype.Effect, error) {
 	}
 	id, err := uuid.Parse(q)
 	if err != nil {
-		return nil, errors.New("search: give an effect id or event id (a UUID), an idempotency key (64 hex digits, any case) or its first 12 or more digits; for an order, search by aggregate")
+		// Anything else is taken as an aggregate's id (an order id), of
+		// whatever type.
+		if len(q) > 512 {
+			return nil, errors.New("search: over 512 bytes: give an effect or event id, an idempotency key or its first 12 digits, or an aggregate id such as an order id")
+		}
+		evs, err := u.op.EventsOfAggregate(ctx, "", q, pageSize)
+		if err != nil {
+			return nil, err
+		}
+		var out []*outboxtype.Effect
+		for _, ev := range evs {
+			effs, err := u.op.EffectsOfEvent(ctx, ev.ID)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, effs...)
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("search: no event of an aggregate %q. Give an effect or event id, an idempotency key (any case) or its first 12 or more digits, "+
+				"or an aggregate id (an order id). Provider references (pi_…, re_…, msg_…) are not searchable: the provider's object carries the key "+
+				"(Stripe metadata outboxd_idempotency_key, SendGrid custom argument), search by it", q)
+		}
+		return out, nil
 	}
 	e, err := u.op.Get(ctx, id)
 	if err == nil {
@@ -266,7 +288,8 @@ type effectData struct {
 	Event            *outboxtype.Event
 	Siblings         []*outboxtype.Effect
 	Attempts         []outboxtype.Attempt
-	ConfirmedAttempt string
+	Timeline         []outboxtype.TimelineEntry
+	Diagnosis        string
 	Jobs             []outboxtype.Job
 	Audit            []outboxtype.AuditEntry
 	Delivery         *outboxtype.Delivery
@@ -327,9 +350,7 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, http.StatusInternalServerError, "could not read the effect's history", err)
 		return
 	}
-	if e.State == outboxtype.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil {
-		d.ConfirmedAttempt = e.ConfirmedAt.Sub(*e.FiredAt).Round(time.Millisecond).String()
-	}
+	d.Timeline = outboxtype.Timeline(e, d.Attempts, d.Audit, d.Delivery, d.Drift)
 	ts := func(t *time.Time) string {
 		if t == nil {
 			return "-"
@@ -365,10 +386,42 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	d.Diagnosis = u.diagnose(e, d.Jobs, d.BlockedBehind)
 	u.render(w, r, http.StatusOK, "effect", "Effect "+e.ID.String(), d)
 }
 
 // actionsFor lists the actions an effect's state allows.
+// diagnose says, at the top of an effect's page, what its state means
+// and what to do: for a live or failed effect the diagnosis outboxctl
+// stuck gives, from its live River job; for an ended one, how it ended.
+func (u *ui) diagnose(e *outboxtype.Effect, jobs []outboxtype.Job, blocked *uuid.UUID) string {
+	switch e.State {
+	case outboxtype.StateConfirmed:
+		s := "Done: the provider acknowledged it"
+		if e.ConfirmedAt != nil {
+			s += " at " + e.ConfirmedAt.UTC().Format(time.RFC3339)
+		}
+		if e.ProviderRef != nil {
+			s += ", reference " + *e.ProviderRef
+		}
+		return s + ". Nothing to do; a late River job finds it confirmed and does nothing."
+	case outboxtype.StateCancelled:
+		return "Cancelled: no worker fires it again. Retry it to send it after all (same key)."
+	}
+	st := outboxtype.StuckEffect{Effect: e, BlockedBehind: blocked}
+	for i := len(jobs) - 1; i >= 0; i-- {
+		switch jobs[i].State {
+		case "available", "pending", "retryable", "running", "scheduled":
+			j := jobs[i]
+			st.JobID, st.JobState, st.JobScheduledAt = &j.ID, &j.State, &j.ScheduledAt
+		}
+		if st.JobID != nil {
+			break
+		}
+	}
+	return st.Explain(outboxtype.Situation{Now: time.Now(), FiredBound: u.cfg.FiredBound, KeyWindow: u.cfg.KeyWindow(e.Provider), Dispatchers: -1})
+}
+
 func actionsFor(e *outboxtype.Effect) []string {
 	var out []string
 	switch e.State {
