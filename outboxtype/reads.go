@@ -39,6 +39,23 @@ type StuckEffect struct {
 	BlockedBehind *uuid.UUID `json:"blocked_behind,omitempty"`
 }
 
+// StuckGroup is one cause of stuck effects: those of one state, kind,
+// provider and destination (a webhook's host) that share a cause (the
+// first words of their last error, or "no error" for effects that never
+// got an answer), with how many there are, when the newest and the oldest
+// last changed, and the newest of them.
+type StuckGroup struct {
+	State    State     `json:"state"`
+	Kind     string    `json:"kind"`
+	Provider string    `json:"provider"`
+	Host     string    `json:"host,omitempty"`
+	Cause    string    `json:"cause"`
+	Count    int64     `json:"count"`
+	Newest   time.Time `json:"newest"`
+	Oldest   time.Time `json:"oldest"`
+	Example  uuid.UUID `json:"example"`
+}
+
 // BlockedChains is what waits on ordering keys: the keys that have an
 // effect blocked behind an earlier one, those effects, and the age of the
 // oldest of them.

@@ -243,6 +243,14 @@ func (o *Operator) Stuck(ctx context.Context, olderThan time.Duration, limit int
 	return o.op.Store().Stuck(ctx, o.op.Pool(), time.Now().Add(-olderThan), limit)
 }
 
+// StuckGroups groups what Stuck lists by cause (state, kind, provider, a
+// webhook's host, the first words of the last error), newest incident
+// first, with counts and ages: an incident now is on top whatever old
+// failures there are.
+func (o *Operator) StuckGroups(ctx context.Context, olderThan time.Duration, limit int) ([]outboxtype.StuckGroup, error) {
+	return o.op.Store().StuckGroups(ctx, o.op.Pool(), time.Now().Add(-olderThan), limit)
+}
+
 // Retry moves failed and cancelled effects (fired ones with Force) back to
 // pending with a new River job and the same key; see ActionOpts for the
 // guards it applies.

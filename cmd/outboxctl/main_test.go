@@ -324,6 +324,32 @@ func TestConfirmSeveralWebhooksOfOneHangingPartner(t *testing.T) {
 	}
 }
 
+// TestStuckByCauseNewestFirst: grouped by cause, the newest incident is
+// first, whatever older failures there are, with its count and host.
+func TestStuckByCauseNewestFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'fired', in_doubt = true, attempts = 1,
+		last_error = 'no response: timeout', updated_at = now() - interval '2 minutes' WHERE id = ANY($1)`,
+		[]uuid.UUID{b.ids["retrying"], b.ids["pending"]})
+	require.NoError(t, err)
+	out, err := b.run(t, "", "stuck", "--by-cause")
+	require.NoError(t, err, out)
+	lines := strings.Split(out, "\n")
+	require.Regexp(t, `^LAST CHANGE\s+EFFECTS\s+STATE`, lines[0])
+	require.Regexp(t, `^2m\ds ago\s+3\s+fired\s+webhook.order_paid\s+webhook hooks.example.com\s+no response\s+1h0m\ds ago`, lines[1], out) // with window_closing, an hour old
+	require.Contains(t, out, "HTTP 410")
+	var groups []struct {
+		Count int    `json:"count"`
+		Cause string `json:"cause"`
+	}
+	out, err = b.run(t, "", "stuck", "--by-cause", "--json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &groups))
+	require.Equal(t, 3, groups[0].Count)
+}
+
 func TestAcknowledgeTakesAFailedEffectOutOfStuck(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -19,6 +19,7 @@ import (
 func newStuckCmd(a *app) *cobra.Command {
 	var olderThan, firedBound time.Duration
 	var limit int
+	var byCause bool
 	cmd := &cobra.Command{
 		Use:   "stuck",
 		Short: "Effects that are not progressing, and why",
@@ -42,6 +43,9 @@ between attempts (a hanging receiver) reads as retrying.`,
 			ctx := cmd.Context()
 			if err := a.open(ctx); err != nil {
 				return err
+			}
+			if byCause {
+				return a.printStuckGroups(cmd.OutOrStdout(), cmd, olderThan, limit)
 			}
 			stuck, err := a.op.Stuck(ctx, olderThan, limit)
 			if err != nil {
@@ -95,8 +99,39 @@ between attempts (a hanging receiver) reads as retrying.`,
 	cmd.Flags().DurationVar(&olderThan, "older-than", time.Minute, "only live effects unchanged for at least this long (below the crash-recovery bound, so an effect past it shows)")
 	cmd.Flags().DurationVar(&firedBound, "fired-bound", sideeffects.DefaultRescueAfter+time.Minute,
 		"crash-recovery bound: fired longer than this under a running job is reported (default: from the running dispatchers' --rescue-after)")
-	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many effects")
+	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many effects (groups with --by-cause)")
+	cmd.Flags().BoolVar(&byCause, "by-cause", false, "group by cause (state, kind, provider and host, the last error's first words), newest incident first")
 	return cmd
+}
+
+// printStuckGroups prints the stuck effects grouped by cause, newest
+// incident first.
+func (a *app) printStuckGroups(out io.Writer, cmd *cobra.Command, olderThan time.Duration, limit int) error {
+	groups, err := a.op.StuckGroups(cmd.Context(), olderThan, limit)
+	if err != nil {
+		return err
+	}
+	if a.JSON {
+		return printJSON(out, groups)
+	}
+	if len(groups) == 0 {
+		fmt.Fprintf(out, "nothing stuck: no live effect unchanged for %s, no failed effect\n", olderThan)
+		return nil
+	}
+	tw := table(out)
+	fmt.Fprintln(tw, "LAST CHANGE\tEFFECTS\tSTATE\tKIND\tPROVIDER\tCAUSE\tSINCE\tNEWEST")
+	for _, g := range groups {
+		prov := g.Provider
+		if g.Host != "" {
+			prov += " " + g.Host
+		}
+		fmt.Fprintf(tw, "%s ago\t%d\t%s\t%s\t%s\t%s\t%s ago\t%s\n", ago(g.Newest), g.Count, g.State, g.Kind, prov, g.Cause, ago(g.Oldest), g.Example)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nlist one group: outboxctl list --state <state> --kind <kind>; why one effect: outboxctl show <id>")
+	return nil
 }
 
 // held0 is holder's entry in running (zero if none).

@@ -100,6 +100,17 @@ func (s *Store) Stuck(ctx context.Context, db DB, notSince time.Time, limit int)
 	})
 }
 
+// StuckGroups groups the stuck effects (live ones unchanged since
+// notSince, failed ones) by cause, newest incident first, at most limit
+// groups.
+func (s *Store) StuckGroups(ctx context.Context, db DB, notSince time.Time, limit int) ([]StuckGroup, error) {
+	rows, err := db.Query(ctx, s.sql(sqlStuckGroups), notSince, limit)
+	if err != nil {
+		return nil, fmt.Errorf("stuck groups: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[StuckGroup])
+}
+
 // Event returns the event with the given id.
 func (s *Store) Event(ctx context.Context, db DB, id uuid.UUID) (*Event, error) {
 	var ev Event

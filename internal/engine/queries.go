@@ -534,6 +534,26 @@ LEFT JOIN LATERAL (
 ) b ON true
 ORDER BY e.updated_at`
 
+	// Stuck effects grouped by cause, newest incident first: live effects
+	// unchanged since $1 (through the live index) and failed ones not
+	// acknowledged (through the failed index), by state, kind, provider,
+	// a webhook's host and the first words of the last error.
+	sqlStuckGroups = `
+WITH s AS (
+	(SELECT id, state, kind, provider, payload, last_error, updated_at FROM /*schema*/side_effects
+	 WHERE phase = 'live' AND updated_at < $1 AND (not_before IS NULL OR not_before < $1))
+	UNION ALL
+	(SELECT id, state, kind, provider, payload, last_error, updated_at FROM /*schema*/side_effects WHERE phase = 'failed')
+)
+SELECT state, kind, provider,
+	CASE WHEN provider = 'webhook' THEN coalesce(substring(payload->>'url' FROM '^[a-zA-Z]+://([^/:?#]+)'), '') ELSE '' END AS host,
+	coalesce(nullif(btrim(left(regexp_replace(last_error, '\s*[:(].*$', ''), 80)), ''), CASE WHEN last_error IS NULL THEN 'no error' ELSE last_error END) AS cause,
+	count(*), max(updated_at), min(updated_at), (array_agg(id ORDER BY updated_at DESC))[1]
+FROM s
+GROUP BY 1, 2, 3, 4, 5
+ORDER BY max(updated_at) DESC
+LIMIT $2`
+
 	sqlEventOf = `
 SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at
 FROM /*schema*/outbox_events WHERE id = $1`

@@ -35,6 +35,7 @@ type (
 	Observer         = outboxtype.Observer
 	Tracer           = outboxtype.Tracer
 	RunningJobs      = outboxtype.RunningJobs
+	StuckGroup       = outboxtype.StuckGroup
 )
 
 // The states of side_effects.state.

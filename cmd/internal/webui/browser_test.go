@@ -33,9 +33,9 @@ import (
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
-	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
@@ -660,4 +660,45 @@ func TestEveryPageFitsAPhoneAndFollowsDarkMode(t *testing.T) {
 	require.Equal(t, "rgb(20, 23, 27)", background(), "dark background")
 	require.NotEqual(t, light, background())
 	br.shot("phone-overview-dark")
+}
+
+// TestTheOverviewNamesTheIncidentNow: 60 failures 19 days old and 30
+// webhooks to one partner that stopped answering ten minutes ago: the
+// overview puts the partner's incident on top, with its count, host and
+// cause, and one click lists its effects.
+func TestTheOverviewNamesTheIncidentNow(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	ctx := context.Background()
+	sc := s.db.Schema
+	// The site's own failures are from yesterday.
+	_, err := s.db.Pool.Exec(ctx, `UPDATE `+sc+`.side_effects SET updated_at = now() - interval '1 day'`)
+	require.NoError(t, err)
+	_, err = s.db.Pool.Exec(ctx, `
+WITH ev AS (INSERT INTO `+sc+`.outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'order.paid', '{}' FROM generate_series(1, 90) RETURNING id),
+n AS (SELECT id, row_number() OVER () AS i FROM ev)
+INSERT INTO `+sc+`.side_effects (id, source_id, kind, provider, payload, state, attempts, total_attempts, last_error, in_doubt, fired_at, first_fired_at, created_at, updated_at)
+SELECT gen_random_uuid(), id,
+	CASE WHEN i <= 60 THEN 'email.receipt' ELSE 'webhook.partner_acme' END,
+	CASE WHEN i <= 60 THEN 'sendgrid' ELSE 'webhook' END,
+	CASE WHEN i <= 60 THEN '{"from": {"email": "s@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": "t"}'::jsonb
+		ELSE '{"url": "https://hooks.acme.example/orders", "body": {}}'::jsonb END,
+	CASE WHEN i <= 60 THEN 'failed' ELSE 'fired' END, 1, 1,
+	CASE WHEN i <= 60 THEN 'HTTP 400 (invalid recipient): the address was refused' ELSE 'no response: context deadline exceeded (webhook timeout 30s)' END,
+	i > 60, now() - interval '10 minutes', now() - interval '10 minutes',
+	CASE WHEN i <= 60 THEN now() - interval '19 days' ELSE now() - interval '10 minutes' - i * interval '1 second' END,
+	CASE WHEN i <= 60 THEN now() - interval '19 days' ELSE now() - interval '10 minutes' - i * interval '1 second' END
+FROM n`)
+	require.NoError(t, err)
+	br := b{t, browser(t)}
+	br.do(chromedp.Navigate(s.url("")), chromedp.WaitVisible(chromedp.CSS("#incidents")))
+	first := br.text("#incidents tr:nth-child(2)")
+	require.Contains(t, first, "30")
+	require.Contains(t, first, "webhook.partner_acme")
+	require.Contains(t, first, "hooks.acme.example")
+	require.Contains(t, first, "no response")
+	require.Contains(t, br.text("#incidents"), "HTTP 400", "the old failures are there too, below")
+	br.shot("overview-incidents")
+	br.do(chromedp.Click(chromedp.CSS("#incidents tr:nth-child(2) td.num a")), chromedp.WaitVisible(chromedp.CSS("#results")))
+	require.Equal(t, 30, strings.Count(br.text("#results"), "webhook.partner_acme"), "one click lists them")
 }

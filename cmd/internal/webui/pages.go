@@ -30,6 +30,8 @@ type overviewData struct {
 	// Recent are the newest effects, whatever their state: what was just
 	// enqueued, even when nothing is stuck.
 	Recent []*outboxtype.Effect
+	// Incidents are the stuck effects grouped by cause, newest first.
+	Incidents []outboxtype.StuckGroup
 }
 
 type stuckRow struct {
@@ -43,6 +45,10 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if d.Gauges, err = u.op.StateGauges(ctx); err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read the counts", err)
+		return
+	}
+	if d.Incidents, err = u.op.StuckGroups(ctx, time.Minute, 20); err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read stuck effects", err)
 		return
 	}
 	stuck, err := u.op.Stuck(ctx, 5*time.Minute, 50)
@@ -283,19 +289,19 @@ func parseTime(field, s string) (time.Time, error) {
 }
 
 type effectData struct {
-	Effect           *outboxtype.Effect
-	Columns          [][2]string
-	Event            *outboxtype.Event
-	Siblings         []*outboxtype.Effect
-	Attempts         []outboxtype.Attempt
-	Timeline         []outboxtype.TimelineEntry
-	Diagnosis        string
-	Jobs             []outboxtype.Job
-	Audit            []outboxtype.AuditEntry
-	Delivery         *outboxtype.Delivery
-	Drift            []outboxtype.DriftRecord
-	Actions          []string
-	Flash            string
+	Effect    *outboxtype.Effect
+	Columns   [][2]string
+	Event     *outboxtype.Event
+	Siblings  []*outboxtype.Effect
+	Attempts  []outboxtype.Attempt
+	Timeline  []outboxtype.TimelineEntry
+	Diagnosis string
+	Jobs      []outboxtype.Job
+	Audit     []outboxtype.AuditEntry
+	Delivery  *outboxtype.Delivery
+	Drift     []outboxtype.DriftRecord
+	Actions   []string
+	Flash     string
 	// BlockedBehind is the earlier effect of its ordering key it waits for.
 	BlockedBehind *uuid.UUID
 }
