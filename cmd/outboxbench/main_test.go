@@ -104,7 +104,7 @@ func TestBenchRuns(t *testing.T) {
 			require.GreaterOrEqual(t, r.Max, r.Median, r.Read)
 		}
 	}
-	require.Equal(t, 7, web, "every web view page served by outboxd run")
+	require.Equal(t, 8, web, "every web view page served by outboxd run")
 	require.Equal(t, 1, events, "a provider event through outboxd run's endpoint")
 	require.Equal(t, 9, ctl, "outboxctl's reads, and its floor")
 	require.Positive(t, grown.P99VsEmpty)
