@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -78,6 +80,7 @@ type runConfig struct {
 	WebReadToken           string
 	WebAnonymousRead       bool
 	WebAdminToken          string
+	WebOperatorTokens      map[string]string
 	StripeWebhookSecret    string
 	SendGridEventPublicKey string
 }
@@ -168,6 +171,9 @@ already older than --rescue-after and re-fires it within seconds.
 	envflag.Bind(f, "web-anonymous-read", "OUTBOXD_WEB_ANONYMOUS_READ")
 	f.StringVar(&c.WebAdminToken, "web-admin-token", "", "enables the web view's actions for requests carrying it (basic auth password or bearer token; at least 16 characters); empty: read-only")
 	envflag.Bind(f, "web-admin-token", "OUTBOXD_WEB_ADMIN_TOKEN")
+	f.StringToStringVar(&c.WebOperatorTokens, "web-operator-tokens", nil,
+		"named credentials for the web view's actions, name=token,... (each token at least 16 characters): a request with one acts, and is audited, as that name")
+	envflag.Bind(f, "web-operator-tokens", "OUTBOXD_WEB_OPERATOR_TOKENS")
 	return cmd
 }
 
@@ -311,13 +317,21 @@ func (c *runConfig) validate() error {
 		case !c.WebExpose:
 			return cli.Usagef("--web-addr %s listens beyond loopback, where anyone who reaches it could read payloads, errors and keys: "+
 				"bind it to 127.0.0.1 (behind your SSO proxy), or set --web-expose (OUTBOXD_WEB_EXPOSE) with --web-read-token", c.WebAddr)
-		case c.WebReadToken == "" && c.WebAdminToken == "" && !c.WebAnonymousRead:
+		case c.WebReadToken == "" && c.WebAdminToken == "" && len(c.WebOperatorTokens) == 0 && !c.WebAnonymousRead:
 			return cli.Usagef("--web-expose: set --web-read-token (OUTBOXD_WEB_READ_TOKEN) so that reading needs a credential, " +
 				"or --web-anonymous-read (OUTBOXD_WEB_ANONYMOUS_READ) to let anyone read")
 		}
 	}
 	if c.WebAdminToken != "" && c.WebAddr == "" {
 		return cli.Usagef("--web-admin-token (OUTBOXD_WEB_ADMIN_TOKEN) is set but the web view is off: set --web-addr (OUTBOXD_WEB_ADDR)")
+	}
+	if len(c.WebOperatorTokens) > 0 && c.WebAddr == "" {
+		return cli.Usagef("--web-operator-tokens (OUTBOXD_WEB_OPERATOR_TOKENS) is set but the web view is off: set --web-addr (OUTBOXD_WEB_ADDR)")
+	}
+	for name, tok := range c.WebOperatorTokens {
+		if len(tok) < 16 {
+			return cli.Usagef("--web-operator-tokens (OUTBOXD_WEB_OPERATOR_TOKENS): %s's token must be at least 16 characters (e.g. openssl rand -hex 24)", name)
+		}
 	}
 	if c.StripeWebhookSecret != "" {
 		if _, err := stripe.EventVerifier(c.StripeWebhookSecret, 0); err != nil {
@@ -459,7 +473,8 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		if webSrv, addr, err = serve(c.WebAddr, "--web-addr (OUTBOXD_WEB_ADDR)", "web view", h, log, listenerTimeouts); err != nil {
 			return err
 		}
-		log.Info("web view served", "url", "http://"+addr.String()+"/ui/", "actions", c.WebAdminToken != "")
+		log.Info("web view served", "url", "http://"+addr.String()+"/ui/", "actions", c.WebAdminToken != "" || len(c.WebOperatorTokens) > 0,
+			"operators", slices.Sorted(maps.Keys(c.WebOperatorTokens)))
 		if !loopbackAddr(c.WebAddr) {
 			log.Warn("web view reachable beyond loopback over plain HTTP: put TLS in front of it, or credentials and payloads travel in clear text",
 				"addr", addr.String(), "reads_need_credential", !c.WebAnonymousRead || c.WebReadToken != "")
@@ -507,6 +522,7 @@ func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[strin
 		return nil, err
 	}
 	return webui.New(webui.Config{Schema: schema, Operator: op, AdminToken: c.WebAdminToken, ReadToken: c.webReadToken(), Logger: log,
+		Operators: c.WebOperatorTokens, ReadNeedsCredential: !loopbackAddr(c.WebAddr) && !c.WebAnonymousRead,
 		FiredBound: c.RescueAfter + time.Minute,
 		KeyWindow: func(provider string) time.Duration {
 			g := guarantees[provider]

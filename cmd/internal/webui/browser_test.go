@@ -702,3 +702,57 @@ FROM n`)
 	br.do(chromedp.Click(chromedp.CSS("#incidents tr:nth-child(2) td.num a")), chromedp.WaitVisible(chromedp.CSS("#results")))
 	require.Equal(t, 30, strings.Count(br.text("#results"), "webhook.partner_acme"), "one click lists them")
 }
+
+// TestNamedOperatorsAreAudited: with a token per operator, an action is
+// audited under the token's owner whatever user name was typed; tokens
+// are checked at start; reading needs one of them when asked to.
+func TestNamedOperatorsAreAudited(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema})
+	require.NoError(t, err)
+	adaTok, bobTok := "ada-0123456789abcdef", "bob-0123456789abcdef"
+	for _, bad := range []map[string]string{{"ada": "short"}, {"ada": adaTok, "bob": adaTok}, {"a da": adaTok}} {
+		_, err := webui.New(webui.Config{Operator: op, Operators: bad})
+		require.Error(t, err, "%v", bad)
+	}
+	h, err := webui.New(webui.Config{Schema: s.db.Schema, Operator: op, Operators: map[string]string{"ada": adaTok, "bob": bobTok},
+		ReadNeedsCredential: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	get := func(user, pass string) int {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/ui/", nil)
+		if pass != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusUnauthorized, get("", ""), "reading needs a credential")
+	require.Equal(t, http.StatusOK, get("anyone", bobTok))
+
+	// Bob types "ada" in front of his own token: the audit says bob.
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/ui/effects/"+s.ids["gone"].String()+"/actions/acknowledge",
+		strings.NewReader(url.Values{"reason": {"endpoint retired"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+bobTok)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	audit, err := s.store.Audit(context.Background(), s.db.Pool, s.ids["gone"])
+	require.NoError(t, err)
+	require.Len(t, audit, 1)
+	require.Equal(t, "web:bob", audit[0].Actor)
+
+	br := b{t, browser(t)}
+	br.authenticate("ada", bobTok)
+	br.do(chromedp.Navigate(srv.URL+"/ui/effects/"+s.ids["busy"].String()+"/actions/cancel"), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
+	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "not needed"),
+		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, br.text("#flash"), "cancel by web:bob", "the token's owner, not the name typed")
+}

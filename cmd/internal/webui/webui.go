@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -45,10 +46,20 @@ type Config struct {
 	// with it as password, the user name as actor; or a bearer token) may
 	// act. Empty: read-only.
 	AdminToken string
+	// Operators are named credentials for actions, name -> token (at least
+	// 16 characters each, all different): a request carrying one acts as
+	// "web:<name>" whatever user name it typed, so the audit names a
+	// person, not what was typed in front of a shared token. They read
+	// too. With Operators set, AdminToken may be left empty.
+	Operators map[string]string
 	// ReadToken, when set, is required to read any page (basic auth
-	// password or bearer token; the admin token reads too): for a view
-	// reachable beyond loopback. Empty: pages are readable without one.
+	// password or bearer token; the admin token and operators' tokens
+	// read too): for a view reachable beyond loopback. Empty: pages are
+	// readable without one, unless ReadNeedsCredential.
 	ReadToken string
+	// ReadNeedsCredential requires one of the configured tokens to read,
+	// also without a ReadToken (operators' tokens only, say).
+	ReadNeedsCredential bool
 	// KeyWindow is a provider's key window minus margin, for the stuck
 	// diagnosis (as outboxctl reads it).
 	KeyWindow func(provider string) time.Duration
@@ -83,6 +94,20 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	if cfg.AdminToken != "" && len(cfg.AdminToken) < 16 {
 		return nil, errors.New("webui: the admin token must be at least 16 characters (e.g. openssl rand -hex 24)")
+	}
+	seen := map[string]string{}
+	for name, tok := range cfg.Operators {
+		switch {
+		case !operatorName.MatchString(name):
+			return nil, fmt.Errorf("webui: operator name %q: letters, digits and . _ @ - only", name)
+		case len(tok) < 16:
+			return nil, fmt.Errorf("webui: operator %s: the token must be at least 16 characters (e.g. openssl rand -hex 24)", name)
+		case tok == cfg.AdminToken || tok == cfg.ReadToken:
+			return nil, fmt.Errorf("webui: operator %s: the token is the admin or read token: give each operator a token of their own", name)
+		case seen[tok] != "":
+			return nil, fmt.Errorf("webui: operators %s and %s have the same token: give each a token of their own", seen[tok], name)
+		}
+		seen[tok] = name
 	}
 	if cfg.ReadToken != "" && len(cfg.ReadToken) < 16 {
 		return nil, errors.New("webui: the read token must be at least 16 characters (e.g. openssl rand -hex 24)")
@@ -129,7 +154,7 @@ func New(cfg Config) (http.Handler, error) {
 	if p != "/" {
 		mux.Handle("GET /{$}", http.RedirectHandler(p, http.StatusFound))
 	}
-	if cfg.ReadToken != "" {
+	if cfg.ReadToken != "" || cfg.ReadNeedsCredential {
 		return secure(u.readers(mux)), nil
 	}
 	return secure(mux), nil
@@ -145,7 +170,11 @@ func (u *ui) readers(h http.Handler) http.Handler {
 		} else if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 			got, found = b, true
 		}
-		for _, tok := range []string{u.cfg.ReadToken, u.cfg.AdminToken} {
+		toks := []string{u.cfg.ReadToken, u.cfg.AdminToken}
+		for _, t := range u.cfg.Operators {
+			toks = append(toks, t)
+		}
+		for _, tok := range toks {
 			if found && tok != "" && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
 				h.ServeHTTP(w, r)
 				return
@@ -180,7 +209,7 @@ type view struct {
 }
 
 func (u *ui) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
-	v := view{Title: title, Prefix: u.cfg.Prefix, Schema: cmpOr(u.cfg.Schema, "search_path"), Admin: u.cfg.AdminToken != "",
+	v := view{Title: title, Prefix: u.cfg.Prefix, Schema: cmpOr(u.cfg.Schema, "search_path"), Admin: u.canAct(),
 		CSRF: u.csrfToken(w, r), Data: data}
 	var b strings.Builder
 	if err := u.pages[page].ExecuteTemplate(&b, "layout", v); err != nil {
@@ -199,7 +228,7 @@ func (u *ui) fail(w http.ResponseWriter, status int, msg string, err error) {
 	if err != nil {
 		u.cfg.Logger.Error("webui: "+msg, "error", err)
 	}
-	v := view{Title: http.StatusText(status), Prefix: u.cfg.Prefix, Schema: cmpOr(u.cfg.Schema, "search_path"), Admin: u.cfg.AdminToken != "",
+	v := view{Title: http.StatusText(status), Prefix: u.cfg.Prefix, Schema: cmpOr(u.cfg.Schema, "search_path"), Admin: u.canAct(),
 		Data: errorData{Status: status, StatusText: http.StatusText(status), Message: msg}}
 	var b strings.Builder
 	if err := u.pages["error"].ExecuteTemplate(&b, "layout", v); err != nil {
@@ -264,21 +293,38 @@ func (u *ui) admin(w http.ResponseWriter, r *http.Request) (actor string, ok boo
 // token: a browser never sends one by itself, so such a request needs no
 // CSRF token (basic auth is cached and sent by the browser: it does).
 func (u *ui) authenticate(w http.ResponseWriter, r *http.Request) (actor string, bearer, ok bool) {
-	if u.cfg.AdminToken == "" {
-		u.fail(w, http.StatusForbidden, "read-only: this outboxd has no admin credential configured (--web-admin-token)", nil)
+	if !u.canAct() {
+		u.fail(w, http.StatusForbidden, "read-only: this outboxd has no admin credential configured (--web-admin-token, --web-operator-tokens)", nil)
 		return "", false, false
 	}
-	tok := []byte(u.cfg.AdminToken)
-	if user, pass, hasBasic := r.BasicAuth(); hasBasic && subtle.ConstantTimeCompare([]byte(pass), tok) == 1 {
-		return "web:" + cmpOr(user, "admin"), false, true
+	user, pass, hasBasic := r.BasicAuth()
+	b, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	// A named operator's token names its holder, whatever was typed.
+	for name, t := range u.cfg.Operators {
+		if hasBasic && subtle.ConstantTimeCompare([]byte(pass), []byte(t)) == 1 {
+			return "web:" + name, false, true
+		}
+		if hasBearer && subtle.ConstantTimeCompare([]byte(b), []byte(t)) == 1 {
+			return "web:" + name, true, true
+		}
 	}
-	if b, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); hasBearer && subtle.ConstantTimeCompare([]byte(b), tok) == 1 {
-		return "web:token", true, true
+	if tok := []byte(u.cfg.AdminToken); len(tok) > 0 {
+		if hasBasic && subtle.ConstantTimeCompare([]byte(pass), tok) == 1 {
+			return "web:" + cmpOr(user, "admin"), false, true
+		}
+		if hasBearer && subtle.ConstantTimeCompare([]byte(b), tok) == 1 {
+			return "web:token", true, true
+		}
 	}
 	w.Header().Set("WWW-Authenticate", `Basic realm="outboxd actions", charset="UTF-8"`)
 	u.fail(w, http.StatusUnauthorized, "actions need the admin credential: your name as user, the admin token as password", nil)
 	return "", false, false
 }
+
+// canAct is whether any credential for actions is configured.
+func (u *ui) canAct() bool { return u.cfg.AdminToken != "" || len(u.cfg.Operators) > 0 }
+
+var operatorName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
 
 func cmpOr(a, b string) string {
 	if a != "" {
