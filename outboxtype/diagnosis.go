@@ -1,7 +1,9 @@
 package outboxtype
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -26,6 +28,10 @@ type Situation struct {
 	// holds a running job: "running", or how long ago it stopped or was
 	// last seen.
 	Holders map[string]string
+	// Destinations says, by a webhook's host (as in its URL, and as the
+	// address it is dialled at), what the running dispatchers' gates hold
+	// back for it: an open breaker, effects waiting at its cap.
+	Destinations map[string]string
 }
 
 // Diagnosis explains why a stuck effect is not progressing and what to do.
@@ -54,6 +60,10 @@ func (s StuckEffect) Explain(sit Situation) string {
 	if s.BlockedBehind != nil && e.OrderingKey != nil {
 		return fmt.Sprintf("blocked behind %s on ordering key %q: it fires once that effect ends (confirmed, cancelled or released). "+
 			"Act on %s; if it will never complete, `outboxctl release %s` lets this chain go on", s.BlockedBehind, *e.OrderingKey, s.BlockedBehind, s.BlockedBehind)
+	}
+	if d := sit.Destinations[webhookHost(e)]; d != "" && e.State != StateFailed {
+		return fmt.Sprintf("destination %s: %s. Its effects wait without an attempt being counted; they go on when it answers again "+
+			"(or cancel them, or confirm those the receiver processed: `outboxctl confirm --kind %s`)", webhookHost(e), d, e.Kind)
 	}
 	if s.JobID == nil {
 		return "no live River job: nothing will fire it. `outboxctl requeue` gives it one (the sweeper would, within --sweep-interval)"
@@ -110,6 +120,25 @@ func (s StuckEffect) Explain(sit Situation) string {
 			*s.JobID, *s.JobState, relative(*s.JobScheduledAt, now), e.Provider)
 	}
 	return fmt.Sprintf("job %d %s", *s.JobID, *s.JobState)
+}
+
+// webhookHost is a webhook effect's destination host[:port] as written in
+// its URL, lowercase ("" for other effects).
+func webhookHost(e *Effect) string {
+	if e.Provider != "webhook" {
+		return ""
+	}
+	var p struct {
+		URL string `json:"url"`
+	}
+	if json.Unmarshal(e.Payload, &p) != nil {
+		return ""
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(u.Host)
 }
 
 // lookUp says how to find out, at e's provider, whether its key was acted

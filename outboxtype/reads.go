@@ -7,6 +7,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/outboxd/outboxd/providers"
 )
 
 // Filter selects effects for listing and bulk actions. Zero fields match
@@ -158,4 +160,8 @@ type DispatcherRecord struct {
 	SeenAt    time.Time       `json:"seen_at"`
 	StoppedAt *time.Time      `json:"stopped_at"`
 	Settings  json.RawMessage `json:"settings"`
+	// Destinations are what its per-destination gates held back at its
+	// last heartbeat (every 30s): requests in flight and waiting, failures
+	// in a row, open breakers.
+	Destinations []providers.DestinationState `json:"destinations"`
 }

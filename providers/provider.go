@@ -115,6 +115,30 @@ type Gate interface {
 	Admit(ctx context.Context, payload json.RawMessage) (release func(sendErr error), wait time.Duration, ok bool)
 }
 
+// DestinationState is what a Gate knows of one destination now: requests
+// in flight and waiting for a slot, its cap, and its circuit breaker
+// (open: the host stopped answering, and is left alone until OpenUntil).
+type DestinationState struct {
+	// Host is the address the gate keys it by (the one dialled), Names
+	// the host names in payloads that reached it lately.
+	Host        string    `json:"host"`
+	Names       []string  `json:"names,omitempty"`
+	InFlight    int       `json:"in_flight"`
+	Waiting     int       `json:"waiting"`
+	Limit       int       `json:"limit"`
+	Failures    int       `json:"failures_in_a_row"`
+	BreakerOpen bool      `json:"breaker_open"`
+	OpenUntil   time.Time `json:"open_until,omitzero"`
+}
+
+// DestinationReporter is implemented by Gates that can say what they hold
+// back: the destinations with requests in flight or waiting, failures, or
+// an open breaker. outboxd records it for operators and exports it as
+// metrics.
+type DestinationReporter interface {
+	Destinations() []DestinationState
+}
+
 // ErrNotAttempted tells a Gate's release that no request was made.
 var ErrNotAttempted = errors.New("not attempted")
 

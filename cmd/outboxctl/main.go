@@ -31,6 +31,7 @@ import (
 	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
@@ -86,73 +87,27 @@ func (a *app) keyWindow(provider string) time.Duration {
 	return g.KeyWindow - g.KeyWindowMargin
 }
 
-// riverRescuerInterval is how often River looks for jobs running longer
-// than their RescueStuckJobsAfter (River's default, which outboxd keeps).
-const riverRescuerInterval = 30 * time.Second
-
-// situation is what stuck's diagnoses know of the dispatchers: how many
-// reported in the last minute and, unless the operator gave --fired-bound
-// (bound, set), the crash-recovery bound their own settings give: the
-// longest --rescue-after among them, River's rescuer interval and the first
-// retry delay.
+// situation is what stuck's diagnoses know of the dispatchers
+// (outboxtype.SituationOf): how many reported in the last minute, what
+// their gates hold back and, unless the operator gave --fired-bound
+// (bound, set), the crash-recovery bound their own settings give.
 func (a *app) situation(ctx context.Context, now time.Time, bound time.Duration, set bool) (outboxtype.Situation, error) {
-	sit := outboxtype.Situation{Now: now, FiredBound: bound, Dispatchers: 0}
-	if set {
-		sit.BoundFrom = "--fired-bound"
-	}
 	ds, err := a.op.Dispatchers(ctx, 100)
 	if err != nil {
-		return sit, err
+		return outboxtype.Situation{Now: now, FiredBound: bound}, err
 	}
-	var rescue, retry time.Duration
-	sit.Holders = make(map[string]string, len(ds))
-	for _, d := range ds {
-		sit.Holders[d.ID] = holderState(d, now)
-		if !alive(d, now) {
-			continue
-		}
-		sit.Dispatchers++
-		var st struct {
-			RescueAfter string `json:"rescue_after"`
-			RetryBase   string `json:"retry_base_delay"`
-		}
-		if json.Unmarshal(d.Settings, &st) != nil {
-			continue
-		}
-		if r, err := time.ParseDuration(st.RescueAfter); err == nil && r > rescue {
-			rescue = r
-		}
-		if r, err := time.ParseDuration(st.RetryBase); err == nil && r > retry {
-			retry = r
-		}
-	}
-	if !set && rescue > 0 {
-		sit.FiredBound = rescue + riverRescuerInterval + retry
-		sit.BoundFrom = fmt.Sprintf("from the running dispatchers' --rescue-after %s", rescue)
+	sit := outboxtype.SituationOf(now, bound, ds)
+	if set {
+		sit.FiredBound, sit.BoundFrom = bound, "--fired-bound"
 	}
 	return sit, nil
 }
 
-// heartbeatSlack allows for a dispatcher's 30s heartbeat arriving late.
-const heartbeatSlack = 30 * time.Second
+// holderState and destinationText are outboxtype's, for the tables.
+func holderState(d outboxtype.DispatcherRecord, now time.Time) string { return outboxtype.HolderState(d, now) }
 
-// alive is whether dispatcher d reported in the last minute and has not
-// stopped.
-func alive(d outboxtype.DispatcherRecord, now time.Time) bool {
-	return d.StoppedAt == nil && now.Sub(d.SeenAt) <= time.Minute+heartbeatSlack
-}
-
-// holderState says what is known of dispatcher d: running, stopped, or
-// gone silent (killed).
-func holderState(d outboxtype.DispatcherRecord, now time.Time) string {
-	switch {
-	case d.StoppedAt != nil:
-		return "stopped " + ago(*d.StoppedAt) + " ago"
-	case alive(d, now):
-		return "running"
-	default:
-		return "silent since " + ago(d.SeenAt) + " ago: killed?"
-	}
+func destinationText(d providers.DestinationState, now time.Time) string {
+	return outboxtype.DestinationText(d, now)
 }
 
 // open connects and checks that the schema is migrated.

@@ -739,8 +739,10 @@ func newDispatchersCmd(a *app) *cobra.Command {
 		Long: `List the outboxd run processes recorded in this schema, most recently seen
 first: state (running; stopped; silent: it stopped reporting without
 stopping, as a killed process does), when started, last seen (refreshed
-every 30s), how many dispatch jobs River marks running under it, and the
-settings each dispatched with: providers and their API hosts, key windows,
+every 30s), how many dispatch jobs River marks running under it, what its
+per-destination gates hold back (a webhook host whose circuit breaker is
+open, or that is at its --webhook-max-per-host cap with effects waiting;
+refreshed within seconds of a change), and the settings each dispatched with: providers and their API hosts, key windows,
 in-doubt policies, limits and timeouts (never secrets). Jobs left running by
 a process that is not running are named below the table: they wait for
 River's rescue (--rescue-after). --json prints everything in full.`,
@@ -785,6 +787,22 @@ River's rescue (--rescue-after). --json prints everything in full.`,
 			tw := table(out)
 			fmt.Fprintln(tw, "ID\tSTATE\tSTARTED\tLAST SEEN\tRUNNING JOBS\tSETTINGS")
 			var left []string
+			for _, r := range rows {
+				if r.State != "running" {
+					continue
+				}
+				for _, dest := range r.Destinations {
+					text := destinationText(dest, now)
+					if text == "" {
+						text = fmt.Sprintf("%d in flight", dest.InFlight)
+					}
+					name := dest.Host
+					if len(dest.Names) > 0 {
+						name += " (" + strings.Join(dest.Names, ", ") + ")"
+					}
+					left = append(left, fmt.Sprintf("%s: destination %s %s", r.ID, name, text))
+				}
+			}
 			for _, r := range rows {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%d\t%s\n", r.ID, r.State, r.StartedAt.UTC().Format(time.RFC3339), ago(r.SeenAt), r.RunningJobs, r.Settings)
 				if r.RunningJobs > 0 && r.State != "running" && r.State != "not recorded" {

@@ -415,7 +415,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		dispatchmetrics.NewStateCollector(pool, g.Schema))
+		dispatchmetrics.NewStateCollector(pool, g.Schema), dispatchmetrics.NewDestinationCollector(provs...))
 	metrics, err := dispatchmetrics.New(reg)
 	if err != nil {
 		return err

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -116,8 +118,13 @@ type Config struct {
 	TestOnly bool
 }
 
-// heartbeatInterval is how often a running dispatcher refreshes its record.
-const heartbeatInterval = 30 * time.Second
+// heartbeatInterval is how often a running dispatcher refreshes its
+// record; destinationsInterval how often it looks whether what its gates
+// hold back changed (and records it if so).
+const (
+	heartbeatInterval    = 30 * time.Second
+	destinationsInterval = 2 * time.Second
+)
 
 // Dispatcher runs River workers that fire side effects.
 type Dispatcher struct {
@@ -311,6 +318,17 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	return nil
 }
 
+// destinations is what this process's providers' gates hold back.
+func (d *Dispatcher) destinations() []providers.DestinationState {
+	out := []providers.DestinationState{}
+	for _, name := range d.worker.providerNames {
+		if r, ok := d.worker.providers[name].(providers.DestinationReporter); ok {
+			out = append(out, r.Destinations()...)
+		}
+	}
+	return out
+}
+
 // recordID names a dispatcher process: host, pid and start time, at most
 // River's 100 characters.
 func recordID() string {
@@ -331,6 +349,12 @@ func (d *Dispatcher) announce(ctx context.Context) {
 	go func() {
 		t := time.NewTicker(heartbeatInterval)
 		defer t.Stop()
+		// What the gates hold back is written as soon as it changes (looked
+		// at every destinationsInterval), not only with the heartbeat: a
+		// breaker that opens is what an operator looks for first.
+		dt := time.NewTicker(destinationsInterval)
+		defer dt.Stop()
+		var last []byte
 		for {
 			select {
 			case <-ctx.Done():
@@ -338,7 +362,15 @@ func (d *Dispatcher) announce(ctx context.Context) {
 			case <-d.heartbeat:
 				return
 			case <-t.C:
-				_ = d.store.DispatcherSeen(ctx, d.pool, d.record, false)
+				_ = d.store.DispatcherSeenWith(ctx, d.pool, d.record, false, d.destinations())
+			case <-dt.C:
+				dests := d.destinations()
+				raw, _ := json.Marshal(dests)
+				if !bytes.Equal(raw, last) {
+					if d.store.DispatcherSeenWith(ctx, d.pool, d.record, false, dests) == nil {
+						last = raw
+					}
+				}
 			}
 		}
 	}()

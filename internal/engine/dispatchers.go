@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/providers"
 )
 
 // RecordDispatcher records (or refreshes) a running dispatcher's settings.
@@ -23,7 +25,20 @@ func (s *Store) RecordDispatcher(ctx context.Context, db DB, id, host string, pi
 // DispatcherSeen refreshes a dispatcher's seen_at, or with stopped set, marks
 // it stopped.
 func (s *Store) DispatcherSeen(ctx context.Context, db DB, id string, stopped bool) error {
-	if _, err := db.Exec(ctx, s.sql(sqlDispatcherSeen), id, stopped); err != nil {
+	return s.DispatcherSeenWith(ctx, db, id, stopped, nil)
+}
+
+// DispatcherSeenWith is DispatcherSeen that also records what the
+// dispatcher's per-destination gates hold back (nil: unchanged).
+func (s *Store) DispatcherSeenWith(ctx context.Context, db DB, id string, stopped bool, destinations []providers.DestinationState) error {
+	var raw []byte
+	if destinations != nil {
+		var err error
+		if raw, err = json.Marshal(destinations); err != nil {
+			return err
+		}
+	}
+	if _, err := db.Exec(ctx, s.sql(sqlDispatcherSeen), id, stopped, raw); err != nil {
 		return fmt.Errorf("dispatcher seen: %w", err)
 	}
 	return nil
@@ -37,7 +52,7 @@ func (s *Store) Dispatchers(ctx context.Context, db DB, limit int) ([]Dispatcher
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (DispatcherRecord, error) {
 		var d DispatcherRecord
-		err := r.Scan(&d.ID, &d.Host, &d.PID, &d.StartedAt, &d.SeenAt, &d.StoppedAt, &d.Settings)
+		err := r.Scan(&d.ID, &d.Host, &d.PID, &d.StartedAt, &d.SeenAt, &d.StoppedAt, &d.Settings, &d.Destinations)
 		return d, err
 	})
 }

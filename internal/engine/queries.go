@@ -763,10 +763,12 @@ INSERT INTO /*schema*/outboxd_dispatchers (id, host, pid, settings) VALUES ($1, 
 ON CONFLICT (id) DO UPDATE SET settings = EXCLUDED.settings, seen_at = now(), stopped_at = NULL`
 
 	sqlDispatcherSeen = `
-UPDATE /*schema*/outboxd_dispatchers SET seen_at = now(), stopped_at = CASE WHEN $2 THEN now() END WHERE id = $1`
+UPDATE /*schema*/outboxd_dispatchers SET seen_at = now(), stopped_at = CASE WHEN $2 THEN now() END,
+	destinations = CASE WHEN $2 THEN '[]' ELSE coalesce($3, destinations) END
+WHERE id = $1`
 
 	sqlDispatchers = `
-SELECT id, host, pid, started_at, seen_at, stopped_at, settings FROM /*schema*/outboxd_dispatchers
+SELECT id, host, pid, started_at, seen_at, stopped_at, settings, destinations FROM /*schema*/outboxd_dispatchers
 ORDER BY seen_at DESC LIMIT $1`
 
 	// The dispatch jobs River marks running, by the client that holds each

@@ -259,3 +259,27 @@ func (g *gate) done(host string, sendErr error) {
 }
 
 func jitter() time.Duration { return rand.N(capacityWait / 2) }
+
+// states reports the destinations the gate holds anything for, by host.
+func (g *gate) states() []providers.DestinationState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	names := map[string][]string{}
+	for name, r := range g.addrs {
+		if name != r.key {
+			names[r.key] = append(names[r.key], name)
+		}
+	}
+	out := make([]providers.DestinationState, 0, len(g.hosts))
+	for host, h := range g.hosts {
+		st := providers.DestinationState{Host: host, InFlight: h.inFlight, Waiting: len(h.waiters), Limit: g.max,
+			Failures: h.failures, BreakerOpen: h.open, Names: names[host]}
+		slices.Sort(st.Names)
+		if h.open {
+			st.OpenUntil = h.openUntil
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b providers.DestinationState) int { return strings.Compare(a.Host, b.Host) })
+	return out
+}

@@ -57,6 +57,14 @@ func TestGateCapsEachHostAndBacksOffFromOneThatNeverAnswers(t *testing.T) {
 	ok, wait = g.admit(ctx, "slow.example:443")
 	require.False(t, ok, "open")
 	require.GreaterOrEqual(t, wait, breakerBase)
+	// What operators see of it.
+	states := g.states()
+	require.Len(t, states, 1)
+	require.Equal(t, "slow.example:443", states[0].Host)
+	require.True(t, states[0].BreakerOpen)
+	require.Equal(t, now.Add(breakerBase), states[0].OpenUntil)
+	require.Equal(t, breakerFailures, states[0].Failures)
+	require.Equal(t, 2, states[0].Limit)
 
 	// After the back-off, one probe goes through; a second waits for it.
 	now = now.Add(breakerBase)

@@ -197,6 +197,11 @@ func (p *Provider) Admit(ctx context.Context, payload json.RawMessage) (release 
 	return func(sendErr error) { p.gate.done(host, sendErr) }, 0, true
 }
 
+// Destinations implements providers.DestinationReporter: each destination
+// the per-host cap or breaker holds anything for (requests in flight or
+// waiting, failures in a row, an open breaker).
+func (p *Provider) Destinations() []providers.DestinationState { return p.gate.states() }
+
 // Host implements providers.Hoster: the destination's host and port.
 func (p *Provider) Host(payload json.RawMessage) string { return hostOf(payload) }
 

@@ -209,3 +209,54 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.drift, prometheus.GaugeValue, float64(drift))
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 }
+
+// DestinationCollector reports, at scrape time, what this process's
+// per-destination gates hold back (the webhook provider's per-host cap and
+// circuit breaker): requests in flight and waiting per destination, and
+// whether its breaker is open. Only destinations the gate holds anything
+// for are reported.
+type DestinationCollector struct {
+	reporters map[string]providers.DestinationReporter
+	inFlight  *prometheus.Desc
+	waiting   *prometheus.Desc
+	open      *prometheus.Desc
+}
+
+// NewDestinationCollector collects from the providers that report their
+// destinations (providers.DestinationReporter); others are skipped.
+func NewDestinationCollector(ps ...providers.Provider) *DestinationCollector {
+	c := &DestinationCollector{reporters: map[string]providers.DestinationReporter{},
+		inFlight: prometheus.NewDesc("outboxd_destination_in_flight", "Requests in flight to a destination (this process).", []string{"provider", "host"}, nil),
+		waiting:  prometheus.NewDesc("outboxd_destination_waiting", "Effects waiting for a slot of a destination at its cap (this process).", []string{"provider", "host"}, nil),
+		open: prometheus.NewDesc("outboxd_destination_breaker_open",
+			"1 while a destination's circuit breaker is open: it stopped answering and is left alone for a while (this process).", []string{"provider", "host"}, nil),
+	}
+	for _, p := range ps {
+		if r, ok := p.(providers.DestinationReporter); ok {
+			c.reporters[p.Name()] = r
+		}
+	}
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *DestinationCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.inFlight
+	ch <- c.waiting
+	ch <- c.open
+}
+
+// Collect implements prometheus.Collector.
+func (c *DestinationCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, r := range c.reporters {
+		for _, d := range r.Destinations() {
+			open := 0.0
+			if d.BreakerOpen {
+				open = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(d.InFlight), name, d.Host)
+			ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(d.Waiting), name, d.Host)
+			ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, open, name, d.Host)
+		}
+	}
+}

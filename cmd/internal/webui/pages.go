@@ -56,8 +56,14 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, http.StatusInternalServerError, "could not read stuck effects", err)
 		return
 	}
+	sit, err := u.situation(r, now)
+	if err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read the dispatchers", err)
+		return
+	}
 	for _, s := range outboxtype.ChainsUnderHeads(stuck) {
-		d.Stuck = append(d.Stuck, stuckRow{s, s.Diagnosis(now, u.cfg.FiredBound, u.cfg.KeyWindow(s.Provider))})
+		sit.KeyWindow = u.cfg.KeyWindow(s.Provider)
+		d.Stuck = append(d.Stuck, stuckRow{s, s.Explain(sit)})
 	}
 	if d.Reasons, err = u.op.FailureReasons(ctx, 20); err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read failure reasons", err)
@@ -392,7 +398,12 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	d.Diagnosis = u.diagnose(e, d.Jobs, d.BlockedBehind)
+	sit, err := u.situation(r, time.Now())
+	if err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read the dispatchers", err)
+		return
+	}
+	d.Diagnosis = u.diagnose(e, d.Jobs, d.BlockedBehind, sit)
 	u.render(w, r, http.StatusOK, "effect", "Effect "+e.ID.String(), d)
 }
 
@@ -400,7 +411,7 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 // diagnose says, at the top of an effect's page, what its state means
 // and what to do: for a live or failed effect the diagnosis outboxctl
 // stuck gives, from its live River job; for an ended one, how it ended.
-func (u *ui) diagnose(e *outboxtype.Effect, jobs []outboxtype.Job, blocked *uuid.UUID) string {
+func (u *ui) diagnose(e *outboxtype.Effect, jobs []outboxtype.Job, blocked *uuid.UUID, sit outboxtype.Situation) string {
 	switch e.State {
 	case outboxtype.StateConfirmed:
 		s := "Done: the provider acknowledged it"
@@ -425,7 +436,19 @@ func (u *ui) diagnose(e *outboxtype.Effect, jobs []outboxtype.Job, blocked *uuid
 			break
 		}
 	}
-	return st.Explain(outboxtype.Situation{Now: time.Now(), FiredBound: u.cfg.FiredBound, KeyWindow: u.cfg.KeyWindow(e.Provider), Dispatchers: -1})
+	sit.KeyWindow = u.cfg.KeyWindow(e.Provider)
+	return st.Explain(sit)
+}
+
+// situation is what the diagnoses know of the running dispatchers: their
+// crash-recovery bound, the processes holding jobs, what their gates hold
+// back (outboxtype.SituationOf).
+func (u *ui) situation(r *http.Request, now time.Time) (outboxtype.Situation, error) {
+	ds, err := u.op.Dispatchers(r.Context(), 100)
+	if err != nil {
+		return outboxtype.Situation{}, err
+	}
+	return outboxtype.SituationOf(now, u.cfg.FiredBound, ds), nil
 }
 
 func actionsFor(e *outboxtype.Effect) []string {

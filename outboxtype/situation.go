@@ -1,0 +1,107 @@
+package outboxtype
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/outboxd/outboxd/providers"
+)
+
+// RiverRescuerInterval is how often River looks for jobs running longer
+// than their RescueStuckJobsAfter (River's default, which outboxd keeps).
+const RiverRescuerInterval = 30 * time.Second
+
+// heartbeatSlack allows for a dispatcher's 30s heartbeat arriving late.
+const heartbeatSlack = 30 * time.Second
+
+// SituationOf is what a diagnosis knows from the dispatchers' records
+// (outboxctl dispatchers): how many reported in the last minute, what
+// each holds (HolderState), what their gates hold back by destination, and
+// the crash-recovery bound their own settings give — the longest
+// --rescue-after among them, River's rescuer interval and the first retry
+// delay — or bound when none recorded one.
+func SituationOf(now time.Time, bound time.Duration, ds []DispatcherRecord) Situation {
+	sit := Situation{Now: now, FiredBound: bound, Holders: make(map[string]string, len(ds)), Destinations: map[string]string{}}
+	var rescue, retry time.Duration
+	for _, d := range ds {
+		sit.Holders[d.ID] = HolderState(d, now)
+		if !Alive(d, now) {
+			continue
+		}
+		sit.Dispatchers++
+		for _, dest := range d.Destinations {
+			if text := DestinationText(dest, now); text != "" {
+				for _, key := range append([]string{dest.Host}, dest.Names...) {
+					if sit.Destinations[key] == "" {
+						sit.Destinations[key] = text + " on " + d.ID
+					}
+				}
+			}
+		}
+		var st struct {
+			RescueAfter string `json:"rescue_after"`
+			RetryBase   string `json:"retry_base_delay"`
+		}
+		if json.Unmarshal(d.Settings, &st) != nil {
+			continue
+		}
+		if r, err := time.ParseDuration(st.RescueAfter); err == nil && r > rescue {
+			rescue = r
+		}
+		if r, err := time.ParseDuration(st.RetryBase); err == nil && r > retry {
+			retry = r
+		}
+	}
+	if rescue > 0 {
+		sit.FiredBound = rescue + RiverRescuerInterval + retry
+		sit.BoundFrom = fmt.Sprintf("from the running dispatchers' --rescue-after %s", rescue)
+	}
+	return sit
+}
+
+// Alive is whether dispatcher d reported in the last minute and has not
+// stopped.
+func Alive(d DispatcherRecord, now time.Time) bool {
+	return d.StoppedAt == nil && now.Sub(d.SeenAt) <= time.Minute+heartbeatSlack
+}
+
+// HolderState says what is known of dispatcher d: running, stopped, or
+// gone silent (killed).
+func HolderState(d DispatcherRecord, now time.Time) string {
+	switch {
+	case d.StoppedAt != nil:
+		return "stopped " + since(*d.StoppedAt, now) + " ago"
+	case Alive(d, now):
+		return "running"
+	default:
+		return "silent since " + since(d.SeenAt, now) + " ago: killed?"
+	}
+}
+
+// DestinationText says what a gate holds back for a destination, or ""
+// when it is nothing worth an operator's attention.
+func DestinationText(d providers.DestinationState, now time.Time) string {
+	switch {
+	case d.BreakerOpen:
+		return fmt.Sprintf("not answering: its circuit breaker is open until %s (%d requests in a row got no answer; %d in flight, %d waiting)",
+			d.OpenUntil.UTC().Format(time.RFC3339), d.Failures, d.InFlight, d.Waiting)
+	case d.Waiting > 0:
+		return fmt.Sprintf("at its cap: %d requests in flight (limit %d), %d effects waiting for a slot", d.InFlight, d.Limit, d.Waiting)
+	case d.Failures >= 3:
+		return fmt.Sprintf("%d requests in a row got no answer (%d in flight)", d.Failures, d.InFlight)
+	}
+	return ""
+}
+
+func since(t, now time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	case d < 48*time.Hour:
+		return d.Round(time.Minute).String()
+	default:
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+}
