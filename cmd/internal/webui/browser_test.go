@@ -756,3 +756,44 @@ func TestNamedOperatorsAreAudited(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "cancel by web:bob", "the token's owner, not the name typed")
 }
+
+// TestBulkActionsFromTheSearch: tick effects in the results, preview the
+// action (a dry run of each), give a reason and do it; each gets its own
+// audit row. A preview that went stale does nothing.
+func TestBulkActionsFromTheSearch(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	br := b{t, browser(t)}
+	br.authenticate("ada", adminToken)
+	br.do(chromedp.Navigate(s.url("effects?state=failed")), chromedp.WaitVisible(chromedp.CSS("#results")))
+	require.Equal(t, 2, br.count(`#results input[name="id"]`), "gone and busy")
+	br.do(chromedp.Click(chromedp.CSS("#tickall")), chromedp.SetValue(chromedp.CSS(`select[name="action"]`), "acknowledge"),
+		chromedp.Click(chromedp.CSS(`#bulkform button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#bulk")))
+	require.Equal(t, 2, strings.Count(br.text("#bulk"), "would change"))
+	br.shot("bulk-preview")
+
+	// Meanwhile another operator cancels one: the click shows the new dry
+	// run and does nothing.
+	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema})
+	require.NoError(t, err)
+	_, err = op.Cancel(context.Background(), []uuid.UUID{s.ids["busy"]}, outboxtype.ActionOpts{Actor: "bob", Reason: "not needed"})
+	require.NoError(t, err)
+	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "both reviewed"),
+		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#review")))
+	require.Nil(t, s.effect(t, "gone").AcknowledgedAt, "the stale click did nothing")
+	require.Contains(t, br.text("#bulk"), "skipped", "busy is cancelled now: acknowledge skips it")
+	br.do(chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, br.text("#flash"), "acknowledge by web:ada: 1 of 2 effects changed")
+	require.NotNil(t, s.effect(t, "gone").AcknowledgedAt)
+	audit, err := s.store.Audit(context.Background(), s.db.Pool, s.ids["gone"])
+	require.NoError(t, err)
+	require.Equal(t, "web:ada", audit[len(audit)-1].Actor)
+	require.Equal(t, "both reviewed", audit[len(audit)-1].Reason)
+}
+
+func (s *site) effect(t *testing.T, name string) *engine.Effect {
+	t.Helper()
+	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids[name])
+	require.NoError(t, err)
+	return e
+}

@@ -661,3 +661,195 @@ func describe(ch outboxtype.Change) string {
 	}
 	return s
 }
+
+// maxBulk bounds the effects one bulk action takes: a page of results.
+const maxBulk = pageSize
+
+type bulkRow struct {
+	ID       uuid.UUID
+	Kind     string
+	From, To string
+	Result   string
+	Applies  bool
+}
+
+type bulkData struct {
+	Action, Help, Reason  string
+	Force, AllowDuplicate bool
+	Rows                  []bulkRow
+	Applies               int
+	Summary               string
+	Reviewed, Review      string
+	Error, Done           string
+}
+
+// bulkActions are the actions the search page offers on ticked effects
+// (confirm needs a provider reference per effect: one at a time).
+var bulkActions = []string{"retry", "cancel", "acknowledge", "release"}
+
+// bulkIDs reads the ticked effect ids.
+func bulkIDs(vals []string) ([]uuid.UUID, error) {
+	if len(vals) == 0 {
+		return nil, errors.New("tick at least one effect in the search's results")
+	}
+	if len(vals) > maxBulk {
+		return nil, fmt.Errorf("%d effects: at most %d at once (a page of results)", len(vals), maxBulk)
+	}
+	ids := make([]uuid.UUID, 0, len(vals))
+	seen := map[uuid.UUID]bool{}
+	for _, v := range vals {
+		id, err := uuid.Parse(v)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an effect id", v)
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+func (u *ui) bulkForm(w http.ResponseWriter, r *http.Request) {
+	actor, ok := u.admin(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	d := &bulkData{Action: q.Get("action"), Force: q.Get("force") == "1", AllowDuplicate: q.Get("allow_duplicate") == "1"}
+	ids, err := bulkIDs(q["id"])
+	if err != nil || !slices.Contains(bulkActions, d.Action) {
+		if err == nil {
+			err = fmt.Errorf("action %q: use %s", d.Action, strings.Join(bulkActions, ", "))
+		}
+		u.fail(w, http.StatusBadRequest, err.Error(), nil)
+		return
+	}
+	u.showBulk(w, r, d, ids, actor, http.StatusOK)
+}
+
+// showBulk renders the dry run of the action on ids, with the key of what
+// it was made for.
+func (u *ui) showBulk(w http.ResponseWriter, r *http.Request, d *bulkData, ids []uuid.UUID, actor string, status int) {
+	d.Help = actionHelp[d.Action]
+	chs, err := u.performMany(r, d, ids, actor, true)
+	if err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not run the dry run", err)
+		return
+	}
+	d.Rows, d.Applies = bulkRows(chs, true)
+	d.Summary = fmt.Sprintf("%d of %d would change; the others would be skipped, as listed.", d.Applies, len(d.Rows))
+	d.Reviewed = bulkKey(chs, d)
+	u.render(w, r, status, "bulk", d.Action+" "+fmt.Sprint(len(ids))+" effects", d)
+}
+
+func bulkRows(chs []outboxtype.Change, dryRun bool) ([]bulkRow, int) {
+	rows := make([]bulkRow, len(chs))
+	n := 0
+	for i, c := range chs {
+		row := bulkRow{From: string(c.From), To: string(c.To), Applies: c.Applied}
+		if c.Effect != nil {
+			row.ID, row.Kind = c.Effect.ID, c.Effect.Kind
+		}
+		switch {
+		case !c.Applied:
+			row.Result = "skipped: " + c.Skipped
+		case dryRun:
+			row.Result = "would change"
+			n++
+		default:
+			row.Result = "done"
+			n++
+		}
+		if c.Warning != "" {
+			row.Result += " (" + c.Warning + ")"
+		}
+		rows[i] = row
+	}
+	return rows, n
+}
+
+// bulkKey names what a bulk dry run was made for: each effect's version
+// and the options.
+func bulkKey(chs []outboxtype.Change, d *bulkData) string {
+	var b strings.Builder
+	for _, c := range chs {
+		if c.Effect != nil {
+			fmt.Fprintf(&b, "%s=%s;", c.Effect.ID, effectVersion(c.Effect))
+		}
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s|%s|force=%t|allow_duplicate=%t", d.Action, b.String(), d.Force, d.AllowDuplicate))
+	return hex.EncodeToString(sum[:12])
+}
+
+func (u *ui) bulkAct(w http.ResponseWriter, r *http.Request) {
+	actor, bearer, ok := u.authenticate(w, r)
+	if !ok {
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		u.fail(w, http.StatusBadRequest, "unreadable form", nil)
+		return
+	}
+	if !bearer {
+		if err := u.sameOrigin(r); err != nil {
+			u.fail(w, http.StatusForbidden, "refused: "+err.Error(), nil)
+			return
+		}
+	}
+	d := &bulkData{Action: r.PostFormValue("action"), Reason: strings.TrimSpace(r.PostFormValue("reason")),
+		Force: r.PostFormValue("force") == "1", AllowDuplicate: r.PostFormValue("allow_duplicate") == "1"}
+	ids, err := bulkIDs(r.PostForm["id"])
+	if err != nil || !slices.Contains(bulkActions, d.Action) {
+		if err == nil {
+			err = fmt.Errorf("action %q: use %s", d.Action, strings.Join(bulkActions, ", "))
+		}
+		u.fail(w, http.StatusBadRequest, err.Error(), nil)
+		return
+	}
+	if d.Reason == "" {
+		d.Error = "a reason is required: say why, for the audit trail"
+		u.showBulk(w, r, d, ids, actor, http.StatusBadRequest)
+		return
+	}
+	// The dry run on the page must be what the click does: the effects
+	// as they were, with the options shown.
+	if reviewed, ok := r.PostForm["reviewed"]; ok {
+		chs, err := u.performMany(r, d, ids, actor, true)
+		if err != nil {
+			u.fail(w, http.StatusInternalServerError, "could not run the dry run", err)
+			return
+		}
+		if reviewed[0] != bulkKey(chs, d) {
+			d.Review = "Not done: the effects or the options changed since the dry run. Below is what this click will do now; click again to go ahead."
+			u.showBulk(w, r, d, ids, actor, http.StatusConflict)
+			return
+		}
+	}
+	chs, err := u.performMany(r, d, ids, actor, false)
+	if err != nil {
+		u.fail(w, http.StatusInternalServerError, "not done: "+err.Error(), err)
+		return
+	}
+	d.Rows, d.Applies = bulkRows(chs, false)
+	d.Done = fmt.Sprintf("%s by %s: %d of %d effects changed", d.Action, actor, d.Applies, len(d.Rows))
+	d.Summary = "Each change has its audit row naming you and your reason."
+	u.cfg.Logger.Info("web bulk action", "action", d.Action, "effects", len(ids), "changed", d.Applies, "actor", actor)
+	u.render(w, r, http.StatusOK, "bulk", d.Action+" done", d)
+}
+
+// performMany runs the action on ids through the operator API.
+func (u *ui) performMany(r *http.Request, d *bulkData, ids []uuid.UUID, actor string, dryRun bool) ([]outboxtype.Change, error) {
+	ctx, op := r.Context(), u.cfg.Operator
+	opts := outboxtype.ActionOpts{Actor: actor, Reason: cmpOr(d.Reason, "(dry run)"), DryRun: dryRun, Force: d.Force, AllowDuplicate: d.AllowDuplicate}
+	switch d.Action {
+	case "retry":
+		return op.Retry(ctx, ids, opts)
+	case "cancel":
+		return op.Cancel(ctx, ids, opts)
+	case "acknowledge":
+		return op.Acknowledge(ctx, ids, opts)
+	default:
+		return op.Release(ctx, ids, opts)
+	}
+}

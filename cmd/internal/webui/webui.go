@@ -132,7 +132,7 @@ func New(cfg Config) (http.Handler, error) {
 			return *s
 		},
 	}
-	for _, page := range []string{"overview", "search", "effect", "action", "error"} {
+	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("webui: template %s: %w", page, err)
@@ -147,6 +147,8 @@ func New(cfg Config) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+p+"{$}", u.overview)
 	mux.HandleFunc("GET "+p+"effects", u.search)
+	mux.HandleFunc("GET "+p+"effects/bulk", u.bulkForm)
+	mux.HandleFunc("POST "+p+"effects/bulk", u.bulkAct)
 	mux.HandleFunc("GET "+p+"effects/{id}", u.effect)
 	mux.HandleFunc("GET "+p+"effects/{id}/actions/{action}", u.actionForm)
 	mux.HandleFunc("POST "+p+"effects/{id}/actions/{action}", u.act)

@@ -16,3 +16,12 @@
   });
   arm();
 })();
+
+// Ticks or unticks every effect of a search's results at once.
+(function () {
+  var all = document.getElementById("tickall");
+  if (!all) return;
+  all.addEventListener("change", function () {
+    document.querySelectorAll('#results input[name="id"]').forEach(function (b) { b.checked = all.checked; });
+  });
+})();
