@@ -30,7 +30,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/pgschema"
 )
 
@@ -53,11 +52,12 @@ type Config struct {
 	MaxBodyBytes int64
 	// Logger reports refused deliveries and failures. Default slog.Default().
 	Logger *slog.Logger
-	// Tracer, if set, traces each claim as a span ("inbox.claim", with the
-	// source, the message id and whether it was a duplicate) in the trace
-	// of the context it is given. Package outbox/outboxtrace provides one
-	// for OpenTelemetry.
-	Tracer outboxtype.Tracer
+	// Trace, if set, is called at each claim with its context, source
+	// and message id; it returns the context the claim runs in and a
+	// function told how it ended (a duplicate, an error). Package
+	// outbox/outboxtrace's InboxTrace makes each claim a span
+	// ("inbox.claim") for OpenTelemetry.
+	Trace func(ctx context.Context, source, messageID string) (context.Context, func(duplicate bool, err error))
 }
 
 // Inbox records which messages were processed.
@@ -105,19 +105,17 @@ func (ib *Inbox) Claim(ctx context.Context, tx pgx.Tx, source, messageID string)
 	if source == "" || messageID == "" {
 		return false, fmt.Errorf("inbox: claim needs a source and a message id (got %q, %q)", source, messageID)
 	}
-	var span outboxtype.Span
-	if ib.cfg.Tracer != nil {
-		ctx, span = ib.cfg.Tracer.Start(ctx, outboxtype.SpanStart{Name: "inbox.claim", Attrs: []outboxtype.Attr{
-			{Key: "inbox.source", Value: source}, {Key: "inbox.message_id", Value: messageID}}})
+	var end func(bool, error)
+	if ib.cfg.Trace != nil {
+		ctx, end = ib.cfg.Trace(ctx, source, messageID)
 	}
 	tag, err := tx.Exec(ctx, ib.claim, source, messageID, ib.Retention(source).Seconds())
 	if err != nil {
 		err = fmt.Errorf("inbox: claim %s message %s: %w", source, messageID, err)
 	}
 	isNew := err == nil && tag.RowsAffected() == 1
-	if span != nil {
-		span.SetAttrs(outboxtype.Attr{Key: "inbox.duplicate", Value: err == nil && !isNew})
-		span.End(err)
+	if end != nil {
+		end(err == nil && !isNew, err)
 	}
 	return isNew, err
 }

@@ -71,11 +71,11 @@ func Alive(d DispatcherRecord, now time.Time) bool {
 func HolderState(d DispatcherRecord, now time.Time) string {
 	switch {
 	case d.StoppedAt != nil:
-		return "stopped " + since(*d.StoppedAt, now) + " ago"
+		return "stopped " + Ago(*d.StoppedAt, now) + " ago"
 	case Alive(d, now):
 		return "running"
 	default:
-		return "silent since " + since(d.SeenAt, now) + " ago: killed?"
+		return "silent since " + Ago(d.SeenAt, now) + " ago: killed?"
 	}
 }
 
@@ -94,7 +94,10 @@ func DestinationText(d providers.DestinationState, now time.Time) string {
 	return ""
 }
 
-func since(t, now time.Time) string {
+// Ago is how long before now t was, as operators read it: seconds within
+// the hour (they matter when watching whether something moves), minutes
+// within two days, days beyond.
+func Ago(t, now time.Time) string {
 	d := now.Sub(t)
 	switch {
 	case d < time.Hour:

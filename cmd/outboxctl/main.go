@@ -104,7 +104,9 @@ func (a *app) situation(ctx context.Context, now time.Time, bound time.Duration,
 }
 
 // holderState and destinationText are outboxtype's, for the tables.
-func holderState(d outboxtype.DispatcherRecord, now time.Time) string { return outboxtype.HolderState(d, now) }
+func holderState(d outboxtype.DispatcherRecord, now time.Time) string {
+	return outboxtype.HolderState(d, now)
+}
 
 func destinationText(d providers.DestinationState, now time.Time) string {
 	return outboxtype.DestinationText(d, now)
@@ -189,18 +191,7 @@ func printJSON(w io.Writer, v any) error {
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
-func ago(t time.Time) string {
-	d := time.Since(t)
-	switch {
-	case d < time.Hour:
-		// Seconds matter when watching whether something moves.
-		return d.Round(time.Second).String()
-	case d < 48*time.Hour:
-		return d.Round(time.Minute).String()
-	default:
-		return fmt.Sprintf("%dd", int(d.Hours()/24))
-	}
-}
+func ago(t time.Time) string { return outboxtype.Ago(t, time.Now()) }
 
 func short(s *string, n int) string {
 	if s == nil {

@@ -1,6 +1,7 @@
 // Package outboxtrace traces outboxd with OpenTelemetry: give its Tracer
 // to outbox.Config.Tracer (Enqueue), sideeffects.Config.Tracer (dispatch
-// and provider calls), idempotency.Config.Tracer and inbox.Config.Tracer,
+// and provider calls) and idempotency.Config.Tracer, and InboxTrace of it
+// to inbox.Config.Trace,
 // and the enqueuing request, its Enqueue, the dispatch of each effect and
 // each provider call form one trace. The span context of Enqueue is stored
 // with the event (its W3C traceparent), so a dispatch in another process,
@@ -146,6 +147,20 @@ func (s span) End(err error) {
 		s.SetStatus(codes.Error, err.Error())
 	}
 	s.Span.End()
+}
+
+// InboxTrace is inbox.Config.Trace for t: each claim is a span
+// ("inbox.claim") with the source, the message id and whether it was a
+// duplicate, in the trace of the context the claim is given.
+func InboxTrace(t outboxtype.Tracer) func(ctx context.Context, source, messageID string) (context.Context, func(duplicate bool, err error)) {
+	return func(ctx context.Context, source, messageID string) (context.Context, func(bool, error)) {
+		ctx, span := t.Start(ctx, outboxtype.SpanStart{Name: "inbox.claim", Attrs: []outboxtype.Attr{
+			{Key: "inbox.source", Value: source}, {Key: "inbox.message_id", Value: messageID}}})
+		return ctx, func(duplicate bool, err error) {
+			span.SetAttrs(outboxtype.Attr{Key: "inbox.duplicate", Value: duplicate})
+			span.End(err)
+		}
+	}
 }
 
 // LogHandler wraps h so that records logged with a context that carries

@@ -233,7 +233,7 @@ func TestInboxClaimSpans(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	p := newProcess(t)
-	ib, err := inbox.New(db.Pool, inbox.Config{Schema: db.Schema, Tracer: outboxtrace.New(p.tp)})
+	ib, err := inbox.New(db.Pool, inbox.Config{Schema: db.Schema, Trace: outboxtrace.InboxTrace(outboxtrace.New(p.tp))})
 	require.NoError(t, err)
 	ctx, delivery := p.tp.Tracer("test").Start(context.Background(), "POST /webhooks/partner")
 	for range 2 {

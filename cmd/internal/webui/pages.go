@@ -549,20 +549,31 @@ func (u *ui) showAction(w http.ResponseWriter, r *http.Request, d *actionData, a
 	u.render(w, r, status, "action", d.Action+" "+d.Effect.ID.String(), d)
 }
 
-func (u *ui) act(w http.ResponseWriter, r *http.Request) {
+// acting authenticates a posted action and reads its form: a browser's
+// post (basic auth, which the browser sends by itself) must also come
+// from this origin with its CSRF token; a bearer token's need not.
+func (u *ui) acting(w http.ResponseWriter, r *http.Request) (actor string, ok bool) {
 	actor, bearer, ok := u.authenticate(w, r)
 	if !ok {
-		return
+		return "", false
 	}
 	if err := r.ParseForm(); err != nil {
 		u.fail(w, http.StatusBadRequest, "unreadable form", nil)
-		return
+		return "", false
 	}
 	if !bearer {
 		if err := u.sameOrigin(r); err != nil {
 			u.fail(w, http.StatusForbidden, "refused: "+err.Error(), nil)
-			return
+			return "", false
 		}
+	}
+	return actor, true
+}
+
+func (u *ui) act(w http.ResponseWriter, r *http.Request) {
+	actor, ok := u.acting(w, r)
+	if !ok {
+		return
 	}
 	e := u.loadEffect(w, r)
 	if e == nil {
@@ -783,19 +794,9 @@ func bulkKey(chs []outboxtype.Change, d *bulkData) string {
 }
 
 func (u *ui) bulkAct(w http.ResponseWriter, r *http.Request) {
-	actor, bearer, ok := u.authenticate(w, r)
+	actor, ok := u.acting(w, r)
 	if !ok {
 		return
-	}
-	if err := r.ParseForm(); err != nil {
-		u.fail(w, http.StatusBadRequest, "unreadable form", nil)
-		return
-	}
-	if !bearer {
-		if err := u.sameOrigin(r); err != nil {
-			u.fail(w, http.StatusForbidden, "refused: "+err.Error(), nil)
-			return
-		}
 	}
 	d := &bulkData{Action: r.PostFormValue("action"), Reason: strings.TrimSpace(r.PostFormValue("reason")),
 		Force: r.PostFormValue("force") == "1", AllowDuplicate: r.PostFormValue("allow_duplicate") == "1"}
