@@ -81,6 +81,8 @@ type runConfig struct {
 	WebAnonymousRead       bool
 	WebAdminToken          string
 	WebOperatorTokens      map[string]string
+	WebTrustedUserHeader   string
+	WebTrustedProxies      []string
 	StripeWebhookSecret    string
 	SendGridEventPublicKey string
 }
@@ -174,6 +176,11 @@ already older than --rescue-after and re-fires it within seconds.
 	f.StringToStringVar(&c.WebOperatorTokens, "web-operator-tokens", nil,
 		"named credentials for the web view's actions, name=token,... (each token at least 16 characters): a request with one acts, and is audited, as that name")
 	envflag.Bind(f, "web-operator-tokens", "OUTBOXD_WEB_OPERATOR_TOKENS")
+	f.StringVar(&c.WebTrustedUserHeader, "web-trusted-user-header", "",
+		"header in which an authenticating proxy (SSO) in front of the web view passes the signed-in person's name, e.g. X-Forwarded-User: they read and act as that name; needs --web-trusted-proxies")
+	envflag.Bind(f, "web-trusted-user-header", "OUTBOXD_WEB_TRUSTED_USER_HEADER")
+	f.StringSliceVar(&c.WebTrustedProxies, "web-trusted-proxies", nil, "addresses (CIDRs) of the proxies whose --web-trusted-user-header is believed")
+	envflag.Bind(f, "web-trusted-proxies", "OUTBOXD_WEB_TRUSTED_PROXIES")
 	return cmd
 }
 
@@ -317,7 +324,7 @@ func (c *runConfig) validate() error {
 		case !c.WebExpose:
 			return cli.Usagef("--web-addr %s listens beyond loopback, where anyone who reaches it could read payloads, errors and keys: "+
 				"bind it to 127.0.0.1 (behind your SSO proxy), or set --web-expose (OUTBOXD_WEB_EXPOSE) with --web-read-token", c.WebAddr)
-		case c.WebReadToken == "" && c.WebAdminToken == "" && len(c.WebOperatorTokens) == 0 && !c.WebAnonymousRead:
+		case c.WebReadToken == "" && c.WebAdminToken == "" && len(c.WebOperatorTokens) == 0 && c.WebTrustedUserHeader == "" && !c.WebAnonymousRead:
 			return cli.Usagef("--web-expose: set --web-read-token (OUTBOXD_WEB_READ_TOKEN) so that reading needs a credential, " +
 				"or --web-anonymous-read (OUTBOXD_WEB_ANONYMOUS_READ) to let anyone read")
 		}
@@ -327,6 +334,12 @@ func (c *runConfig) validate() error {
 	}
 	if len(c.WebOperatorTokens) > 0 && c.WebAddr == "" {
 		return cli.Usagef("--web-operator-tokens (OUTBOXD_WEB_OPERATOR_TOKENS) is set but the web view is off: set --web-addr (OUTBOXD_WEB_ADDR)")
+	}
+	if (c.WebTrustedUserHeader == "") != (len(c.WebTrustedProxies) == 0) {
+		return cli.Usagef("--web-trusted-user-header (OUTBOXD_WEB_TRUSTED_USER_HEADER) and --web-trusted-proxies (OUTBOXD_WEB_TRUSTED_PROXIES) go together: the header is believed only from the proxies' addresses")
+	}
+	if _, err := c.trustedProxies(); err != nil {
+		return err
 	}
 	for name, tok := range c.WebOperatorTokens {
 		if len(tok) < 16 {
@@ -521,8 +534,13 @@ func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[strin
 	if err != nil {
 		return nil, err
 	}
+	proxies, err := c.trustedProxies()
+	if err != nil {
+		return nil, err
+	}
 	return webui.New(webui.Config{Schema: schema, Operator: op, AdminToken: c.WebAdminToken, ReadToken: c.webReadToken(), Logger: log,
 		Operators: c.WebOperatorTokens, ReadNeedsCredential: !loopbackAddr(c.WebAddr) && !c.WebAnonymousRead,
+		TrustedUserHeader: c.WebTrustedUserHeader, TrustedProxies: proxies,
 		FiredBound: c.RescueAfter + time.Minute,
 		KeyWindow: func(provider string) time.Duration {
 			g := guarantees[provider]
@@ -611,6 +629,23 @@ var listenerTimeouts = timeouts{header: 5 * time.Second, read: 15 * time.Second,
 // webReadToken is the credential reads need: the read token; or, for a
 // view beyond loopback without one and without --web-anonymous-read, the
 // admin token (webui lets the admin token read whenever reads need one).
+// trustedProxies parses --web-trusted-proxies.
+func (c *runConfig) trustedProxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range c.WebTrustedProxies {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			if a, aerr := netip.ParseAddr(strings.TrimSpace(s)); aerr == nil {
+				p = netip.PrefixFrom(a, a.BitLen())
+			} else {
+				return nil, cli.Usagef("--web-trusted-proxies (OUTBOXD_WEB_TRUSTED_PROXIES) %q: give addresses or CIDRs such as 10.0.0.5 or 10.0.0.0/24", s)
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 func (c *runConfig) webReadToken() string {
 	if c.WebReadToken != "" || loopbackAddr(c.WebAddr) || c.WebAnonymousRead {
 		return c.WebReadToken

@@ -797,3 +797,53 @@ func (s *site) effect(t *testing.T, name string) *engine.Effect {
 	require.NoError(t, err)
 	return e
 }
+
+// TestATrustedProxyNamesThePerson: behind an authenticating proxy, the
+// person it names in the trusted header reads and acts under that name;
+// the same header from any other address counts for nothing.
+func TestATrustedProxyNamesThePerson(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema})
+	require.NoError(t, err)
+	_, err = webui.New(webui.Config{Operator: op, TrustedUserHeader: "X-Forwarded-User"})
+	require.ErrorContains(t, err, "go together")
+	serve := func(proxies string) *httptest.Server {
+		h, err := webui.New(webui.Config{Schema: s.db.Schema, Operator: op, ReadNeedsCredential: true,
+			TrustedUserHeader: "X-Forwarded-User", TrustedProxies: []netip.Prefix{netip.MustParsePrefix(proxies)},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		require.NoError(t, err)
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	do := func(srv *httptest.Server, method, path, user string, form url.Values) int {
+		tok := strings.Repeat("d", 64)
+		if form != nil {
+			form.Set("csrf", tok)
+		}
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if user != "" {
+			req.Header.Set("X-Forwarded-User", user)
+		}
+		req.AddCookie(&http.Cookie{Name: "outboxd_csrf", Value: tok})
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	behind := serve("127.0.0.0/8")
+	require.Equal(t, http.StatusUnauthorized, do(behind, http.MethodGet, "/ui/", "", nil), "no one named: no read")
+	require.Equal(t, http.StatusOK, do(behind, http.MethodGet, "/ui/", "carol@example.com", nil))
+	require.Equal(t, http.StatusOK, do(behind, http.MethodPost, "/ui/effects/"+s.ids["gone"].String()+"/actions/acknowledge",
+		"carol@example.com", url.Values{"reason": {"endpoint retired"}}))
+	audit, err := s.store.Audit(context.Background(), s.db.Pool, s.ids["gone"])
+	require.NoError(t, err)
+	require.Equal(t, "web:carol@example.com", audit[len(audit)-1].Actor)
+
+	elsewhere := serve("10.0.0.0/8")
+	require.Equal(t, http.StatusUnauthorized, do(elsewhere, http.MethodGet, "/ui/", "carol@example.com", nil), "the header from an untrusted address")
+	require.Equal(t, http.StatusUnauthorized, do(elsewhere, http.MethodPost, "/ui/effects/"+s.ids["busy"].String()+"/actions/cancel",
+		"mallory", url.Values{"reason": {"x"}}))
+}

@@ -20,6 +20,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -60,6 +61,13 @@ type Config struct {
 	// ReadNeedsCredential requires one of the configured tokens to read,
 	// also without a ReadToken (operators' tokens only, say).
 	ReadNeedsCredential bool
+	// TrustedUserHeader, with TrustedProxies, names the header in which an
+	// authenticating proxy in front of the view (SSO) passes the signed-in
+	// person's name: a request from one of TrustedProxies carrying it reads
+	// and acts as "web:<name>" (the proxy decides who reaches the view).
+	// The header from any other address is ignored.
+	TrustedUserHeader string
+	TrustedProxies    []netip.Prefix
 	// KeyWindow is a provider's key window minus margin, for the stuck
 	// diagnosis (as outboxctl reads it).
 	KeyWindow func(provider string) time.Duration
@@ -94,6 +102,9 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	if cfg.AdminToken != "" && len(cfg.AdminToken) < 16 {
 		return nil, errors.New("webui: the admin token must be at least 16 characters (e.g. openssl rand -hex 24)")
+	}
+	if (cfg.TrustedUserHeader == "") != (len(cfg.TrustedProxies) == 0) {
+		return nil, errors.New("webui: TrustedUserHeader and TrustedProxies go together: the header is believed only from the proxies")
 	}
 	seen := map[string]string{}
 	for name, tok := range cfg.Operators {
@@ -166,6 +177,10 @@ func New(cfg Config) (http.Handler, error) {
 // admin token (basic auth password or bearer).
 func (u *ui) readers(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := u.proxyUser(r); ok {
+			h.ServeHTTP(w, r)
+			return
+		}
 		got, found := "", false
 		if _, pass, ok := r.BasicAuth(); ok {
 			got, found = pass, true
@@ -299,6 +314,9 @@ func (u *ui) authenticate(w http.ResponseWriter, r *http.Request) (actor string,
 		u.fail(w, http.StatusForbidden, "read-only: this outboxd has no admin credential configured (--web-admin-token, --web-operator-tokens)", nil)
 		return "", false, false
 	}
+	if name, ok := u.proxyUser(r); ok {
+		return "web:" + name, false, true
+	}
 	user, pass, hasBasic := r.BasicAuth()
 	b, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	// A named operator's token names its holder, whatever was typed.
@@ -324,7 +342,32 @@ func (u *ui) authenticate(w http.ResponseWriter, r *http.Request) (actor string,
 }
 
 // canAct is whether any credential for actions is configured.
-func (u *ui) canAct() bool { return u.cfg.AdminToken != "" || len(u.cfg.Operators) > 0 }
+func (u *ui) canAct() bool {
+	return u.cfg.AdminToken != "" || len(u.cfg.Operators) > 0 || u.cfg.TrustedUserHeader != ""
+}
+
+// proxyUser is the person an authenticating proxy in front of the view
+// says made the request: the trusted header, believed only from the
+// trusted proxies' addresses.
+func (u *ui) proxyUser(r *http.Request) (string, bool) {
+	if u.cfg.TrustedUserHeader == "" {
+		return "", false
+	}
+	name := strings.TrimSpace(r.Header.Get(u.cfg.TrustedUserHeader))
+	if name == "" || !operatorName.MatchString(name) {
+		return "", false
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return "", false
+	}
+	for _, p := range u.cfg.TrustedProxies {
+		if p.Contains(ap.Addr().Unmap()) {
+			return name, true
+		}
+	}
+	return "", false
+}
 
 var operatorName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
 
