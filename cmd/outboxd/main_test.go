@@ -107,6 +107,8 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-admin-token", "short"}, nil, "OUTBOXD_WEB_ADMIN_TOKEN"},
 		{[]string{"run", "--webhook-secret", testSecret, "--web-admin-token", "0123456789abcdef0123"}, nil, "--web-addr"},
 		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-operator-tokens", "ada=short"}, nil, "ada's token must be at least 16"},
+		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-trusted-user-header", "X-Forwarded-User"}, nil, "go together"},
+		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-trusted-user-header", "X-Forwarded-User", "--web-trusted-proxies", "proxy.internal"}, nil, "give addresses or CIDRs"},
 		{[]string{"run", "--webhook-secret", testSecret, "--web-operator-tokens", "ada=0123456789abcdef0123"}, nil, "--web-operator-tokens (OUTBOXD_WEB_OPERATOR_TOKENS) is set but the web view is off"},
 		// The web view beyond loopback is a deliberate choice, and reads
 		// then need a credential unless anonymous reads are asked for.
