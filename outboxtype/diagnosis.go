@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Situation is what a diagnosis knows beyond the effect itself.
@@ -155,6 +157,35 @@ func lookUp(e *Effect) string {
 	default:
 		return fmt.Sprintf("look up key %s at the provider", e.IdempotencyKey)
 	}
+}
+
+// WhatNow says what an effect's state means and what to do, for its page
+// and outboxctl show: for a live or failed effect the diagnosis of stuck
+// (from its newest live River job among jobs, and the effect it waits
+// behind, if any); for an ended one, how it ended.
+func WhatNow(e *Effect, jobs []Job, blockedBehind *uuid.UUID, sit Situation) string {
+	switch e.State {
+	case StateConfirmed:
+		s := "Done: the provider acknowledged it"
+		if e.ConfirmedAt != nil {
+			s += " at " + e.ConfirmedAt.UTC().Format(time.RFC3339)
+		}
+		if e.ProviderRef != nil {
+			s += ", reference " + *e.ProviderRef
+		}
+		return s + ". Nothing to do; a late River job finds it confirmed and does nothing."
+	case StateCancelled:
+		return "Cancelled: no worker fires it again. Retry it to send it after all (same key)."
+	}
+	st := StuckEffect{Effect: e, BlockedBehind: blockedBehind}
+	for i := len(jobs) - 1; i >= 0 && st.JobID == nil; i-- {
+		switch jobs[i].State {
+		case "available", "pending", "retryable", "running", "scheduled":
+			j := jobs[i]
+			st.JobID, st.JobState, st.JobScheduledAt = &j.ID, &j.State, &j.ScheduledAt
+		}
+	}
+	return st.Explain(sit)
 }
 
 // failedAdvice says, per failure class, which actions are safe for a

@@ -294,11 +294,24 @@ func newShowCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var blocked *uuid.UUID
+			if e.OrderingKey != nil {
+				if blocked, err = a.op.BlockedBehind(ctx, e.ID); err != nil {
+					return err
+				}
+			}
+			sit, err := a.situation(ctx, time.Now(), sideeffects.DefaultRescueAfter+time.Minute, false)
+			if err != nil {
+				return err
+			}
+			sit.KeyWindow = a.keyWindow(e.Provider)
+			whatNow := outboxtype.WhatNow(e, jobs, blocked, sit)
 			out := cmd.OutOrStdout()
 			if a.JSON {
 				return printJSON(out, map[string]any{"effect": e, "event": ev, "attempts": attempts, "jobs": jobs, "audit": audit,
-					"delivery": delivery, "drift": drift})
+					"delivery": delivery, "drift": drift, "what_now": whatNow})
 			}
+			fmt.Fprintf(out, "what now: %s\n\n", whatNow)
 			tw := table(out)
 			ts := func(t *time.Time) string {
 				if t == nil {

@@ -409,35 +409,10 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 
 // actionsFor lists the actions an effect's state allows.
 // diagnose says, at the top of an effect's page, what its state means
-// and what to do: for a live or failed effect the diagnosis outboxctl
-// stuck gives, from its live River job; for an ended one, how it ended.
+// and what to do (outboxtype.WhatNow).
 func (u *ui) diagnose(e *outboxtype.Effect, jobs []outboxtype.Job, blocked *uuid.UUID, sit outboxtype.Situation) string {
-	switch e.State {
-	case outboxtype.StateConfirmed:
-		s := "Done: the provider acknowledged it"
-		if e.ConfirmedAt != nil {
-			s += " at " + e.ConfirmedAt.UTC().Format(time.RFC3339)
-		}
-		if e.ProviderRef != nil {
-			s += ", reference " + *e.ProviderRef
-		}
-		return s + ". Nothing to do; a late River job finds it confirmed and does nothing."
-	case outboxtype.StateCancelled:
-		return "Cancelled: no worker fires it again. Retry it to send it after all (same key)."
-	}
-	st := outboxtype.StuckEffect{Effect: e, BlockedBehind: blocked}
-	for i := len(jobs) - 1; i >= 0; i-- {
-		switch jobs[i].State {
-		case "available", "pending", "retryable", "running", "scheduled":
-			j := jobs[i]
-			st.JobID, st.JobState, st.JobScheduledAt = &j.ID, &j.State, &j.ScheduledAt
-		}
-		if st.JobID != nil {
-			break
-		}
-	}
 	sit.KeyWindow = u.cfg.KeyWindow(e.Provider)
-	return st.Explain(sit)
+	return outboxtype.WhatNow(e, jobs, blocked, sit)
 }
 
 // situation is what the diagnoses know of the running dispatchers: their
