@@ -246,10 +246,16 @@ func (o *Operator) Stuck(ctx context.Context, olderThan time.Duration, limit int
 // StuckGroups groups what Stuck lists by cause (state, kind, provider, a
 // webhook's host, the first words of the last error), newest incident
 // first, with counts and ages: an incident now is on top whatever old
-// failures there are.
+// failures there are. Failures count when they ended within
+// IncidentWindow (24h): older ones are FailureReasons' and List's, and
+// reading them all would cost the page what the failed count costs.
 func (o *Operator) StuckGroups(ctx context.Context, olderThan time.Duration, limit int) ([]outboxtype.StuckGroup, error) {
-	return o.op.Store().StuckGroups(ctx, o.op.Pool(), time.Now().Add(-olderThan), limit)
+	now := time.Now()
+	return o.op.Store().StuckGroups(ctx, o.op.Pool(), now.Add(-olderThan), now.Add(-IncidentWindow), limit)
 }
+
+// IncidentWindow is how far back StuckGroups counts failures.
+const IncidentWindow = 24 * time.Hour
 
 // Retry moves failed and cancelled effects (fired ones with Force) back to
 // pending with a new River job and the same key; see ActionOpts for the

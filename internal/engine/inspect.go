@@ -101,10 +101,10 @@ func (s *Store) Stuck(ctx context.Context, db DB, notSince time.Time, limit int)
 }
 
 // StuckGroups groups the stuck effects (live ones unchanged since
-// notSince, failed ones) by cause, newest incident first, at most limit
-// groups.
-func (s *Store) StuckGroups(ctx context.Context, db DB, notSince time.Time, limit int) ([]StuckGroup, error) {
-	rows, err := db.Query(ctx, s.sql(sqlStuckGroups), notSince, limit)
+// notSince, failures since failedSince) by cause, newest incident first,
+// at most limit groups.
+func (s *Store) StuckGroups(ctx context.Context, db DB, notSince, failedSince time.Time, limit int) ([]StuckGroup, error) {
+	rows, err := db.Query(ctx, s.sql(sqlStuckGroups), notSince, limit, failedSince)
 	if err != nil {
 		return nil, fmt.Errorf("stuck groups: %w", err)
 	}

@@ -535,15 +535,18 @@ LEFT JOIN LATERAL (
 ORDER BY e.updated_at`
 
 	// Stuck effects grouped by cause, newest incident first: live effects
-	// unchanged since $1 (through the live index) and failed ones not
-	// acknowledged (through the failed index), by state, kind, provider,
-	// a webhook's host and the first words of the last error.
+	// unchanged since $1 (through the live index) and failures not
+	// acknowledged that ended since $3 (through the failed index, by when
+	// they failed: older ones are the failure reasons' and the failed
+	// list's), by state, kind, provider, a webhook's host and the first
+	// words of the last error.
 	sqlStuckGroups = `
 WITH s AS (
 	(SELECT id, state, kind, provider, payload, last_error, updated_at FROM /*schema*/side_effects
 	 WHERE phase = 'live' AND updated_at < $1 AND (not_before IS NULL OR not_before < $1))
 	UNION ALL
-	(SELECT id, state, kind, provider, payload, last_error, updated_at FROM /*schema*/side_effects WHERE phase = 'failed')
+	(SELECT id, state, kind, provider, payload, last_error, updated_at FROM /*schema*/side_effects
+	 WHERE phase = 'failed' AND ended_at >= $3)
 )
 SELECT state, kind, provider,
 	CASE WHEN provider = 'webhook' THEN coalesce(substring(payload->>'url' FROM '^[a-zA-Z]+://([^/:?#]+)'), '') ELSE '' END AS host,
