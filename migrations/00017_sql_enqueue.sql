@@ -237,20 +237,6 @@ BEGIN
         RETURN;
     END IF;
 
-    IF existed THEN
-        -- A replay: compare before writing, so a conflict writes nothing.
-        SELECT u.kind INTO k
-        FROM unnest(kinds, provs, payloads, nbs, okeys, skips) WITH ORDINALITY AS u(kind, provider, payload, not_before, okey, oskip, ord)
-        JOIN side_effects s ON s.source_id = ev_id AND s.kind = u.kind
-        WHERE NOT (s.provider = u.provider AND s.payload = u.payload AND s.not_before IS NOT DISTINCT FROM u.not_before
-            AND s.ordering_key IS NOT DISTINCT FROM u.okey AND s.ordering_skip_failed = u.oskip)
-        ORDER BY u.ord LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'OB409', COLUMN = k,
-                MESSAGE = format('outboxd_enqueue: conflict: effect "%s" of event %s exists with a different provider or payload', k, ev_id);
-        END IF;
-    END IF;
-
     WITH eff AS (
         INSERT INTO side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed)
         SELECT u.id, ev_id, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip
@@ -264,8 +250,9 @@ BEGIN
     SELECT coalesce(array_agg(id), '{}') INTO inserted FROM eff;
 
     IF cardinality(inserted) < cardinality(kinds) THEN
-        -- Another transaction added some of these effects after the
-        -- comparison: a difference is still a conflict.
+        -- Effects that existed (a replay, or another transaction's insert
+        -- just now) must be the same; a difference is a conflict, and the
+        -- raise undoes everything this call wrote.
         SELECT u.kind INTO k
         FROM unnest(ids, kinds, provs, payloads, nbs, okeys, skips) WITH ORDINALITY AS u(id, kind, provider, payload, not_before, okey, oskip, ord)
         JOIN side_effects s ON s.source_id = ev_id AND s.kind = u.kind
