@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,41 +24,10 @@ import (
 // client's retry then runs.
 func TestKeysFindAndReleaseAStuckClaim(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	b := &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
-	mw, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Unscoped: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	hang := make(chan struct{})
-	var runs atomic.Int32
-	mux := http.NewServeMux()
-	mux.Handle("POST /refunds", mw.ThreePhase(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if runs.Add(1) == 1 {
-			<-hang // the synchronous call never returns
-		}
-		w.WriteHeader(http.StatusCreated)
-	})))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	defer close(hang) // before srv.Close, which waits for the hanging request
-	post := func(ctx context.Context) (*http.Response, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/refunds", strings.NewReader(`{"order": "ord_7"}`))
-		req.Header.Set("Idempotency-Key", "refund-ord_7")
-		return http.DefaultClient.Do(req)
-	}
-	go post(context.Background()) //nolint:errcheck // hangs until the test ends
+	k := newStuckKey(t, "POST /refunds", "refund-ord_7", `{"order": "ord_7"}`)
+	b, id, post := k.b, k.id, k.post
 
-	var id string
-	require.Eventually(t, func() bool {
-		out, err := b.run(t, "", "keys", "list", "--state", "in_progress")
-		if err != nil || !strings.Contains(out, "refund-ord_7") {
-			return false
-		}
-		id = strings.Fields(strings.Split(out, "\n")[1])[0]
-		return true
-	}, 10*time.Second, 10*time.Millisecond)
-
-	resp, err := post(context.Background())
-	require.NoError(t, err)
+	resp := post()
 	resp.Body.Close()
 	require.Equal(t, http.StatusConflict, resp.StatusCode, "still held")
 
@@ -82,8 +50,7 @@ func TestKeysFindAndReleaseAStuckClaim(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "release by oncall@example.com (in_progress -> failed): refund API call hung")
 
-	resp, err = post(context.Background())
-	require.NoError(t, err)
+	resp = post()
 	resp.Body.Close()
 	require.Equal(t, http.StatusCreated, resp.StatusCode, "the retry runs")
 	out, err = b.run(t, "", "keys", "list", "--key", "refund-ord_7", "--json")
@@ -102,49 +69,12 @@ func TestKeysFindAndReleaseAStuckClaim(t *testing.T) {
 // and the handler does not run again. The route reads as the mux wrote it.
 func TestKeysCompleteRecordsTheResponseRetriesGet(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	b := &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
-	mw, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Unscoped: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	hang := make(chan struct{})
-	var runs atomic.Int32
-	mux := http.NewServeMux()
-	mux.Handle("POST /payouts", mw.ThreePhase(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if runs.Add(1) == 1 {
-			<-hang // paid out; the answer never comes back
-		}
-		w.WriteHeader(http.StatusCreated)
-	})))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	defer close(hang)
-	post := func() *http.Response {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payouts", strings.NewReader(`{"amount": 500}`))
-		req.Header.Set("Idempotency-Key", "payout-7")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		return resp
-	}
-	go func() {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payouts", strings.NewReader(`{"amount": 500}`))
-		req.Header.Set("Idempotency-Key", "payout-7")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	var id, list string
-	require.Eventually(t, func() bool {
-		out, err := b.run(t, "", "keys", "list", "--state", "in_progress")
-		if err != nil || !strings.Contains(out, "payout-7") {
-			return false
-		}
-		id, list = strings.Fields(strings.Split(out, "\n")[1])[0], out
-		return true
-	}, 10*time.Second, 10*time.Millisecond)
+	k := newStuckKey(t, "POST /payouts", "payout-7", `{"amount": 500}`)
+	b, id, list, post, runs := k.b, k.id, k.list, k.post, k.runs
 	require.Contains(t, list, "POST /payouts")
 	require.NotContains(t, list, "POST POST", "the method once")
 
-	_, err = b.run(t, "", "keys", "complete", id, "--status", "201", "--body", `{"id": "po_42"}`)
+	_, err := b.run(t, "", "keys", "complete", id, "--status", "201", "--body", `{"id": "po_42"}`)
 	require.ErrorContains(t, err, "a reason is required")
 	_, err = b.run(t, "", "keys", "complete", id, "--status", "502", "--body", `{}`, "--reason", "r", "--force")
 	require.ErrorContains(t, err, "a 5xx is never stored")
@@ -171,4 +101,58 @@ func TestKeysCompleteRecordsTheResponseRetriesGet(t *testing.T) {
 	require.Contains(t, out, "complete by oncall@example.com (in_progress -> completed): po_42 seen at the bank")
 	_, err = b.run(t, "", "keys", "complete", id, "--status", "201", "--reason", "again")
 	require.ErrorContains(t, err, "completed already")
+}
+
+// stuckKey is a three-phase endpoint whose first request hangs holding its
+// key (its synchronous call never returns) until the test ends, found by
+// `outboxctl keys list`.
+type stuckKey struct {
+	b        *testBundle
+	runs     *atomic.Int32
+	id, list string
+	post     func() *http.Response // a client's retry with the same key
+}
+
+func newStuckKey(t *testing.T, route, key, body string) *stuckKey {
+	t.Helper()
+	db := testdb.New(t)
+	k := &stuckKey{b: &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}, runs: &atomic.Int32{}}
+	mw, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Unscoped: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	hang := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.Handle(route, mw.ThreePhase(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if k.runs.Add(1) == 1 {
+			<-hang
+		}
+		w.WriteHeader(http.StatusCreated)
+	})))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(hang) }) // runs first: srv.Close waits for the hanging request
+	_, path, _ := strings.Cut(route, " ")
+	send := func() (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", key)
+		return http.DefaultClient.Do(req)
+	}
+	k.post = func() *http.Response {
+		resp, err := send()
+		require.NoError(t, err)
+		return resp
+	}
+	go func() {
+		if resp, err := send(); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	require.Eventually(t, func() bool {
+		out, err := k.b.run(t, "", "keys", "list", "--state", "in_progress")
+		if err != nil || !strings.Contains(out, key) {
+			return false
+		}
+		k.id, k.list = strings.Fields(strings.Split(out, "\n")[1])[0], out
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+	return k
 }

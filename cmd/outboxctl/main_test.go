@@ -174,16 +174,10 @@ func TestList(t *testing.T) {
 func TestStuckExplainsWhy(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	out, err := b.run(t, "", "stuck", "--json")
-	require.NoError(t, err)
+	why := b.stuckWhy(t)
 	var rows []struct {
 		ID        uuid.UUID `json:"id"`
 		Diagnosis string    `json:"diagnosis"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(out), &rows))
-	why := map[uuid.UUID]string{}
-	for _, r := range rows {
-		why[r.ID] = r.Diagnosis
 	}
 	require.Contains(t, why[b.ids["pending_nojob"]], "no live River job")
 	require.Contains(t, why[b.ids["pending_nojob"]], "`outboxctl requeue`", "advice names a command that works for it")
@@ -197,7 +191,7 @@ func TestStuckExplainsWhy(t *testing.T) {
 		require.NotContains(t, why, b.ids[name], "%s is not stuck", name)
 	}
 
-	out, err = b.run(t, "", "stuck")
+	out, err := b.run(t, "", "stuck")
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^ID\s+KIND\s+PROVIDER\s+STATE\s+ATTEMPTS\s+UNCHANGED\s+WHY$`, out)
 	require.Contains(t, out, b.ids["fired_stale"].String())
@@ -244,20 +238,7 @@ func TestStuckBlamesADeadWorkerOnlyForARunningJob(t *testing.T) {
 	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'fired', in_doubt = true,
 		last_error = 'no response: context deadline exceeded (webhook timeout 30s)' WHERE id = $1`, b.ids["retrying"])
 	require.NoError(t, err)
-	why := func() map[uuid.UUID]string {
-		out, err := b.run(t, "", "stuck", "--json")
-		require.NoError(t, err)
-		var rows []struct {
-			ID        uuid.UUID `json:"id"`
-			Diagnosis string    `json:"diagnosis"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(out), &rows))
-		m := map[uuid.UUID]string{}
-		for _, r := range rows {
-			m[r.ID] = r.Diagnosis
-		}
-		return m
-	}
+	why := func() map[uuid.UUID]string { return b.stuckWhy(t) }
 	w := why()
 	require.Contains(t, w[b.ids["retrying"]], "retrying: 2 attempts, last error: no response")
 	require.Contains(t, w[b.ids["retrying"]], "with the same key")
@@ -348,6 +329,24 @@ func TestStuckByCauseNewestFirst(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal([]byte(out), &groups))
 	require.Equal(t, 3, groups[0].Count)
+}
+
+// stuckWhy runs `outboxctl stuck --json` and returns each effect's
+// diagnosis by id.
+func (b *testBundle) stuckWhy(t *testing.T, args ...string) map[uuid.UUID]string {
+	t.Helper()
+	out, err := b.run(t, "", append([]string{"stuck", "--json"}, args...)...)
+	require.NoError(t, err, out)
+	var rows []struct {
+		ID        uuid.UUID `json:"id"`
+		Diagnosis string    `json:"diagnosis"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	why := make(map[uuid.UUID]string, len(rows))
+	for _, r := range rows {
+		why[r.ID] = r.Diagnosis
+	}
+	return why
 }
 
 func TestAcknowledgeTakesAFailedEffectOutOfStuck(t *testing.T) {
