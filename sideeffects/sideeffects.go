@@ -386,6 +386,14 @@ func (o *Operator) Policy(provider, kind string) providers.InDoubtPolicy {
 	return o.op.Policy(provider, kind)
 }
 
+// ByProviderRef returns the effects whose provider reference is ref (a
+// Stripe object id such as pi_… or re_…, a SendGrid X-Message-Id or an
+// event's sg_message_id, the reference a manual confirmation recorded),
+// newest first, at most limit.
+func (o *Operator) ByProviderRef(ctx context.Context, ref string, limit int) ([]*EffectRow, error) {
+	return o.op.Store().ByProviderRef(ctx, o.op.Pool(), ref, limit)
+}
+
 // ByKeyPrefix returns the effects whose idempotency key begins with prefix
 // (12 to 64 lowercase hex digits, as outboxctl prints keys), at most limit.
 func (o *Operator) ByKeyPrefix(ctx context.Context, prefix string, limit int) ([]*EffectRow, error) {

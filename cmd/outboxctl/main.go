@@ -154,7 +154,8 @@ func (a *app) actor() string {
 
 var keyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// resolve turns an effect id or idempotency key into an effect.
+// resolve turns an effect id, an idempotency key or a provider reference
+// into an effect.
 func (a *app) resolve(ctx context.Context, ref string) (*outboxtype.Effect, error) {
 	if id, err := uuid.Parse(ref); err == nil {
 		e, err := a.op.Get(ctx, id)
@@ -179,7 +180,24 @@ func (a *app) resolve(ctx context.Context, ref string) (*outboxtype.Effect, erro
 		}
 		return e, nil
 	}
-	return nil, cli.Usagef("%q is neither an effect id (UUID) nor an idempotency key (64 hex characters)", ref)
+	// A provider's reference, as Stripe's dashboard or SendGrid's activity
+	// shows it (pi_…, re_…, a message id or an event's sg_message_id).
+	effs, err := a.op.ByProviderRef(ctx, ref, 10)
+	if err != nil {
+		return nil, fmt.Errorf("read effect %s: %w", ref, err)
+	}
+	switch len(effs) {
+	case 0:
+		return nil, cli.Usagef("%q is neither an effect id (UUID), an idempotency key (64 hex characters) nor the provider reference of an effect in schema %q "+
+			"(a Stripe id such as pi_…, a SendGrid message id)", ref, a.Schema)
+	case 1:
+		return effs[0], nil
+	}
+	var b strings.Builder
+	for _, e := range effs {
+		fmt.Fprintf(&b, "\n  %s  %s  %s", e.ID, e.Kind, e.State)
+	}
+	return nil, cli.Usagef("%d effects have the provider reference %q (e.g. the payment intent's creation and its capture): give one id:%s", len(effs), ref, b.String())
 }
 
 // printJSON writes v as indented JSON.

@@ -258,7 +258,7 @@ func newListCmd(a *app) *cobra.Command {
 
 func newShowCmd(a *app) *cobra.Command {
 	return &cobra.Command{
-		Use:   "show <effect id | idempotency key>",
+		Use:   "show <effect id | idempotency key | provider reference>",
 		Short: "Everything about one effect: columns, event, River jobs, operator actions",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

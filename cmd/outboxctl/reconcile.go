@@ -33,7 +33,7 @@ func newReconcileCmd(a *app) *cobra.Command {
 		stripeAPIBase string
 	)
 	cmd := &cobra.Command{
-		Use:   "reconcile <effect id | key> [--apply]",
+		Use:   "reconcile <effect id | key | provider reference> [--apply]",
 		Short: "Ask the provider what it holds for an effect's key, and say what to do",
 		Long: `Ask the provider what it holds for an effect's key and print it beside the
 effect, with the action it suggests:

@@ -293,3 +293,43 @@ func riverClient(t *testing.T, pool *pgxpool.Pool, schema string) *river.Client[
 	require.NoError(t, err)
 	return c
 }
+
+// TestAnEffectIsFoundByItsProviderReference: the id SendGrid's activity or
+// Stripe's dashboard shows (here SendGrid's X-Message-Id, and the
+// sg_message_id of its events) names the effect in show, reconcile and the
+// actions; a reference two effects share is refused with both ids.
+func TestAnEffectIsFoundByItsProviderReference(t *testing.T) {
+	t.Parallel()
+	r := startRunbook(t)
+	r.enqueue(t, "first", mail())
+	r.enqueue(t, "second", mail())
+	first, second := r.waitState(t, "first", engine.StateConfirmed), r.waitState(t, "second", engine.StateConfirmed)
+	require.NotNil(t, first.ProviderRef)
+	require.NotNil(t, second.ProviderRef)
+	require.NotEqual(t, *first.ProviderRef, *second.ProviderRef)
+
+	for _, ref := range []string{*second.ProviderRef, *second.ProviderRef + ".filterdrecv-p3mdw1-756b745b58-kmzbl-18-5F5FC76C-9.0"} {
+		out, err := r.run(t, "", "show", ref)
+		require.NoError(t, err, out)
+		require.Contains(t, out, second.ID.String(), ref)
+		require.NotContains(t, out, first.ID.String(), ref)
+	}
+
+	// An operator confirmed an in-doubt mail with the wrong message id:
+	// two effects carry it now, and a command naming it asks which.
+	r.sg.Respond(fakes.Status(500))
+	doubt := r.enqueue(t, "doubt", mail()).String()
+	r.waitState(t, "doubt", engine.StateFailed)
+	r.settle(t, "doubt")
+	out, err := r.run(t, "", "confirm", doubt, "--ref", *first.ProviderRef, "--reason", "in the Activity Feed")
+	require.NoError(t, err, out)
+	out, err = r.run(t, "", "show", *first.ProviderRef)
+	require.Equal(t, 2, cli.ExitCode(err), out)
+	require.ErrorContains(t, err, "2 effects have the provider reference")
+	require.ErrorContains(t, err, first.ID.String())
+	require.ErrorContains(t, err, doubt)
+
+	out, err = r.run(t, "", "show", "pi_3NqXj2LkdIwHu7ixUNKNOWN")
+	require.Equal(t, 2, cli.ExitCode(err), out)
+	require.ErrorContains(t, err, "nor the provider reference of an effect")
+}

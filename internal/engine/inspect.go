@@ -47,6 +47,29 @@ func (s *Store) List(ctx context.Context, db DB, f Filter) ([]*Effect, error) {
 	return pgx.CollectRows(rows, rowToEffect)
 }
 
+// ByProviderRef returns the effects whose provider reference is ref (a
+// Stripe object id, a SendGrid message id, what a manual confirmation
+// recorded), newest first, at most limit. A SendGrid event's sg_message_id
+// is the message id followed by a dot and the recipient's part: when ref
+// finds nothing and has a dot, the part before it is looked up too.
+func (s *Store) ByProviderRef(ctx context.Context, db DB, ref string, limit int) ([]*Effect, error) {
+	find := func(ref string) ([]*Effect, error) {
+		rows, err := db.Query(ctx, s.sql(sqlEffectsByProviderRef), ref, limit)
+		if err != nil {
+			return nil, fmt.Errorf("effects by provider reference: %w", err)
+		}
+		return pgx.CollectRows(rows, rowToEffect)
+	}
+	out, err := find(ref)
+	if err != nil || len(out) > 0 {
+		return out, err
+	}
+	if head, _, ok := strings.Cut(ref, "."); ok && head != "" {
+		return find(head)
+	}
+	return nil, nil
+}
+
 // ByKeyPrefix returns the effects whose idempotency key begins with prefix
 // (at least 12 lowercase hex digits, as outboxctl prints keys), at most
 // limit: found on the primary key, since an effect's id is its key's first

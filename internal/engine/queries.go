@@ -184,6 +184,11 @@ SELECT pg_advisory_xact_lock(1869574516, h) FROM (
 	sqlEffectsInIDRange = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects
 WHERE id BETWEEN $1 AND $2 ORDER BY id LIMIT $3`
 
+	// Effects whose provider reference is $1, newest first (through
+	// side_effects_provider_ref_idx).
+	sqlEffectsByProviderRef = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects
+WHERE provider_ref = $1 AND provider_ref IS NOT NULL ORDER BY created_at DESC LIMIT $2`
+
 	// The W3C traceparent stored with the event of effect $1 ("" if none).
 	sqlEventTraceparent = `SELECT coalesce(traceparent, '') FROM /*schema*/outbox_events WHERE id = $1`
 

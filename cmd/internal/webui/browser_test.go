@@ -532,8 +532,10 @@ func (s *site) effectState(t *testing.T, name string) engine.State {
 	return e.State
 }
 
-// TestSearchTakesKeysAsPeoplePasteThem: an uppercase key, and the 12-digit
-// prefix outboxctl prints (with or without its ellipsis), find the effect.
+// TestSearchTakesKeysAsPeoplePasteThem: an uppercase key, the 12-digit
+// prefix outboxctl prints (with or without its ellipsis), an order id and a
+// provider's reference (Stripe's, SendGrid's message id or its events'
+// sg_message_id) find the effect.
 func TestSearchTakesKeysAsPeoplePasteThem(t *testing.T) {
 	t.Parallel()
 	s := newSite(t)
@@ -558,14 +560,37 @@ func TestSearchTakesKeysAsPeoplePasteThem(t *testing.T) {
 	require.Contains(t, string(body), e.ID.String())
 	require.NotContains(t, string(body), s.ids["gone"].String())
 
-	// A provider reference: not found, and the page says how to find it.
-	resp, err = http.Get(s.url("effects?q=" + url.QueryEscape("pi_3NqXj2LkdIwHu7ix")))
+	// Provider references as the provider shows them: a Stripe id, a
+	// SendGrid X-Message-Id, and the sg_message_id of SendGrid's events
+	// (the message id, a dot, the recipient's part).
+	_, err = s.db.Pool.Exec(context.Background(), `UPDATE `+s.db.Schema+`.side_effects SET provider_ref = CASE id
+		WHEN $1 THEN 'pi_3NqXj2LkdIwHu7ix1x0Fz9p2' WHEN $2 THEN 'W86EgYT6SQKk0lRflfLRsA' END WHERE id IN ($1, $2)`, s.ids["ok"], s.ids["nojob"])
+	require.NoError(t, err)
+	for q, want := range map[string]string{
+		"pi_3NqXj2LkdIwHu7ix1x0Fz9p2": "ok", " pi_3NqXj2LkdIwHu7ix1x0Fz9p2 ": "ok",
+		"W86EgYT6SQKk0lRflfLRsA": "nojob", "W86EgYT6SQKk0lRflfLRsA.filterdrecv-p3mdw1-756b745b58-kmzbl-18-5F5FC76C-9.0": "nojob",
+	} {
+		resp, err := http.Get(s.url("effects?q=" + url.QueryEscape(q)))
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%q: %s", q, body)
+		require.Contains(t, string(body), s.ids[want].String(), q)
+		for name, id := range s.ids {
+			if name != want {
+				require.NotContains(t, string(body), id.String(), "%q finds only the effect with that reference", q)
+			}
+		}
+	}
+
+	// A reference no effect has: the page says what the box takes.
+	resp, err = http.Get(s.url("effects?q=" + url.QueryEscape("pi_3NqXj2LkdIwHu7ixUNKNOWN")))
 	require.NoError(t, err)
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, string(body), "no effect with the provider reference")
 	require.Contains(t, string(body), "first 12 or more digits")
-	require.Contains(t, string(body), "Provider references (pi_…, re_…, msg_…) are not searchable")
 }
 
 // TestTheDryRunIsWhatTheClickDoes: ticking an option shows that option's

@@ -246,10 +246,14 @@ func (u *ui) lookup(r *http.Request, q string) ([]*outboxtype.Effect, error) {
 	}
 	id, err := uuid.Parse(q)
 	if err != nil {
-		// Anything else is taken as an aggregate's id (an order id), of
-		// whatever type.
+		// Anything else is a provider's reference (pi_…, re_…, a SendGrid
+		// message id) or an aggregate's id (an order id), of whatever type.
 		if len(q) > 512 {
-			return nil, errors.New("search: over 512 bytes: give an effect or event id, an idempotency key or its first 12 digits, or an aggregate id such as an order id")
+			return nil, errors.New("search: over 512 bytes: give an effect or event id, an idempotency key or its first 12 digits, a provider reference, or an aggregate id such as an order id")
+		}
+		byRef, err := u.op.ByProviderRef(ctx, q, pageSize)
+		if err != nil || len(byRef) > 0 {
+			return byRef, err
 		}
 		evs, err := u.op.EventsOfAggregate(ctx, "", q, pageSize)
 		if err != nil {
@@ -264,9 +268,9 @@ func (u *ui) lookup(r *http.Request, q string) ([]*outboxtype.Effect, error) {
 			out = append(out, effs...)
 		}
 		if len(out) == 0 {
-			return nil, fmt.Errorf("search: no event of an aggregate %q. Give an effect or event id, an idempotency key (any case) or its first 12 or more digits, "+
-				"or an aggregate id (an order id). Provider references (pi_…, re_…, msg_…) are not searchable: the provider's object carries the key "+
-				"(Stripe metadata outboxd_idempotency_key, SendGrid custom argument), search by it", q)
+			return nil, fmt.Errorf("search: no effect with the provider reference %q and no event of an aggregate with that id. "+
+				"Give an effect or event id, an idempotency key (any case) or its first 12 or more digits, a provider reference "+
+				"(pi_…, re_…, a SendGrid message id) as the provider shows it, or an aggregate id (an order id)", q)
 		}
 		return out, nil
 	}
