@@ -425,10 +425,11 @@ func (o *Operator) StateGauges(ctx context.Context) ([]outboxtype.StateGauge, er
 	return o.op.Store().StateGauges(ctx, o.op.Pool())
 }
 
-// FailureReasons groups unacknowledged failed effects by kind and reason,
-// most frequent first, at most limit.
-func (o *Operator) FailureReasons(ctx context.Context, limit int) ([]outboxtype.ReasonCount, error) {
-	return o.op.Store().FailureReasons(ctx, o.op.Pool(), limit)
+// FailureReasons groups the newest unacknowledged failed effects, at most
+// of of them, by kind and reason, most frequent first, at most limit
+// groups.
+func (o *Operator) FailureReasons(ctx context.Context, limit, of int) ([]outboxtype.ReasonCount, error) {
+	return o.op.Store().FailureReasons(ctx, o.op.Pool(), limit, of)
 }
 
 // Throughput counts effects confirmed and failed per minute since since.

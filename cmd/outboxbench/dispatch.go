@@ -49,6 +49,10 @@ type dispatchResult struct {
 	// inserted by the dispatcher from the intake, as an ordered chain's
 	// jobs are: like for like.
 	VsIntake float64 `json:"vs_unordered_jobs_by_dispatcher,omitempty"`
+	// VsNoRefIndex is this rate, every confirmation writing a provider
+	// reference, over the same row's with the provider-reference index
+	// dropped: what the search by reference costs dispatch.
+	VsNoRefIndex float64 `json:"vs_no_provider_ref_index,omitempty"`
 }
 
 // River's no-op floor with fast settings, as a tuned job queue would run.
@@ -58,10 +62,13 @@ const (
 	fastPollInterval = 20 * time.Millisecond
 )
 
-// noopProvider acknowledges every effect at once, counting calls.
+// noopProvider acknowledges every effect at once, counting calls; with
+// refs, it answers with a reference of its own for each, as Stripe answers
+// with the object's id.
 type noopProvider struct {
 	calls  atomic.Int64
 	onSend func(req providers.Request)
+	refs   bool
 }
 
 func (p *noopProvider) Name() string                                  { return "noop" }
@@ -75,6 +82,9 @@ func (p *noopProvider) Send(_ context.Context, req providers.Request) (providers
 		p.onSend(req)
 	}
 	p.calls.Add(1)
+	if p.refs {
+		return providers.Result{Ref: "pi_" + req.Key[:24]}, nil
+	}
 	return providers.Result{}, nil
 }
 
@@ -133,6 +143,14 @@ func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dis
 		out = append(out, fwd)
 	}
 	out = append(out, ours, traced)
+	withRefs, err := b.refIndexCost(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	for i := range withRefs {
+		withRefs[i].VsRiver, withRefs[i].VsRiverSame = withRefs[i].PerSecond/fast.PerSecond, withRefs[i].PerSecond/same.PerSecond
+	}
+	out = append(out, withRefs...)
 	if b.s.OrderedKeys > 0 {
 		// Unordered effects whose jobs the dispatcher inserts from the
 		// intake (outbox.JobsByDispatcher), as it inserts an ordered
@@ -173,6 +191,35 @@ func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dis
 		out = append(out, wh)
 	}
 	return out, nil
+}
+
+// refIndexCost burns down n effects whose provider answers with a
+// reference, with side_effects_provider_ref_idx dropped and then as the
+// migrations leave it, and reports both rows.
+func (b *bench) refIndexCost(ctx context.Context, n int) ([]dispatchResult, error) {
+	const index = "side_effects_provider_ref_idx"
+	var def string
+	if err := b.pool.QueryRow(ctx, "SELECT pg_get_indexdef($1::regclass)", b.schema+"."+index).Scan(&def); err != nil {
+		return nil, fmt.Errorf("%s: %w", index, err)
+	}
+	if _, err := b.pool.Exec(ctx, "DROP INDEX "+b.schema+"."+index); err != nil {
+		return nil, err
+	}
+	noop := &noopProvider{refs: true}
+	without, err := b.burnDown(ctx, "outboxd, no-op provider answering a reference, no reference index", n, noop, `{}`, func() int { return int(noop.calls.Load()) })
+	if _, rerr := b.pool.Exec(context.WithoutCancel(ctx), def); rerr != nil && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	noop = &noopProvider{refs: true}
+	with, err := b.burnDown(ctx, "outboxd, no-op provider answering a reference (as Stripe does)", n, noop, `{}`, func() int { return int(noop.calls.Load()) })
+	if err != nil {
+		return nil, err
+	}
+	with.VsNoRefIndex = with.PerSecond / without.PerSecond
+	return []dispatchResult{without, with}, nil
 }
 
 func (b *bench) riverNoop(ctx context.Context, name string, n, maxWorkers int, cooldown, poll time.Duration) (dispatchResult, error) {

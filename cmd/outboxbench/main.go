@@ -388,6 +388,9 @@ func printReport(out io.Writer, rep report) {
 			if r.VsUnordered > 0 {
 				unordered = fmt.Sprintf("%.2fx", r.VsUnordered)
 			}
+			if r.VsNoRefIndex > 0 {
+				unordered = fmt.Sprintf("%.2fx without the reference index", r.VsNoRefIndex)
+			}
 			if r.VsIntake > 0 {
 				unordered += fmt.Sprintf("; %.2fx vs jobs by dispatcher", r.VsIntake)
 				if r.Keys > 1 {

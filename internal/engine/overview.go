@@ -11,10 +11,13 @@ import (
 
 // What the web view's overview and search read, each from an index.
 
-// FailureReasons groups the failed effects not acknowledged by kind and
-// reason, most frequent first.
-func (s *Store) FailureReasons(ctx context.Context, db DB, limit int) ([]ReasonCount, error) {
-	rows, err := db.Query(ctx, s.sql(sqlFailureReasons), limit)
+// FailureReasons groups the newest failed effects not acknowledged, at
+// most of of them, by kind and reason, most frequent first, at most limit
+// groups. Bounding the failures read keeps its cost flat however many
+// failures history holds (their count by kind is StateGauges', from the
+// index alone).
+func (s *Store) FailureReasons(ctx context.Context, db DB, limit, of int) ([]ReasonCount, error) {
+	rows, err := db.Query(ctx, s.sql(sqlFailureReasons), limit, of)
 	if err != nil {
 		return nil, fmt.Errorf("failure reasons: %w", err)
 	}

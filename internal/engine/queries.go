@@ -585,12 +585,14 @@ ORDER BY ev.created_at DESC, ev.id DESC
 LIMIT $7`
 
 	// The web view's reads: each from an index.
+	// The newest $2 failures not acknowledged (through the failed index by
+	// when they failed, so the read stops there however many failures
+	// history keeps), grouped by kind and reason.
 	sqlFailureReasons = `
 SELECT kind, CASE WHEN last_error LIKE 'in doubt: not re-sent%' THEN 'in doubt: not re-sent'
 		ELSE split_part(regexp_replace(coalesce(last_error, ''), '^(permanent|retryable|in_doubt): ', ''), ': ', 1) END AS reason,
 	count(*)
-FROM /*schema*/side_effects
-WHERE phase = 'failed'
+FROM (SELECT kind, last_error FROM /*schema*/side_effects WHERE phase = 'failed' ORDER BY ended_at DESC LIMIT $2) f
 GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT $1`
 
 	sqlThroughput = `

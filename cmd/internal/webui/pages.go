@@ -32,7 +32,15 @@ type overviewData struct {
 	Recent []*outboxtype.Effect
 	// Incidents are the stuck effects grouped by cause, newest first.
 	Incidents []outboxtype.StuckGroup
+	// FailedTotal counts failures not acknowledged; Reasons group the
+	// newest ReasonsOf of them.
+	FailedTotal, ReasonsOf int64
 }
+
+// reasonsOf is how many of the newest failures the failure reasons group:
+// enough to name every cause of an incident, and a read that stays the
+// same however many failures history keeps.
+const reasonsOf = 1000
 
 type stuckRow struct {
 	outboxtype.StuckEffect
@@ -41,7 +49,7 @@ type stuckRow struct {
 
 func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, now := r.Context(), time.Now()
-	d := overviewData{Now: now.UTC()}
+	d := overviewData{Now: now.UTC(), ReasonsOf: reasonsOf}
 	var err error
 	if d.Gauges, err = u.op.StateGauges(ctx); err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read the counts", err)
@@ -65,7 +73,12 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 		sit.KeyWindow = u.cfg.KeyWindow(s.Provider)
 		d.Stuck = append(d.Stuck, stuckRow{s, s.Explain(sit)})
 	}
-	if d.Reasons, err = u.op.FailureReasons(ctx, 20); err != nil {
+	for _, g := range d.Gauges {
+		if g.State == outboxtype.StateFailed {
+			d.FailedTotal += g.Count
+		}
+	}
+	if d.Reasons, err = u.op.FailureReasons(ctx, 20, reasonsOf); err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read failure reasons", err)
 		return
 	}
