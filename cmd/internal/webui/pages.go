@@ -83,7 +83,7 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := now.Truncate(time.Minute).Add(-59 * time.Minute)
-	minutes, err := u.op.Throughput(ctx, start)
+	minutes, err := u.minutes.hour(ctx, start, now)
 	if err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read throughput", err)
 		return

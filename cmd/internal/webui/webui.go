@@ -80,6 +80,8 @@ type ui struct {
 	cfg   Config
 	op    *sideeffects.Operator
 	pages map[string]*template.Template
+	// minutes keeps the chart's settled minutes (throughput.go).
+	minutes *minuteCounts
 }
 
 // ContentSecurityPolicy is sent with every response: only this origin's
@@ -132,7 +134,7 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	u := &ui{cfg: cfg, op: cfg.Operator, pages: map[string]*template.Template{}}
+	u := &ui{cfg: cfg, op: cfg.Operator, pages: map[string]*template.Template{}, minutes: &minuteCounts{read: cfg.Operator.Throughput}}
 	funcs := template.FuncMap{
 		"age":   func(d time.Duration) string { return d.Round(time.Second).String() },
 		"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
