@@ -38,6 +38,9 @@ func (s *Store) List(ctx context.Context, db DB, f Filter) ([]*Effect, error) {
 	sql := s.sql(sqlListEffects)
 	if len(states) == 1 && states[0] == string(StateFailed) {
 		sql = s.sql(sqlListFailed)
+		if f.Kind != "" {
+			sql = s.sql(sqlListFailedKind)
+		}
 	}
 	rows, err := db.Query(ctx, sql, states, nullable(f.Kind), nullable(f.Provider), nullable(f.Source),
 		nullable(f.Since), nullable(f.Before), afterAt, afterID, limit)

@@ -11,9 +11,10 @@ import (
 	"github.com/outboxd/outboxd/internal/testdb"
 )
 
-// Listing failed effects of one kind, newest first (the web view's and
-// outboxctl list's "failed" filter), reads the small index of failed
-// effects, not the created_at index through every confirmed one.
+// Listing failed effects, newest first (the web view's and outboxctl
+// list's "failed" filter), reads the small index of failed effects, not
+// the created_at index through every confirmed one; of one kind, the
+// index of failures by kind.
 func TestListFailedReadsTheFailedIndex(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -38,6 +39,7 @@ FROM (SELECT id, created_at, row_number() OVER () AS n FROM ev) e,
 	plans, err := store.ExplainAdmin(ctx, db.Pool, time.Now(), time.Now().Add(-time.Hour))
 	require.NoError(t, err)
 	require.Contains(t, plans["list.failed"], `"side_effects_failed_list_idx"`)
+	require.Contains(t, plans["list.failed.kind"], `"side_effects_failed_kind_idx"`, "one kind: its own order, stopping at the page")
 
 	got, err := store.List(ctx, db.Pool, engine.Filter{States: []engine.State{engine.StateFailed}, Kind: "webhook.order_paid", Limit: 30})
 	require.NoError(t, err)

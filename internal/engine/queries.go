@@ -835,3 +835,7 @@ const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.payload, e.stat
 // the phase predicate lets it read side_effects_failed_list_idx.
 var sqlListFailed = strings.Replace(sqlListEffects, "ORDER BY created_at DESC, id DESC",
 	"AND phase IN ('failed', 'acknowledged')\nORDER BY created_at DESC, id DESC", 1)
+
+// sqlListFailedKind is sqlListFailed for one kind ($2 set): it reads
+// side_effects_failed_kind_idx in its order and stops at the page.
+var sqlListFailedKind = strings.Replace(sqlListFailed, "($2::text IS NULL OR kind = $2)", "kind = $2", 1)
