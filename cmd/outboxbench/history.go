@@ -173,12 +173,13 @@ WITH ev AS (
 	FROM generate_series(1, $1) i
 	RETURNING id, created_at, substr(aggregate_id, 5)::int AS i)
 INSERT INTO `+b.schema+`.side_effects (id, source_id, kind, provider, payload, state, attempts, total_attempts,
-	created_at, updated_at, fired_at, first_fired_at, confirmed_at, key_window_from, last_error)
+	created_at, updated_at, fired_at, first_fired_at, confirmed_at, key_window_from, last_error, provider_ref)
 SELECT `+b.schema+`.outboxd_effect_id(ev.id, k.kind), ev.id, k.kind, 'noop',
 	'{"operation": "payment_intent.capture", "params": {"id": "pi_3NqXj2LkdIwHu7ix1x0Fz9p2"}}', s.state, 1, 1,
 	ev.created_at, ev.created_at + interval '80 milliseconds', ev.created_at + interval '20 milliseconds',
 	ev.created_at + interval '20 milliseconds', CASE WHEN s.state = 'confirmed' THEN ev.created_at + interval '80 milliseconds' END,
-	ev.created_at + interval '20 milliseconds', CASE WHEN s.state = 'failed' THEN 'HTTP 410 (endpoint gone)' END
+	ev.created_at + interval '20 milliseconds', CASE WHEN s.state = 'failed' THEN 'HTTP 410 (endpoint gone)' END,
+	CASE WHEN s.state = 'confirmed' AND k.kind = $2[2] THEN 'pi_' || left(md5(ev.id::text), 24) END
 FROM ev CROSS JOIN unnest($2::text[]) AS k(kind),
 	LATERAL (SELECT CASE WHEN k.kind = $2[1] AND ev.i % 200 = 0 THEN 'failed' ELSE 'confirmed' END AS state) s`, events, historyKinds)
 		if err != nil {

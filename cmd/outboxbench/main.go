@@ -430,13 +430,13 @@ func printReport(out io.Writer, rep report) {
 		if len(r.Reads) == 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "\nOPERATOR READS AT %d EFFECTS OF HISTORY\tVIA\tMEDIAN OF %d\tMAX\tSEQ SCANS: SIDE_EFFECTS / OUTBOX_EVENTS / RIVER_JOB\tTARGET < 100MS\n", r.Effects, readRepeats)
+		fmt.Fprintf(tw, "\nOPERATOR READS AT %d EFFECTS OF HISTORY\tVIA\tMEDIAN OF %d\tMAX\tFIRST (UNTIMED)\tSEQ SCANS: SIDE_EFFECTS / OUTBOX_EVENTS / RIVER_JOB\tTARGET < 100MS\n", r.Effects, readRepeats)
 		for _, x := range r.Reads {
 			if x.Via == viaIdle {
-				fmt.Fprintf(tw, "%s\t%s\t\t\t%s\t\n", x.Read, x.Via, x.SeqScans)
+				fmt.Fprintf(tw, "%s\t%s\t\t\t\t%s\t\n", x.Read, x.Via, x.SeqScans)
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%t\n", x.Read, x.Via, ms(x.Median), ms(x.Max), x.SeqScans, x.Median < 100*time.Millisecond)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%t\n", x.Read, x.Via, ms(x.Median), ms(x.Max), ms(x.First), x.SeqScans, x.Median < 100*time.Millisecond)
 		}
 	}
 	if p := rep.Purge; p != nil {

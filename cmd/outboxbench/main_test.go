@@ -49,7 +49,11 @@ func TestBenchRuns(t *testing.T) {
 	}
 	require.Len(t, rep.Idempotency, 4, "with and without the middleware, at two concurrencies")
 	require.Positive(t, rep.Idempotency[1].CostRatio)
-	require.Len(t, rep.Dispatch, 6, "River fast, River with outboxd's settings, Watermill's forwarder, outboxd no-op, traced, outboxd webhook")
+	require.Len(t, rep.Dispatch, 8, "River fast, River with outboxd's settings, Watermill's forwarder, outboxd no-op, traced, "+
+		"with provider references without and with their index, outboxd webhook")
+	require.Contains(t, rep.Dispatch[6].Name, "answering a reference")
+	require.Positive(t, rep.Dispatch[6].VsNoRefIndex)
+	require.Equal(t, 200, rep.Dispatch[5].N)
 	require.Contains(t, rep.Dispatch[4].Name, "traced")
 	require.Positive(t, rep.Dispatch[4].VsUntraced)
 	require.Contains(t, rep.Dispatch[2].Name, "Watermill")
@@ -104,9 +108,9 @@ func TestBenchRuns(t *testing.T) {
 			require.GreaterOrEqual(t, r.Max, r.Median, r.Read)
 		}
 	}
-	require.Equal(t, 8, web, "every web view page served by outboxd run")
+	require.Equal(t, 9, web, "every web view page served by outboxd run")
 	require.Equal(t, 1, events, "a provider event through outboxd run's endpoint")
-	require.Equal(t, 9, ctl, "outboxctl's reads, and its floor")
+	require.Equal(t, 10, ctl, "outboxctl's reads, and its floor")
 	require.Positive(t, grown.P99VsEmpty)
 	require.Contains(t, buf.String(), "COST VERSUS HISTORY")
 	require.NotNil(t, rep.Purge)
