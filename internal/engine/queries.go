@@ -585,14 +585,19 @@ ORDER BY ev.created_at DESC, ev.id DESC
 LIMIT $7`
 
 	// The web view's reads: each from an index.
-	// The newest $2 failures not acknowledged (through the failed index by
-	// when they failed, so the read stops there however many failures
-	// history keeps), grouped by kind and reason.
+	// The newest $2 failures not acknowledged, grouped by kind and reason:
+	// the failed index alone (index-only) finds when the $2-th newest
+	// failed, and only the failures since then are read from the table,
+	// however many failures history keeps. (Given ORDER BY ended_at LIMIT
+	// instead, the planner reads every failure's row in a bitmap scan and
+	// sorts them: 231 ms at 10 M effects with 16,666 failures, 12 ms so.)
 	sqlFailureReasons = `
 SELECT kind, CASE WHEN last_error LIKE 'in doubt: not re-sent%' THEN 'in doubt: not re-sent'
 		ELSE split_part(regexp_replace(coalesce(last_error, ''), '^(permanent|retryable|in_doubt): ', ''), ': ', 1) END AS reason,
 	count(*)
-FROM (SELECT kind, last_error FROM /*schema*/side_effects WHERE phase = 'failed' ORDER BY ended_at DESC LIMIT $2) f
+FROM /*schema*/side_effects
+WHERE phase = 'failed' AND ended_at >= (
+	SELECT min(ended_at) FROM (SELECT ended_at FROM /*schema*/side_effects WHERE phase = 'failed' ORDER BY ended_at DESC LIMIT $2) n)
 GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT $1`
 
 	sqlThroughput = `
