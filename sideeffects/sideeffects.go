@@ -246,7 +246,9 @@ func (o *Operator) Stuck(ctx context.Context, olderThan time.Duration, limit int
 // StuckGroups groups what Stuck lists by cause (state, kind, provider, a
 // webhook's host, the first words of the last error), newest incident
 // first, with counts and ages: an incident now is on top whatever old
-// failures there are. Failures count when they ended within
+// failures there are. Live effects retrying after an error count however
+// recently they changed, so a partner that stopped answering shows in the
+// first seconds, while each attempt still changes its effects. Failures count when they ended within
 // IncidentWindow (24h): older ones are FailureReasons' and List's, and
 // reading them all would cost the page what the failed count costs.
 func (o *Operator) StuckGroups(ctx context.Context, olderThan time.Duration, limit int) ([]outboxtype.StuckGroup, error) {

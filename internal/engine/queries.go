@@ -540,22 +540,26 @@ LEFT JOIN LATERAL (
 ORDER BY e.updated_at`
 
 	// Stuck effects grouped by cause, newest incident first: live effects
-	// unchanged since $1 (through the live index) and failures not
-	// acknowledged that ended since $3 (through the failed index, by when
-	// they failed: older ones are the failure reasons' and the failed
-	// list's), by state, kind, provider, a webhook's host and the first
-	// words of the last error.
+	// unchanged since $1, or retrying after an error however recently
+	// (a partner that stopped answering shows in its first seconds, while
+	// each attempt still changes its effects) (through the live index),
+	// and failures not acknowledged that ended since $3 (through the
+	// failed index, by when they failed: older ones are the failure
+	// reasons' and the failed list's), by state, kind, provider, a
+	// webhook's host and the first words of the last error after its
+	// class (permanent, retryable, in_doubt).
 	sqlStuckGroups = `
 WITH s AS (
 	(SELECT id, state, kind, provider, payload, last_error, updated_at FROM /*schema*/side_effects
-	 WHERE phase = 'live' AND updated_at < $1 AND (not_before IS NULL OR not_before < $1))
+	 WHERE phase = 'live' AND ((updated_at < $1 AND (not_before IS NULL OR not_before < $1)) OR last_error IS NOT NULL))
 	UNION ALL
 	(SELECT id, state, kind, provider, payload, last_error, updated_at FROM /*schema*/side_effects
 	 WHERE phase = 'failed' AND ended_at >= $3)
 )
 SELECT state, kind, provider,
 	CASE WHEN provider = 'webhook' THEN coalesce(substring(payload->>'url' FROM '^[a-zA-Z]+://([^/:?#]+)'), '') ELSE '' END AS host,
-	coalesce(nullif(btrim(left(regexp_replace(last_error, '\s*[:(].*$', ''), 80)), ''), CASE WHEN last_error IS NULL THEN 'no error' ELSE last_error END) AS cause,
+	coalesce(nullif(btrim(left(regexp_replace(regexp_replace(last_error, '^(permanent|retryable|in_doubt): ', ''), '\s*[:(].*$', ''), 80)), ''),
+		CASE WHEN last_error IS NULL THEN 'no error' ELSE last_error END) AS cause,
 	count(*), max(updated_at), min(updated_at), (array_agg(id ORDER BY updated_at DESC))[1]
 FROM s
 GROUP BY 1, 2, 3, 4, 5

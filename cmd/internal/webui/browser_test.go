@@ -729,6 +729,38 @@ FROM n`)
 	require.Equal(t, 30, strings.Count(br.text("#results"), "webhook.partner_acme"), "one click lists them")
 }
 
+// TestAnIncidentShowsInItsFirstSeconds: twenty seconds after a partner
+// stopped answering, its webhooks are retrying, each attempt changing
+// them: they are the incident on top already, and effects merely in
+// flight are not an incident.
+func TestAnIncidentShowsInItsFirstSeconds(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	ctx := context.Background()
+	sc := s.db.Schema
+	_, err := s.db.Pool.Exec(ctx, `UPDATE `+sc+`.side_effects SET updated_at = now() - interval '1 day'`)
+	require.NoError(t, err)
+	_, err = s.db.Pool.Exec(ctx, `
+WITH ev AS (INSERT INTO `+sc+`.outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'order.paid', '{}' FROM generate_series(1, 25) RETURNING id),
+n AS (SELECT id, row_number() OVER () AS i FROM ev)
+INSERT INTO `+sc+`.side_effects (id, source_id, kind, provider, payload, state, attempts, total_attempts, last_error, in_doubt, fired_at, first_fired_at, created_at, updated_at)
+SELECT gen_random_uuid(), id, CASE WHEN i <= 20 THEN 'webhook.partner_bolt' ELSE 'webhook.healthy' END, 'webhook',
+	CASE WHEN i <= 20 THEN '{"url": "https://hooks.bolt.example/orders", "body": {}}'::jsonb ELSE '{"url": "https://hooks.ok.example/orders", "body": {}}'::jsonb END,
+	'fired', 1, 1,
+	CASE WHEN i <= 20 THEN 'in_doubt: no response: context deadline exceeded' END,
+	i <= 20, now() - interval '5 seconds', now() - interval '20 seconds', now() - interval '20 seconds', now() - i * interval '100 milliseconds'
+FROM n`)
+	require.NoError(t, err)
+	br := b{t, browser(t)}
+	br.do(chromedp.Navigate(s.url("")), chromedp.WaitVisible(chromedp.CSS("#incidents")))
+	first := br.text("#incidents tr:nth-child(2)")
+	require.Contains(t, first, "20")
+	require.Contains(t, first, "webhook.partner_bolt")
+	require.Contains(t, first, "hooks.bolt.example")
+	require.Contains(t, first, "no response")
+	require.NotContains(t, br.text("#incidents"), "webhook.healthy", "in flight without an error: not an incident")
+}
+
 // TestNamedOperatorsAreAudited: with a token per operator, an action is
 // audited under the token's owner whatever user name was typed; tokens
 // are checked at start; reading needs one of them when asked to.
