@@ -44,8 +44,10 @@ type StuckEffect struct {
 // StuckGroup is one cause of stuck effects: those of one state, kind,
 // provider and destination (a webhook's host) that share a cause (the
 // first words of their last error, or "no error" for effects that never
-// got an answer), with how many there are, when the newest and the oldest
-// last changed, and the newest of them.
+// got an answer), with how many there are, when one of them last changed
+// (Newest), when the group began (Oldest: the earliest first attempt, or
+// due time, of its live effects; the earliest failure of its failed ones)
+// and the one that changed last.
 type StuckGroup struct {
 	State    State     `json:"state"`
 	Kind     string    `json:"kind"`

@@ -305,8 +305,10 @@ func TestConfirmSeveralWebhooksOfOneHangingPartner(t *testing.T) {
 	}
 }
 
-// TestStuckByCauseNewestFirst: grouped by cause, the newest incident is
-// first, whatever older failures there are, with its count and host.
+// TestStuckByCauseNewestFirst: grouped by cause, the incident that began
+// last is first, whatever older failures there are, with its count, host
+// and when it began; one that began earlier stays below it however
+// recently its effects changed.
 func TestStuckByCauseNewestFirst(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -315,12 +317,18 @@ func TestStuckByCauseNewestFirst(t *testing.T) {
 		last_error = 'no response: timeout', updated_at = now() - interval '2 minutes' WHERE id = ANY($1)`,
 		[]uuid.UUID{b.ids["retrying"], b.ids["pending"]})
 	require.NoError(t, err)
+	// They, and window_closing with the same cause, first got no answer
+	// three minutes ago; the HTTP 410 failures are an hour old.
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET first_fired_at = now() - interval '3 minutes' WHERE id = ANY($1)`,
+		[]uuid.UUID{b.ids["retrying"], b.ids["pending"], b.ids["window_closing"]})
+	require.NoError(t, err)
 	out, err := b.run(t, "", "stuck", "--by-cause")
 	require.NoError(t, err, out)
 	lines := strings.Split(out, "\n")
 	require.Regexp(t, `^LAST CHANGE\s+EFFECTS\s+STATE`, lines[0])
-	require.Regexp(t, `^2m\ds ago\s+3\s+fired\s+webhook.order_paid\s+webhook hooks.example.com\s+no response\s+1h0m\ds ago`, lines[1], out) // with window_closing, an hour old
-	require.Contains(t, out, "HTTP 410")
+	require.Regexp(t, `^2m\ds ago\s+3\s+fired\s+webhook.order_paid\s+webhook hooks.example.com\s+no response\s+3m\ds ago`, lines[1], out)
+	require.Less(t, strings.Index(out, "no response"), strings.Index(out, "HTTP 410"), out)
+
 	var groups []struct {
 		Count int    `json:"count"`
 		Cause string `json:"cause"`
@@ -329,6 +337,16 @@ func TestStuckByCauseNewestFirst(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal([]byte(out), &groups))
 	require.Equal(t, 3, groups[0].Count)
+
+	// The same incident, had it begun yesterday: below the failures of an
+	// hour ago, though its effects changed two minutes ago.
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET first_fired_at = now() - interval '23 hours' WHERE id = $1`, b.ids["window_closing"])
+	require.NoError(t, err)
+	out, err = b.run(t, "", "stuck", "--by-cause")
+	require.NoError(t, err, out)
+	require.Greater(t, strings.Index(out, "no response"), strings.Index(out, "HTTP 410"), out)
+	require.Regexp(t, `no response\s+23h0m\ds ago`, out)
+	require.Contains(t, out, "HTTP 410")
 }
 
 // stuckWhy runs `outboxctl stuck --json` and returns each effect's

@@ -100,7 +100,7 @@ between attempts (a hanging receiver) reads as retrying.`,
 	cmd.Flags().DurationVar(&firedBound, "fired-bound", sideeffects.DefaultRescueAfter+time.Minute,
 		"crash-recovery bound: fired longer than this under a running job is reported (default: from the running dispatchers' --rescue-after)")
 	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many effects (groups with --by-cause)")
-	cmd.Flags().BoolVar(&byCause, "by-cause", false, "group by cause (state, kind, provider and host, the last error's first words), newest incident first")
+	cmd.Flags().BoolVar(&byCause, "by-cause", false, "group by cause (state, kind, provider and host, the last error's first words), the incident that began last first")
 	return cmd
 }
 

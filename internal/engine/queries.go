@@ -539,7 +539,11 @@ LEFT JOIN LATERAL (
 ) b ON true
 ORDER BY e.updated_at`
 
-	// Stuck effects grouped by cause, newest incident first: live effects
+	// Stuck effects grouped by cause, the incident that began last first
+	// (a live effect's began at its first attempt, or when it was due; a
+	// failure's when it failed), so that the groups keep their places
+	// while retries change their effects and a trickle of failures all day
+	// sits below what began a minute ago: live effects
 	// unchanged since $1, or retrying after an error however recently
 	// (a partner that stopped answering shows in its first seconds, while
 	// each attempt still changes its effects) (through the live index),
@@ -550,20 +554,21 @@ ORDER BY e.updated_at`
 	// class (permanent, retryable, in_doubt).
 	sqlStuckGroups = `
 WITH s AS (
-	(SELECT id, state, kind, provider, payload, last_error, updated_at FROM /*schema*/side_effects
+	(SELECT id, state, kind, provider, payload, last_error, updated_at,
+		coalesce(first_fired_at, greatest(created_at, not_before)) AS since FROM /*schema*/side_effects
 	 WHERE phase = 'live' AND ((updated_at < $1 AND (not_before IS NULL OR not_before < $1)) OR last_error IS NOT NULL))
 	UNION ALL
-	(SELECT id, state, kind, provider, payload, last_error, updated_at FROM /*schema*/side_effects
+	(SELECT id, state, kind, provider, payload, last_error, updated_at, updated_at FROM /*schema*/side_effects
 	 WHERE phase = 'failed' AND ended_at >= $3)
 )
 SELECT state, kind, provider,
 	CASE WHEN provider = 'webhook' THEN coalesce(substring(payload->>'url' FROM '^[a-zA-Z]+://([^/:?#]+)'), '') ELSE '' END AS host,
 	coalesce(nullif(btrim(left(regexp_replace(regexp_replace(last_error, '^(permanent|retryable|in_doubt): ', ''), '\s*[:(].*$', ''), 80)), ''),
 		CASE WHEN last_error IS NULL THEN 'no error' ELSE last_error END) AS cause,
-	count(*), max(updated_at), min(updated_at), (array_agg(id ORDER BY updated_at DESC))[1]
+	count(*), max(updated_at), min(since), (array_agg(id ORDER BY updated_at DESC))[1]
 FROM s
 GROUP BY 1, 2, 3, 4, 5
-ORDER BY max(updated_at) DESC
+ORDER BY min(since) DESC
 LIMIT $2`
 
 	sqlEventOf = `
