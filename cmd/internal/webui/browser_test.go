@@ -759,6 +759,22 @@ FROM n`)
 	require.Contains(t, first, "hooks.bolt.example")
 	require.Contains(t, first, "no response")
 	require.NotContains(t, br.text("#incidents"), "webhook.healthy", "in flight without an error: not an incident")
+	require.Zero(t, br.count("#heldback"), "no gate holds anything back")
+
+	// A running outboxd's gate has opened its breaker for the partner:
+	// the overview says so above everything else.
+	_, err = s.db.Pool.Exec(ctx, `INSERT INTO `+sc+`.outboxd_dispatchers (id, host, pid, settings, destinations)
+		VALUES ('vm-7-1', 'vm', 7, '{}', jsonb_build_array(jsonb_build_object('host', '203.0.113.9:443', 'names', jsonb_build_array('hooks.bolt.example'),
+			'failures_in_a_row', 9, 'breaker_open', true, 'open_until', now() + interval '30 seconds')))`)
+	require.NoError(t, err)
+	br.do(chromedp.Navigate(s.url("")), chromedp.WaitVisible(chromedp.CSS("#heldback")))
+	held := br.text("#heldback")
+	require.Contains(t, held, "hooks.bolt.example, 203.0.113.9:443")
+	require.Contains(t, held, "not answering: its circuit breaker is open until")
+	require.Contains(t, held, "vm-7-1")
+	y, err := chromedp.Run(br.ctx, chromedp.Evaluate[[]float64](`[document.querySelector("#heldback").getBoundingClientRect().top, document.querySelector("#incidents").getBoundingClientRect().top]`))
+	require.NoError(t, err)
+	require.Less(t, y[0], y[1], "above the incidents")
 }
 
 // TestNamedOperatorsAreAudited: with a token per operator, an action is
