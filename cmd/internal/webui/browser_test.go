@@ -441,9 +441,13 @@ func TestSearchPagesWithAKeysetCursor(t *testing.T) {
 	seen := map[string]bool{}
 	page := get("/ui/effects?state=pending&kind=webhook.order_paid")
 	for range 3 {
+		onPage := map[string]bool{} // what now links the newest one too
 		for _, m := range regexpEffectLink.FindAllStringSubmatch(page, -1) {
-			require.False(t, seen[m[1]], "listed twice: %s", m[1])
-			seen[m[1]] = true
+			onPage[m[1]] = true
+		}
+		for id := range onPage {
+			require.False(t, seen[id], "listed on two pages: %s", id)
+			seen[id] = true
 		}
 		next := regexpNext.FindStringSubmatch(page)
 		if next == nil {
@@ -727,6 +731,17 @@ FROM n`)
 	br.shot("overview-incidents")
 	br.do(chromedp.Click(chromedp.CSS("#incidents tr:nth-child(2) td.num a")), chromedp.WaitVisible(chromedp.CSS("#results")))
 	require.Equal(t, 30, strings.Count(br.text("#results"), "webhook.partner_acme"), "one click lists them")
+	// With what to do, in the words of the newest one's own page.
+	whatNow := br.text("#whatnow")
+	newest, err := chromedp.Run(br.ctx, chromedp.Evaluate[string](`document.querySelector("#whatnow a").getAttribute("href")`))
+	require.NoError(t, err)
+	br.do(chromedp.Click(chromedp.CSS("#whatnow a")), chromedp.WaitVisible(chromedp.CSS("#diagnosis")))
+	diagnosis := strings.TrimPrefix(br.text("#diagnosis"), "What now: ")
+	require.NotEmpty(t, diagnosis)
+	require.Contains(t, whatNow, diagnosis)
+	loc, err := chromedp.Run(br.ctx, chromedp.Location())
+	require.NoError(t, err)
+	require.True(t, strings.HasSuffix(loc, newest), "%s: the newest one's page", loc)
 }
 
 // TestAnIncidentShowsInItsFirstSeconds: twenty seconds after a partner

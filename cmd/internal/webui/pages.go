@@ -180,6 +180,11 @@ type searchData struct {
 	Error                                        string
 	Effects                                      []*outboxtype.Effect
 	Next                                         string
+	// WhatNow is, for a list of one kind in a live or failed state (an
+	// incident's link from the overview), what to do about the newest of
+	// them: the words its own page starts with.
+	WhatNow string
+	WhatOf  *outboxtype.Effect
 }
 
 var (
@@ -264,6 +269,10 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 			d.Next = u.cfg.Prefix + "effects?" + next.Encode()
 		}
 	}
+	if err == nil && d.Kind != "" && len(d.Effects) > 0 && slices.Contains([]string{"pending", "fired", "failed"}, d.State) {
+		d.WhatOf = d.Effects[0]
+		d.WhatNow, err = u.whatNow(r, d.WhatOf)
+	}
 	if err != nil {
 		d.Error, d.Effects, status = err.Error(), nil, http.StatusBadRequest
 		if errors.Is(err, sideeffects.ErrNotFound) {
@@ -271,6 +280,25 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	u.render(w, r, status, "search", "Search", d)
+}
+
+// whatNow is the effect page's first words for e.
+func (u *ui) whatNow(r *http.Request, e *outboxtype.Effect) (string, error) {
+	jobs, err := u.op.Jobs(r.Context(), e.ID)
+	if err != nil {
+		return "", err
+	}
+	var blocked *uuid.UUID
+	if e.OrderingKey != nil {
+		if blocked, err = u.op.BlockedBehind(r.Context(), e.ID); err != nil {
+			return "", err
+		}
+	}
+	sit, err := u.situation(r, time.Now())
+	if err != nil {
+		return "", err
+	}
+	return u.diagnose(e, jobs, blocked, sit), nil
 }
 
 // lookup finds effects by effect id, event id or idempotency key.
