@@ -53,7 +53,7 @@ func TestBenchRuns(t *testing.T) {
 		"with provider references without and with their index, outboxd webhook")
 	require.Contains(t, rep.Dispatch[6].Name, "answering a reference")
 	require.Positive(t, rep.Dispatch[6].VsNoRefIndex)
-	require.Equal(t, 200, rep.Dispatch[5].N)
+	require.Equal(t, 400, rep.Dispatch[5].N, "two runs of each, alternating")
 	require.Contains(t, rep.Dispatch[4].Name, "traced")
 	require.Positive(t, rep.Dispatch[4].VsUntraced)
 	require.Contains(t, rep.Dispatch[2].Name, "Watermill")
