@@ -65,4 +65,3 @@ func TestTheChartReadsOnlyTheMinutesNotSettled(t *testing.T) {
 	}
 	require.Len(t, m.kept, 57, "kept: the settled minutes of the hour only")
 }
-
