@@ -880,6 +880,50 @@ func TestBulkActionsFromTheSearch(t *testing.T) {
 	require.Equal(t, "both reviewed", audit[len(audit)-1].Reason)
 }
 
+// TestConfirmWebhooksInBulk: the receiver's log shows a hanging partner
+// processed its webhooks after all: ticked in a search, they are confirmed
+// in one action, each recorded with the webhook-id the receiver saw, as
+// outboxctl confirm does; an email among them is skipped (it needs its
+// provider's reference, on its own page).
+func TestConfirmWebhooksInBulk(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	mail := uuid.New()
+	_, err := s.db.Pool.Exec(context.Background(), `INSERT INTO `+s.db.Schema+`.side_effects (id, source_id, kind, provider, payload, state, attempts, last_error)
+		SELECT $2, source_id, 'email.receipt', 'sendgrid', '{}', 'failed', 1, 'in doubt: not re-sent' FROM `+s.db.Schema+`.side_effects WHERE id = $1`,
+		s.ids["gone"], mail)
+	require.NoError(t, err)
+	br := b{t, browser(t)}
+	br.authenticate("ada", adminToken)
+
+	// One webhook on its own page: no reference to give.
+	br.do(chromedp.Navigate(s.url("effects/"+s.ids["busy"].String())), chromedp.WaitVisible(chromedp.CSS("#columns")))
+	br.do(chromedp.Click(chromedp.CSS(`a.action[href$="/actions/confirm"]`)), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
+	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "in the partner's log"),
+		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, br.text("#flash"), "confirm by web:ada: failed -> confirmed")
+	busy := s.effect(t, "busy")
+	require.Equal(t, "webhook-id "+busy.IdempotencyKey, *busy.ProviderRef)
+
+	// Ticked in a search: the webhooks confirmed, the email skipped.
+	br.do(chromedp.Navigate(s.url("effects?state=failed")), chromedp.WaitVisible(chromedp.CSS("#results")))
+	require.Equal(t, 2, br.count(`#results input[name="id"]`), "gone and the email")
+	br.do(chromedp.Click(chromedp.CSS("#tickall")), chromedp.SetValue(chromedp.CSS(`select[name="action"]`), "confirm"),
+		chromedp.Click(chromedp.CSS(`#bulkform button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#bulk")))
+	preview := br.text("#bulk")
+	require.Equal(t, 1, strings.Count(preview, "would change"), preview)
+	require.Contains(t, preview, "skipped: a sendgrid effect is confirmed with its provider's reference")
+	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "in the partner's log"),
+		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, br.text("#flash"), "confirm by web:ada: 1 of 2 effects changed")
+	gone := s.effect(t, "gone")
+	require.Equal(t, engine.StateConfirmed, gone.State)
+	require.Equal(t, "webhook-id "+gone.IdempotencyKey, *gone.ProviderRef)
+	e, err := s.store.Get(context.Background(), s.db.Pool, mail)
+	require.NoError(t, err)
+	require.Equal(t, engine.StateFailed, e.State, "the email waits for its reference")
+}
+
 func (s *site) effect(t *testing.T, name string) *engine.Effect {
 	t.Helper()
 	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids[name])

@@ -644,7 +644,7 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case d.Reason == "":
 		d.Error = "a reason is required: say why, for the audit trail"
-	case d.Action == "confirm" && d.Ref == "":
+	case d.Action == "confirm" && d.Ref == "" && e.Provider != "webhook":
 		d.Error = "confirm needs the provider's reference for what it did"
 	}
 	if d.Error != "" {
@@ -699,6 +699,9 @@ func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) 
 	case "release":
 		chs, err = op.Release(ctx, ids, opts)
 	case "confirm":
+		if opts.Ref == "" && d.Effect.Provider == "webhook" {
+			opts.Ref = webhookRef(d.Effect)
+		}
 		if dryRun && opts.Ref == "" {
 			opts.Ref = "(reference)"
 		}
@@ -750,9 +753,15 @@ type bulkData struct {
 	Error, Done           string
 }
 
-// bulkActions are the actions the search page offers on ticked effects
-// (confirm needs a provider reference per effect: one at a time).
-var bulkActions = []string{"retry", "cancel", "acknowledge", "release"}
+// bulkActions are the actions the search page offers on ticked effects.
+// Confirm confirms webhooks only: each is recorded with the webhook-id the
+// receiver saw (a Stripe or SendGrid effect needs its own reference, on its
+// own page), as outboxctl confirm does.
+var bulkActions = []string{"retry", "cancel", "confirm", "acknowledge", "release"}
+
+// webhookRef is what confirming a webhook by hand records as its
+// reference: the webhook-id the receiver saw and logged, its key.
+func webhookRef(e *outboxtype.Effect) string { return "webhook-id " + e.IdempotencyKey }
 
 // bulkIDs reads the ticked effect ids.
 func bulkIDs(vals []string) ([]uuid.UUID, error) {
@@ -906,6 +915,30 @@ func (u *ui) performMany(r *http.Request, d *bulkData, ids []uuid.UUID, actor st
 		return op.Cancel(ctx, ids, opts)
 	case "acknowledge":
 		return op.Acknowledge(ctx, ids, opts)
+	case "confirm":
+		chs := make([]outboxtype.Change, 0, len(ids))
+		for _, id := range ids {
+			e, err := op.Get(ctx, id)
+			if errors.Is(err, sideeffects.ErrNotFound) {
+				chs = append(chs, outboxtype.Change{Skipped: "no effect with id " + id.String()})
+				continue
+			} else if err != nil {
+				return nil, err
+			}
+			if e.Provider != "webhook" {
+				chs = append(chs, outboxtype.Change{Effect: e, From: e.State, To: e.State,
+					Skipped: "a " + e.Provider + " effect is confirmed with its provider's reference, on its own page"})
+				continue
+			}
+			o := opts
+			o.Ref = webhookRef(e)
+			ch, err := op.Confirm(ctx, id, o)
+			if err != nil {
+				return nil, err
+			}
+			chs = append(chs, ch)
+		}
+		return chs, nil
 	default:
 		return op.Release(ctx, ids, opts)
 	}
