@@ -277,7 +277,9 @@ func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts ActionOpts)
 }
 
 // Confirm records that the provider performed an effect, with its
-// reference (opts.Ref), after checking the provider.
+// reference (opts.Ref), after checking the provider. A webhook has none:
+// without opts.Ref it is recorded as "webhook-id <its key>", the id the
+// receiver logged; any other effect without opts.Ref is skipped, saying so.
 func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts ActionOpts) (Change, error) {
 	return o.op.Confirm(ctx, id, opts)
 }

@@ -317,10 +317,7 @@ fired").`,
 			changes := make([]outboxtype.Change, 0, len(effects))
 			for _, e := range effects {
 				opts := a.opts(&f)
-				opts.Ref = ref
-				if opts.Ref == "" {
-					opts.Ref = "webhook-id " + e.IdempotencyKey
-				}
+				opts.Ref = ref // none for a webhook: recorded as its webhook-id
 				ch, err := a.op.Confirm(ctx, e.ID, opts)
 				if err != nil {
 					return err

@@ -228,21 +228,30 @@ func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts ActionOpts)
 }
 
 // Confirm records that effect id was performed, as checked at the provider,
-// with the provider's reference.
+// with the provider's reference. A webhook has none: without opts.Ref it is
+// recorded with WebhookRef (the webhook-id the receiver saw and logged);
+// any other effect without opts.Ref is skipped, saying so.
 func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts ActionOpts) (Change, error) {
-	if opts.Ref == "" {
-		return Change{}, errors.New("confirm needs the provider's reference (--ref)")
-	}
 	chs, err := o.each(ctx, []uuid.UUID{id}, opts, ActionConfirm, StateConfirmed,
-		[]State{StatePending, StateFired, StateFailed, StateCancelled}, nil,
+		[]State{StatePending, StateFired, StateFailed, StateCancelled},
+		func(_ context.Context, _ DB, e *Effect, _ *Change) (string, error) {
+			if opts.Ref == "" && e.Provider != "webhook" {
+				return fmt.Sprintf("a %s effect is confirmed with its provider's reference (the provider's id for what it did)", e.Provider), nil
+			}
+			return "", nil
+		},
 		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
-			return o.store.transitionReturning(ctx, tx, ActionConfirm, o.store.sql(sqlResolveConfirmed), e.ID, opts.Ref)
+			return o.store.transitionReturning(ctx, tx, ActionConfirm, o.store.sql(sqlResolveConfirmed), e.ID, cmp.Or(opts.Ref, WebhookRef(e)))
 		})
 	if err != nil {
 		return Change{}, err
 	}
 	return chs[0], nil
 }
+
+// WebhookRef is what confirming a webhook by hand records as its
+// reference: the webhook-id the receiver saw and logged, its key.
+func WebhookRef(e *Effect) string { return "webhook-id " + Key(e.SourceID, e.Kind) }
 
 type (
 	applyFunc func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (before *Effect, err error)

@@ -217,3 +217,32 @@ func TestAcknowledgedFailuresLeaveTheFailedGauge(t *testing.T) {
 	require.True(t, chs[0].Applied)
 	require.Zero(t, failed())
 }
+
+// Confirm without a reference: a webhook is recorded with the webhook-id
+// its receiver logged; any other effect is skipped, unchanged, saying why.
+func TestConfirmWithoutAReference(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	hook, mail := b.enqueue(t, "/orders"), b.enqueue(t, "/receipts")
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'failed', last_error = 'no response',
+		provider = CASE WHEN id = $2 THEN 'sendgrid' ELSE provider END WHERE id IN ($1, $2)`, hook.ID, mail.ID)
+	require.NoError(t, err)
+	op := b.operator(t)
+	opts := engine.ActionOpts{Actor: "oncall", Reason: "in the receiver's log"}
+	ch, err := op.Confirm(ctx, hook.ID, opts)
+	require.NoError(t, err)
+	require.True(t, ch.Applied)
+	got, err := b.store.Get(ctx, b.db.Pool, hook.ID)
+	require.NoError(t, err)
+	require.Equal(t, engine.StateConfirmed, got.State)
+	require.Equal(t, "webhook-id "+got.IdempotencyKey, *got.ProviderRef)
+
+	ch, err = op.Confirm(ctx, mail.ID, opts)
+	require.NoError(t, err)
+	require.False(t, ch.Applied)
+	require.Contains(t, ch.Skipped, "a sendgrid effect is confirmed with its provider's reference")
+	got, err = b.store.Get(ctx, b.db.Pool, mail.ID)
+	require.NoError(t, err)
+	require.Equal(t, engine.StateFailed, got.State)
+}

@@ -699,10 +699,7 @@ func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) 
 	case "release":
 		chs, err = op.Release(ctx, ids, opts)
 	case "confirm":
-		if opts.Ref == "" && d.Effect.Provider == "webhook" {
-			opts.Ref = webhookRef(d.Effect)
-		}
-		if dryRun && opts.Ref == "" {
+		if dryRun && opts.Ref == "" && d.Effect.Provider != "webhook" {
 			opts.Ref = "(reference)"
 		}
 		var ch outboxtype.Change
@@ -754,14 +751,10 @@ type bulkData struct {
 }
 
 // bulkActions are the actions the search page offers on ticked effects.
-// Confirm confirms webhooks only: each is recorded with the webhook-id the
-// receiver saw (a Stripe or SendGrid effect needs its own reference, on its
-// own page), as outboxctl confirm does.
+// Confirm, given no reference, confirms webhooks only (each with the
+// webhook-id the receiver saw) and skips the others, which need their own
+// reference on their own page, as outboxctl confirm does.
 var bulkActions = []string{"retry", "cancel", "confirm", "acknowledge", "release"}
-
-// webhookRef is what confirming a webhook by hand records as its
-// reference: the webhook-id the receiver saw and logged, its key.
-func webhookRef(e *outboxtype.Effect) string { return "webhook-id " + e.IdempotencyKey }
 
 // bulkIDs reads the ticked effect ids.
 func bulkIDs(vals []string) ([]uuid.UUID, error) {
@@ -918,21 +911,7 @@ func (u *ui) performMany(r *http.Request, d *bulkData, ids []uuid.UUID, actor st
 	case "confirm":
 		chs := make([]outboxtype.Change, 0, len(ids))
 		for _, id := range ids {
-			e, err := op.Get(ctx, id)
-			if errors.Is(err, sideeffects.ErrNotFound) {
-				chs = append(chs, outboxtype.Change{Skipped: "no effect with id " + id.String()})
-				continue
-			} else if err != nil {
-				return nil, err
-			}
-			if e.Provider != "webhook" {
-				chs = append(chs, outboxtype.Change{Effect: e, From: e.State, To: e.State,
-					Skipped: "a " + e.Provider + " effect is confirmed with its provider's reference, on its own page"})
-				continue
-			}
-			o := opts
-			o.Ref = webhookRef(e)
-			ch, err := op.Confirm(ctx, id, o)
+			ch, err := op.Confirm(ctx, id, opts)
 			if err != nil {
 				return nil, err
 			}
