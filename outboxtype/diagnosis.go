@@ -34,6 +34,17 @@ type Situation struct {
 	// address it is dialled at), what the running dispatchers' gates hold
 	// back for it: an open breaker, effects waiting at its cap.
 	Destinations map[string]string
+	// HeldBack lists the same, one entry per destination and dispatcher.
+	HeldBack []HeldDestination
+}
+
+// HeldDestination is a webhook destination a running dispatcher's gate
+// holds back: its host names and dialled address, what holds it
+// (DestinationText) and the dispatcher that reported it.
+type HeldDestination struct {
+	Names       []string
+	State, On   string
+	BreakerOpen bool
 }
 
 // Diagnosis explains why a stuck effect is not progressing and what to do.

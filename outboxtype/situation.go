@@ -3,6 +3,7 @@ package outboxtype
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/outboxd/outboxd/providers"
@@ -32,7 +33,12 @@ func SituationOf(now time.Time, bound time.Duration, ds []DispatcherRecord) Situ
 		sit.Dispatchers++
 		for _, dest := range d.Destinations {
 			if text := DestinationText(dest, now); text != "" {
-				for _, key := range append([]string{dest.Host}, dest.Names...) {
+				names := slices.Clone(dest.Names)
+				if !slices.Contains(names, dest.Host) {
+					names = append(names, dest.Host)
+				}
+				sit.HeldBack = append(sit.HeldBack, HeldDestination{Names: names, State: text, On: d.ID, BreakerOpen: dest.BreakerOpen})
+				for _, key := range names {
 					if sit.Destinations[key] == "" {
 						sit.Destinations[key] = text + " on " + d.ID
 					}

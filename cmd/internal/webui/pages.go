@@ -38,37 +38,7 @@ type overviewData struct {
 	// HeldBack are the webhook destinations a running outboxd's gate holds
 	// back (breaker open, at its cap, not answering): the first thing to
 	// know when a partner stops answering.
-	HeldBack []heldBack
-}
-
-type heldBack struct {
-	Names, State, On string
-}
-
-// heldBackOf lists what the running dispatchers' gates hold back, by
-// destination, as each recorded it.
-func heldBackOf(ds []outboxtype.DispatcherRecord, now time.Time) []heldBack {
-	var out []heldBack
-	for _, d := range ds {
-		if !outboxtype.Alive(d, now) {
-			continue
-		}
-		for _, dest := range d.Destinations {
-			text := outboxtype.DestinationText(dest, now)
-			if text == "" {
-				continue
-			}
-			names := slices.Clone(dest.Names)
-			if !slices.Contains(names, dest.Host) {
-				names = append(names, dest.Host)
-			}
-			if dest.BreakerOpen {
-				text += ": its webhooks wait without an attempt counted, and go on when it answers"
-			}
-			out = append(out, heldBack{Names: strings.Join(names, ", "), State: text, On: d.ID})
-		}
-	}
-	return out
+	HeldBack []outboxtype.HeldDestination
 }
 
 // reasonsOf is how many of the newest failures the failure reasons group:
@@ -98,13 +68,12 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, http.StatusInternalServerError, "could not read stuck effects", err)
 		return
 	}
-	ds, err := u.op.Dispatchers(ctx, 100)
+	sit, err := u.situation(r, now)
 	if err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read the dispatchers", err)
 		return
 	}
-	sit := outboxtype.SituationOf(now, u.cfg.FiredBound, ds)
-	d.HeldBack = heldBackOf(ds, now)
+	d.HeldBack = sit.HeldBack
 	for _, s := range outboxtype.ChainsUnderHeads(stuck) {
 		sit.KeyWindow = u.cfg.KeyWindow(s.Provider)
 		d.Stuck = append(d.Stuck, stuckRow{s, s.Explain(sit)})

@@ -138,6 +138,7 @@ func New(cfg Config) (http.Handler, error) {
 	funcs := template.FuncMap{
 		"age":   func(d time.Duration) string { return d.Round(time.Second).String() },
 		"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
+		"join":  strings.Join,
 		"deref": func(s *string) string {
 			if s == nil {
 				return ""
