@@ -86,6 +86,10 @@ const (
 	// DriftOtherOperation: an event is about an object the effect's
 	// operation does not create (a customer event naming a capture's key).
 	DriftOtherOperation = "other_operation"
+	// DriftOtherObject: an event is about another object than the one the
+	// effect's operation acts on (an event about one payment intent naming
+	// the key of another's capture).
+	DriftOtherObject = "other_object"
 )
 
 // ActionEventConfirm is the audit action of an effect confirmed by a

@@ -51,6 +51,11 @@ type EventReport struct {
 	// about one object never confirms an effect whose operation creates
 	// another.
 	Operations []string
+	// Target, when set, returns the provider object an effect's payload
+	// acts on when its request changes an existing object (a capture's
+	// payment intent), or "" when the request creates one. An event about
+	// any other object never confirms such an effect.
+	Target func(payload json.RawMessage) string
 }
 
 // Found is an object at the provider that an effect's request created or

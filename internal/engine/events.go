@@ -55,6 +55,15 @@ func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.
 				ev.Provider, ev.EventID, ev.Type, e.ID, orNone(op), orNone(ev.ObjectID)))
 		}
 	}
+	if ev.Target != nil {
+		// The key is in metadata an event's sender controls: only the
+		// object the effect acts on speaks for it.
+		if want := ev.Target(e.Payload); want != "" && want != ev.ObjectID {
+			return res, s.drift(ctx, tx, &res, ev, e, DriftOtherObject, fmt.Sprintf(
+				"%s event %s (%s) about %s names the key of %s, which acts on %s: it proves nothing about it; check where %s got that key",
+				ev.Provider, ev.EventID, ev.Type, orNone(ev.ObjectID), e.ID, want, orNone(ev.ObjectID)))
+		}
+	}
 	if ev.Delivery != "" {
 		if _, err := tx.Exec(ctx, s.sql(sqlRecordDelivery), e.ID, ev.Delivery, ev.Detail, ev.EventID, cmpTime(ev.At)); err != nil {
 			return res, fmt.Errorf("record delivery of effect %s: %w", e.ID, err)

@@ -64,6 +64,7 @@ const (
 	DriftUndone              = outboxtype.DriftUndone
 	DriftOtherProvider       = outboxtype.DriftOtherProvider
 	DriftOtherOperation      = outboxtype.DriftOtherOperation
+	DriftOtherObject         = outboxtype.DriftOtherObject
 	ActionRetry              = outboxtype.ActionRetry
 	ActionCancel             = outboxtype.ActionCancel
 	ActionConfirm            = outboxtype.ActionConfirm

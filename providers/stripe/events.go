@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxd/outboxd/inbox"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 )
 
 // EventRetryWindow is how long Stripe retries an event delivery (live
@@ -81,6 +82,7 @@ func ParseEvent(body []byte) (providers.EventReport, error) {
 	r.Currency, _ = obj["currency"].(string)
 	r.Outcome = classifyEvent(r.Type, objType, status)
 	r.Operations = operationsOn(objType)
+	r.Target = stripeschema.Target
 	if r.Outcome == providers.EventUndone {
 		r.Detail = status
 		if reason, _ := obj["failure_reason"].(string); reason != "" {

@@ -174,12 +174,15 @@ func TestValidatePayloadRejectsBadInput(t *testing.T) {
 		"customer bad email":       `{"operation": "customer.create", "params": {"email": "nope"}}`,
 		"transfer no destination":  `{"operation": "transfer.create", "params": {"amount": 5, "currency": "eur"}}`,
 		"metadata too long":        `{"operation": "customer.create", "params": {"metadata": {"k": "` + strings.Repeat("v", 501) + `"}}}`,
+		"reserved metadata key":    `{"operation": "payment_intent.create", "params": {"amount": 5, "currency": "eur", "metadata": {"outboxd_idempotency_key": "x"}}}`,
 	}
 	for name, payload := range bad {
 		err := stripe.Schema{}.ValidatePayload("k", json.RawMessage(payload))
 		require.Error(t, err, name)
 		require.Contains(t, err.Error(), "payload", name)
 	}
+	err := stripe.Schema{}.ValidatePayload("k", json.RawMessage(bad["reserved metadata key"]))
+	require.ErrorContains(t, err, "payload.params.metadata.outboxd_idempotency_key: reserved")
 }
 
 func TestNewRequiresKey(t *testing.T) {

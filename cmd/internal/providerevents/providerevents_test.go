@@ -354,6 +354,15 @@ func TestAnEventConfirmsOnlyWhatItCanProve(t *testing.T) {
 	require.Equal(t, engine.StateFired, e.get(t, capture.ID).State, "a customer event cannot confirm a capture")
 	require.Equal(t, 1, e.count(t, "provider_drift WHERE reason = $1", engine.DriftOtherOperation))
 
+	// A payment intent event naming the capture's key, about another
+	// payment intent (one a caller created with that metadata): right
+	// provider, right kind of object, not the object the capture acts on.
+	status, body = e.stripeEvent(t, "evt_x5", "payment_intent.succeeded",
+		map[string]any{"id": "pi_attacker_own", "object": "payment_intent", "status": "succeeded", "metadata": map[string]any{"outboxd_idempotency_key": capture.IdempotencyKey}})
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, engine.StateFired, e.get(t, capture.ID).State, "an event about another payment intent cannot confirm this one's capture")
+	require.Equal(t, 1, e.count(t, "provider_drift WHERE reason = $1", engine.DriftOtherObject))
+
 	// The payment intent's own event does.
 	status, body = e.stripeEvent(t, "evt_x4", "payment_intent.succeeded",
 		map[string]any{"id": "pi_123", "object": "payment_intent", "status": "succeeded", "metadata": map[string]any{"outboxd_idempotency_key": capture.IdempotencyKey}})

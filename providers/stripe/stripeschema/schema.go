@@ -92,6 +92,23 @@ func Parse(raw json.RawMessage) (any, error) {
 	return c, nil
 }
 
+// Target is the Stripe object a payload's operation acts on when it changes
+// an existing one (the payment intent of a capture or a cancel), or "" when
+// it creates one or the payload does not parse.
+func Target(raw json.RawMessage) string {
+	c, err := Parse(raw)
+	if err != nil {
+		return ""
+	}
+	switch p := c.(type) {
+	case *PaymentIntentCapture:
+		return p.ID
+	case *PaymentIntentCancel:
+		return p.ID
+	}
+	return ""
+}
+
 func strictDecode(raw json.RawMessage, v any) error { return providers.DecodeStrict(raw, v) }
 
 // decodeParams decodes params strictly, naming the field at fault.
@@ -149,6 +166,12 @@ func (c *checker) metadata(m map[string]string) {
 		c.fail("metadata", "%d keys, over Stripe's limit of 50", len(m))
 	}
 	for k, v := range m {
+		if k == MetadataKey {
+			// outboxd sets it to the effect's key; taken from application
+			// input, it would let another effect's events speak for this one.
+			c.fail("metadata."+k, "reserved: outboxd sets it to the effect's idempotency key; remove it")
+			continue
+		}
 		if len(k) > 40 || k == "" || strings.ContainsAny(k, "[]") {
 			c.fail("metadata", "key %q: 1 to 40 characters, no square brackets", k)
 		}
