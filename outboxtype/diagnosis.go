@@ -70,6 +70,20 @@ func (s StuckEffect) Explain(sit Situation) string {
 				relative(closes, now), relative(*e.KeyWindowFrom, now))
 		}
 	}
+	if e.WaitingFor != nil && e.State == StatePending {
+		why := fmt.Sprintf("waiting for limit %s", *e.WaitingFor)
+		if e.WaitingSince != nil {
+			why += " since " + relative(*e.WaitingSince, now)
+		}
+		why += " (the provider answered 429, or the key had no token left when it was due): waiting is not an attempt and spends none of its retries"
+		if s.JobScheduledAt != nil && s.JobScheduledAt.After(now) {
+			why += "; it asks again " + relative(*s.JobScheduledAt, now)
+		}
+		if sit.KeyWindow > 0 && e.KeyWindowFrom != nil {
+			why += "; its key window closes " + relative(e.KeyWindowFrom.Add(sit.KeyWindow), now)
+		}
+		return why + ". `outboxctl limits` shows the key's rate and pause; `outboxctl limits set` changes them"
+	}
 	if s.BlockedBehind != nil && e.OrderingKey != nil {
 		return fmt.Sprintf("blocked behind %s on ordering key %q: it fires once that effect ends (confirmed, cancelled or released). "+
 			"Act on %s; if it will never complete, `outboxctl release %s` lets this chain go on", s.BlockedBehind, *e.OrderingKey, s.BlockedBehind, s.BlockedBehind)

@@ -76,6 +76,12 @@ type Effect struct {
 	// OrderingReleasedAt is when an operator released the effects after it
 	// on its key, whatever becomes of it.
 	OrderingReleasedAt *time.Time `db:"ordering_released_at" json:"ordering_released_at,omitempty"`
+	// WaitingFor names the rate limit the effect waits for (its key was
+	// paused by a 429, or had no token left when it was due), since
+	// WaitingSince; nil when it does not wait. Waiting is not an attempt:
+	// it spends none of the retry budget. A claim clears both.
+	WaitingFor   *string    `db:"waiting_for" json:"waiting_for,omitempty"`
+	WaitingSince *time.Time `db:"waiting_since" json:"waiting_since,omitempty"`
 }
 
 // Failure reasons recorded in last_error when an effect ends failed.

@@ -53,6 +53,56 @@ type ProviderEventApplied struct {
 	Result EventResult
 }
 
+// Throttled is a provider's 429 for Effect: limit Key is paused for
+// every replica until Until, and the effect waits, its attempt not counted.
+type Throttled struct {
+	Effect *Effect
+	Key    string
+	Until  time.Time
+}
+
+// LimitState is what one dispatcher process knows of one rate limit key
+// now: the rate set at its start (nil: none), the rate the key may take
+// (as lowered by 429s; 0 when it has none), the end of a 429's pause, and
+// the workers of this process waiting for a token.
+type LimitState struct {
+	Key         string
+	Configured  *float64
+	Rate        float64
+	PausedUntil time.Time
+	Waiting     int
+}
+
+// LimitReport is one rate limit key as every replica shares it: its rate
+// and who set it, the rate it may take now (lowered by 429s; 0 when it has
+// none), a 429's pause, the 429s and requests it let through since it was
+// created (all replicas: their rate is the key's achieved rate), and the
+// effects waiting for it.
+type LimitReport struct {
+	Key            string     `json:"key"`
+	Rate           *float64   `json:"rate"`
+	RateSource     string     `json:"rate_source"`
+	CurrentRate    float64    `json:"current_rate"`
+	PausedUntil    *time.Time `json:"paused_until,omitempty"`
+	Throttles      int64      `json:"throttles"`
+	LastThrottleAt *time.Time `json:"last_throttle_at,omitempty"`
+	Granted        int64      `json:"granted"`
+	WaitingEffects int64      `json:"waiting_effects"`
+	WaitingSince   *time.Time `json:"waiting_since,omitempty"`
+}
+
+// LimitChange is one change of a limit's rate at run time, as audited.
+type LimitChange struct {
+	Key      string    `json:"key"`
+	Actor    string    `json:"actor"`
+	Reason   string    `json:"reason"`
+	FromRate *float64  `json:"from_rate"`
+	ToRate   *float64  `json:"to_rate"`
+	Resumed  bool      `json:"resumed"`
+	At       time.Time `json:"at"`
+}
+
+func (Throttled) observation()            {}
 func (Enqueued) observation()             {}
 func (KeyRequest) observation()           {}
 func (Transitioned) observation()         {}

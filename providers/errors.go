@@ -43,7 +43,10 @@ type Error struct {
 	// RetryAfter is the provider's requested delay before the next attempt
 	// (Retry-After, X-RateLimit-Reset); zero when it gave none.
 	RetryAfter time.Duration
-	Err        error
+	// Throttled is true of a refusal for rate (see Throttled): the whole
+	// limit key slows down, and the attempt does not count.
+	Throttled bool
+	Err       error
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %v", e.Class, e.Err) }
@@ -104,7 +107,7 @@ func Redact(err error, secrets []string) error {
 		if !changed {
 			return err
 		}
-		return &Error{Class: pe.Class, RetryAfter: pe.RetryAfter, Err: inner}
+		return &Error{Class: pe.Class, RetryAfter: pe.RetryAfter, Throttled: pe.Throttled, Err: inner}
 	}
 	clean, changed := redactErr(err, secrets)
 	if !changed {

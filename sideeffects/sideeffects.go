@@ -123,6 +123,17 @@ type Config struct {
 	// job (its CompletedJobRetentionPeriod). The effect row holds all a
 	// completed job says. Default 1h (River's own default is 24h).
 	CompletedJobRetention time.Duration
+	// Limits sets rate limits, in requests a second, shared by every
+	// replica, by limit key: a provider's name for its account
+	// ("stripe", "sendgrid"), or a key a provider names
+	// ("webhook:api.partner.example"). Stripe's account limit defaults to
+	// Stripe's published rate (live 100/s, test 25/s); keys with no rate
+	// slow down only when the provider answers 429. A rate an operator set
+	// (outboxctl limits set) is kept over these. See docs/limits.md.
+	Limits map[string]float64
+	// LimitPause is how long a 429 that names no delay pauses its limit
+	// key, doubled for each such 429 in a row. Default 1s.
+	LimitPause time.Duration
 	// Metrics, when set, receives what the dispatcher measures (see package
 	// dispatchmetrics for Prometheus).
 	Metrics Observer
@@ -170,6 +181,7 @@ const (
 	DefaultRetention             = engine.DefaultRetention
 	DefaultRetentionInterval     = engine.DefaultRetentionInterval
 	DefaultCompletedJobRetention = engine.DefaultCompletedJobRetention
+	DefaultLimitPause            = engine.DefaultLimitPause
 	DefaultMaxAttempts           = engine.DefaultMaxAttempts
 	DefaultBaseDelay             = engine.DefaultBaseDelay
 	DefaultMaxDelay              = engine.DefaultMaxDelay
@@ -218,6 +230,10 @@ func (d *Dispatcher) Stop(ctx context.Context) error { return d.d.Stop(ctx) }
 
 // Stopped is closed once the dispatcher has stopped.
 func (d *Dispatcher) Stopped() <-chan struct{} { return d.d.Stopped() }
+
+// Limits is what this process knows of the rate limits now (for metrics:
+// see dispatchmetrics.Limits).
+func (d *Dispatcher) Limits() []outboxtype.LimitState { return d.d.Limits() }
 
 // Operator inspects and repairs effects, with the guards and audit trail
 // of outboxctl and the web view (they use it too).
@@ -356,6 +372,26 @@ func (o *Operator) Drift(ctx context.Context, f outboxtype.DriftFilter) ([]outbo
 // It returns the ids it acknowledged now.
 func (o *Operator) AckDrift(ctx context.Context, ids []int64, actor, reason string) ([]int64, error) {
 	return o.op.Store().AckDrift(ctx, o.op.Pool(), ids, actor, reason)
+}
+
+// Limits lists every rate limit key as the replicas share it, with the
+// effects waiting for it.
+func (o *Operator) Limits(ctx context.Context) ([]outboxtype.LimitReport, error) {
+	return o.op.Store().LimitReports(ctx, o.op.Pool())
+}
+
+// SetLimit sets limit key's rate at run time for every replica (within a
+// second), kept over the rates replicas are started with; rate nil leaves
+// the key no rate of its own (it slows on 429s only). resume ends a 429's
+// pause. Audited with actor and reason; it returns the rate the key had.
+func (o *Operator) SetLimit(ctx context.Context, key string, rate *float64, actor, reason string, resume bool) (*float64, error) {
+	return o.op.Store().SetLimit(ctx, o.op.Pool(), key, rate, actor, reason, resume)
+}
+
+// LimitHistory lists the run-time changes of key's rate ("" every key),
+// newest first, at most limit.
+func (o *Operator) LimitHistory(ctx context.Context, key string, limit int) ([]outboxtype.LimitChange, error) {
+	return o.op.Store().LimitHistory(ctx, o.op.Pool(), key, limit)
 }
 
 // UnacknowledgedDrift counts the drift records nobody acknowledged.

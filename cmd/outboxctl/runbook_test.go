@@ -154,17 +154,17 @@ func TestRunbook(t *testing.T) {
 	}
 
 	// Retries exhausted on answers that prove the provider did nothing
-	// (429): retry once the cause is fixed. The re-send carries the same
-	// key, and the receiver acts once.
+	// (409; a 429 is not an attempt): retry once the cause is fixed. The
+	// re-send carries the same key, and the receiver acts once.
 	t.Run("retries exhausted: retry once fixed", func(t *testing.T) {
 		t.Parallel()
 		r := startRunbook(t)
-		r.recv.Respond("/busy", fakes.Status(429), fakes.Status(429))
+		r.recv.Respond("/busy", fakes.Status(409), fakes.Status(409))
 		id := r.enqueue(t, "hook", outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: r.recv.URL + "/busy", Body: json.RawMessage(`{}`)})).String()
 		e := r.waitState(t, "hook", engine.StateFailed)
 		require.Contains(t, deref(e.LastError), "retries exhausted")
 		r.settle(t, "hook")
-		out, err := r.run(t, "", "retry", id, "--reason", "rate limit raised")
+		out, err := r.run(t, "", "retry", id, "--reason", "receiver fixed")
 		require.NoError(t, err, out)
 		r.waitState(t, "hook", engine.StateConfirmed)
 		ds := r.recv.Deliveries()

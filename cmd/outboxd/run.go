@@ -7,11 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -38,9 +40,11 @@ import (
 	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
 )
 
-// DefaultStripeConcurrency keeps the Stripe queue under Stripe's default
-// live-mode rate limit (100 requests a second) at typical latencies.
-const DefaultStripeConcurrency = 25
+// DefaultStripeConcurrency bounds the Stripe calls in flight per process.
+// The account's rate limit (Stripe's published 100 a second in live mode,
+// 25 in test mode, shared by every replica: --limit) is what keeps outboxd
+// under Stripe's limiter; enough workers reach it at 1s calls.
+const DefaultStripeConcurrency = 100
 
 // runConfig holds the settings of outboxd run.
 type runConfig struct {
@@ -49,6 +53,7 @@ type runConfig struct {
 	MaxConns        int32
 
 	Concurrency    map[string]int
+	Limits         map[string]string
 	MaxAttempts    int
 	RetryBaseDelay time.Duration
 	RetryMaxDelay  time.Duration
@@ -118,6 +123,9 @@ already older than --rescue-after and re-fires it within seconds.
 	f.StringToIntVar(&c.Concurrency, "concurrency", map[string]int{},
 		fmt.Sprintf("workers per provider queue, e.g. webhook=20 (default %d each; stripe %d, under Stripe's live-mode rate limit)", sideeffects.DefaultConcurrency, DefaultStripeConcurrency))
 	envflag.Bind(f, "concurrency", "OUTBOXD_CONCURRENCY")
+	f.StringToStringVar(&c.Limits, "limit", map[string]string{},
+		"rate limits in requests a second shared by every replica, e.g. stripe=80,webhook:api.partner.example=50 (default: Stripe's published 100/s live, 25/s test; others slow on 429s; docs/limits.md)")
+	envflag.Bind(f, "limit", "OUTBOXD_LIMITS")
 	f.IntVar(&c.MaxAttempts, "max-attempts", sideeffects.DefaultMaxAttempts, "fires after which an effect fails")
 	envflag.Bind(f, "max-attempts", "OUTBOXD_MAX_ATTEMPTS")
 	f.DurationVar(&c.RetryBaseDelay, "retry-base-delay", sideeffects.DefaultBaseDelay, "delay after the first failed attempt (doubles each time, jittered)")
@@ -254,6 +262,7 @@ func (c *runConfig) settings(names []string, provs []providers.Provider) map[str
 		"sweep_interval":          c.SweepInterval.String(),
 		"retention":               c.Retention.String(),
 		"completed_job_retention": c.JobRetention.String(),
+		"limits":                  c.Limits,
 	}
 	for _, n := range names {
 		switch n {
@@ -268,6 +277,20 @@ func (c *runConfig) settings(names []string, provs []providers.Provider) map[str
 		}
 	}
 	return s
+}
+
+// limits is --limit as rates (checked by validate) for the enabled
+// providers: a limit of a built-in provider without credentials here is
+// not an error.
+func (c *runConfig) limits(provs []providers.Provider) map[string]float64 {
+	out := make(map[string]float64, len(c.Limits))
+	for key, v := range c.Limits {
+		name, _, _ := strings.Cut(key, ":")
+		if slices.ContainsFunc(provs, func(p providers.Provider) bool { return p.Name() == name }) {
+			out[key], _ = strconv.ParseFloat(strings.TrimSuffix(v, "/s"), 64)
+		}
+	}
+	return out
 }
 
 // concurrency is --concurrency for the enabled providers: a setting for a
@@ -375,6 +398,16 @@ func (c *runConfig) validate() error {
 	if c.MaxConns < 2 {
 		return cli.Usagef("--db-max-conns (OUTBOXD_DB_MAX_CONNS) is %d: it must be at least 2", c.MaxConns)
 	}
+	for key, v := range c.Limits {
+		rate, err := strconv.ParseFloat(strings.TrimSuffix(v, "/s"), 64)
+		if err != nil || !(rate > 0) || math.IsInf(rate, 0) {
+			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: the rate must be a positive number of requests a second, e.g. %s=50", key, v, key)
+		}
+		name, _, _ := strings.Cut(key, ":")
+		if name != webhook.Name && name != stripe.Name && name != sendgrid.Name {
+			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: no provider %q: name stripe, sendgrid, or webhook:<host>", key, v, name)
+		}
+	}
 	for name, n := range c.Concurrency {
 		if name != webhook.Name && name != stripe.Name && name != sendgrid.Name {
 			return cli.Usagef("--concurrency (OUTBOXD_CONCURRENCY) %s=%d: no provider %q: use webhook, stripe or sendgrid", name, n, name)
@@ -428,7 +461,8 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		dispatchmetrics.NewStateCollector(pool, g.Schema), dispatchmetrics.NewDestinationCollector(provs...))
+		dispatchmetrics.NewStateCollector(pool, g.Schema), dispatchmetrics.NewDestinationCollector(provs...),
+		dispatchmetrics.NewLimitCollector(pool, g.Schema))
 	metrics, err := dispatchmetrics.New(reg)
 	if err != nil {
 		return err
@@ -599,6 +633,7 @@ func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, 
 		Metrics:               metrics,
 		Providers:             provs,
 		Concurrency:           c.concurrency(provs),
+		Limits:                c.limits(provs),
 		InDoubt:               inDoubt,
 		Retry:                 sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
 		JobTimeout:            c.JobTimeout,

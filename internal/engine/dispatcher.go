@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,6 +96,17 @@ type Config struct {
 	// it. Default 1h (River's own default, 24h, makes river_job the
 	// biggest table: about 550 bytes per effect for a day).
 	CompletedJobRetention time.Duration
+	// Limits sets rate limits, in requests a second, shared by every
+	// replica, by limit key: a provider's name for its account
+	// ("stripe", "sendgrid"), or a key a provider names
+	// ("webhook:api.partner.example"). Stripe's account limit defaults to
+	// Stripe's published rate (live 100/s, test 25/s); keys with no rate
+	// slow down only when the provider answers 429. A rate an operator set
+	// (outboxctl limits set) is kept over these. See docs/limits.md.
+	Limits map[string]float64
+	// LimitPause is how long a 429 that names no delay pauses its limit
+	// key, doubled for each such 429 in a row. Default 1s.
+	LimitPause time.Duration
 	// Metrics, when set, receives what the dispatcher measures (see package
 	// dispatchmetrics for Prometheus).
 	Metrics Observer
@@ -159,6 +172,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.RetentionInterval = cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval)
 	cfg.CompletedJobRetention = cmp.Or(cfg.CompletedJobRetention, DefaultCompletedJobRetention)
 	cfg.Retry = cfg.Retry.WithDefaults()
+	cfg.LimitPause = cmp.Or(cfg.LimitPause, DefaultLimitPause)
 	return cfg
 }
 
@@ -221,7 +235,58 @@ func (cfg Config) validate() error {
 			return fmt.Errorf("dispatcher: concurrency set for unknown provider %q", name)
 		}
 	}
+	if cfg.LimitPause < 0 {
+		return fmt.Errorf("dispatcher: limit pause is %s: it must not be negative", cfg.LimitPause)
+	}
+	for _, key := range slices.Sorted(maps.Keys(cfg.Limits)) {
+		if err := checkLimit(key, cfg.Limits[key], seen); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// checkLimit checks one configured limit: a positive rate, for a provider
+// this process has (by name, or a key that starts with "<provider>:").
+func checkLimit(key string, rate float64, providers map[string]bool) error {
+	name, _, _ := strings.Cut(key, ":")
+	switch {
+	case !providers[name]:
+		return fmt.Errorf("dispatcher: limit %q: no provider %q is configured: name a provider's account (stripe) or a key such as webhook:api.partner.example", key, name)
+	case !(rate > 0) || math.IsInf(rate, 0):
+		return fmt.Errorf("dispatcher: limit %q: rate %v: it must be a positive number of requests a second", key, rate)
+	}
+	return nil
+}
+
+// limitKeys resolves cfg's limits and the providers' published ones: the
+// account key of each provider that has one, and every key's rate (a
+// provider's name stands for its account).
+func limitKeys(cfg Config) (accounts map[string]string, rates map[string]float64, defaults map[string]float64, err error) {
+	accounts, rates, defaults = map[string]string{}, map[string]float64{}, map[string]float64{}
+	for _, p := range cfg.Providers {
+		lp, ok := p.(providers.Limited)
+		if !ok {
+			continue
+		}
+		if l := lp.Limit(nil); l.Key != "" {
+			accounts[p.Name()] = l.Key
+			if l.Rate > 0 {
+				defaults[l.Key] = l.Rate
+			}
+		}
+	}
+	for key, rate := range cfg.Limits {
+		if !strings.Contains(key, ":") {
+			acct, ok := accounts[key]
+			if !ok {
+				return nil, nil, nil, fmt.Errorf("dispatcher: limit %q: the %s provider has no account limit: name its keys (%s:<destination>)", key, key, key)
+			}
+			key = acct
+		}
+		rates[key] = rate
+	}
+	return accounts, rates, defaults, nil
 }
 
 // NewDispatcher validates cfg and builds a dispatcher; Start runs it.
@@ -231,15 +296,30 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		return nil, err
 	}
 	store := NewStore(cfg.Schema)
+	accounts, rates, defaults, err := limitKeys(cfg)
+	if err != nil {
+		return nil, err
+	}
+	lim := newLimiter(pool, store, cfg.Logger, cfg.LimitPause)
+	for key, rate := range defaults {
+		if _, set := rates[key]; !set {
+			lim.ensure(key, rate, "default")
+		}
+	}
+	for key, rate := range rates {
+		lim.ensure(key, rate, "config")
+	}
 	w := &Worker{
-		pool:      pool,
-		store:     store,
-		providers: make(map[string]providers.Provider, len(cfg.Providers)),
-		inDoubt:   cfg.InDoubt,
-		retry:     cfg.Retry,
-		logger:    cfg.Logger,
-		metrics:   cmp.Or[Observer](cfg.Metrics, noObserver{}),
-		tracer:    cfg.Tracer,
+		limits:        lim,
+		accountLimits: accounts,
+		pool:          pool,
+		store:         store,
+		providers:     make(map[string]providers.Provider, len(cfg.Providers)),
+		inDoubt:       cfg.InDoubt,
+		retry:         cfg.Retry,
+		logger:        cfg.Logger,
+		metrics:       cmp.Or[Observer](cfg.Metrics, noObserver{}),
+		tracer:        cfg.Tracer,
 	}
 	queues := make(map[string]river.QueueConfig, len(cfg.Providers))
 	for _, p := range cfg.Providers {
@@ -307,8 +387,10 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 // Start begins fetching and working dispatch jobs.
 func (d *Dispatcher) Start(ctx context.Context) error {
 	d.worker.startBatchers()
+	d.worker.limits.start(ctx)
 	if err := d.client.Start(ctx); err != nil {
 		d.worker.stopBatchers()
+		d.worker.limits.stopLimiter()
 		return err
 	}
 	d.intake.start()
@@ -385,6 +467,7 @@ func (d *Dispatcher) announce(ctx context.Context) {
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	// The batchers serve the workers until the last one has returned.
 	defer d.worker.stopBatchers()
+	defer d.worker.limits.stopLimiter()
 	defer d.stopOnce.Do(func() {
 		close(d.heartbeat)
 		if d.settings != nil {
@@ -406,3 +489,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 // Stopped is closed once the dispatcher has stopped, however the stop
 // began (Stop, or the cancellation of Start's context).
 func (d *Dispatcher) Stopped() <-chan struct{} { return d.client.Stopped() }
+
+// Limits is what this process knows of the rate limits now: each key's
+// rate (as lowered by 429s), pause, and the workers waiting for it here.
+func (d *Dispatcher) Limits() []KeyState { return d.worker.limits.states() }

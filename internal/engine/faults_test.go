@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,9 +29,10 @@ import (
 // slow answers, 5xx storms and 429s with Retry-After, chosen by a seeded
 // generator. It records the webhook-id of every request it read.
 type faultyReceiver struct {
-	mu   sync.Mutex
-	rng  *rand.Rand
-	seen map[string]int
+	mu        sync.Mutex
+	rng       *rand.Rand
+	seen      map[string]int
+	throttled map[string]int
 }
 
 func (f *faultyReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -52,8 +54,10 @@ func (f *faultyReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadGateway)
 	case roll < 40: // 5xx storm
 		w.WriteHeader(http.StatusServiceUnavailable)
-	case roll < 50:
-		w.Header().Set("Retry-After", "1")
+	case roll < 50: // throttled: pauses the whole destination (LimitPause)
+		f.mu.Lock()
+		f.throttled[r.Header.Get("webhook-id")]++
+		f.mu.Unlock()
 		w.WriteHeader(http.StatusTooManyRequests)
 	case roll < 60: // slow but within the timeout
 		time.Sleep(100 * time.Millisecond)
@@ -68,7 +72,7 @@ func TestProviderFaultsEndConfirmedOrFailedWithReason(t *testing.T) {
 	const n = 200
 	db := testdb.New(t)
 	ctx := context.Background()
-	recv := &faultyReceiver{rng: rand.New(rand.NewPCG(42, 7)), seen: map[string]int{}}
+	recv := &faultyReceiver{rng: rand.New(rand.NewPCG(42, 7)), seen: map[string]int{}, throttled: map[string]int{}}
 	srv := httptest.NewServer(recv)
 	t.Cleanup(srv.Close)
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
@@ -93,7 +97,12 @@ func TestProviderFaultsEndConfirmedOrFailedWithReason(t *testing.T) {
 	d, err := engine.NewDispatcher(db.Pool, engine.Config{
 		Schema: db.Schema, Providers: []providers.Provider{p}, Concurrency: map[string]int{"webhook": 20},
 		Retry: policy, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TestOnly: true,
+		// Every 429 pauses the one destination and lowers its rate;
+		// short pauses and a configured rate to climb back to keep the
+		// test's time in the scale of its retry schedule.
+		LimitPause: 20 * time.Millisecond,
+		Limits:     map[string]float64{"webhook:" + strings.TrimPrefix(srv.URL, "http://"): 1000},
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)), TestOnly: true,
 	})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(ctx))
@@ -104,14 +113,30 @@ func TestProviderFaultsEndConfirmedOrFailedWithReason(t *testing.T) {
 	})
 
 	// The documented schedule bounds how long this can take: at most 8
-	// attempts, each at most the 300ms timeout plus a 200ms delay or a 1s
-	// Retry-After; a minute is ample.
+	// attempts, each at most the 300ms timeout plus a 200ms delay, and
+	// 429s that pause the destination (not counted as attempts); a minute
+	// is ample.
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var live int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.side_effects WHERE state IN ('pending', 'fired')`).Scan(&live))
 		if live == 0 {
 			break
+		}
+		if !time.Now().Before(deadline) {
+			// What is left, and the limit, for the failure's log.
+			rows, _ := db.Pool.Query(ctx, `SELECT e.state || ' att=' || e.attempts || ' tot=' || e.total_attempts || ' wait=' || coalesce(e.waiting_for,'-') || ' next=' || coalesce(e.next_attempt_at::text,'-') || ' err=' || coalesce(e.last_error,'-') || ' job=' || coalesce((SELECT string_agg(j.state::text || ' ' || j.scheduled_at::text || ' ' || coalesce(j.errors::text,''), ';') FROM `+db.Schema+`.river_job j WHERE j.args->>'effect_id' = e.id::text), 'none') FROM `+db.Schema+`.side_effects e WHERE state IN ('pending','fired')`)
+			for rows.Next() {
+				var x string
+				_ = rows.Scan(&x)
+				t.Log(x, " now=", time.Now())
+			}
+			rows.Close()
+			lr, _ := engine.NewStore(db.Schema).Limits(ctx, db.Pool)
+			for _, r := range lr {
+				t.Logf("limit %+v eff=%v rate=%v cur=%v", *r, r.Effective(), rateOrNone(r.Rate), rateOrNone(r.CurrentRate))
+			}
+			t.Logf("local %+v", d.Limits())
 		}
 		require.True(t, time.Now().Before(deadline), "%d effects still live after a minute", live)
 		time.Sleep(50 * time.Millisecond)
@@ -131,13 +156,14 @@ func TestProviderFaultsEndConfirmedOrFailedWithReason(t *testing.T) {
 			t.Fatalf("effect %s ended %s", id, e.State)
 		}
 		recv.mu.Lock()
-		sent := recv.seen[key]
+		sent, throttled := recv.seen[key], recv.throttled[key]
 		recv.mu.Unlock()
 		require.Positive(t, sent, "effect %s was never sent", id)
 		// Go's HTTP client re-sends a request carrying an Idempotency-Key
 		// once by itself when a reused connection dies before the answer;
 		// the re-send has the same key, so an attempt is at most two sends.
-		require.LessOrEqual(t, sent, 2*policy.MaxAttempts, "effect %s sent more often than its attempts allow", id)
+		// A 429 is not an attempt.
+		require.LessOrEqual(t, sent-throttled, 2*policy.MaxAttempts, "effect %s sent more often than its attempts allow", id)
 	}
 	recv.mu.Lock()
 	defer recv.mu.Unlock()
@@ -158,4 +184,12 @@ func sumValues(m map[string]int) int {
 		total += v
 	}
 	return total
+}
+
+// rateOrNone is a limit's rate for a log line, -1 when it has none.
+func rateOrNone(f *float64) float64 {
+	if f == nil {
+		return -1
+	}
+	return *f
 }

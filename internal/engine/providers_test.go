@@ -124,7 +124,8 @@ func TestSendGridInDoubtPolicies(t *testing.T) {
 		b.start(t)
 		e := b.enqueueEffect(t, emailEffect("email.receipt"))
 		got := b.waitFor(t, e.ID, engine.StateConfirmed)
-		require.Equal(t, 2, got.Attempts, "a 429 proves SendGrid refused the mail: re-sent")
+		require.Equal(t, 1, got.Attempts, "a 429 proves SendGrid refused the mail: re-sent, and not counted as an attempt")
+		require.Equal(t, 2, got.TotalAttempts)
 		require.Equal(t, "msg_2", deref(got.ProviderRef))
 		for _, r := range f.Requests() {
 			require.Equal(t, e.Key, r.Key)

@@ -12,7 +12,7 @@ import "strings"
 const effectColumns = `id, source_id, kind, provider, payload, state, attempts,
 	last_error, provider_ref, replayed, next_attempt_at, created_at, updated_at, fired_at, first_fired_at, confirmed_at,
 	in_doubt, total_attempts, redrives, key_window_from, acknowledged_at, not_before,
-	ordering_key, ordering_seq, ordering_skip_failed, ordering_released_at`
+	ordering_key, ordering_seq, ordering_skip_failed, ordering_released_at, waiting_for, waiting_since`
 
 // openInChain is true of an effect s of an ordering key that has not
 // ended: the effects after it wait. Its terms are those of
@@ -244,7 +244,7 @@ WHERE kind = 'outboxd.dispatch' AND state::text = ANY($2) AND args @> jsonb_buil
 UPDATE /*schema*/side_effects
 SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 1, in_doubt = true,
 	fired_at = now(), first_fired_at = coalesce(first_fired_at, now()), key_window_from = coalesce(key_window_from, now()),
-	next_attempt_at = NULL, updated_at = now()
+	next_attempt_at = NULL, waiting_for = NULL, waiting_since = NULL, updated_at = now()
 WHERE id = $1 AND state = $2 AND state IN ('pending', 'fired') AND (not_before IS NULL OR not_before <= now())
 	AND NOT ` + blockedInChainUnaliased + `
 RETURNING ` + effectColumns
@@ -258,7 +258,7 @@ RETURNING ` + effectColumns
 UPDATE /*schema*/side_effects
 SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 1, in_doubt = true,
 	fired_at = now(), first_fired_at = now(), key_window_from = coalesce(key_window_from, now()),
-	next_attempt_at = NULL, updated_at = now()
+	next_attempt_at = NULL, waiting_for = NULL, waiting_since = NULL, updated_at = now()
 WHERE id = ANY($1) AND state = 'pending' AND first_fired_at IS NULL AND NOT in_doubt AND provider = ANY($2)
 	AND (not_before IS NULL OR not_before <= now()) AND NOT ` + blockedInChainUnaliased + `
 RETURNING ` + effectColumns
@@ -491,7 +491,8 @@ const beforeColumns = `before.id, before.source_id, before.kind, before.provider
 	before.state, before.attempts, before.last_error, before.provider_ref, before.replayed, before.next_attempt_at,
 	before.created_at, before.updated_at, before.fired_at, before.first_fired_at, before.confirmed_at,
 	before.in_doubt, before.total_attempts, before.redrives, before.key_window_from, before.acknowledged_at, before.not_before,
-	before.ordering_key, before.ordering_seq, before.ordering_skip_failed, before.ordering_released_at`
+	before.ordering_key, before.ordering_seq, before.ordering_skip_failed, before.ordering_released_at,
+	before.waiting_for, before.waiting_since`
 
 // Inspection: what operators and the stuck/stats commands read.
 const (
@@ -843,7 +844,7 @@ GROUP BY kind`
 const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.payload, e.state, e.attempts,
 	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at,
 	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from, e.acknowledged_at, e.not_before,
-	e.ordering_key, e.ordering_seq, e.ordering_skip_failed, e.ordering_released_at`
+	e.ordering_key, e.ordering_seq, e.ordering_skip_failed, e.ordering_released_at, e.waiting_for, e.waiting_since`
 
 // sqlListFailed is sqlListEffects for failed effects only ($1 = {failed}):
 // the phase predicate lets it read side_effects_failed_list_idx.

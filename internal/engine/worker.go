@@ -57,6 +57,12 @@ type Worker struct {
 	claims   *batcher[uuid.UUID, *Effect]
 	confirms *batcher[confirmReq, State]
 
+	// limits are the rate limits shared with every replica;
+	// accountLimits the limit key every request of a provider counts
+	// against (its account), by provider.
+	limits        *limiter
+	accountLimits map[string]string
+
 	// beforeConfirm, when set by tests, runs between the provider's
 	// acknowledgement and the confirming transaction.
 	beforeConfirm func(ctx context.Context) error
@@ -176,6 +182,19 @@ func (w *Worker) nextInChains(ctx context.Context, tx pgx.Tx, reqs []confirmReq,
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	id := job.Args.EffectID
+	// A provider's account limit is taken before the claim: a worker that
+	// waits for a token holds no effect (the queue is the provider's own,
+	// so its workers waiting delay no other provider).
+	if key := w.accountLimits[job.Queue]; key != "" {
+		ok, wait, err := w.limits.take(ctx, key, accountWait)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			w.markWaiting(ctx, id, key)
+			return river.JobSnooze(wait)
+		}
+	}
 	// Most jobs are an effect's first attempt: claimed together with the
 	// first attempts of other workers, in one statement.
 	claimed, err := w.claims.do(ctx, id)
@@ -219,6 +238,23 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 		}
 		release = r
 	}
+	// A destination's limit is known from the payload only: the worker
+	// waits for a token briefly (the webhook queue serves every
+	// destination), then the claim is undone and the job waits its turn.
+	if key := w.destinationLimit(p, claimed); key != "" {
+		ok, wait, err := w.limits.take(ctx, key, destinationWait)
+		if err != nil || !ok {
+			release(providers.ErrNotAttempted)
+			if _, uerr := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); uerr != nil {
+				return uerr
+			}
+			if err != nil {
+				return err
+			}
+			w.markWaiting(ctx, id, key)
+			return river.JobSnooze(wait)
+		}
+	}
 	// The destination's slot is held for the request only, not for the
 	// bookkeeping after it: freed as soon as Send returns, or on the way
 	// out if Send was never reached (or panicked).
@@ -254,6 +290,10 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
+	if key := w.limitKey(p, claimed); key != "" && !providers.IsThrottled(sendErr) {
+		// Not refused for rate: the key took it.
+		w.limits.accepted(key)
+	}
 	if sendErr == nil {
 		return w.acknowledged(bctx, log, job, claimed, res, w.policy(claimed.Kind, p.Guarantees()))
 	}
@@ -292,6 +332,9 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 	g := p.Guarantees()
 	policy := w.policy(claimed.Kind, g)
 	class, after := providers.Classify(sendErr)
+	if key := w.limitKey(p, claimed); key != "" && providers.IsThrottled(sendErr) {
+		return w.throttled(bctx, log, p, claimed, before, start, sendErr, key, after)
+	}
 	host := ""
 	if h, ok := p.(providers.Hoster); ok {
 		host = h.Host(claimed.Payload)
@@ -339,6 +382,74 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 	log.Warn("attempt failed; will retry", "next_attempt_at", next)
 	w.retryAt.Store(job.ID, next)
 	return sendErr
+}
+
+// throttled handles a provider's 429 for claimed, whose request counts
+// against limit key: the key pauses for every replica and slows down, and
+// the effect waits for it, pending, without the attempt counting.
+func (w *Worker) throttled(bctx context.Context, log *slog.Logger, p providers.Provider, claimed, before *Effect,
+	start time.Time, sendErr error, key string, after time.Duration) error {
+	until, first, err := w.limits.throttled(bctx, key, after)
+	if err != nil {
+		return err
+	}
+	w.metrics.Observe(outboxtype.Throttled{Effect: claimed, Key: key, Until: until})
+	if first {
+		log.Info("limit paused after the provider answered 429: every replica waits", "limit", key, "until", until, "error", sendErr)
+	} else {
+		log.Debug("429 during a pause of its limit", "limit", key, "error", sendErr)
+	}
+	host := ""
+	if h, ok := p.(providers.Hoster); ok {
+		host = h.Host(claimed.Payload)
+	}
+	if err := w.store.RecordAttempt(bctx, w.pool, Attempt{EffectID: claimed.ID, Attempt: claimed.TotalAttempts, StartedAt: start,
+		Duration: time.Since(start), Outcome: OutcomeThrottled, Error: "limit " + key + ": " + sendErr.Error(), Host: host}); err != nil {
+		log.Warn("could not record the attempt in its history", "record_error", err)
+	}
+	next := until.Add(jitterUpTo(time.Second))
+	if deadline := keyDeadline(claimed, p.Guarantees()); !deadline.IsZero() && next.After(deadline) {
+		return w.fail(bctx, log, claimed, fmt.Sprintf("%s (waiting for limit %s; last error: %v)", ReasonKeyWindow, key, sendErr), sendErr)
+	}
+	priorDoubt := before.InDoubt || before.State == StateFired
+	released, err := w.store.ReleaseThrottled(bctx, w.pool, claimed.ID, sendErr.Error(), next, priorDoubt, key)
+	if err != nil {
+		return err
+	}
+	if released {
+		w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StatePending})
+	}
+	return river.JobSnooze(time.Until(next))
+}
+
+// limitKey is the limit claimed's request counts against: its provider's
+// account, or its destination; "" when none.
+func (w *Worker) limitKey(p providers.Provider, claimed *Effect) string {
+	if key := w.accountLimits[claimed.Provider]; key != "" {
+		return key
+	}
+	return w.destinationLimit(p, claimed)
+}
+
+// destinationLimit is the limit of claimed's destination, when its
+// provider limits per destination.
+func (w *Worker) destinationLimit(p providers.Provider, claimed *Effect) string {
+	if w.limits == nil || w.accountLimits[claimed.Provider] != "" {
+		return ""
+	}
+	if lp, ok := p.(providers.Limited); ok {
+		return lp.Limit(claimed.Payload).Key
+	}
+	return ""
+}
+
+// markWaiting records, best effort, that effect id waits for limit key.
+func (w *Worker) markWaiting(ctx context.Context, id uuid.UUID, key string) {
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+	defer cancel()
+	if err := w.store.MarkWaiting(mctx, w.pool, id, key); err != nil {
+		w.logger.Debug("could not record that an effect waits for its limit", "effect_id", id, "limit", key, "error", err)
+	}
 }
 
 // claimAgain handles every claim but the first: a retry, an in-doubt

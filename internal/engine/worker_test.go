@@ -560,11 +560,13 @@ func TestFailedAttemptsAreKeptForOperators(t *testing.T) {
 	require.Contains(t, attempts[0].Error, "HTTP 503")
 	require.Equal(t, host, attempts[0].Host)
 	require.Equal(t, 2, attempts[1].Attempt)
-	require.Equal(t, "retryable", attempts[1].Outcome)
+	require.Equal(t, engine.OutcomeThrottled, attempts[1].Outcome, "a 429 is kept as throttled: not an attempt")
 	require.Contains(t, attempts[1].Error, "HTTP 429")
+	require.Equal(t, host, attempts[1].Host)
+	require.Equal(t, 2, got.Attempts, "the 503 and the confirmation count, the 429 does not")
 }
 
-// An answer that proves the provider did not act (a refusal, a 429) leaves
+// An answer that proves the provider did not act (a refusal such as 409) leaves
 // an effect failed but not in doubt, so stuck does not tell an operator to
 // look for a delivery that cannot have happened; an earlier in-doubt
 // attempt (a 503) keeps it in doubt.
@@ -572,7 +574,7 @@ func TestProvenFailuresAreNotInDoubt(t *testing.T) {
 	t.Parallel()
 	b := setupWorker(t, workerOpts{maxAttempts: 2})
 	b.recv.Respond("/gone", fakes.Status(410))
-	b.recv.Respond("/busy", fakes.Status(429), fakes.Status(429))
+	b.recv.Respond("/busy", fakes.Status(409), fakes.Status(409))
 	b.recv.Respond("/flaky-then-gone", fakes.Status(503), fakes.Status(410))
 	b.start(t)
 	gone, busy, flaky := b.enqueue(t, "/gone"), b.enqueue(t, "/busy"), b.enqueue(t, "/flaky-then-gone")

@@ -92,6 +92,18 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{cfg: cfg, http: &http.Client{Timeout: cfg.Timeout, Transport: providers.LimitBodies(nil, providers.MaxResponseBytes)}}, nil
 }
 
+// Limit implements providers.Limited: every send counts against the
+// account of the API key, named by its last four characters. SendGrid
+// publishes no number for mail send (its 429s carry X-RateLimit-Reset), so
+// the key has no rate unless one is configured, and slows on 429s.
+func (p *Provider) Limit(json.RawMessage) providers.Limit {
+	tail := p.cfg.APIKey
+	if len(tail) > 4 {
+		tail = tail[len(tail)-4:]
+	}
+	return providers.Limit{Key: Name + ":" + tail}
+}
+
 // Host implements providers.Hoster: the API host every send goes to.
 func (p *Provider) Host(json.RawMessage) string {
 	return providers.HostOf(p.cfg.APIHost)
@@ -144,7 +156,7 @@ func (p *Provider) send(ctx context.Context, client *rest.Client, r rest.Request
 	case status >= 200 && status < 300:
 		return providers.Result{Ref: header.Get("X-Message-Id")}, nil
 	case status == http.StatusTooManyRequests:
-		return providers.Result{}, providers.Retryable(statusError(resp), rateLimitReset(header, time.Now()))
+		return providers.Result{}, providers.Throttled(statusError(resp), rateLimitReset(header, time.Now()))
 	case status >= 500:
 		return providers.Result{}, providers.InDoubt(statusError(resp))
 	default:

@@ -16,7 +16,10 @@
 //   - Stripe-Should-Retry: false is permanent; true is retryable, except
 //     on a 5xx, which stays in doubt (re-sent with the same key under the
 //     default at_least_once policy).
-//   - 409 (idempotency key in use) and 429: retryable (Stripe did not act).
+//   - 409 (idempotency key in use) and 429: retryable (Stripe did not act);
+//     a 429 other than lock_timeout (one object's lock, not the account's
+//     rate) is Throttled: the account's limit key slows down for every
+//     replica, and the attempt does not count.
 //   - 5xx: in doubt. Stripe may have acted before failing; the same key
 //     makes the re-send safe while the key window lasts.
 //   - card_error, invalid_request_error, idempotency_error, 401, 403 and any
@@ -32,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -134,6 +138,32 @@ func (p *Provider) Host(json.RawMessage) string {
 	return providers.HostOf(p.cfg.APIBase)
 }
 
+// Stripe's published rate limits, requests a second per account: live mode
+// allows 100 (read and write each), test mode 25
+// (https://docs.stripe.com/rate-limits).
+const (
+	LiveRate = 100
+	TestRate = 25
+)
+
+// Limit implements providers.Limited: every request counts against the
+// account of the API key, named by its mode and last four characters (as
+// Stripe's Dashboard shows a key), with Stripe's published rate.
+func (p *Provider) Limit(json.RawMessage) providers.Limit { return AccountLimit(p.cfg.APIKey) }
+
+// AccountLimit is the limit of the Stripe account of apiKey.
+func AccountLimit(apiKey string) providers.Limit {
+	mode, rate := "live", float64(LiveRate)
+	if strings.Contains(apiKey, "_test_") {
+		mode, rate = "test", TestRate
+	}
+	tail := apiKey
+	if len(tail) > 4 {
+		tail = tail[len(tail)-4:]
+	}
+	return providers.Limit{Key: Name + ":" + mode + "-" + tail, Rate: rate}
+}
+
 // Secrets implements providers.SecretHolder.
 func (p *Provider) Secrets() []string { return []string{p.cfg.APIKey} }
 
@@ -187,6 +217,11 @@ func classify(err error, rec *lastResponse, wrote bool) error {
 	}
 	if status == 0 {
 		return providers.TransportError(err, wrote)
+	}
+	if status == http.StatusTooManyRequests && (se == nil || se.Code != stripego.ErrorCodeLockTimeout) {
+		// Stripe's rate limiter (code rate_limit): the account is over its
+		// limit, whatever Stripe-Should-Retry says.
+		return providers.Throttled(err, providers.RetryAfter(header, time.Now()))
 	}
 	switch header.Get("Stripe-Should-Retry") {
 	case "true":

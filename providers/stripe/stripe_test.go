@@ -102,6 +102,8 @@ func TestErrorClasses(t *testing.T) {
 	}{
 		{"409 key in use", fakes.StripeError(409, "idempotency_error", "idempotency_key_in_use"), providers.ClassRetryable, 0},
 		{"429 rate limited", fakes.StripeError(429, "invalid_request_error", "rate_limit", "Retry-After", "3"), providers.ClassRetryable, 3 * time.Second},
+		{"429 rate limited, no Retry-After", fakes.StripeError(429, "invalid_request_error", "rate_limit"), providers.ClassRetryable, 0},
+		{"429 lock_timeout: one object, not the account", fakes.StripeError(429, "invalid_request_error", "lock_timeout"), providers.ClassRetryable, 0},
 		{"500: Stripe may have acted", fakes.StripeError(500, "api_error", ""), providers.ClassInDoubt, 0},
 		{"503 Should-Retry true stays in doubt", fakes.StripeError(503, "api_error", "", "Stripe-Should-Retry", "true", "Retry-After", "2"), providers.ClassInDoubt, 2 * time.Second},
 		{"500 Should-Retry false", fakes.StripeError(500, "api_error", "", "Stripe-Should-Retry", "false"), providers.ClassPermanent, 0},
@@ -129,6 +131,8 @@ func TestErrorClasses(t *testing.T) {
 			class, after := providers.Classify(err)
 			require.Equal(t, tc.class, class, "error: %v", err)
 			require.Equal(t, tc.retryAfter, after)
+			require.Equal(t, strings.HasPrefix(tc.name, "429 rate limited"), providers.IsThrottled(err),
+				"only Stripe's rate limiter slows the account's limit key")
 			require.Len(t, f.Requests(), 1)
 		})
 	}
@@ -183,6 +187,15 @@ func TestValidatePayloadRejectsBadInput(t *testing.T) {
 	}
 	err := stripe.Schema{}.ValidatePayload("k", json.RawMessage(bad["reserved metadata key"]))
 	require.ErrorContains(t, err, "payload.params.metadata.outboxd_idempotency_key: reserved")
+}
+
+func TestAccountLimit(t *testing.T) {
+	t.Parallel()
+	live := stripe.AccountLimit("sk_live_51Habcdefghijklmn9Xy2")
+	require.Equal(t, providers.Limit{Key: "stripe:live-9Xy2", Rate: stripe.LiveRate}, live)
+	test := stripe.AccountLimit("rk_test_51Habcdefghijklmn4321")
+	require.Equal(t, providers.Limit{Key: "stripe:test-4321", Rate: stripe.TestRate}, test)
+	require.NotContains(t, live.Key, "51Habcdefghijklmn", "a limit key never holds the API key")
 }
 
 func TestNewRequiresKey(t *testing.T) {

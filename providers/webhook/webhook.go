@@ -205,6 +205,20 @@ func (p *Provider) Destinations() []providers.DestinationState { return p.gate.s
 // Host implements providers.Hoster: the destination's host and port.
 func (p *Provider) Host(payload json.RawMessage) string { return hostOf(payload) }
 
+// Limit implements providers.Limited: each destination host (host[:port]
+// as the URL writes it) is its own limit key, with no rate unless one is
+// configured; it slows when the receiver answers 429. Limit(nil) is
+// Limit{}: the key depends on the request.
+func (p *Provider) Limit(payload json.RawMessage) providers.Limit {
+	if payload == nil {
+		return providers.Limit{}
+	}
+	if h := hostOf(payload); h != "" {
+		return providers.Limit{Key: Name + ":" + h}
+	}
+	return providers.Limit{}
+}
+
 // Secrets implements providers.SecretHolder: the signing secret, with and
 // without its whsec_ prefix.
 func (p *Provider) Secrets() []string {
@@ -292,6 +306,8 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 			"redirect to "+resp.Header.Get("Location")+" not followed: update the URL"))
 	case status >= 500:
 		return providers.Result{}, providers.InDoubtAfter(statusError(resp, snippet, ""), providers.RetryAfter(resp.Header, time.Now()))
+	case status == http.StatusTooManyRequests:
+		return providers.Result{}, providers.Throttled(statusError(resp, snippet, ""), providers.RetryAfter(resp.Header, time.Now()))
 	default:
 		return providers.Result{}, providers.Retryable(statusError(resp, snippet, ""), providers.RetryAfter(resp.Header, time.Now()))
 	}

@@ -260,3 +260,75 @@ func (c *DestinationCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// LimitCollector reports the rate limits at scrape time, as every replica
+// shares them (the same values from each replica): each key's configured
+// and current rate, the seconds left of a 429's pause, the 429s and the
+// requests let through (counters: their rate is the achieved rate), and
+// the effects waiting for it.
+type LimitCollector struct {
+	op                                        *sideeffects.Operator
+	opErr                                     error
+	rate, current, paused, throttled, granted *prometheus.Desc
+	waiting, oldestWait, up                   *prometheus.Desc
+	timeout                                   time.Duration
+}
+
+// NewLimitCollector builds a collector for the limits in schema.
+func NewLimitCollector(pool *pgxpool.Pool, schema string) *LimitCollector {
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema})
+	l := []string{"key"}
+	return &LimitCollector{op: op, opErr: err, timeout: 5 * time.Second,
+		rate:       prometheus.NewDesc("outboxd_limit_rate", "A limit key's configured rate, requests a second (keys with none are not reported).", l, nil),
+		current:    prometheus.NewDesc("outboxd_limit_current_rate", "The rate a limit key may take now, lowered by 429s and climbing back (0: not limited).", l, nil),
+		paused:     prometheus.NewDesc("outboxd_limit_paused_seconds", "Seconds left of the pause a 429 put on a limit key (0: not paused).", l, nil),
+		throttled:  prometheus.NewDesc("outboxd_limit_throttled_total", "429s a limit key's provider answered, all replicas.", l, nil),
+		granted:    prometheus.NewDesc("outboxd_limit_granted_total", "Requests a limit key let through, all replicas: its rate() is the achieved rate.", l, nil),
+		waiting:    prometheus.NewDesc("outboxd_limit_waiting_effects", "Effects waiting for a limit key (a pause, or no token when due); waiting is not an attempt.", l, nil),
+		oldestWait: prometheus.NewDesc("outboxd_limit_oldest_wait_seconds", "How long the effect waiting longest for a limit key has waited.", l, nil),
+		up:         prometheus.NewDesc("outboxd_limits_scrape_ok", "1 if the limits could be read for this scrape, 0 otherwise.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *LimitCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.rate, c.current, c.paused, c.throttled, c.granted, c.waiting, c.oldestWait, c.up} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *LimitCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.opErr != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	limits, err := c.op.Limits(ctx)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	now := time.Now()
+	for _, l := range limits {
+		if l.Rate != nil {
+			ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, *l.Rate, l.Key)
+		}
+		paused := 0.0
+		if l.PausedUntil != nil {
+			paused = max(0, l.PausedUntil.Sub(now).Seconds())
+		}
+		wait := 0.0
+		if l.WaitingSince != nil {
+			wait = now.Sub(*l.WaitingSince).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(c.current, prometheus.GaugeValue, l.CurrentRate, l.Key)
+		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, paused, l.Key)
+		ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(l.Throttles), l.Key)
+		ch <- prometheus.MustNewConstMetric(c.granted, prometheus.CounterValue, float64(l.Granted), l.Key)
+		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(l.WaitingEffects), l.Key)
+		ch <- prometheus.MustNewConstMetric(c.oldestWait, prometheus.GaugeValue, wait, l.Key)
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+}

@@ -69,7 +69,7 @@ func newSite(t *testing.T) *site {
 		return http.StatusGone
 	}
 	s.recv.Respond("/gone", hostile)
-	s.recv.Respond("/busy", fakes.Status(429), fakes.Status(429))
+	s.recv.Respond("/busy", fakes.Status(409), fakes.Status(409))
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loop, Timeout: 2 * time.Second})
 	require.NoError(t, err)
@@ -226,7 +226,7 @@ func TestWebViewInABrowser(t *testing.T) {
 	br.do(chromedp.Click(chromedp.CSS("#results a")), chromedp.WaitVisible(chromedp.CSS("#timeline")))
 	text = br.text("#timeline")
 	require.Contains(t, text, "retryable")
-	require.Equal(t, 2, strings.Count(text, "HTTP 429"), "both attempts")
+	require.Equal(t, 2, strings.Count(text, "HTTP 409"), "both attempts")
 	require.Less(t, strings.Index(text, "enqueued"), strings.Index(text, "attempt 1"))
 	require.Less(t, strings.Index(text, "attempt 1"), strings.Index(text, "attempt 2"), "in order")
 	require.Contains(t, br.text("#diagnosis"), "failed: retries exhausted after 2 attempts")

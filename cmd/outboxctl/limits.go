@@ -1,0 +1,186 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxd/outboxd/internal/cli"
+)
+
+func newLimitsCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "limits",
+		Short: "Rate limits shared by every replica: rates, pauses, waiting effects",
+		Long: `List every rate limit key (a Stripe or SendGrid account, a webhook host) as
+all replicas share it: the rate set for it and by whom (default: the
+provider's published limit; config: outboxd run --limit; operator:<name>:
+"outboxctl limits set"), the rate it may take now (lowered by 429s and
+climbing back), the pause a 429 put on it, the 429s and the requests it let
+through, and the effects waiting for it. Waiting is not an attempt: it
+spends none of an effect's retry budget. See docs/limits.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			limits, err := a.op.Limits(ctx)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if a.JSON {
+				return printJSON(out, limits)
+			}
+			if len(limits) == 0 {
+				fmt.Fprintln(out, "no rate limits: no key has a rate, and no provider answered 429")
+				return nil
+			}
+			now := time.Now()
+			tw := table(out)
+			fmt.Fprintln(tw, "KEY\tRATE\tSET BY\tNOW\tPAUSED\t429s\tLET THROUGH\tWAITING")
+			for _, l := range limits {
+				rate, by, now1, paused, waiting := "-", "-", "-", "-", "0"
+				if l.Rate != nil {
+					rate, by = perSecond(*l.Rate), l.RateSource
+				}
+				if l.CurrentRate > 0 {
+					now1 = perSecond(l.CurrentRate)
+				}
+				if l.PausedUntil != nil {
+					paused = fmt.Sprintf("for %.1fs", max(0, l.PausedUntil.Sub(now).Seconds()))
+				}
+				if l.WaitingEffects > 0 {
+					waiting = fmt.Sprintf("%d, longest %s", l.WaitingEffects, now.Sub(*l.WaitingSince).Round(time.Second))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", l.Key, rate, by, now1, paused, l.Throttles, l.Granted, waiting)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.AddCommand(newLimitsSetCmd(a), newLimitsHistoryCmd(a))
+	return cmd
+}
+
+func perSecond(r float64) string {
+	return strconv.FormatFloat(math.Round(r*10)/10, 'f', -1, 64) + "/s"
+}
+
+func newLimitsSetCmd(a *app) *cobra.Command {
+	var (
+		reason string
+		resume bool
+	)
+	cmd := &cobra.Command{
+		Use:   "set <key> <rate/s | none> --reason TEXT",
+		Short: "Set a limit key's rate for every replica, audited",
+		Long: `Set the rate of a limit key, in requests a second, for every replica (each
+reads it within a second): "stripe:live-a1b2 60", "webhook:api.partner.example
+20", or "none" to leave the key no rate of its own (it then slows only when
+the provider answers 429). The rate is kept over the rates replicas are
+started with (--limit) until set again. --resume also ends the pause a 429
+put on the key. Keys are those "outboxctl limits" lists; a new key is a
+provider's name, a colon and what it limits by.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key := args[0]
+			name, rest, ok := strings.Cut(key, ":")
+			if !ok || name == "" || rest == "" || strings.ContainsAny(key, " \t\n") {
+				return cli.Usagef("%q: a limit key is <provider>:<what it limits>, as `outboxctl limits` lists them (e.g. webhook:api.partner.example)", key)
+			}
+			var rate *float64
+			if args[1] != "none" {
+				r, err := strconv.ParseFloat(strings.TrimSuffix(args[1], "/s"), 64)
+				if err != nil || !(r > 0) || math.IsInf(r, 0) {
+					return cli.Usagef("rate %q: give requests a second (e.g. 50), or none", args[1])
+				}
+				rate = &r
+			}
+			if strings.TrimSpace(reason) == "" {
+				return cli.Usagef("--reason is required: say why the rate changes")
+			}
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			before, err := a.op.SetLimit(ctx, key, rate, a.actor(), reason, resume)
+			if err != nil {
+				return err
+			}
+			from, to := "none", "none"
+			if before != nil {
+				from = perSecond(*before)
+			}
+			if rate != nil {
+				to = perSecond(*rate)
+			}
+			out := cmd.OutOrStdout()
+			if a.JSON {
+				return printJSON(out, map[string]any{"key": key, "from_rate": before, "to_rate": rate, "resumed": resume})
+			}
+			fmt.Fprintf(out, "limit %s: %s -> %s", key, from, to)
+			if resume {
+				fmt.Fprint(out, ", pause ended")
+			}
+			fmt.Fprintln(out, " (every replica within a second)")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required, audited)")
+	cmd.Flags().BoolVar(&resume, "resume", false, "also end the pause a 429 put on the key")
+	return cmd
+}
+
+func newLimitsHistoryCmd(a *app) *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "history [key]",
+		Short: "Who changed which limit's rate, when and why",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			key := ""
+			if len(args) == 1 {
+				key = args[0]
+			}
+			changes, err := a.op.LimitHistory(ctx, key, limit)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if a.JSON {
+				return printJSON(out, changes)
+			}
+			if len(changes) == 0 {
+				fmt.Fprintln(out, "no changes of limits at run time")
+				return nil
+			}
+			tw := table(out)
+			fmt.Fprintln(tw, "AT\tKEY\tFROM\tTO\tBY\tREASON")
+			for _, c := range changes {
+				from, to := "none", "none"
+				if c.FromRate != nil {
+					from = perSecond(*c.FromRate)
+				}
+				if c.ToRate != nil {
+					to = perSecond(*c.ToRate)
+				}
+				if c.Resumed {
+					to += ", resumed"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.At.UTC().Format(time.RFC3339), c.Key, from, to, c.Actor, c.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many")
+	return cmd
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/cli"
+)
+
+// TestLimitsShowWaitingAndChangeAudited: an operator sees each limit key
+// (its rate, who set it, its pause, 429s, what it let through and the
+// effects waiting for it), changes a rate for every replica with a reason,
+// and finds the change in the history; bad input changes nothing.
+func TestLimitsShowWaitingAndChangeAudited(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const key = "webhook:hooks.example.com"
+	require.NoError(t, b.store.ConfigureLimit(ctx, b.db.Pool, "stripe:live-a1b2", 100, "default"))
+	_, _, err := b.store.Throttle(ctx, b.db.Pool, key, time.Minute, time.Second, 12, true, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.store.MarkWaiting(ctx, b.db.Pool, b.ids["pending"], key))
+
+	why := b.stuckWhy(t)
+	require.Contains(t, why[b.ids["pending"]], "waiting for limit webhook:hooks.example.com since")
+	require.Contains(t, why[b.ids["pending"]], "waiting is not an attempt")
+
+	out, err := b.run(t, "", "limits")
+	require.NoError(t, err, out)
+	require.Regexp(t, `stripe:live-a1b2\s+100/s\s+default\s+100/s\s+-\s+0\s+0\s+0`, out)
+	require.Regexp(t, `webhook:hooks.example.com\s+-\s+-\s+12/s\s+for \d+\.\ds\s+1\s+0\s+1, longest \d+s`, out)
+
+	for _, bad := range [][]string{
+		{"limits", "set", "hooks.example.com", "5", "--reason", "x"},
+		{"limits", "set", key, "-5", "--reason", "x"},
+		{"limits", "set", key, "fast", "--reason", "x"},
+		{"limits", "set", key, "5"},
+	} {
+		_, err := b.run(t, "", bad...)
+		require.Equal(t, 2, cli.ExitCode(err), "%v: %v", bad, err)
+	}
+	out, err = b.run(t, "", "limits", "history")
+	require.NoError(t, err)
+	require.Contains(t, out, "no changes of limits at run time", "bad input changed nothing")
+
+	out, err = b.run(t, "", "limits", "set", key, "20", "--resume", "--reason", "partner asked for 20/s")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "limit webhook:hooks.example.com: none -> 20/s, pause ended")
+	var limits []struct {
+		Key         string     `json:"key"`
+		Rate        *float64   `json:"rate"`
+		RateSource  string     `json:"rate_source"`
+		PausedUntil *time.Time `json:"paused_until"`
+	}
+	out, err = b.run(t, "", "limits", "--json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &limits))
+	require.Len(t, limits, 2)
+	require.Equal(t, key, limits[1].Key)
+	require.InDelta(t, 20, *limits[1].Rate, 0)
+	require.Equal(t, "operator:oncall@example.com", limits[1].RateSource)
+	require.Nil(t, limits[1].PausedUntil, "resumed")
+
+	// A replica started with its own --limit does not undo an operator's.
+	require.NoError(t, b.store.ConfigureLimit(ctx, b.db.Pool, key, 500, "config"))
+	row, err := b.store.LimitOf(ctx, b.db.Pool, key)
+	require.NoError(t, err)
+	require.InDelta(t, 20, *row.Rate, 0)
+
+	out, err = b.run(t, "", "limits", "history", key)
+	require.NoError(t, err)
+	require.Regexp(t, `webhook:hooks.example.com\s+none\s+20/s, resumed\s+oncall@example.com\s+partner asked for 20/s`, out)
+}

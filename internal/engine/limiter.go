@@ -1,0 +1,401 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/outboxtype"
+)
+
+// How long a worker waits in process for a token before its job waits
+// without holding the worker: an account's requests have a River queue of
+// their own, so its workers may wait longer than those of a destination,
+// whose queue other destinations share.
+const (
+	accountWait     = 5 * time.Second
+	destinationWait = 250 * time.Millisecond
+)
+
+// limiter is one process's side of the shared rate limits (limits.go): the
+// tokens it leased, the pauses it knows of, and the workers waiting. A key
+// that has no row (no rate, never throttled) costs no statement at all.
+type limiter struct {
+	pool      *pgxpool.Pool
+	store     *Store
+	logger    *slog.Logger
+	pauseBase time.Duration
+	// clock, when set by tests, is the time the buckets refill up to
+	// (production: the database's now, one clock for every replica).
+	clock func() *time.Time
+
+	mu   sync.Mutex
+	keys map[string]*keyState
+	// pending are the rates set at start not yet written to their rows
+	// (the database may be down at start: each refresh tries again).
+	pending []configured
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+type keyState struct {
+	// limited: tokens must be leased (a rate, or a pause); from the last
+	// lease, throttle or refresh.
+	limited     bool
+	rate        float64
+	configured  *float64
+	pausedUntil time.Time
+	// pausedAt is when a 429 here last paused the key.
+	pausedAt time.Time
+	// tokens leased and not spent, usable until expires; nextAt is when
+	// the bucket holds a token again after a lease that got fewer than
+	// asked.
+	tokens  int
+	expires time.Time
+	nextAt  time.Time
+	// leasing is closed when the lease in flight returns.
+	leasing chan struct{}
+	waiting int
+	// Requests the provider accepted (answered other than 429) in the
+	// current and the previous second: a 429 never brings the key below
+	// what it was just seen to take.
+	second   time.Time
+	ok, prev int
+	// okSince counts the requests accepted since the key's last 429.
+	okSince int
+	lastUse time.Time
+}
+
+func newLimiter(pool *pgxpool.Pool, store *Store, logger *slog.Logger, pauseBase time.Duration) *limiter {
+	return &limiter{pool: pool, store: store, logger: logger, pauseBase: pauseBase, keys: map[string]*keyState{}}
+}
+
+// state returns key's state; l.mu is held.
+func (l *limiter) state(key string) *keyState {
+	st := l.keys[key]
+	if st == nil {
+		st = &keyState{}
+		l.keys[key] = st
+	}
+	return st
+}
+
+type configured struct {
+	key    string
+	rate   float64
+	source string
+}
+
+// ensure records a rate set at start for key (source "config" or
+// "default"): the key leases tokens from its first request on, and its
+// row is written when the limiter starts.
+func (l *limiter) ensure(key string, rate float64, source string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.state(key)
+	st.limited, st.rate, st.configured = true, rate, &rate
+	l.pending = append(l.pending, configured{key, rate, source})
+}
+
+// writePending writes the rates set at start that are not written yet.
+func (l *limiter) writePending(ctx context.Context) error {
+	l.mu.Lock()
+	todo := slices.Clone(l.pending)
+	l.mu.Unlock()
+	for i, c := range todo {
+		if err := l.store.ConfigureLimit(ctx, l.pool, c.key, c.rate, c.source); err != nil {
+			l.mu.Lock()
+			l.pending = l.pending[i:]
+			l.mu.Unlock()
+			return err
+		}
+	}
+	l.mu.Lock()
+	l.pending = l.pending[len(todo):]
+	l.mu.Unlock()
+	return nil
+}
+
+// roll moves the accepted counts to now's second.
+func (st *keyState) roll(now time.Time) {
+	sec := now.Truncate(time.Second)
+	switch {
+	case sec.Equal(st.second):
+	case sec.Sub(st.second) == time.Second:
+		st.prev, st.ok, st.second = st.ok, 0, sec
+	default:
+		st.prev, st.ok, st.second = 0, 0, sec
+	}
+}
+
+func (st *keyState) count(now time.Time) { st.lastUse = now }
+
+// accepted records that a request of key was not refused for rate (any
+// outcome but a 429).
+func (l *limiter) accepted(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.keys[key]
+	if st == nil {
+		return
+	}
+	st.roll(time.Now())
+	st.ok++
+	st.okSince++
+}
+
+// take waits up to maxWait for one token of key. When none comes it
+// returns false and how long the request should wait before it asks
+// again (the pause, or its place behind the other waiters, with jitter).
+func (l *limiter) take(ctx context.Context, key string, maxWait time.Duration) (bool, time.Duration, error) {
+	deadline := time.Now().Add(maxWait)
+	l.mu.Lock()
+	st := l.state(key)
+	st.waiting++
+	defer func() {
+		st.waiting--
+		l.mu.Unlock()
+	}()
+	for {
+		now := time.Now()
+		if now.Before(st.pausedUntil) {
+			if st.pausedUntil.After(deadline) {
+				return false, st.pausedUntil.Sub(now) + st.behind() + jitterUpTo(time.Second), nil
+			}
+			if err := l.sleepUntil(ctx, st.pausedUntil, nil); err != nil {
+				return false, 0, err
+			}
+			continue
+		}
+		if !st.limited {
+			st.count(now)
+			return true, 0, nil
+		}
+		if st.tokens > 0 && now.Before(st.expires) {
+			st.tokens--
+			st.count(now)
+			return true, 0, nil
+		}
+		if st.leasing != nil {
+			if err := l.sleepUntil(ctx, deadline, st.leasing); err != nil {
+				return false, 0, err
+			}
+			if !time.Now().Before(deadline) {
+				return false, st.behind() + jitterUpTo(100*time.Millisecond), nil
+			}
+			continue
+		}
+		if now.Before(st.nextAt) {
+			if st.nextAt.After(deadline) {
+				return false, st.nextAt.Sub(now) + st.behind() + jitterUpTo(100*time.Millisecond), nil
+			}
+			if err := l.sleepUntil(ctx, st.nextAt, nil); err != nil {
+				return false, 0, err
+			}
+			continue
+		}
+		want := max(1, st.waiting)
+		if st.rate > 0 {
+			want = min(want, max(1, int(st.rate*burstSeconds)))
+		}
+		ch := make(chan struct{})
+		st.leasing = ch
+		var at *time.Time
+		if l.clock != nil {
+			at = l.clock()
+		}
+		l.mu.Unlock()
+		lease, err := l.store.LeaseTokens(ctx, l.pool, key, want, at)
+		l.mu.Lock()
+		st.leasing = nil
+		close(ch)
+		if err != nil {
+			return false, 0, err
+		}
+		now = time.Now()
+		st.limited, st.rate = lease.Limited, lease.Rate
+		if lease.PausedFor > 0 {
+			st.pausedUntil = latest(st.pausedUntil, now.Add(lease.PausedFor))
+		}
+		st.tokens, st.expires, st.nextAt = lease.Granted, now.Add(leaseTTL), time.Time{}
+		if lease.NextIn > 0 {
+			st.nextAt = now.Add(max(time.Millisecond, lease.NextIn))
+		}
+		if !lease.Limited {
+			st.tokens = 0
+		}
+	}
+}
+
+// behind is how long the waiters ahead of a new one take at the key's
+// rate; l.mu is held.
+func (st *keyState) behind() time.Duration {
+	if st.rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(st.waiting) / st.rate * float64(time.Second))
+}
+
+// sleepUntil releases l.mu until t, ch closing or ctx ending, then takes
+// it again.
+func (l *limiter) sleepUntil(ctx context.Context, t time.Time, ch chan struct{}) error {
+	l.mu.Unlock()
+	defer l.mu.Lock()
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ch:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// throttled records a 429 for key for every replica and returns the end
+// of the pause it put on the key.
+func (l *limiter) throttled(ctx context.Context, key string, after time.Duration) (time.Time, bool, error) {
+	l.mu.Lock()
+	st := l.state(key)
+	st.roll(time.Now())
+	observed := float64(st.prev)
+	again := st.okSince == 0
+	st.okSince = 0
+	wasPaused := time.Now().Before(st.pausedUntil)
+	var at *time.Time
+	if l.clock != nil {
+		at = l.clock()
+	}
+	l.mu.Unlock()
+	_, left, err := l.store.Throttle(ctx, l.pool, key, after, l.pauseBase, observed, again, at)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	until := time.Now().Add(left)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st.limited = true
+	st.tokens = 0
+	st.pausedUntil = latest(st.pausedUntil, until)
+	st.pausedAt = time.Now()
+	return st.pausedUntil, !wasPaused, nil
+}
+
+// refresh reads every key's row: pauses and rates other replicas and
+// operators set reach this process within limitRefresh.
+func (l *limiter) refresh(ctx context.Context) error {
+	if err := l.writePending(ctx); err != nil {
+		return err
+	}
+	readAt := time.Now()
+	rows, err := l.store.Limits(ctx, l.pool)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		seen[r.Key] = true
+		st := l.state(r.Key)
+		eff := r.Effective()
+		st.limited = eff > 0 || r.Paused()
+		if eff > 0 {
+			st.rate = eff
+		}
+		switch {
+		case r.Paused():
+			st.pausedUntil = latest(st.pausedUntil, now.Add(r.PausedUntil.Sub(r.Now)))
+		case st.pausedAt.Before(readAt):
+			// Not paused (an operator may have ended the pause), and no
+			// 429 here since the row was read.
+			st.pausedUntil = time.Time{}
+		}
+		if !st.limited {
+			st.tokens = 0
+		}
+	}
+	for key, st := range l.keys {
+		if seen[key] || st.configured != nil {
+			continue
+		}
+		st.limited = false
+		if st.waiting == 0 && now.Sub(st.lastUse) > 10*time.Minute {
+			delete(l.keys, key)
+		}
+	}
+	return nil
+}
+
+// start writes the rates set at start and refreshes until stop.
+func (l *limiter) start(ctx context.Context) {
+	if err := l.refresh(ctx); err != nil {
+		l.logger.Warn("could not write or read the rate limits yet; trying again every second", "error", err)
+	}
+	l.stop, l.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(l.done)
+		t := time.NewTicker(limitRefresh)
+		defer t.Stop()
+		forget := time.NewTicker(time.Hour)
+		defer forget.Stop()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			<-l.stop
+			cancel()
+		}()
+		for {
+			select {
+			case <-l.stop:
+				return
+			case <-t.C:
+				if err := l.refresh(ctx); err != nil && ctx.Err() == nil {
+					l.logger.Debug("could not read the rate limits", "error", err)
+				}
+			case <-forget.C:
+				_, _ = l.pool.Exec(ctx, l.store.sql(sqlLimitsForget))
+			}
+		}
+	}()
+}
+
+func (l *limiter) stopLimiter() {
+	if l.stop != nil {
+		close(l.stop)
+		<-l.done
+		l.stop = nil
+	}
+}
+
+// KeyState is what one process knows of one limit key now.
+type KeyState = outboxtype.LimitState
+
+// states is a snapshot of every key this process knows of, by key.
+func (l *limiter) states() []KeyState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]KeyState, 0, len(l.keys))
+	for key, st := range l.keys {
+		if !st.limited && st.waiting == 0 {
+			continue
+		}
+		out = append(out, KeyState{Key: key, Configured: st.configured, Rate: st.rate, PausedUntil: st.pausedUntil, Waiting: st.waiting})
+	}
+	slices.SortFunc(out, func(a, b KeyState) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,430 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/outboxtype"
+)
+
+// Rate limits shared by every replica (docs/limits.md).
+//
+// Each limit key (a Stripe account, a SendGrid account, a webhook host) is
+// one row of outboxd_limits: a token bucket refilled by elapsed time at the
+// key's rate, holding at most a tenth of a second of tokens. A process
+// leases tokens from it in small blocks (one statement per block, not one
+// per request) and spends them within leaseTTL, so the sum over all
+// replicas never exceeds the rate by more than one bucket, and a replica
+// that dies loses at most the block it held (tokens not spent: the key
+// runs slower for a moment, never faster).
+//
+// A 429 pauses the key for every replica (for Retry-After, or a pause that
+// doubles with each episode in a row) and halves its current rate, which
+// then climbs back by a twentieth of its ceiling each second: additive
+// increase, multiplicative decrease.
+
+// Limit tuning.
+const (
+	// burstSeconds is the bucket's size in seconds of its rate.
+	burstSeconds = 0.1
+	// leaseTTL is how long a process may hold leased tokens unspent.
+	leaseTTL = time.Second
+	// DefaultLimitPause is the first pause of a key after a 429 that named
+	// no delay; each episode in a row doubles it, up to maxLimitPause.
+	DefaultLimitPause = time.Second
+	maxLimitPause     = time.Minute
+	// minRate is the lowest rate a 429 brings a key to.
+	minRate = 0.2
+	// adaptiveForget is how long after its last 429 a key with no rate of
+	// its own is unlimited again.
+	adaptiveForget = 5 * time.Minute
+	// limitRefresh is how often a process reads every key's row, to learn
+	// of pauses and rates other replicas or operators set.
+	limitRefresh = time.Second
+)
+
+// LimitRow is one limit key as stored.
+type LimitRow struct {
+	Key            string     `json:"key"`
+	Rate           *float64   `json:"rate"`
+	RateSource     string     `json:"rate_source"`
+	CurrentRate    *float64   `json:"current_rate,omitempty"`
+	CurrentAt      time.Time  `json:"-"`
+	Tokens         float64    `json:"-"`
+	RefilledAt     time.Time  `json:"-"`
+	PausedUntil    *time.Time `json:"paused_until,omitempty"`
+	ThrottledInRow int        `json:"throttled_in_a_row"`
+	Throttles      int64      `json:"throttles"`
+	LastThrottleAt *time.Time `json:"last_throttle_at,omitempty"`
+	Granted        int64      `json:"granted"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	// Now is the database's time when the row was read.
+	Now time.Time `json:"-"`
+}
+
+// Effective is the rate the key may take at the row's Now: its rate, or the
+// rate a 429 lowered it to plus what it has regained since; 0 when it has
+// none (the key is not limited).
+func (r *LimitRow) Effective() float64 {
+	if r.CurrentRate == nil {
+		if r.Rate == nil {
+			return 0
+		}
+		return *r.Rate
+	}
+	if r.Rate == nil && (r.LastThrottleAt == nil || r.Now.Sub(*r.LastThrottleAt) > adaptiveForget) {
+		return 0
+	}
+	ceiling := math.Inf(1)
+	step := max(1, *r.CurrentRate/10)
+	if r.Rate != nil {
+		ceiling = *r.Rate
+		step = max(1, *r.Rate/20)
+	}
+	return min(ceiling, *r.CurrentRate+step*max(0, r.Now.Sub(r.CurrentAt).Seconds()))
+}
+
+// Paused reports whether the key is paused at the row's Now.
+func (r *LimitRow) Paused() bool { return r.PausedUntil != nil && r.Now.Before(*r.PausedUntil) }
+
+const limitColumns = `key, rate, rate_source, current_rate, current_at, tokens, refilled_at, paused_until,
+	throttled_in_a_row, throttles, last_throttle_at, granted, updated_at`
+
+var (
+	sqlLimitForUpdate = `SELECT ` + limitColumns + `, coalesce($2::timestamptz, now()) FROM /*schema*/outboxd_limits WHERE key = $1 FOR UPDATE`
+	sqlLimits         = `SELECT ` + limitColumns + `, now() FROM /*schema*/outboxd_limits ORDER BY key`
+	sqlLimit          = `SELECT ` + limitColumns + `, now() FROM /*schema*/outboxd_limits WHERE key = $1`
+	sqlLimitLease     = `UPDATE /*schema*/outboxd_limits SET tokens = $2, refilled_at = $3, granted = granted + $4,
+	current_rate = $5, updated_at = $3 WHERE key = $1`
+	sqlLimitThrottle = `UPDATE /*schema*/outboxd_limits SET tokens = 0, refilled_at = $2, paused_until = $3,
+	current_rate = $4, current_at = $5, throttled_in_a_row = $6, throttles = throttles + 1, last_throttle_at = $2, updated_at = $2
+WHERE key = $1`
+	sqlLimitInsert = `INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING`
+	// A start-up setting replaces any rate but an operator's.
+	sqlLimitConfigure = `INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source) VALUES ($1, $2, $3)
+ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, rate_source = excluded.rate_source, updated_at = now()
+WHERE outboxd_limits.rate_source NOT LIKE 'operator:%' AND (outboxd_limits.rate, outboxd_limits.rate_source) IS DISTINCT FROM (excluded.rate, excluded.rate_source)`
+	sqlLimitSet = `INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source) VALUES ($1, $2, $3)
+ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, rate_source = excluded.rate_source, current_rate = NULL,
+	paused_until = CASE WHEN $4 THEN NULL ELSE outboxd_limits.paused_until END, updated_at = now()`
+	// Keys of no rate of their own that have not been throttled for a
+	// day hold nothing worth keeping.
+	sqlLimitsForget = `DELETE FROM /*schema*/outboxd_limits WHERE rate IS NULL AND rate_source NOT LIKE 'operator:%'
+	AND coalesce(last_throttle_at, updated_at) < now() - interval '1 day'`
+	sqlWaitingByLimit = `SELECT waiting_for, count(*), min(waiting_since) FROM /*schema*/side_effects
+WHERE phase = 'live' AND waiting_for IS NOT NULL GROUP BY waiting_for`
+	sqlLimitAudit = `INSERT INTO /*schema*/outboxd_limit_audit (key, actor, reason, from_rate, to_rate, resumed)
+VALUES ($1, $2, $3, $4, $5, $6)`
+	sqlLimitHistory = `SELECT key, actor, reason, from_rate, to_rate, resumed, created_at FROM /*schema*/outboxd_limit_audit
+WHERE ($1::text IS NULL OR key = $1) ORDER BY id DESC LIMIT $2`
+	sqlMarkWaiting = `UPDATE /*schema*/side_effects SET waiting_for = $2, waiting_since = coalesce(waiting_since, now())
+WHERE id = $1 AND state = 'pending' AND waiting_for IS DISTINCT FROM $2`
+	// fired -> pending after a 429: the attempt does not count (attempts
+	// back by one; total_attempts keeps it, a request was made), and the
+	// effect waits for its limit key.
+	sqlReleaseThrottled = `UPDATE /*schema*/side_effects
+SET state = 'pending', attempts = attempts - 1, in_doubt = $4, last_error = $2, next_attempt_at = $3,
+	waiting_for = $5, waiting_since = coalesce(waiting_since, now()), updated_at = now()
+WHERE id = $1 AND state = 'fired'`
+)
+
+func scanLimit(row pgx.Row) (*LimitRow, error) {
+	var r LimitRow
+	err := row.Scan(&r.Key, &r.Rate, &r.RateSource, &r.CurrentRate, &r.CurrentAt, &r.Tokens, &r.RefilledAt, &r.PausedUntil,
+		&r.ThrottledInRow, &r.Throttles, &r.LastThrottleAt, &r.Granted, &r.UpdatedAt, &r.Now)
+	return &r, err
+}
+
+// TxDB is a DB that begins transactions (a pool, or a transaction for a
+// savepoint).
+type TxDB interface {
+	DB
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Lease is what a process got from a key's bucket.
+type Lease struct {
+	// Limited is false when the key has no rate (no row, or an adaptive
+	// key whose 429s are forgotten): Granted is then all that was asked.
+	Limited bool
+	Granted int
+	Rate    float64
+	// PausedFor is how long a 429's pause on the key still lasts.
+	PausedFor time.Duration
+	// NextIn is how long until the bucket holds a token again, when it
+	// granted fewer than asked.
+	NextIn time.Duration
+}
+
+// LeaseTokens takes up to want tokens of key's bucket, refilled up to at
+// (nil: the database's now).
+func (s *Store) LeaseTokens(ctx context.Context, db TxDB, key string, want int, at *time.Time) (Lease, error) {
+	var out Lease
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		r, err := scanLimit(tx.QueryRow(ctx, s.sql(sqlLimitForUpdate), key, at))
+		if errors.Is(err, pgx.ErrNoRows) {
+			out = Lease{Granted: want}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rate := r.Effective()
+		if rate <= 0 && !r.Paused() {
+			out = Lease{Granted: want}
+			return nil
+		}
+		out.Limited, out.Rate = true, rate
+		tokens := r.Tokens
+		if rate > 0 {
+			tokens = min(max(1, rate*burstSeconds), tokens+rate*max(0, r.Now.Sub(r.RefilledAt).Seconds()))
+		}
+		switch {
+		case r.Paused():
+			out.PausedFor = r.PausedUntil.Sub(r.Now)
+			tokens = 0
+		default:
+			out.Granted = min(want, int(math.Floor(tokens)))
+			tokens -= float64(out.Granted)
+			if out.Granted < want {
+				out.NextIn = time.Duration((1 - tokens) / rate * float64(time.Second))
+			}
+		}
+		cur := r.CurrentRate
+		if cur != nil && rate == 0 {
+			cur = nil // an adaptive key's 429s are forgotten
+		}
+		_, err = tx.Exec(ctx, s.sql(sqlLimitLease), key, tokens, r.Now, out.Granted, cur)
+		return err
+	})
+	if err != nil {
+		return Lease{}, fmt.Errorf("lease tokens of limit %s: %w", key, err)
+	}
+	return out, nil
+}
+
+// Throttle records a 429 for key at at (nil: the database's now): the key
+// is paused for after (or, when the provider named no delay, base doubled
+// for each episode in a row), and, once per episode, its current rate is
+// halved, though not below observed: the requests a second this process
+// saw the provider accept in the last second (a key that had no rate
+// starts there). again says this process saw no request of the key
+// accepted since its last 429: only then does the pause double. It returns the end of
+// the pause, and how long from now that is.
+func (s *Store) Throttle(ctx context.Context, db TxDB, key string, after, base time.Duration, observed float64, again bool, at *time.Time) (time.Time, time.Duration, error) {
+	var until time.Time
+	var left time.Duration
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, s.sql(sqlLimitInsert), key, nil, "default"); err != nil {
+			return err
+		}
+		r, err := scanLimit(tx.QueryRow(ctx, s.sql(sqlLimitForUpdate), key, at))
+		if err != nil {
+			return err
+		}
+		inRow, cur, curAt := r.ThrottledInRow, r.CurrentRate, r.CurrentAt
+		episode := !r.Paused()
+		if episode {
+			// A new episode; 429s answering requests sent before the pause
+			// began belong to the one that paused it.
+			if again && r.LastThrottleAt != nil && r.PausedUntil != nil && r.Now.Sub(*r.PausedUntil) < 2*r.PausedUntil.Sub(*r.LastThrottleAt)+time.Second {
+				inRow++
+			} else {
+				inRow = 1
+			}
+			// Halved, but never below what the provider was just seen to
+			// accept; a key with no rate starts there (at least 1/s).
+			var next float64
+			if rate := r.Effective(); rate > 0 {
+				next = max(minRate, min(rate, max(rate/2, observed)))
+			} else {
+				next = max(1, observed)
+			}
+			cur = &next
+		}
+		pause := after
+		if pause <= 0 && episode {
+			// Within a pause only a delay the provider names extends it;
+			// a new episode without one waits the doubling pause.
+			pause = min(base<<min(max(inRow-1, 0), 10), maxLimitPause)
+		}
+		until = r.Now.Add(pause)
+		if r.PausedUntil != nil && r.PausedUntil.After(until) {
+			until = *r.PausedUntil
+		}
+		if episode || (cur != nil && curAt.Before(until)) {
+			// The rate climbs back from the end of the pause.
+			curAt = until
+		}
+		left = until.Sub(r.Now)
+		_, err = tx.Exec(ctx, s.sql(sqlLimitThrottle), key, r.Now, until, cur, curAt, inRow)
+		return err
+	})
+	if err != nil {
+		return time.Time{}, 0, fmt.Errorf("record 429 of limit %s: %w", key, err)
+	}
+	return until, left, nil
+}
+
+// Limits lists every limit key's row.
+func (s *Store) Limits(ctx context.Context, db DB) ([]*LimitRow, error) {
+	rows, err := db.Query(ctx, s.sql(sqlLimits))
+	if err != nil {
+		return nil, fmt.Errorf("list limits: %w", err)
+	}
+	defer rows.Close()
+	var out []*LimitRow
+	for rows.Next() {
+		r, err := scanLimit(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list limits: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// LimitOf returns key's row, or ErrNotFound.
+func (s *Store) LimitOf(ctx context.Context, db DB, key string) (*LimitRow, error) {
+	r, err := scanLimit(db.QueryRow(ctx, s.sql(sqlLimit), key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	return r, err
+}
+
+// ConfigureLimit sets key's rate at start-up (source "config" or
+// "default"), unless an operator set it.
+func (s *Store) ConfigureLimit(ctx context.Context, db DB, key string, rate float64, source string) error {
+	if _, err := db.Exec(ctx, s.sql(sqlLimitConfigure), key, rate, source); err != nil {
+		return fmt.Errorf("configure limit %s: %w", key, err)
+	}
+	return nil
+}
+
+// SetLimit sets key's rate as operator actor (rate nil: no rate of its
+// own, the key slows on 429s only) and, when resume, ends a 429's pause;
+// audited with reason. It returns the rate the key had.
+func (s *Store) SetLimit(ctx context.Context, db TxDB, key string, rate *float64, actor, reason string, resume bool) (*float64, error) {
+	var before *float64
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		r, err := scanLimit(tx.QueryRow(ctx, s.sql(sqlLimitForUpdate), key, nil))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		default:
+			before = r.Rate
+		}
+		if _, err := tx.Exec(ctx, s.sql(sqlLimitSet), key, rate, "operator:"+actor, resume); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, s.sql(sqlLimitAudit), key, actor, reason, before, rate, resume)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("set limit %s: %w", key, err)
+	}
+	return before, nil
+}
+
+// LimitReports is every limit key with the effects waiting for it (a key
+// effects wait for that has no row yet is listed too).
+func (s *Store) LimitReports(ctx context.Context, db DB) ([]outboxtype.LimitReport, error) {
+	rows, err := s.Limits(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	type waiting struct {
+		n     int64
+		since *time.Time
+	}
+	waits := map[string]waiting{}
+	wr, err := db.Query(ctx, s.sql(sqlWaitingByLimit))
+	if err != nil {
+		return nil, fmt.Errorf("effects waiting for limits: %w", err)
+	}
+	for wr.Next() {
+		var key string
+		var w waiting
+		if err := wr.Scan(&key, &w.n, &w.since); err != nil {
+			wr.Close()
+			return nil, err
+		}
+		waits[key] = w
+	}
+	wr.Close()
+	if err := wr.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]outboxtype.LimitReport, 0, len(rows))
+	for _, r := range rows {
+		rep := outboxtype.LimitReport{Key: r.Key, Rate: r.Rate, RateSource: r.RateSource, CurrentRate: r.Effective(),
+			Throttles: r.Throttles, LastThrottleAt: r.LastThrottleAt, Granted: r.Granted}
+		if r.Paused() {
+			rep.PausedUntil = r.PausedUntil
+		}
+		if w, ok := waits[r.Key]; ok {
+			rep.WaitingEffects, rep.WaitingSince = w.n, w.since
+			delete(waits, r.Key)
+		}
+		out = append(out, rep)
+	}
+	for key, w := range waits {
+		out = append(out, outboxtype.LimitReport{Key: key, WaitingEffects: w.n, WaitingSince: w.since})
+	}
+	slices.SortFunc(out, func(a, b outboxtype.LimitReport) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// LimitHistory lists the changes of limits at run time, newest first, of
+// key ("" for every key).
+func (s *Store) LimitHistory(ctx context.Context, db DB, key string, limit int) ([]outboxtype.LimitChange, error) {
+	var k *string
+	if key != "" {
+		k = &key
+	}
+	rows, err := db.Query(ctx, s.sql(sqlLimitHistory), k, limit)
+	if err != nil {
+		return nil, fmt.Errorf("limit history: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.LimitChange, error) {
+		var c outboxtype.LimitChange
+		err := r.Scan(&c.Key, &c.Actor, &c.Reason, &c.FromRate, &c.ToRate, &c.Resumed, &c.At)
+		return c, err
+	})
+}
+
+// ReleaseThrottled moves effect id from fired back to pending after a 429:
+// the attempt does not count, and the effect waits for limit key until
+// next.
+func (s *Store) ReleaseThrottled(ctx context.Context, db DB, id uuid.UUID, lastError string, next time.Time, inDoubt bool, key string) (bool, error) {
+	return s.exec(ctx, db, "release throttled", s.sql(sqlReleaseThrottled), id, lastError, next, inDoubt, key)
+}
+
+// OutcomeThrottled is the attempt history's outcome of a request the
+// provider refused for rate: it does not count as an attempt.
+const OutcomeThrottled = "throttled"
+
+// MarkWaiting records that pending effect id waits for limit key.
+func (s *Store) MarkWaiting(ctx context.Context, db DB, id any, key string) error {
+	_, err := db.Exec(ctx, s.sql(sqlMarkWaiting), id, key)
+	return err
+}
+
+// jitterUpTo is a random duration in [0, d).
+func jitterUpTo(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d)
+}

@@ -1,0 +1,254 @@
+package engine_test
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/testdb"
+)
+
+// TestLimitBucketHoldsAcrossReplicas: three replicas lease tokens of one
+// key as fast as they can, on a clock the test moves by 10ms steps over
+// 10s; together they get the key's rate, within one bucket (a tenth of a
+// second of it), however the leases interleave.
+func TestLimitBucketHoldsAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	store := engine.NewStore(db.Schema)
+	ctx := context.Background()
+	const key, rate = "webhook:partner.example", 50.0
+	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
+
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	// The first lease finds a full bucket (a tenth of a second).
+	first, err := store.LeaseTokens(ctx, db.Pool, key, 1000, &t0)
+	require.NoError(t, err)
+	require.Equal(t, 5, first.Granted)
+	granted := first.Granted
+	for step := 1; step <= 1000; step++ {
+		at := t0.Add(time.Duration(step) * 10 * time.Millisecond)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, err := store.LeaseTokens(ctx, db.Pool, key, 10, &at)
+				require.NoError(t, err)
+				require.True(t, l.Limited)
+				mu.Lock()
+				granted += l.Granted
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+	}
+	require.LessOrEqual(t, granted, int(rate*10)+5, "never more than the rate over 10s, plus one bucket")
+	require.GreaterOrEqual(t, granted, int(rate*10*0.95), "and no less than 95% of it")
+	row, err := store.LimitOf(ctx, db.Pool, key)
+	require.NoError(t, err)
+	require.EqualValues(t, granted, row.Granted, "every lease is counted")
+}
+
+// TestA429PausesTheKeyAndHalvesItsRate: a 429 pauses the key (for the
+// provider's delay, or one that doubles with each episode in a row),
+// halves its rate once per episode, and the rate climbs back.
+func TestA429PausesTheKeyAndHalvesItsRate(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	store := engine.NewStore(db.Schema)
+	ctx := context.Background()
+	const key = "stripe:live-a1b2"
+	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, 100, "default"))
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+
+	until, left, err := store.Throttle(ctx, db.Pool, key, 0, time.Second, 0, true, at(0))
+	require.NoError(t, err)
+	require.WithinDuration(t, t0.Add(time.Second), until, 0, "no Retry-After: the base pause")
+	require.Equal(t, time.Second, left)
+
+	l, err := store.LeaseTokens(ctx, db.Pool, key, 5, at(500*time.Millisecond))
+	require.NoError(t, err)
+	require.Zero(t, l.Granted, "paused: no token for any replica")
+	require.Equal(t, 500*time.Millisecond, l.PausedFor)
+
+	// 429s answering requests sent before the pause: the same episode.
+	_, _, err = store.Throttle(ctx, db.Pool, key, 0, time.Second, 0, true, at(600*time.Millisecond))
+	require.NoError(t, err)
+	row, err := store.LimitOf(ctx, db.Pool, key)
+	require.NoError(t, err)
+	require.InDelta(t, 50, *row.CurrentRate, 0.001, "halved once per episode")
+	require.Equal(t, 1, row.ThrottledInRow)
+	require.EqualValues(t, 2, row.Throttles)
+
+	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(2*time.Second))
+	require.NoError(t, err)
+	require.InDelta(t, 55, l.Rate, 0.001, "climbing back by a twentieth of its rate each second after the pause")
+	require.Equal(t, 5, l.Granted, "a bucket holds a tenth of a second")
+
+	// A new episode soon after: the pause doubles and the rate halves again.
+	until, _, err = store.Throttle(ctx, db.Pool, key, 0, time.Second, 0, true, at(2100*time.Millisecond))
+	require.NoError(t, err)
+	require.WithinDuration(t, t0.Add(4100*time.Millisecond), until, 0)
+	row, err = store.LimitOf(ctx, db.Pool, key)
+	require.NoError(t, err)
+	require.Equal(t, 2, row.ThrottledInRow)
+	require.InDelta(t, 27.75, *row.CurrentRate, 0.01)
+
+	// Never below what the provider was just seen to accept.
+	_, _, err = store.Throttle(ctx, db.Pool, key, 0, time.Second, 40, true, at(8*time.Second))
+	require.NoError(t, err)
+	row, err = store.LimitOf(ctx, db.Pool, key)
+	require.NoError(t, err)
+	require.InDelta(t, 40, *row.CurrentRate, 0.01)
+
+	// A provider that names its delay gets it.
+	until, _, err = store.Throttle(ctx, db.Pool, key, 30*time.Second, time.Second, 0, true, at(20*time.Second))
+	require.NoError(t, err)
+	require.WithinDuration(t, t0.Add(50*time.Second), until, 0)
+
+	// Requests were accepted since the last 429: a new episode's pause
+	// starts over at the base.
+	until, _, err = store.Throttle(ctx, db.Pool, key, 0, time.Second, 0, false, at(60*time.Second))
+	require.NoError(t, err)
+	require.WithinDuration(t, t0.Add(61*time.Second), until, 0)
+
+	// Recovered: back at the configured rate.
+	l, err = store.LeaseTokens(ctx, db.Pool, key, 1, at(10*time.Minute))
+	require.NoError(t, err)
+	require.InDelta(t, 100, l.Rate, 0.001)
+}
+
+// TestAKeyWithoutARateIsFreeUntilA429: a destination nobody set a rate for
+// costs no row until it answers 429; then it is limited at what it was
+// seen to accept, and free again once its 429s are old.
+func TestAKeyWithoutARateIsFreeUntilA429(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	store := engine.NewStore(db.Schema)
+	ctx := context.Background()
+	const key = "webhook:free.example"
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+
+	l, err := store.LeaseTokens(ctx, db.Pool, key, 7, at(0))
+	require.NoError(t, err)
+	require.Equal(t, engine.Lease{Granted: 7}, l)
+
+	_, _, err = store.Throttle(ctx, db.Pool, key, time.Second, time.Second, 80, true, at(0))
+	require.NoError(t, err)
+	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(1500*time.Millisecond))
+	require.NoError(t, err)
+	require.True(t, l.Limited)
+	require.InDelta(t, 80+8*0.5, l.Rate, 0.001, "the 80/s it was seen to accept, climbing by a tenth of that a second after the pause")
+
+	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(10*time.Minute))
+	require.NoError(t, err)
+	require.False(t, l.Limited, "its 429s forgotten, the key is free again")
+	require.Equal(t, 100, l.Granted)
+}
+
+// TestA429SlowsTheKeyNotTheEffect: a receiver that answers 429 three
+// times delays an effect but spends none of its attempts (max 2 here):
+// it is confirmed at its first counted attempt, every 429 is in its
+// history as throttled, and no request reaches the receiver while its key
+// is paused.
+func TestA429SlowsTheKeyNotTheEffect(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{maxAttempts: 2})
+	b.recv.Respond("/limited",
+		fakes.Status(http.StatusTooManyRequests, "Retry-After", "1"),
+		fakes.Status(http.StatusTooManyRequests, "Retry-After", "1"),
+		fakes.Status(http.StatusTooManyRequests, "Retry-After", "1"))
+	b.start(t)
+	e := b.enqueue(t, "/limited")
+	got := b.waitFor(t, e.ID, engine.StateConfirmed)
+	require.Equal(t, 1, got.Attempts, "429s are not attempts")
+	require.Equal(t, 4, got.TotalAttempts, "but they are requests")
+	require.Nil(t, got.WaitingFor, "no longer waiting")
+
+	ds := b.recv.Deliveries()
+	require.Len(t, ds, 4)
+	for i := 1; i < len(ds); i++ {
+		require.GreaterOrEqual(t, ds[i].At.Sub(ds[i-1].At), 990*time.Millisecond, "nothing is sent while the key is paused")
+		require.Equal(t, e.Key, ds[i].ID)
+	}
+	attempts, err := b.store.Attempts(context.Background(), b.db.Pool, e.ID)
+	require.NoError(t, err)
+	require.Len(t, attempts, 3)
+	u, err := url.Parse(b.recv.URL)
+	require.NoError(t, err)
+	for _, a := range attempts {
+		require.Equal(t, engine.OutcomeThrottled, a.Outcome)
+		require.Equal(t, u.Host, a.Host)
+		require.Contains(t, a.Error, "limit webhook:"+u.Host+": ", "the history names the limit key")
+	}
+	row, err := b.store.LimitOf(context.Background(), b.db.Pool, "webhook:"+u.Host)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, row.Throttles)
+}
+
+// TestAnEffectWaitingForItsLimitSaysSo: while its key is paused, an effect
+// is pending, waiting for the key, with its attempts untouched.
+func TestAnEffectWaitingForItsLimitSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.recv.Respond("/slow", fakes.Status(http.StatusTooManyRequests, "Retry-After", "30"))
+	d := b.start(t)
+	e := b.enqueue(t, "/slow")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
+		require.NoError(t, err)
+		if got.WaitingFor != nil && got.State == engine.StatePending {
+			u, _ := url.Parse(b.recv.URL)
+			require.Equal(t, "webhook:"+u.Host, *got.WaitingFor)
+			require.NotNil(t, got.WaitingSince)
+			require.Zero(t, got.Attempts)
+			require.NotNil(t, got.NextAttemptAt)
+			require.WithinDuration(t, time.Now().Add(30*time.Second), *got.NextAttemptAt, 5*time.Second)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("effect %s never waited for its limit: %+v", e.ID, got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var paused bool
+	for _, st := range d.Limits() {
+		paused = paused || time.Until(st.PausedUntil) > 20*time.Second
+	}
+	require.True(t, paused, "the dispatcher reports the paused key: %+v", d.Limits())
+}
+
+// TestLimitsAreCheckedAtStart: a limit names a configured provider and a
+// positive rate.
+func TestLimitsAreCheckedAtStart(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	for _, tc := range []struct {
+		limits map[string]float64
+		want   string
+	}{
+		{map[string]float64{"stripe": 10}, `no provider "stripe" is configured`},
+		{map[string]float64{"webhook:a.example": 0}, "must be a positive number"},
+		{map[string]float64{"webhook:a.example": -3}, "must be a positive number"},
+		{map[string]float64{"webhook:a.example": math.Inf(1)}, "must be a positive number"},
+		{map[string]float64{"webhook": 5}, "has no account limit"},
+	} {
+		cfg := b.cfg
+		cfg.Limits = tc.limits
+		_, err := engine.NewDispatcher(b.db.Pool, cfg)
+		require.ErrorContains(t, err, tc.want)
+	}
+}

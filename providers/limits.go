@@ -1,0 +1,43 @@
+package providers
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Limit is a rate limit the provider's side enforces on outboxd's requests:
+// an account's (every request with one Stripe API key) or a destination's
+// (every request to one webhook host).
+type Limit struct {
+	// Key names the limit for every replica: requests with the same key
+	// share one budget ("stripe:live-…a1b2", "webhook:api.partner.example").
+	// It never holds a secret.
+	Key string
+	// Rate is the provider's published limit in requests a second, used
+	// when no configuration sets one; 0 when it publishes none, and outboxd
+	// then slows the key only when the provider answers 429.
+	Rate float64
+}
+
+// Limited is implemented by providers whose requests count against rate
+// limits. Limit(nil) names the limit every request counts against (an
+// account), or Limit{} when the limit depends on the request; Limit with a
+// payload names the limit of that request (its destination), or Limit{}.
+type Limited interface {
+	Limit(payload json.RawMessage) Limit
+}
+
+// Throttled marks err as the provider's refusal for rate (HTTP 429): not
+// applied, like Retryable, and a sign that the whole limit key, not only
+// this request, must slow down. after is the delay the provider asked for
+// (Retry-After, X-RateLimit-Reset), or zero.
+func Throttled(err error, after time.Duration) error {
+	return &Error{Class: ClassRetryable, RetryAfter: after, Throttled: true, Err: err}
+}
+
+// IsThrottled reports whether err is a rate-limit refusal (Throttled).
+func IsThrottled(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.Throttled
+}
