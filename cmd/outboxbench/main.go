@@ -64,6 +64,9 @@ type settings struct {
 	SkipReads    bool          `json:"skip_reads,omitempty"`
 	ReadsSettle  time.Duration `json:"reads_settle"`
 	PurgeEffects int           `json:"purge_effects"`
+	// LimitsEffects is the Stripe backlog of the limits phase (the
+	// webhook backlog is half of it).
+	LimitsEffects int `json:"limits_effects"`
 	Soak         time.Duration `json:"soak,omitempty"`
 	SoakRate     int           `json:"soak_rate,omitempty"`
 	// SoakTick shortens the soak's minute, for tests.
@@ -89,6 +92,10 @@ type report struct {
 	History []historyResult `json:"history,omitempty"`
 	// Purge is retention deleting expired effects under steady traffic.
 	Purge *purgeResult `json:"purge,omitempty"`
+	// Limits is the limits phase: throttling providers, 1 and 3
+	// replicas; LimitCost no-op dispatch with a limit that does not bind.
+	Limits    []limitsResult `json:"limits,omitempty"`
+	LimitCost []limitCost    `json:"limit_cost,omitempty"`
 	// Soak is a -soak run, instead of the phases.
 	Soak *soakResult `json:"soak,omitempty"`
 }
@@ -130,9 +137,10 @@ func main() {
 	flag.IntVar(&s.PurgeEffects, "purge-effects", 1_000_000, "expired effects retention purges in the purge phase")
 	flag.DurationVar(&s.Soak, "soak", 0, "instead of the phases, offer -rate effects per second for this long and report each minute (e.g. -soak 30m -rate 300, against a Postgres with autovacuum on)")
 	flag.IntVar(&s.SoakRate, "rate", 300, "effects per second offered in a -soak run")
+	flag.IntVar(&s.LimitsEffects, "limits-effects", 3000, "Stripe effects in the limits phase's backlog (at 100/s; the webhook backlog is half, at 50/s)")
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
-	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,replicas,latency,history,purge,admin, and watermill (the peer in bench/watermill)")
+	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,replicas,latency,history,purge,admin,limits, and watermill (the peer in bench/watermill)")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
 		var n int
@@ -268,6 +276,14 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 			return fmt.Errorf("replicas: %w", err)
 		}
 	}
+	if !skip["limits"] && s.LimitsEffects > 0 {
+		if rep.LimitCost, err = bn.limitsOverhead(ctx); err != nil {
+			return fmt.Errorf("limits cost: %w", err)
+		}
+		if rep.Limits, err = bn.limits(ctx); err != nil {
+			return fmt.Errorf("limits: %w", err)
+		}
+	}
 	if !skip["latency"] {
 		if rep.Latency, err = bn.latency(ctx); err != nil {
 			return fmt.Errorf("latency: %w", err)
@@ -369,6 +385,20 @@ func printReport(out io.Writer, rep report) {
 		fmt.Fprintln(tw, "\nIDEMPOTENCY-KEY MIDDLEWARE\tCONC\tREQ/S\tP50\tP99\tCOST VS NO MIDDLEWARE (REQ/S RATIO)")
 		for _, r := range rep.Idempotency {
 			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\n", r.Name, r.Concurrency, r.TPS, ms(r.P50), ms(r.P99), ratioStr(r.CostRatio, "target <= 1.5"))
+		}
+	}
+	if len(rep.LimitCost) > 0 {
+		fmt.Fprintln(tw, "\nLIMIT NOT BINDING (NO-OP DISPATCH)\tN\tWITH A LIMIT/S\tWITHOUT/S\tRATIO")
+		for _, c := range rep.LimitCost {
+			fmt.Fprintf(tw, "limit 1,000,000/s\t%d\t%.0f\t%.0f\t%.2fx (target >= 0.9)\n", c.N, c.On, c.Off, c.OnVsOff)
+		}
+	}
+	if len(rep.Limits) > 0 {
+		fmt.Fprintln(tw, "\nLIMITS (BACKLOG, THROTTLING PROVIDER)\tLIMIT\tOUTBOXD GIVEN\tN\t429s\tATTEMPTS MEAN/MAX\tREQS MAX\tFAILED\tTWICE\tDRAIN VS IDEAL\tACHIEVED\tMAX 10S\tMAX OFFERED 1S")
+		for _, r := range rep.Limits {
+			fmt.Fprintf(tw, "%s\t%.0f/s\t%s\t%d\t%.1f%% (%d of %d)\t%.2f/%d\t%d\t%d\t%d\t%.2fx (%.0fs vs %.0fs)\t%.0f%%\t%.0f%%\t%.0f%%\n",
+				r.Name, r.Limit, r.Configured, r.Effects, 100*r.ThrottledShare, r.Throttled, r.Requests, r.AttemptsMean, r.AttemptsMax,
+				r.RequestsMax, r.Failed, r.ExecutedTwice, r.VsIdeal, r.Seconds, r.IdealSeconds, 100*r.Achieved, 100*r.Max10s, 100*r.MaxOffered1s)
 		}
 	}
 	if len(rep.Dispatch) > 0 {

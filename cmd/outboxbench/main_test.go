@@ -27,6 +27,7 @@ func TestBenchRuns(t *testing.T) {
 		Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
 		Rates: []int{100}, RateDuration: 500 * time.Millisecond, AdminRows: 5000, Out: out,
 		History: []int{0, 900}, HistoryEffects: 100, PurgeEffects: 300, ReadsSettle: 50 * time.Millisecond,
+		LimitsEffects: 100,
 	})
 	require.NoError(t, err, buf.String())
 	raw, err := os.ReadFile(out)
@@ -46,6 +47,16 @@ func TestBenchRuns(t *testing.T) {
 	for _, i := range []int{5, 12} {
 		require.Contains(t, rep.Enqueue[i].Name, "from SQL")
 		require.Positive(t, rep.Enqueue[i].Txs, "the SQL function enqueued")
+	}
+	require.Len(t, rep.LimitCost, 2, "two alternating pairs")
+	require.Positive(t, rep.LimitCost[1].OnVsOff)
+	require.Positive(t, rep.LimitCost[1].Granted, "the limited runs leased tokens")
+	require.Len(t, rep.Limits, 6, "Stripe and webhook, with 1 and 3 replicas, and 3 with no webhook limit set")
+	for _, r := range rep.Limits {
+		require.Zero(t, r.Failed, r.Name)
+		require.Zero(t, r.ExecutedTwice, r.Name)
+		require.Positive(t, r.Requests, r.Name)
+		require.Positive(t, r.VsIdeal, r.Name)
 	}
 	require.Len(t, rep.Idempotency, 4, "with and without the middleware, at two concurrencies")
 	require.Positive(t, rep.Idempotency[1].CostRatio)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,10 +104,11 @@ func (w *world) enqueue(t *testing.T, n int) {
 	}
 }
 
-// start runs outboxd as a process with short crash-recovery settings.
-func (w *world) start(t *testing.T) *exec.Cmd {
+// start runs outboxd as a process with short crash-recovery settings, and
+// extra flags.
+func (w *world) start(t *testing.T, extra ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(w.bin, "run",
+	cmd := exec.Command(w.bin, append([]string{"run",
 		"--database-url", testdb.URL(), "--schema", w.db.Schema, "--http-addr", "", "--log-level", "error",
 		"--webhook-secret", secret, "--webhook-allow-cidrs", "127.0.0.0/8", "--webhook-timeout", "2s",
 		"--stripe-api-key", "sk_test_chaos", "--stripe-api-base", w.stripe.URL, "--stripe-timeout", "2s",
@@ -115,7 +117,7 @@ func (w *world) start(t *testing.T) *exec.Cmd {
 		// emails are re-sent (at_most_once is proven in sideeffects).
 		"--in-doubt-policy", "email.receipt=at_least_once",
 		"--job-timeout", "5s", "--rescue-after", "8s", "--retry-base-delay", "100ms", "--retry-max-delay", "2s",
-		"--concurrency", "webhook=10,stripe=10,sendgrid=10", "--shutdown-timeout", "5s")
+		"--concurrency", "webhook=10,stripe=10,sendgrid=10", "--shutdown-timeout", "5s"}, extra...)...)
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
 	return cmd
@@ -293,4 +295,73 @@ func TestChaosOrdering(t *testing.T) {
 	w.waitAllConfirmed(t, 4*time.Minute)
 	w.checkKeys(t)
 	w.checkOrder(t)
+}
+
+// TestChaosLimitHolds: three outboxd replicas drain a webhook backlog
+// against a limit of 50 requests a second shared by all of them, while
+// they are SIGKILLed one at a time; the receiver never gets more than the
+// limit over any 10 s window (plus the bucket a killed replica may have
+// taken with it, which slows the key rather than speeding it), and every
+// effect is confirmed, each request with its own effect's key.
+func TestChaosLimitHolds(t *testing.T) {
+	const rate, n = 50, 1500
+	w := newWorld(t)
+	ctx := context.Background()
+	ob, err := outbox.New(outbox.Config{Schema: w.db.Schema, Providers: []providers.Validator{
+		webhook.Schema{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+	}})
+	require.NoError(t, err)
+	port := w.recv.URL[strings.LastIndex(w.recv.URL, ":")+1:]
+	require.NoError(t, pgx.BeginFunc(ctx, w.db.Pool, func(tx pgx.Tx) error {
+		for i := range n {
+			order := fmt.Sprintf("l%05d", i)
+			res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("chaos-limit", order), Type: "order.paid"},
+				outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: "http://localhost:" + port + "/hook",
+					Body: json.RawMessage(`{"order": "` + order + `"}`)}))
+			if err != nil {
+				return err
+			}
+			w.marker[res.Effects[0].Key] = order
+			w.ids[res.Effects[0].Key] = res.Effects[0].ID
+		}
+		return nil
+	}))
+	limit := fmt.Sprintf("webhook:localhost:%s=%d", port, rate)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	var cmds [3]*exec.Cmd
+	for i := range cmds {
+		cmds[i] = w.start(t, "--limit", limit, "--concurrency", "webhook=100")
+	}
+	const kills = 10
+	for i := range kills {
+		time.Sleep(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
+		victim := rng.IntN(len(cmds))
+		require.NoError(t, cmds[victim].Process.Signal(syscall.SIGKILL))
+		_ = cmds[victim].Wait()
+		t.Logf("kill %d/%d (replica %d)", i+1, kills, victim)
+		cmds[victim] = w.start(t, "--limit", limit, "--concurrency", "webhook=100")
+	}
+	t.Cleanup(func() {
+		for _, cmd := range cmds {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+		}
+	})
+	w.waitAllConfirmed(t, 4*time.Minute)
+	w.checkKeys(t)
+	var at []time.Time
+	for _, d := range w.recv.Deliveries() {
+		at = append(at, d.At)
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	most, j := 0, 0
+	for i := range at {
+		for at[i].Sub(at[j]) >= 10*time.Second {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	t.Logf("%d requests in %s; at most %d in any 10 s (limit %d)", len(at), at[len(at)-1].Sub(at[0]).Round(time.Second), most, 10*rate)
+	// The bucket holds a tenth of a second: 5 requests over 500.
+	require.LessOrEqual(t, most, 10*rate+rate/10, "the replicas together stayed within the limit")
 }

@@ -339,9 +339,10 @@ func (l *limiter) start(ctx context.Context) {
 	if err := l.refresh(ctx); err != nil {
 		l.logger.Warn("could not write or read the rate limits yet; trying again every second", "error", err)
 	}
-	l.stop, l.done = make(chan struct{}), make(chan struct{})
+	stop, done := make(chan struct{}), make(chan struct{})
+	l.stop, l.done = stop, done
 	go func() {
-		defer close(l.done)
+		defer close(done)
 		t := time.NewTicker(limitRefresh)
 		defer t.Stop()
 		forget := time.NewTicker(time.Hour)
@@ -349,12 +350,15 @@ func (l *limiter) start(ctx context.Context) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {
-			<-l.stop
-			cancel()
+			select {
+			case <-stop:
+				cancel()
+			case <-ctx.Done():
+			}
 		}()
 		for {
 			select {
-			case <-l.stop:
+			case <-stop:
 				return
 			case <-t.C:
 				if err := l.refresh(ctx); err != nil && ctx.Err() == nil {
