@@ -66,9 +66,9 @@ type settings struct {
 	PurgeEffects int           `json:"purge_effects"`
 	// LimitsEffects is the Stripe backlog of the limits phase (the
 	// webhook backlog is half of it).
-	LimitsEffects int `json:"limits_effects"`
-	Soak         time.Duration `json:"soak,omitempty"`
-	SoakRate     int           `json:"soak_rate,omitempty"`
+	LimitsEffects int           `json:"limits_effects"`
+	Soak          time.Duration `json:"soak,omitempty"`
+	SoakRate      int           `json:"soak_rate,omitempty"`
 	// SoakTick shortens the soak's minute, for tests.
 	SoakTick   time.Duration `json:"-"`
 	Out        string        `json:"-"`
