@@ -110,6 +110,15 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-trusted-user-header", "X-Forwarded-User"}, nil, "go together"},
 		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-trusted-user-header", "X-Forwarded-User", "--web-trusted-proxies", "proxy.internal"}, nil, "give addresses or CIDRs"},
 		{[]string{"run", "--webhook-secret", testSecret, "--web-operator-tokens", "ada=0123456789abcdef0123"}, nil, "--web-operator-tokens (OUTBOXD_WEB_OPERATOR_TOKENS) is set but the web view is off"},
+		// A trusted range as wide as a whole network lets anyone there act
+		// as anyone.
+		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-trusted-user-header", "X-Forwarded-User", "--web-trusted-proxies", "0.0.0.0/0"}, nil, "--web-trust-wide-proxies"},
+		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-trusted-user-header", "X-Forwarded-User", "--web-trusted-proxies", "10.0.0.0/8"}, nil, "wider than a /16"},
+		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-trusted-user-header", "X-Forwarded-User", "--web-trusted-proxies", "::/0"}, nil, "wider than a /48"},
+		// Limits name a provider and a rate.
+		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:api.partner.example=fast"}, nil, "--limit (OUTBOXD_LIMITS)"},
+		{[]string{"run", "--webhook-secret", testSecret, "--limit", "twilio=5"}, nil, `no provider "twilio"`},
+		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:x=0"}, nil, "positive number"},
 		// The web view beyond loopback is a deliberate choice, and reads
 		// then need a credential unless anonymous reads are asked for.
 		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "0.0.0.0:0"}, nil, "--web-expose"},

@@ -88,6 +88,7 @@ type runConfig struct {
 	WebOperatorTokens      map[string]string
 	WebTrustedUserHeader   string
 	WebTrustedProxies      []string
+	WebTrustWideProxies    bool
 	StripeWebhookSecret    string
 	SendGridEventPublicKey string
 }
@@ -189,6 +190,8 @@ already older than --rescue-after and re-fires it within seconds.
 	envflag.Bind(f, "web-trusted-user-header", "OUTBOXD_WEB_TRUSTED_USER_HEADER")
 	f.StringSliceVar(&c.WebTrustedProxies, "web-trusted-proxies", nil, "addresses (CIDRs) of the proxies whose --web-trusted-user-header is believed")
 	envflag.Bind(f, "web-trusted-proxies", "OUTBOXD_WEB_TRUSTED_PROXIES")
+	f.BoolVar(&c.WebTrustWideProxies, "web-trust-wide-proxies", false, "take --web-trusted-proxies ranges wider than a /16 (IPv6: /48): only if every address in them is a proxy that replaces the header")
+	envflag.Bind(f, "web-trust-wide-proxies", "OUTBOXD_WEB_TRUST_WIDE_PROXIES")
 	return cmd
 }
 
@@ -520,8 +523,9 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		if webSrv, addr, err = serve(c.WebAddr, "--web-addr (OUTBOXD_WEB_ADDR)", "web view", h, log, listenerTimeouts); err != nil {
 			return err
 		}
-		log.Info("web view served", "url", "http://"+addr.String()+"/ui/", "actions", c.WebAdminToken != "" || len(c.WebOperatorTokens) > 0,
-			"operators", slices.Sorted(maps.Keys(c.WebOperatorTokens)))
+		log.Info("web view served", "url", "http://"+addr.String()+"/ui/",
+			"actions", c.WebAdminToken != "" || len(c.WebOperatorTokens) > 0 || c.WebTrustedUserHeader != "",
+			"operators", slices.Sorted(maps.Keys(c.WebOperatorTokens)), "who_may_act", c.whoMayAct())
 		if !loopbackAddr(c.WebAddr) {
 			log.Warn("web view reachable beyond loopback over plain HTTP: put TLS in front of it, or credentials and payloads travel in clear text",
 				"addr", addr.String(), "reads_need_credential", !c.WebAnonymousRead || c.WebReadToken != "")
@@ -664,6 +668,24 @@ var listenerTimeouts = timeouts{header: 5 * time.Second, read: 15 * time.Second,
 // webReadToken is the credential reads need: the read token; or, for a
 // view beyond loopback without one and without --web-anonymous-read, the
 // admin token (webui lets the admin token read whenever reads need one).
+// whoMayAct says, for the start log, who may act from the web view.
+func (c *runConfig) whoMayAct() string {
+	var who []string
+	if c.WebAdminToken != "" {
+		who = append(who, "holders of the admin token")
+	}
+	if len(c.WebOperatorTokens) > 0 {
+		who = append(who, "the named operators' token holders")
+	}
+	if c.WebTrustedUserHeader != "" {
+		who = append(who, "anyone "+c.WebTrustedUserHeader+" names in a request from "+strings.Join(c.WebTrustedProxies, ", "))
+	}
+	if len(who) == 0 {
+		return "no one (read-only)"
+	}
+	return strings.Join(who, "; ")
+}
+
 // trustedProxies parses --web-trusted-proxies.
 func (c *runConfig) trustedProxies() ([]netip.Prefix, error) {
 	var out []netip.Prefix
@@ -676,9 +698,21 @@ func (c *runConfig) trustedProxies() ([]netip.Prefix, error) {
 				return nil, cli.Usagef("--web-trusted-proxies (OUTBOXD_WEB_TRUSTED_PROXIES) %q: give addresses or CIDRs such as 10.0.0.5 or 10.0.0.0/24", s)
 			}
 		}
+		if p.Bits() < minTrustedBits(p.Addr()) && !c.WebTrustWideProxies {
+			return nil, cli.Usagef("--web-trusted-proxies (OUTBOXD_WEB_TRUSTED_PROXIES) %s: wider than a /%d: anyone there could act as anyone by sending the header; name your proxies' addresses, or add --web-trust-wide-proxies if every address in it is a proxy that replaces the header", p, minTrustedBits(p.Addr()))
+		}
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// minTrustedBits is the widest trusted-proxy range taken without
+// --web-trust-wide-proxies: a /16 of IPv4, a /48 of IPv6.
+func minTrustedBits(a netip.Addr) int {
+	if a.Is4() {
+		return 16
+	}
+	return 48
 }
 
 func (c *runConfig) webReadToken() string {

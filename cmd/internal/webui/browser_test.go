@@ -975,6 +975,18 @@ func TestATrustedProxyNamesThePerson(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "web:carol@example.com", audit[len(audit)-1].Actor)
 
+	// A proxy that appends its header to the client's: two values name no
+	// one, whichever comes first.
+	for _, order := range [][2]string{{"mallory", "carol@example.com"}, {"carol@example.com", "mallory"}} {
+		req, _ := http.NewRequest(http.MethodGet, behind.URL+"/ui/", nil)
+		req.Header.Add("X-Forwarded-User", order[0])
+		req.Header.Add("X-Forwarded-User", order[1])
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a repeated identity header is refused")
+	}
+
 	elsewhere := serve("10.0.0.0/8")
 	require.Equal(t, http.StatusUnauthorized, do(elsewhere, http.MethodGet, "/ui/", "carol@example.com", nil), "the header from an untrusted address")
 	require.Equal(t, http.StatusUnauthorized, do(elsewhere, http.MethodPost, "/ui/effects/"+s.ids["busy"].String()+"/actions/cancel",

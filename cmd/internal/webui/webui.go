@@ -356,7 +356,14 @@ func (u *ui) proxyUser(r *http.Request) (string, bool) {
 	if u.cfg.TrustedUserHeader == "" {
 		return "", false
 	}
-	name := strings.TrimSpace(r.Header.Get(u.cfg.TrustedUserHeader))
+	// A header that arrives more than once names no one: a proxy that
+	// appends the signed-in name to a client's own header, instead of
+	// replacing it, must not let the client's value win.
+	values := r.Header.Values(u.cfg.TrustedUserHeader)
+	if len(values) != 1 {
+		return "", false
+	}
+	name := strings.TrimSpace(values[0])
 	if name == "" || !operatorName.MatchString(name) {
 		return "", false
 	}
