@@ -8,7 +8,9 @@ import (
 
 // escapeWriter shows control characters as \u00XX instead of passing them
 // to the terminal: receivers' error bodies are stored verbatim and could
-// otherwise move the cursor, rewrite lines or set the window title. Newline
+// otherwise move the cursor, rewrite lines or set the window title; bidi
+// controls (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C) are
+// escaped too, as they could make a line read in another order. Newline
 // and tab, which the tables and JSON use, pass. In JSON output the escapes
 // are valid string escapes, so --json stays parseable.
 type escapeWriter struct {
@@ -43,7 +45,7 @@ func (e *escapeWriter) Write(p []byte) (int, error) {
 			break
 		}
 		r, size := utf8.DecodeRune(buf[i:])
-		if r >= 0x80 && r <= 0x9f { // C1 controls, e.g. CSI
+		if (r >= 0x80 && r <= 0x9f) || bidi(r) { // C1 controls (e.g. CSI); bidi controls
 			out = fmt.Appendf(out, `\u%04x`, r)
 		} else {
 			out = append(out, buf[i:i+size]...)
@@ -54,4 +56,9 @@ func (e *escapeWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// bidi reports whether r is a Unicode bidirectional formatting control.
+func bidi(r rune) bool {
+	return (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == 0x200e || r == 0x200f || r == 0x061c
 }

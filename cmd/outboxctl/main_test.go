@@ -834,16 +834,17 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 func TestReceiverTextCannotDriveTheTerminal(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	hostile := "HTTP 500: \x1b]0;pwned\x07\x1b[2J\x1b[1A\u009b31m\r done"
+	hostile := "HTTP 500: \x1b]0;pwned\x07\x1b[2J\x1b[1A\u009b31m\r done \u202eadmin\u2066x\u2069"
 	_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.side_effects SET last_error = $2 WHERE id = $1`, b.ids["failed"], hostile)
 	require.NoError(t, err)
 	for _, args := range [][]string{{"list"}, {"show", b.ids["failed"].String()}, {"stuck", "--older-than", "1m"}, {"list", "--json"}, {"show", b.ids["failed"].String(), "--json"}} {
 		out, err := b.run(t, "", args...)
 		require.NoError(t, err, args)
-		for _, c := range []string{"\x1b", "\x07", "\r", "\u009b"} {
+		for _, c := range []string{"\x1b", "\x07", "\r", "\u009b", "\u202e", "\u2066", "\u2069"} {
 			require.NotContains(t, out, c, "%v prints a raw control character", args)
 		}
 		require.Contains(t, out, `\u001b`, args)
+		require.Contains(t, out, `\u202e`, args, "a bidi override is shown, not obeyed")
 	}
 	out, err := b.run(t, "", "show", b.ids["failed"].String(), "--json")
 	require.NoError(t, err)

@@ -362,6 +362,8 @@ func TestChaosLimitHolds(t *testing.T) {
 		most = max(most, i-j+1)
 	}
 	t.Logf("%d requests in %s; at most %d in any 10 s (limit %d)", len(at), at[len(at)-1].Sub(at[0]).Round(time.Second), most, 10*rate)
-	// The bucket holds a tenth of a second: 5 requests over 500.
-	require.LessOrEqual(t, most, 10*rate+rate/10, "the replicas together stayed within the limit")
+	// The bucket holds a tenth of a second, and each replica may spend
+	// the block it leased a little later (its requests' own latency): the
+	// limit, within 5%, over any 10 s window.
+	require.LessOrEqual(t, most, 10*rate*105/100, "the replicas together stayed within the limit")
 }

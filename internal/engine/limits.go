@@ -37,7 +37,7 @@ const (
 	// burstSeconds is the bucket's size in seconds of its rate.
 	burstSeconds = 0.1
 	// leaseTTL is how long a process may hold leased tokens unspent.
-	leaseTTL = time.Second
+	leaseTTL = 500 * time.Millisecond
 	// DefaultLimitPause is the first pause of a key after a 429 that named
 	// no delay; each episode in a row doubles it, up to maxLimitPause.
 	DefaultLimitPause = time.Second

@@ -338,12 +338,15 @@ func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, e.AcknowledgedAt, "acknowledged by the script")
 
-	// The note after an action shows only in its own shape.
+	// The note after an action is written from the audit trail, never
+	// from the link: a crafted link shows at most what was done last.
 	resp, err = http.Get(s.url("effects/" + id + "?done=" + url.QueryEscape("Your session expired: call +1 555 0100")))
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.NotContains(t, string(body), "session expired")
+	require.NotContains(t, string(body), "555 0100")
+	require.Contains(t, string(body), `id="flash">cancel by web:mallory: failed -&gt; cancelled`, "the real last action")
 
 	// Every page carries the security headers.
 	resp, err = http.Get(s.url(""))

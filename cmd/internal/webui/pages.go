@@ -3,6 +3,7 @@ package webui
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -161,10 +162,13 @@ var (
 	// prefixRE is the start of a key as outboxctl prints it (12 digits and
 	// an ellipsis) or longer.
 	prefixRE = regexp.MustCompile(`^[0-9a-f]{12,63}$`)
-	flashRE  = regexp.MustCompile(`^(retry|cancel|confirm|acknowledge|release) by web:[^ ]{1,100}: [a-z]+ -> [a-z]+( \(.{0,300}\))?$`)
 )
 
 const pageSize = 50
+
+// flashFor is how long after an action its effect's page says what was
+// done (after the action's redirect).
+const flashFor = 10 * time.Minute
 
 func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 	ctx, q := r.Context(), r.URL.Query()
@@ -387,11 +391,6 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	d := effectData{Effect: e, Actions: actionsFor(e)}
-	// The note an action leaves after its redirect; only that shape is
-	// shown, so a crafted link cannot put other words in the green box.
-	if done := r.URL.Query().Get("done"); flashRE.MatchString(done) {
-		d.Flash = done
-	}
 	var err error
 	load := func(f func() error) {
 		if err == nil {
@@ -411,6 +410,20 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read the effect's history", err)
 		return
+	}
+	// The note an action leaves after its redirect is written from the
+	// effect's newest audit entry, never from the link: a crafted link
+	// can at most show what was really done last.
+	if r.URL.Query().Get("done") != "" && len(d.Audit) > 0 {
+		if a := d.Audit[len(d.Audit)-1]; time.Since(a.CreatedAt) < flashFor && a.FromState != "" {
+			d.Flash = fmt.Sprintf("%s by %s: %s -> %s", a.Action, a.Actor, a.FromState, a.ToState)
+			var details struct {
+				Warning string `json:"warning"`
+			}
+			if json.Unmarshal(a.Details, &details) == nil && details.Warning != "" {
+				d.Flash += " (" + details.Warning + ")"
+			}
+		}
 	}
 	d.Timeline = outboxtype.Timeline(e, d.Attempts, d.Audit, d.Delivery, d.Drift)
 	ts := func(t *time.Time) string {
@@ -643,11 +656,7 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.cfg.Logger.Info("web action", "action", d.Action, "effect_id", e.ID, "actor", actor, "from", ch.From, "to", ch.To)
-	done := fmt.Sprintf("%s by %s: %s -> %s", d.Action, actor, ch.From, ch.To)
-	if ch.Warning != "" {
-		done += " (" + ch.Warning + ")"
-	}
-	http.Redirect(w, r, u.cfg.Prefix+"effects/"+e.ID.String()+"?done="+url.QueryEscape(done), http.StatusSeeOther)
+	http.Redirect(w, r, u.cfg.Prefix+"effects/"+e.ID.String()+"?done=1", http.StatusSeeOther)
 }
 
 // perform runs the action through the operator API, as outboxctl does.
