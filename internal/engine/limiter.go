@@ -69,7 +69,11 @@ type keyState struct {
 	ok, prev int
 	// okSince counts the requests accepted since the key's last 429.
 	okSince int
-	lastUse time.Time
+	// Leased tokens spent in the current and the previous second: how
+	// many to lease at once.
+	spentSecond      time.Time
+	spent, spentPrev int
+	lastUse          time.Time
 }
 
 func newLimiter(pool *pgxpool.Pool, store *Store, logger *slog.Logger, pauseBase time.Duration) *limiter {
@@ -136,6 +140,19 @@ func (st *keyState) roll(now time.Time) {
 
 func (st *keyState) count(now time.Time) { st.lastUse = now }
 
+// spend counts a leased token spent, per second.
+func (st *keyState) spend(now time.Time) {
+	sec := now.Truncate(time.Second)
+	switch {
+	case sec.Equal(st.spentSecond):
+	case sec.Sub(st.spentSecond) == time.Second:
+		st.spentPrev, st.spent, st.spentSecond = st.spent, 0, sec
+	default:
+		st.spentPrev, st.spent, st.spentSecond = 0, 0, sec
+	}
+	st.spent++
+}
+
 // accepted records that a request of key was not refused for rate (any
 // outcome but a 429).
 func (l *limiter) accepted(key string) {
@@ -180,6 +197,7 @@ func (l *limiter) take(ctx context.Context, key string, maxWait time.Duration) (
 		if st.tokens > 0 && now.Before(st.expires) {
 			st.tokens--
 			st.count(now)
+			st.spend(now)
 			return true, 0, nil
 		}
 		if st.leasing != nil {
@@ -200,7 +218,11 @@ func (l *limiter) take(ctx context.Context, key string, maxWait time.Duration) (
 			}
 			continue
 		}
-		want := max(1, st.waiting)
+		// As many as wait now, or as this process spent in a quarter of
+		// a second lately, whichever is more: a key whose rate does not
+		// bind costs a statement per block, not per few requests. At most
+		// a bucket.
+		want := max(1, st.waiting, st.spentPrev/4)
 		if st.rate > 0 {
 			want = min(want, max(1, int(st.rate*burstSeconds)))
 		}

@@ -28,16 +28,19 @@ import (
 // runs slower for a moment, never faster).
 //
 // A 429 pauses the key for every replica (for Retry-After, or a pause that
-// doubles with each episode in a row) and halves its current rate, which
-// then climbs back by a twentieth of its ceiling each second: additive
+// doubles with each episode in a row) and lowers its current rate (by a
+// quarter for a key with a rate of its own, by half for one without),
+// which then climbs back by a tenth of its ceiling each second: additive
 // increase, multiplicative decrease.
 
 // Limit tuning.
 const (
 	// burstSeconds is the bucket's size in seconds of its rate.
 	burstSeconds = 0.1
-	// leaseTTL is how long a process may hold leased tokens unspent.
-	leaseTTL = 500 * time.Millisecond
+	// leaseTTL is how long a process may hold leased tokens unspent:
+	// about a bucket's time, so that tokens leased at one moment are not
+	// sent together with those of the next.
+	leaseTTL = 150 * time.Millisecond
 	// DefaultLimitPause is the first pause of a key after a 429 that named
 	// no delay; each episode in a row doubles it, up to maxLimitPause.
 	DefaultLimitPause = time.Second
@@ -88,7 +91,7 @@ func (r *LimitRow) Effective() float64 {
 	step := max(1, *r.CurrentRate/10)
 	if r.Rate != nil {
 		ceiling = *r.Rate
-		step = max(1, *r.Rate/20)
+		step = max(1, *r.Rate/10)
 	}
 	return min(ceiling, *r.CurrentRate+step*max(0, r.Now.Sub(r.CurrentAt).Seconds()))
 }
@@ -241,12 +244,16 @@ func (s *Store) Throttle(ctx context.Context, db TxDB, key string, after, base t
 			} else {
 				inRow = 1
 			}
-			// Halved, but never below what the provider was just seen to
-			// accept; a key with no rate starts there (at least 1/s).
+			// Lowered by a quarter, but never below what the provider was
+			// just seen to accept; a key with no rate of its own starts
+			// there (at least 1/s), and is halved from then on.
 			var next float64
-			if rate := r.Effective(); rate > 0 {
+			switch rate := r.Effective(); {
+			case rate > 0 && r.Rate != nil:
+				next = max(minRate, min(rate, max(rate*0.75, observed)))
+			case rate > 0:
 				next = max(minRate, min(rate, max(rate/2, observed)))
-			} else {
+			default:
 				next = max(1, observed)
 			}
 			cur = &next

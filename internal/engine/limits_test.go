@@ -59,10 +59,10 @@ func TestLimitBucketHoldsAcrossReplicas(t *testing.T) {
 	require.EqualValues(t, granted, row.Granted, "every lease is counted")
 }
 
-// TestA429PausesTheKeyAndHalvesItsRate: a 429 pauses the key (for the
+// TestA429PausesTheKeyAndLowersItsRate: a 429 pauses the key (for the
 // provider's delay, or one that doubles with each episode in a row),
-// halves its rate once per episode, and the rate climbs back.
-func TestA429PausesTheKeyAndHalvesItsRate(t *testing.T) {
+// lowers its rate once per episode, and the rate climbs back.
+func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	store := engine.NewStore(db.Schema)
@@ -87,14 +87,14 @@ func TestA429PausesTheKeyAndHalvesItsRate(t *testing.T) {
 	require.NoError(t, err)
 	row, err := store.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)
-	require.InDelta(t, 50, *row.CurrentRate, 0.001, "halved once per episode")
+	require.InDelta(t, 75, *row.CurrentRate, 0.001, "lowered by a quarter once per episode")
 	require.Equal(t, 1, row.ThrottledInRow)
 	require.EqualValues(t, 2, row.Throttles)
 
 	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(2*time.Second))
 	require.NoError(t, err)
-	require.InDelta(t, 55, l.Rate, 0.001, "climbing back by a twentieth of its rate each second after the pause")
-	require.Equal(t, 5, l.Granted, "a bucket holds a tenth of a second")
+	require.InDelta(t, 85, l.Rate, 0.001, "climbing back by a tenth of its rate each second after the pause")
+	require.Equal(t, 8, l.Granted, "a bucket holds a tenth of a second")
 
 	// A new episode soon after: the pause doubles and the rate halves again.
 	until, _, err = store.Throttle(ctx, db.Pool, key, 0, time.Second, 0, true, at(2100*time.Millisecond))
@@ -103,14 +103,14 @@ func TestA429PausesTheKeyAndHalvesItsRate(t *testing.T) {
 	row, err = store.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)
 	require.Equal(t, 2, row.ThrottledInRow)
-	require.InDelta(t, 27.75, *row.CurrentRate, 0.01)
+	require.InDelta(t, 64.5, *row.CurrentRate, 0.01)
 
 	// Never below what the provider was just seen to accept.
-	_, _, err = store.Throttle(ctx, db.Pool, key, 0, time.Second, 40, true, at(8*time.Second))
+	_, _, err = store.Throttle(ctx, db.Pool, key, 0, time.Second, 90, true, at(8*time.Second))
 	require.NoError(t, err)
 	row, err = store.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)
-	require.InDelta(t, 40, *row.CurrentRate, 0.01)
+	require.InDelta(t, 90, *row.CurrentRate, 0.01)
 
 	// A provider that names its delay gets it.
 	until, _, err = store.Throttle(ctx, db.Pool, key, 30*time.Second, time.Second, 0, true, at(20*time.Second))
