@@ -112,6 +112,7 @@ than one: the request was applied more than once; check them, do not retry.`,
 	cmd.Flags().BoolVar(&apply, "apply", false, "confirm the effect when exactly one object was found (audited)")
 	cmd.Flags().StringVar(&stripeKey, "stripe-api-key", "", "Stripe key to read with (a restricted read-only key is enough)")
 	envflag.Bind(cmd.Flags(), "stripe-api-key", "STRIPE_API_KEY")
+	envflag.Secret(cmd.Flags(), "stripe-api-key")
 	cmd.Flags().StringVar(&stripeAPIBase, "stripe-api-base", stripe.DefaultAPIBase, "Stripe API URL")
 	envflag.Bind(cmd.Flags(), "stripe-api-base", "STRIPE_API_BASE")
 	return cmd

@@ -438,3 +438,32 @@ func TestRunConfirmsAnInDoubtEmailFromItsProviderEvent(t *testing.T) {
 	require.Contains(t, string(metrics), `outboxd_provider_events_total{kind="email.receipt",provider="sendgrid",result="confirmed"} 1`)
 	require.Contains(t, string(metrics), `outboxd_deliveries_total{kind="email.receipt",status="processed"} 1`)
 }
+
+// TestSecretsAreNamedNeverEchoed: a value of a secret-bearing flag or
+// variable that cannot be read is named in the error, never shown, and the
+// valid secrets beside it are not shown either.
+func TestSecretsAreNamedNeverEchoed(t *testing.T) {
+	const secretish = "whsec_TOPSECRETVALUE"
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		name string
+	}{
+		{[]string{"run", "--webhook-secret", testSecret, "--webhook-previous-secrets", `"` + secretish}, nil, "--webhook-previous-secrets (OUTBOXD_WEBHOOK_PREVIOUS_SECRETS)"},
+		{[]string{"run", "--webhook-secret", testSecret}, map[string]string{"OUTBOXD_WEBHOOK_PREVIOUS_SECRETS": `"` + secretish}, "--webhook-previous-secrets (OUTBOXD_WEBHOOK_PREVIOUS_SECRETS)"},
+		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-operator-tokens", secretish + ",ada=0123456789abcdef0123,bob=0123456789abcdef0124"}, nil, "--web-operator-tokens (OUTBOXD_WEB_OPERATOR_TOKENS)"},
+		{[]string{"run", "--webhook-secret", testSecret}, map[string]string{"OUTBOXD_WEB_OPERATOR_TOKENS": secretish + ",ada=0123456789abcdef0123,bob=0123456789abcdef0124"}, "--web-operator-tokens (OUTBOXD_WEB_OPERATOR_TOKENS)"},
+	} {
+		for k, v := range tc.env {
+			t.Setenv(k, v)
+		}
+		_, err := execute(context.Background(), tc.args...)
+		require.Equal(t, 2, cli.ExitCode(err), "%v: %v", tc.args, err)
+		require.Contains(t, err.Error(), tc.name)
+		require.Contains(t, err.Error(), "not shown")
+		require.NotContains(t, err.Error(), "TOPSECRET", "%v", tc.args)
+		for k := range tc.env {
+			t.Setenv(k, "")
+		}
+	}
+}

@@ -144,10 +144,11 @@ func NewRoot(use, short string) (*cobra.Command, *Database) {
 			return nil
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return UsageError{Err: err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return UsageError{Err: envflag.FlagError(cmd, err)} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&db.URL, "database-url", DefaultDatabaseURL, "Postgres connection URL")
 	envflag.Bind(pf, "database-url", "DATABASE_URL")
+	envflag.Secret(pf, "database-url")
 	pf.StringVar(&db.Schema, "schema", "public", "Postgres schema of outboxd's and River's tables")
 	envflag.Bind(pf, "schema", "OUTBOXD_SCHEMA")
 	return root, db
