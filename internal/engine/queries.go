@@ -172,11 +172,13 @@ SELECT s.id FROM /*schema*/side_effects e JOIN /*schema*/side_effects s
 WHERE e.id = $1 AND ` + openInChain + `
 ORDER BY s.ordering_seq LIMIT 1`
 
-	// The enqueue locks of the ordering keys $1, in hash order (the
-	// classid is the one outboxd_order_effect uses).
+	// The enqueue locks of the ordering keys $1 in schema $2 ("": the
+	// search_path's), in hash order: the locks outboxd_order_effect and
+	// outboxd_enqueue take (migration 00023).
 	sqlLockOrderingKeys = `
-SELECT pg_advisory_xact_lock(1869574516, h) FROM (
-	SELECT DISTINCT hashtext(k) AS h FROM unnest($1::text[]) AS k ORDER BY 1) AS x`
+SELECT pg_advisory_xact_lock(h) FROM (
+	SELECT DISTINCT hashtextextended('outboxd order ' || coalesce(nullif($2, ''), current_schema()) || ':' || k, 0) AS h
+	FROM unnest($1::text[]) AS k ORDER BY 1) AS x`
 
 	// Effects whose id lies in [$1, $2]: the ids that begin with a key's
 	// first hex digits (an id is derived from its key's first 16 bytes), on

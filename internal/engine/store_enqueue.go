@@ -204,9 +204,10 @@ func (s *Store) CancelUnfired(ctx context.Context, tx pgx.Tx, eventID uuid.UUID,
 }
 
 // LockOrderingKeys takes, in tx, the advisory locks that serialise
-// enqueues on each of keys (see migration 00016), in one global order.
+// enqueues on each of keys (see migrations 00016 and 00023), in one global
+// order.
 func (s *Store) LockOrderingKeys(ctx context.Context, tx pgx.Tx, keys []string) error {
-	if _, err := tx.Exec(ctx, sqlLockOrderingKeys, keys); err != nil {
+	if _, err := tx.Exec(ctx, sqlLockOrderingKeys, keys, s.name); err != nil {
 		return fmt.Errorf("lock ordering keys: %w", err)
 	}
 	return nil

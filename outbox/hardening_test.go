@@ -1,0 +1,114 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// orderedHook is a webhook effect on ordering key key, as Go and as the
+// JSON outboxd_enqueue takes.
+func orderedHook(key string) (outbox.Effect, map[string]any) {
+	e := webhookEffect("webhook.step", `{"n": 1}`)
+	e.OrderingKey = key
+	return e, map[string]any{"kind": "webhook.step", "provider": "webhook", "payload": json.RawMessage(e.Payload), "ordering_key": key}
+}
+
+// TestOrderingLocksBelongToTheirSchemaAndKey: an open transaction that
+// enqueued on an ordering key blocks enqueues on that key in its own
+// schema only: not the same key in another outboxd schema, nor another key
+// whose 32-bit hash is the same; by Go and by SQL.
+func TestOrderingLocksBelongToTheirSchemaAndKey(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t), setup(t)
+	ctx := context.Background()
+	var collide bool
+	require.NoError(t, a.db.Pool.QueryRow(ctx, `SELECT hashtext('customer:108125') = hashtext('customer:22402')`).Scan(&collide))
+	require.True(t, collide, "the two keys share a 32-bit hash")
+
+	holder, err := a.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(ctx) //nolint:errcheck
+	held, _ := orderedHook("customer:108125")
+	_, err = a.ob.Enqueue(ctx, holder, outbox.Event{ID: uuid.New(), Type: "t"}, held)
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name string
+		b    *testBundle
+		key  string
+	}{
+		{"the same key in another schema", b, "customer:108125"},
+		{"a key with the same 32-bit hash", a, "customer:22402"},
+	} {
+		goEffect, sqlEffect := orderedHook(tc.key)
+		err := pgx.BeginFunc(ctx, tc.b.db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
+				return err
+			}
+			_, err := tc.b.ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "t"}, goEffect)
+			return err
+		})
+		require.NoError(t, err, "Go: %s is not blocked", tc.name)
+		err = pgx.BeginFunc(ctx, tc.b.db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
+				return err
+			}
+			_, err := sqlEnqueue(ctx, tx, tc.b.db.Schema, map[string]any{"id": uuid.New(), "type": "t"}, []map[string]any{sqlEffect})
+			return err
+		})
+		require.NoError(t, err, "SQL: %s is not blocked", tc.name)
+	}
+
+	// The same key in the same schema still waits for the holder.
+	same, sqlSame := orderedHook("customer:108125")
+	for _, enqueue := range []func(tx pgx.Tx) error{
+		func(tx pgx.Tx) error {
+			_, err := a.ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "t"}, same)
+			return err
+		},
+		func(tx pgx.Tx) error {
+			_, err := sqlEnqueue(ctx, tx, a.db.Schema, map[string]any{"id": uuid.New(), "type": "t"}, []map[string]any{sqlSame})
+			return err
+		},
+	} {
+		err = pgx.BeginFunc(ctx, a.db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '100ms'`); err != nil {
+				return err
+			}
+			return enqueue(tx)
+		})
+		require.ErrorContains(t, err, "lock timeout", "a key's enqueues are serialised")
+	}
+}
+
+// TestTemporaryObjectsCannotReorderAChain: a session that creates its own
+// temporary side_effects_ordering_seq cannot choose its effect's position
+// in a chain: the trigger draws from outboxd's sequence, for a plain
+// INSERT, outbox.Enqueue and outboxd_enqueue alike.
+func TestTemporaryObjectsCannotReorderAChain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `CREATE TEMP SEQUENCE side_effects_ordering_seq MINVALUE -1000000 START -1000000`); err != nil {
+			return err
+		}
+		goEffect, sqlEffect := orderedHook("customer:42")
+		if _, err := b.ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "t"}, goEffect); err != nil {
+			return err
+		}
+		_, err := sqlEnqueue(ctx, tx, b.db.Schema, map[string]any{"id": uuid.New(), "type": "t"}, []map[string]any{sqlEffect})
+		return err
+	})
+	require.NoError(t, err)
+	var lowest int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT min(ordering_seq) FROM `+b.db.Schema+`.side_effects`).Scan(&lowest))
+	require.Positive(t, lowest, "every position comes from outboxd's own sequence")
+}
