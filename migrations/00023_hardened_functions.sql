@@ -31,9 +31,12 @@ END
 $$;
 -- +goose StatementEnd
 
--- outboxd_enqueue's one lock statement, replaced in its definition (the
--- rest of the function is 00017's); the migration fails if the statement
--- is not found as 00017 wrote it.
+-- outboxd_enqueue's lock statement, replaced in its definition, and a
+-- check added before its wake (the rest of the function is 00017's); the
+-- migration fails if the function is not as 00017 wrote it.
+-- 3. An effect whose derived id another event's effect already holds was
+--    reported as a duplicate and not written; it is a conflict (OB409), as
+--    outbox.Enqueue reports it.
 -- +goose StatementBegin
 DO $$
 DECLARE
@@ -44,11 +47,25 @@ DECLARE
     new text := $new$PERFORM pg_advisory_xact_lock(h) FROM (
             SELECT DISTINCT hashtextextended('outboxd order ' || current_schema() || ':' || x, 0) AS h
             FROM unnest(okeys) AS x WHERE x IS NOT NULL ORDER BY 1) AS l;$new$;
+    wake text := $wake$    IF wake_dispatchers AND cardinality(inserted) > 0 THEN$wake$;
+    squatted text := $sq$    -- An effect not inserted whose (event, kind) has no row: its derived
+    -- id is held by another event's effect. A conflict, as in Go, never a
+    -- duplicate.
+    SELECT u.kind INTO k
+    FROM unnest(ids, kinds) WITH ORDINALITY AS u(id, kind, ord)
+    WHERE NOT u.id = ANY(inserted) AND NOT EXISTS (SELECT 1 FROM side_effects s WHERE s.source_id = ev_id AND s.kind = u.kind)
+    ORDER BY u.ord LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OB409', COLUMN = k,
+            MESSAGE = format('outboxd_enqueue: conflict: effect "%s" of event %s: its id is held by another event''s effect', k, ev_id);
+    END IF;
+
+$sq$;
 BEGIN
-    IF position(old IN def) = 0 THEN
+    IF position(old IN def) = 0 OR position(wake IN def) = 0 THEN
         RAISE EXCEPTION 'outboxd migration 00023: outboxd_enqueue in schema % is not as migration 00017 made it', s;
     END IF;
-    EXECUTE replace(def, old, new);
+    EXECUTE replace(replace(def, old, new), wake, squatted || wake);
     EXECUTE format('ALTER FUNCTION %I.outboxd_enqueue(jsonb, jsonb, boolean) SET search_path = %I, pg_temp', s, s);
     EXECUTE format('ALTER FUNCTION %I.outboxd_order_effect() SET search_path = %I, pg_temp', s, s);
     EXECUTE format('ALTER FUNCTION %I.outboxd_order_wake() SET search_path = %I, pg_temp', s, s);
@@ -63,6 +80,19 @@ DECLARE
     s text := current_schema();
     def text := pg_get_functiondef(format('%I.outboxd_enqueue(jsonb, jsonb, boolean)', s)::regprocedure);
 BEGIN
+    def := replace(def, $sq$    -- An effect not inserted whose (event, kind) has no row: its derived
+    -- id is held by another event's effect. A conflict, as in Go, never a
+    -- duplicate.
+    SELECT u.kind INTO k
+    FROM unnest(ids, kinds) WITH ORDINALITY AS u(id, kind, ord)
+    WHERE NOT u.id = ANY(inserted) AND NOT EXISTS (SELECT 1 FROM side_effects s WHERE s.source_id = ev_id AND s.kind = u.kind)
+    ORDER BY u.ord LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OB409', COLUMN = k,
+            MESSAGE = format('outboxd_enqueue: conflict: effect "%s" of event %s: its id is held by another event''s effect', k, ev_id);
+    END IF;
+
+$sq$, '');
     EXECUTE replace(def, $new$PERFORM pg_advisory_xact_lock(h) FROM (
             SELECT DISTINCT hashtextextended('outboxd order ' || current_schema() || ':' || x, 0) AS h
             FROM unnest(okeys) AS x WHERE x IS NOT NULL ORDER BY 1) AS l;$new$, $old$PERFORM pg_advisory_xact_lock(1869574516, h) FROM (

@@ -37,9 +37,16 @@ type ConflictError struct {
 	// Kind is the conflicting effect's kind, or "" when the event itself
 	// differs.
 	Kind string
+	// IDHeld is true when the effect's derived id is held by another
+	// event's effect (a row written by hand or another tool): the caller's
+	// transaction then holds the failed insert and must be rolled back.
+	IDHeld bool
 }
 
 func (e *ConflictError) Error() string {
+	if e.IDHeld {
+		return fmt.Sprintf("outbox: conflict: effect %q of event %s: its id is held by another event's effect", e.Kind, e.EventID)
+	}
 	if e.Kind == "" {
 		return fmt.Sprintf("outbox: conflict: event %s exists with a different type, aggregate or payload", e.EventID)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -111,4 +112,43 @@ func TestTemporaryObjectsCannotReorderAChain(t *testing.T) {
 	var lowest int64
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT min(ordering_seq) FROM `+b.db.Schema+`.side_effects`).Scan(&lowest))
 	require.Positive(t, lowest, "every position comes from outboxd's own sequence")
+}
+
+// TestASquattedEffectIdIsAConflict: when another event's effect already
+// holds the id an effect derives from its event and kind (a row written by
+// hand or by another tool), outbox.Enqueue and outboxd_enqueue both report
+// a conflict and write nothing; neither calls it a duplicate.
+func TestASquattedEffectIdIsAConflict(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	victim, squatter := uuid.New(), uuid.New()
+	hook := webhookEffect("webhook.order_paid", `{"n": 1}`)
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO `+b.db.Schema+`.outbox_events (id, event_type, payload) VALUES ($1, 't', '{}')`, squatter)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO `+b.db.Schema+`.side_effects (id, source_id, kind, provider, payload)
+		VALUES (`+b.db.Schema+`.outboxd_effect_id($1, 'webhook.order_paid'), $2, 'webhook.other', 'webhook', $3)`, victim, squatter, hook.Payload)
+	require.NoError(t, err)
+
+	err = pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		_, err := b.ob.Enqueue(ctx, tx, outbox.Event{ID: victim, Type: "t"}, hook)
+		return err
+	})
+	require.ErrorIs(t, err, outbox.ErrConflict, "Go")
+	var ce *outbox.ConflictError
+	require.ErrorAs(t, err, &ce)
+	require.True(t, ce.IDHeld)
+	require.Equal(t, "webhook.order_paid", ce.Kind)
+	require.Contains(t, err.Error(), "held by another event's effect")
+	err = pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		_, err := sqlEnqueue(ctx, tx, b.db.Schema, map[string]any{"id": victim, "type": "t"},
+			[]map[string]any{{"kind": "webhook.order_paid", "provider": "webhook", "payload": json.RawMessage(hook.Payload)}})
+		return err
+	})
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, "SQL")
+	require.Equal(t, "OB409", pgErr.Code)
+	require.Contains(t, pgErr.Message, "held by another event's effect")
+	events, effects, _ := b.counts(t)
+	require.Equal(t, [2]int{1, 1}, [2]int{events, effects}, "nothing written")
 }

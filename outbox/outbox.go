@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -382,6 +383,9 @@ func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Eff
 		// The common case, a new event: event and effects in one statement.
 		inserted, err := o.store.InsertEventWithEffects(ctx, tx, newEvent, newEffects, o.jobs == JobsByDispatcher)
 		if err != nil {
+			if kind, ok := heldID(err, res.Effects); ok {
+				return nil, &ConflictError{EventID: ev.ID, Kind: kind, IDHeld: true}
+			}
 			return nil, fmt.Errorf("outbox: %w", err)
 		}
 		if inserted {
@@ -481,6 +485,22 @@ func (o *Outbox) insertEffects(ctx context.Context, tx pgx.Tx, id uuid.UUID, eff
 		}
 	}
 	return o.insertJobs(ctx, tx, id, effects, inserted, res)
+}
+
+// heldID reports the kind of the effect whose id err (from inserting
+// effects) says another row already holds: a row of another event, since a
+// new event has none of its own.
+func heldID(err error, effects []EffectResult) (string, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "side_effects_pkey" {
+		return "", false
+	}
+	for _, e := range effects {
+		if strings.Contains(pgErr.Detail, e.ID.String()) {
+			return e.Kind, true
+		}
+	}
+	return "", true
 }
 
 // insertJobs inserts a dispatch job for each effect in inserted and marks it
