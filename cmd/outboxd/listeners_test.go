@@ -78,3 +78,38 @@ func TestListenersCloseSlowAndIdleConnections(t *testing.T) {
 		require.ErrorIs(t, err, io.EOF, "the idle connection was closed by the server, not by the test's deadline")
 	})
 }
+
+// TestAListenerHoldsAtMostItsCap: with its cap of connections open and
+// idle, a listener serves no further one until one of them closes.
+func TestAListenerHoldsAtMostItsCap(t *testing.T) {
+	t.Parallel()
+	capped := timeouts{header: 5 * time.Second, read: 5 * time.Second, write: 5 * time.Second, idle: time.Minute, maxConns: 2}
+	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	srv, addr, err := serve("127.0.0.1:0", "--test-addr", "test server", h, slog.New(slog.DiscardHandler), capped)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	var held []net.Conn
+	for range 2 {
+		conn, err := net.Dial("tcp", addr.String())
+		require.NoError(t, err)
+		// A request answered: the connection is accepted and kept alive.
+		_, err = conn.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		held = append(held, conn)
+	}
+	client := &http.Client{Timeout: 300 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	_, err = client.Get("http://" + addr.String() + "/")
+	require.Error(t, err, "a third connection is not served while two are held")
+	require.NoError(t, held[0].Close())
+	require.Eventually(t, func() bool {
+		resp, err := client.Get("http://" + addr.String() + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 50*time.Millisecond, "served once one closed")
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/spf13/cobra"
+	"golang.org/x/net/netutil"
 
 	"github.com/outboxd/outboxd/cmd/internal/providerevents"
 	"github.com/outboxd/outboxd/cmd/internal/webui"
@@ -666,16 +667,24 @@ func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, 
 // Request headers are capped at 64 KiB; request bodies are capped by the
 // handlers (the inbox at its MaxBodyBytes, the web view's forms by
 // net/http's 10 MB).
-type timeouts struct{ header, read, write, idle time.Duration }
+// maxConns caps how many connections a listener holds open at once (more
+// wait in the kernel's accept queue until one closes).
+type timeouts struct {
+	header, read, write, idle time.Duration
+	maxConns                  int
+}
 
 // listenerTimeouts are those of outboxd's listeners (health and metrics,
 // provider events, web view): a scrape, an event delivery or a page takes
 // milliseconds; a provider retries a delivery that timed out.
-var listenerTimeouts = timeouts{header: 5 * time.Second, read: 15 * time.Second, write: time.Minute, idle: time.Minute}
+var listenerTimeouts = timeouts{header: 5 * time.Second, read: 15 * time.Second, write: time.Minute, idle: time.Minute,
+	maxConns: maxConnsPerListener}
 
-// webReadToken is the credential reads need: the read token; or, for a
-// view beyond loopback without one and without --web-anonymous-read, the
-// admin token (webui lets the admin token read whenever reads need one).
+// maxConnsPerListener caps the connections each listener holds: a scrape,
+// a provider's deliveries or a few browsers need tens; a client that opens
+// thousands cannot exhaust the process's descriptors or memory.
+const maxConnsPerListener = 512
+
 // whoMayAct says, for the start log, who may act from the web view.
 func (c *runConfig) whoMayAct() string {
 	var who []string
@@ -723,6 +732,9 @@ func minTrustedBits(a netip.Addr) int {
 	return 48
 }
 
+// webReadToken is the credential reads need: the read token; or, for a
+// view beyond loopback without one and without --web-anonymous-read, the
+// admin token (webui lets the admin token read whenever reads need one).
 func (c *runConfig) webReadToken() string {
 	if c.WebReadToken != "" || loopbackAddr(c.WebAddr) || c.WebAnonymousRead {
 		return c.WebReadToken
@@ -800,6 +812,9 @@ func serve(addr, setting, what string, h http.Handler, log *slog.Logger, t timeo
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, cli.Usagef("%s %q: %w", setting, addr, err)
+	}
+	if t.maxConns > 0 {
+		ln = netutil.LimitListener(ln, t.maxConns)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: t.header, ReadTimeout: t.read, WriteTimeout: t.write,
 		IdleTimeout: t.idle, MaxHeaderBytes: 64 << 10}
