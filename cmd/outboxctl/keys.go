@@ -231,8 +231,12 @@ belong to a request still running: it needs --force.
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "completed key %s (%s) with HTTP %d: retries with it receive this response; the handler does not run again\n",
-				k.ID, routeLabel(k), o.Status)
+			kept := "kept forever"
+			if k.ExpiresAt != nil {
+				kept = "kept until " + k.ExpiresAt.UTC().Format(time.RFC3339) + ", after which a retry runs the handler again"
+			}
+			fmt.Fprintf(out, "completed key %s (%s) with HTTP %d: retries with it receive this response; the handler does not run again (%s)\n",
+				k.ID, routeLabel(k), o.Status, kept)
 			return nil
 		},
 	}
@@ -243,6 +247,7 @@ belong to a request still running: it needs --force.
 	fl.StringArrayVar(&headers, "header", nil, "a response header, 'Name: value' (repeatable; JSON bodies get Content-Type: application/json)")
 	fl.StringVar(&o.Reason, "reason", "", "how you know the request succeeded, for the audit trail (required)")
 	fl.BoolVar(&o.Force, "force", false, "complete a key whose lock has not expired (its request may still be running)")
+	fl.DurationVar(&o.RenewFor, "renew-for", 0, "keep the key this much longer from now (required for a key past its retention)")
 	fl.BoolVar(&dryRun, "dry-run", false, "say what would be recorded, change nothing")
 	return cmd
 }

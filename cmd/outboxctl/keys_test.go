@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -101,6 +102,31 @@ func TestKeysCompleteRecordsTheResponseRetriesGet(t *testing.T) {
 	require.Contains(t, out, "complete by oncall@example.com (in_progress -> completed): po_42 seen at the bank")
 	_, err = b.run(t, "", "keys", "complete", id, "--status", "201", "--reason", "again")
 	require.ErrorContains(t, err, "completed already")
+}
+
+// TestKeysCompleteRefusesAKeyPastItsRetention: completing a key whose
+// retention has passed would not stop the next retry from running the
+// handler (the key is removed at the next cleanup): refused unless renewed,
+// and the output says how long the response is kept. Headers every replay
+// would set (cookies, hop-by-hop, security policy) are refused.
+func TestKeysCompleteRefusesAKeyPastItsRetention(t *testing.T) {
+	t.Parallel()
+	k := newStuckKey(t, "POST /payouts", "payout-9", `{"amount": 500}`)
+	b, id := k.b, k.id
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.idempotency_keys SET expires_at = now() - interval '1 hour' WHERE id = $1`, id)
+	require.NoError(t, err)
+	args := []string{"keys", "complete", id, "--status", "201", "--body", `{"id": "po_9"}`, "--reason", "po_9 seen at the bank", "--force"}
+	_, err = b.run(t, "", args...)
+	require.ErrorContains(t, err, "past its retention")
+	require.ErrorContains(t, err, "--renew-for")
+	_, err = b.run(t, "", append(args, "--renew-for", "24h", "--header", "Set-Cookie: session=x")...)
+	require.ErrorContains(t, err, "header Set-Cookie: a stored response may not set it")
+	out, err := b.run(t, "", append(args, "--renew-for", "24h")...)
+	require.NoError(t, err, out)
+	require.Regexp(t, `kept until \S+, after which a retry runs the handler again`, out)
+	var left time.Duration
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT extract(epoch FROM expires_at - now())::bigint * interval '1 second' FROM `+b.db.Schema+`.idempotency_keys WHERE id = $1`, id).Scan(&left))
+	require.Greater(t, left, 23*time.Hour, "renewed")
 }
 
 // stuckKey is a three-phase endpoint whose first request hangs holding its

@@ -181,6 +181,13 @@ func (s *Store) LeaseTokens(ctx context.Context, db TxDB, key string, want int, 
 		if err != nil {
 			return err
 		}
+		// now() is when this transaction began, possibly before another
+		// that waited less for the row lock refilled the bucket: the
+		// bucket's clock never runs backwards, or the same interval would
+		// be credited twice.
+		if r.Now.Before(r.RefilledAt) {
+			r.Now = r.RefilledAt
+		}
 		rate := r.Effective()
 		if rate <= 0 && !r.Paused() {
 			out = Lease{Granted: want}

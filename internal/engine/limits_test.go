@@ -252,3 +252,25 @@ func TestLimitsAreCheckedAtStart(t *testing.T) {
 		require.ErrorContains(t, err, tc.want)
 	}
 }
+
+// TestTheBucketsClockNeverRunsBackwards: a lease whose transaction began
+// before another's (it waited for the row lock) credits no interval twice.
+func TestTheBucketsClockNeverRunsBackwards(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	store := engine.NewStore(db.Schema)
+	ctx := context.Background()
+	const key = "webhook:late.example"
+	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, 100, "config"))
+	t0 := time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+	l, err := store.LeaseTokens(ctx, db.Pool, key, 100, at(0))
+	require.NoError(t, err)
+	require.Equal(t, 10, l.Granted, "a full bucket")
+	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(-100*time.Millisecond))
+	require.NoError(t, err)
+	require.Zero(t, l.Granted, "a lease that began earlier finds it empty")
+	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(50*time.Millisecond))
+	require.NoError(t, err)
+	require.Equal(t, 5, l.Granted, "50 ms at 100/s, not 150 ms")
+}

@@ -140,7 +140,20 @@ type CompleteOpts struct {
 	// Force completes a key whose lock has not expired: its request may
 	// still be running, and its own outcome is then lost.
 	Force bool
+	// RenewFor keeps the key this much longer from now. A key past its
+	// retention is refused without it: the next request with it would
+	// find no stored response once the key is removed, and run the
+	// handler again.
+	RenewFor time.Duration
 }
+
+// replayRefused are headers a completed key's stored response may not
+// carry: replays would set them on every retry (cookies, hop-by-hop
+// headers, security and cross-origin policy).
+var replayRefused = []string{"Set-Cookie", "Set-Cookie2", "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding",
+	"Te", "Trailer", "Upgrade", "Content-Length", "Strict-Transport-Security", "Content-Security-Policy",
+	"Access-Control-Allow-Origin", "Access-Control-Allow-Credentials", "Access-Control-Allow-Headers", "Access-Control-Allow-Methods",
+	"Access-Control-Expose-Headers", "WWW-Authenticate", "Proxy-Authenticate", "Alt-Svc", "Clear-Site-Data"}
 
 // MaxCompleteBody bounds the response body Complete stores.
 const MaxCompleteBody = 1 << 20
@@ -161,6 +174,15 @@ func (k *Keys) Complete(ctx context.Context, id uuid.UUID, o CompleteOpts) (*Key
 		return nil, fmt.Errorf("status %d: give the status the request answered, 100 to 499 (a 5xx is never stored: retries run again)", o.Status)
 	case len(o.Body) > MaxCompleteBody:
 		return nil, fmt.Errorf("body of %d bytes, over the limit of %d", len(o.Body), MaxCompleteBody)
+	case o.RenewFor < 0:
+		return nil, fmt.Errorf("renew for %s: give a positive duration", o.RenewFor)
+	}
+	for name := range o.Headers {
+		for _, refused := range replayRefused {
+			if strings.EqualFold(name, refused) {
+				return nil, fmt.Errorf("header %s: a stored response may not set it (every replay would); leave it out", name)
+			}
+		}
 	}
 	headers, err := json.Marshal(o.Headers)
 	if err != nil {
@@ -182,8 +204,18 @@ func (k *Keys) Complete(ctx context.Context, id uuid.UUID, o CompleteOpts) (*Key
 			return fmt.Errorf("key %s is locked until %s: its request may still be running and store its own response; wait, or pass --force",
 				id, key.LockedUntil.UTC().Format(time.RFC3339))
 		}
-		if _, err := tx.Exec(ctx, `UPDATE `+k.table+` SET state = 'completed', locked_until = NULL, error = '',
-			status = $2, response_headers = $3, response_body = $4, updated_at = now() WHERE id = $1`, id, o.Status, headers, o.Body); err != nil {
+		if o.RenewFor == 0 && key.ExpiresAt != nil && !key.ExpiresAt.After(time.Now()) {
+			return fmt.Errorf("key %s is past its retention (it expired at %s): it is removed at the next cleanup, and a retry then runs the handler again; "+
+				"to keep the response for retries, renew it (--renew-for 24h)", id, key.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+		var renew *time.Time
+		if o.RenewFor > 0 {
+			t := time.Now().Add(o.RenewFor)
+			renew = &t
+		}
+		if err := tx.QueryRow(ctx, `UPDATE `+k.table+` SET state = 'completed', locked_until = NULL, error = '',
+			status = $2, response_headers = $3, response_body = $4, expires_at = coalesce($5, expires_at), updated_at = now()
+			WHERE id = $1 RETURNING expires_at`, id, o.Status, headers, o.Body, renew).Scan(&key.ExpiresAt); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO `+k.audit+` (key_id, action, actor, reason, from_state, to_state)
