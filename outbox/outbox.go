@@ -331,7 +331,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects ...Ef
 	traceparent := ""
 	if o.tracer != nil {
 		ctx, span = o.tracer.Start(ctx, outboxtype.SpanStart{Name: "outbox.enqueue", Attrs: []outboxtype.Attr{
-			{Key: "outboxd.event_id", Value: ev.ID.String()}, {Key: "outboxd.event_type", Value: ev.Type},
+			{Key: "outboxd.event_type", Value: ev.Type},
 			{Key: "outboxd.effects", Value: len(effects)}}})
 		traceparent = span.Traceparent()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -188,4 +189,32 @@ func StatusError(prefix string, status int, note string, body []byte) error {
 		body = body[:maxStatusRead]
 	}
 	return &statusError{head: head, body: strings.TrimSpace(strings.ToValidUTF8(string(body), "?"))}
+}
+
+// keyLike is text a key or a signature could be: 32 hex digits or more,
+// or 40 base64 characters or more.
+var keyLike = regexp.MustCompile(`[0-9a-fA-F]{32,}|[A-Za-z0-9+/_-]{40,}={0,2}`)
+
+// Summary is what telemetry (spans, their status) may say of err: its
+// class and, for a provider's HTTP answer, the status line without the
+// body; any other text with key-like runs (long hex or base64, such as an
+// idempotency key or a signature) replaced and cut to 160 bytes.
+func Summary(err error) string {
+	if err == nil {
+		return ""
+	}
+	prefix, inner := "", err
+	var pe *Error
+	if errors.As(err, &pe) {
+		prefix, inner = pe.Class.String()+": ", pe.Err
+	}
+	var se *statusError
+	if errors.As(inner, &se) {
+		return prefix + se.head
+	}
+	text := keyLike.ReplaceAllString(inner.Error(), "[…]")
+	if len(text) > 160 {
+		text = strings.ToValidUTF8(text[:160], "") + "…"
+	}
+	return prefix + text
 }

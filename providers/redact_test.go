@@ -45,3 +45,29 @@ func TestRedactionSeesTheWholeAnswerBeforeItIsCut(t *testing.T) {
 	require.Same(t, plain, providers.Redact(plain, []string{secret}), "nothing to redact: the same error")
 	require.Equal(t, "HTTP 404", providers.Redact(errors.New("HTTP 404"), []string{secret}).Error())
 }
+
+// TestSummarySaysClassAndStatusOnly: what spans and logs say of an error
+// is its class and a provider's status line, never the answer's body, nor
+// a key or a signature in other texts.
+func TestSummarySaysClassAndStatusOnly(t *testing.T) {
+	t.Parallel()
+	key := strings.Repeat("5c96150ae10100a8", 4)
+	body := []byte(`{"error": "duplicate webhook-id ` + key + `", "customer": "ada@example.com"}`)
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{providers.InDoubt(providers.StatusError("", 503, "", body)), "in_doubt: HTTP 503"},
+		{providers.Throttled(providers.StatusError("sendgrid ", 429, "empty body", nil), 0), "retryable: sendgrid HTTP 429 (empty body)"},
+		{providers.Permanent(errors.New("stripe idempotency_error: key " + key + " reused")), "permanent: stripe idempotency_error: key […] reused"},
+		{errors.New("v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4= rejected"), "v1,[…] rejected"},
+		{nil, ""},
+	} {
+		got := providers.Summary(tc.err)
+		require.Equal(t, tc.want, got)
+		require.NotContains(t, got, key)
+		require.NotContains(t, got, "ada@example.com")
+	}
+	long := providers.Summary(errors.New(strings.Repeat("word ", 100)))
+	require.LessOrEqual(t, len(long), 164)
+}

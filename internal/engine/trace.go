@@ -25,7 +25,6 @@ func effectAttrs(e *Effect) []outboxtype.Attr {
 	}
 	return []outboxtype.Attr{
 		{Key: "outboxd.effect_id", Value: e.ID.String()},
-		{Key: "outboxd.event_id", Value: e.SourceID.String()},
 		{Key: "outboxd.kind", Value: e.Kind},
 		{Key: "outboxd.provider", Value: e.Provider},
 		{Key: "outboxd.attempt", Value: e.Attempts},

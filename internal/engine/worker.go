@@ -343,7 +343,9 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 		Duration: time.Since(start), Outcome: class.String(), Error: sendErr.Error(), Host: host}); err != nil {
 		log.Warn("could not record the attempt in its history", "record_error", err)
 	}
-	log = log.With("class", class.String(), "error", sendErr)
+	// Logs say the class and status; the answer's body is in last_error
+	// and the attempt history, for operators.
+	log = log.With("class", class.String(), "error", providers.Summary(sendErr))
 	// The answer proves this attempt was not applied (a refusal, a 429);
 	// the effect stays in doubt only if an earlier request with the key may
 	// have been.
@@ -395,9 +397,9 @@ func (w *Worker) throttled(bctx context.Context, log *slog.Logger, p providers.P
 	}
 	w.metrics.Observe(outboxtype.Throttled{Effect: claimed, Key: key, Until: until})
 	if first {
-		log.Info("limit paused after the provider answered 429: every replica waits", "limit", key, "until", until, "error", sendErr)
+		log.Info("limit paused after the provider answered 429: every replica waits", "limit", key, "until", until, "error", providers.Summary(sendErr))
 	} else {
-		log.Debug("429 during a pause of its limit", "limit", key, "error", sendErr)
+		log.Debug("429 during a pause of its limit", "limit", key, "error", providers.Summary(sendErr))
 	}
 	host := ""
 	if h, ok := p.(providers.Hoster); ok {

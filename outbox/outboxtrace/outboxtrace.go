@@ -7,9 +7,17 @@
 // with the event (its W3C traceparent), so a dispatch in another process,
 // a retry an hour later or a re-fire after a crash continues that trace.
 //
-// Spans never carry a payload, a secret or a whole idempotency key: an
-// effect is named by its id, kind, provider, attempt and the key's first
-// 12 characters (which outboxctl and the web view take).
+// What spans carry, exactly: the enqueue span the event's type, the number
+// of effects and the result; the dispatch and provider-call spans the
+// effect's id, kind, provider, attempt, total attempts, the key's first 12
+// characters (which outboxctl and the web view take), the outcome class,
+// the provider's reference and whether the provider replayed; the
+// idempotency spans the route, method and outcome; the inbox span the
+// source, message id and whether it was a duplicate. A failed span's
+// status is the error's class and, for a provider's HTTP answer, its
+// status line (providers.Summary), never the answer's body. Never a
+// payload, a secret, a whole idempotency key, nor the event id that with
+// the kind would give the key.
 //
 // The package uses OpenTelemetry's API only; the application (or
 // outboxd run, from the OTEL_* environment variables) sets up the SDK
@@ -29,6 +37,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 )
 
 // instrumentation is the tracer's name.
@@ -143,8 +152,11 @@ func (s span) SetAttrs(a ...outboxtype.Attr) { s.SetAttributes(attrs(a)...) }
 
 func (s span) End(err error) {
 	if err != nil {
-		s.RecordError(err)
-		s.SetStatus(codes.Error, err.Error())
+		// The class and status only (providers.Summary): never a
+		// receiver's body, nor anything key-like.
+		summary := providers.Summary(err)
+		s.AddEvent("exception", trace.WithAttributes(attribute.String("exception.message", summary)))
+		s.SetStatus(codes.Error, summary)
 	}
 	s.Span.End()
 }
