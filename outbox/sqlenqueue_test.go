@@ -306,18 +306,27 @@ func TestSQLEnqueueRefusesBadInput(t *testing.T) {
 		{"long ordering key", ev, []any{hook(map[string]any{"ordering_key": strings.Repeat("k", 257)})}, "effects[0].ordering_key", "257 bytes, over the limit of 256"},
 		{"event ordering key", map[string]any{"id": id, "type": "t", "ordering_key": strings.Repeat("k", 257)}, nil, "event.ordering_key", "over the limit of 256"},
 		{"unknown policy", ev, []any{hook(map[string]any{"on_failure": "ignore"})}, "effects[0].on_failure", "use block_key (the default) or skip_failed"},
+		// Each of these raised a raw error whose DETAIL held the row.
+		{"provider no queue name", ev, []any{hook(map[string]any{"provider": "Web Hook"})}, "effects[0].provider", "lower-case letters and digits"},
+		{"provider too long", ev, []any{hook(map[string]any{"provider": strings.Repeat("p", 65)})}, "effects[0].provider", "at most 64"},
+		{"not_before no time", ev, []any{hook(nil), hook(map[string]any{"kind": "webhook.later", "not_before": "2026-13-01T09:00:00Z"})}, "effects[1].not_before", "is no time"},
+		{"not_before out of range", ev, []any{hook(map[string]any{"not_before": "99999-01-01T00:00:00Z"})}, "effects[0].not_before", "RFC 3339"},
+		{"traceparent version ff", map[string]any{"id": id, "type": "t", "traceparent": "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, nil, "event.traceparent", "a W3C traceparent"},
+		{"traceparent zero trace id", map[string]any{"id": id, "type": "t", "traceparent": "00-00000000000000000000000000000000-00f067aa0ba902b7-01"}, nil, "event.traceparent", "a W3C traceparent"},
+		{"traceparent zero span id", map[string]any{"id": id, "type": "t", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"}, nil, "event.traceparent", "a W3C traceparent"},
 	}
 	for _, c := range cases {
 		tx, err := b.db.Pool.Begin(ctx)
 		require.NoError(t, err)
 		_, err = sqlEnqueue(ctx, tx, b.db.Schema, c.event, c.effects)
+		require.NoError(t, tx.Rollback(ctx))
 		var pgErr *pgconn.PgError
 		require.ErrorAs(t, err, &pgErr, c.name)
 		require.Equal(t, "OB400", pgErr.Code, "%s: %s", c.name, pgErr.Message)
 		require.Equal(t, c.field, pgErr.ColumnName, c.name)
 		require.Contains(t, pgErr.Message, "invalid "+c.field+": ", c.name)
 		require.Contains(t, pgErr.Message, c.problem, c.name)
-		require.NoError(t, tx.Rollback(ctx))
+		require.NotContains(t, pgErr.Detail, "hooks.example.com", "%s: no row, no payload, in the error", c.name)
 	}
 	events, effects, _ := b.counts(t)
 	require.Zero(t, events+effects, "nothing written")
