@@ -2,11 +2,13 @@ package providers
 
 import (
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -135,23 +137,96 @@ func redactErr(err error, secrets []string) (error, bool) {
 }
 
 // RedactString replaces every secret in s by Redacted, as it is and as a
-// receiver may echo it: base64 (standard or URL alphabet), percent-encoded,
-// or JSON with escaped slashes. Secrets shorter than 8 characters are
-// ignored: replacing them would garble ordinary text.
+// receiver may echo it: in any letter case, with any character written as
+// a JSON \uXXXX escape or a slash as \/, percent-encoded, in hex, or in
+// base64 (standard or URL alphabet) at any alignment (a secret inside a
+// longer encoded text, such as "Basic " or "Bearer " credentials); and for
+// a whsec_ signing secret, its decoded HMAC key in hex or base64. Secrets
+// shorter than 8 characters are ignored: replacing them would garble
+// ordinary text.
 func RedactString(s string, secrets []string) string {
 	for _, sec := range secrets {
 		if len(sec) < 8 {
 			continue
 		}
-		for _, form := range []string{sec,
-			base64.StdEncoding.EncodeToString([]byte(sec)), base64.RawStdEncoding.EncodeToString([]byte(sec)),
-			base64.URLEncoding.EncodeToString([]byte(sec)), base64.RawURLEncoding.EncodeToString([]byte(sec)),
-			url.QueryEscape(sec), strings.ReplaceAll(sec, "/", `\/`),
-		} {
-			s = strings.ReplaceAll(s, form, Redacted)
+		for _, re := range redactors(sec) {
+			s = re.ReplaceAllString(s, Redacted)
 		}
 	}
 	return s
+}
+
+// redactorCache holds each secret's patterns (secret -> []*regexp.Regexp).
+var redactorCache sync.Map
+
+// redactors are the patterns that find sec in its echoed forms.
+func redactors(sec string) []*regexp.Regexp {
+	if v, ok := redactorCache.Load(sec); ok {
+		return v.([]*regexp.Regexp)
+	}
+	var out []*regexp.Regexp
+	// The text itself, any case, any character as \uXXXX.
+	var b strings.Builder
+	b.WriteString("(?i)")
+	for _, r := range sec {
+		alts := []string{regexp.QuoteMeta(string(r))}
+		if r < 0x10000 {
+			alts = append(alts, fmt.Sprintf(`\\u%04x`, r))
+		}
+		if r == '/' {
+			alts = append(alts, `\\/`)
+		}
+		b.WriteString("(?:" + strings.Join(alts, "|") + ")")
+	}
+	out = append(out, regexp.MustCompile(b.String()))
+	literal := func(form string, anyCase bool) {
+		if len(form) < 8 {
+			return
+		}
+		expr := regexp.QuoteMeta(form)
+		if anyCase {
+			expr = "(?i)" + expr
+		}
+		out = append(out, regexp.MustCompile(expr))
+	}
+	raws := [][]byte{[]byte(sec)}
+	if key, ok := strings.CutPrefix(sec, "whsec_"); ok {
+		if k, err := base64.StdEncoding.DecodeString(key); err == nil {
+			raws = append(raws, k)
+		}
+	}
+	for _, raw := range raws {
+		literal(hex.EncodeToString(raw), true)
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+			for shift := range 3 {
+				literal(alignedBase64(enc, raw, shift), false)
+			}
+		}
+	}
+	literal(url.QueryEscape(sec), true)
+	redactorCache.Store(sec, out)
+	return out
+}
+
+// alignedBase64 is the part of the base64 encoding of raw, preceded by
+// shift bytes, that does not depend on what precedes or follows it: what
+// any text containing raw at that alignment encodes to.
+func alignedBase64(enc *base64.Encoding, raw []byte, shift int) string {
+	padded := append(make([]byte, shift), raw...)
+	e := enc.EncodeToString(padded)
+	start := 0
+	if shift > 0 {
+		start = 4 // the first output group holds the preceding bytes' bits
+	}
+	// Whole groups of raw only: drop the last group if it is partial.
+	end := len(e)
+	if rem := len(padded) % 3; rem != 0 {
+		end -= 4
+	}
+	if start >= end {
+		return ""
+	}
+	return e[start:end]
 }
 
 // maxStatusBody is how much of a provider's answer an error keeps, after
