@@ -47,6 +47,8 @@ type gate struct {
 
 	mu    sync.Mutex
 	hosts map[string]*hostState
+	// swept is when forgetIdle last looked.
+	swept time.Time
 	// addrs caches destination's answers by host; lookup resolves a name
 	// (nil: the system's resolver).
 	addrs  map[string]resolved
@@ -255,6 +257,31 @@ func (g *gate) done(host string, sendErr error) {
 	}
 	if h.inFlight == 0 && len(h.waiters) == 0 && !h.open && h.failures == 0 {
 		delete(g.hosts, host)
+	}
+	g.forgetIdle()
+}
+
+// forgetIdleAfter is how long the gate keeps a destination it holds
+// nothing for but a count of failures (its breaker closed): tenant-chosen
+// URLs must not grow the gate's state, or its metric series, without
+// bound. g.mu is held.
+const forgetIdleAfter = 10 * time.Minute
+
+// forgetIdle drops, at most once a minute, the destinations with nothing
+// in flight and nobody waiting that freed their last slot more than
+// forgetIdleAfter ago, and whose breaker, if open, ended its wait as long
+// ago (nobody has tried them since). g.mu is held.
+func (g *gate) forgetIdle() {
+	now := g.now()
+	if now.Sub(g.swept) < time.Minute {
+		return
+	}
+	g.swept = now
+	for host, h := range g.hosts {
+		if h.inFlight == 0 && len(h.waiters) == 0 && now.Sub(h.lastFreed) > forgetIdleAfter &&
+			(!h.open || now.Sub(h.openUntil) > forgetIdleAfter) {
+			delete(g.hosts, host)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -145,4 +146,47 @@ func TestIPv6FormsThatReachLocalNetworksAreRefused(t *testing.T) {
 	}
 	require.Empty(t, blockedReason(netip.MustParseAddr("2606:4700::1111"), nil), "a public IPv6 address")
 	require.Empty(t, blockedReason(netip.MustParseAddr("2002:7f00:1::1"), []netip.Prefix{netip.MustParsePrefix("2002::/16")}), "unless allowed")
+}
+
+// TestTheGateForgetsIdleDestinations: destinations that failed a few times
+// and then went quiet (tenant-chosen URLs, one each) are forgotten once idle
+// for forgetIdleAfter, so neither the gate's state nor its metric series
+// grow without bound; an open breaker is kept until it closes.
+func TestTheGateForgetsIdleDestinations(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	g := newGate(4)
+	g.now = func() time.Time { return now }
+	ctx := context.Background()
+	timeout := providers.TransportError(errors.New("i/o timeout"), true)
+	for i := range 500 {
+		host := fmt.Sprintf("h%d.example:443", i)
+		ok, _ := g.admit(ctx, host)
+		require.True(t, ok)
+		g.done(host, timeout)
+	}
+	// One that stopped answering: its breaker opens.
+	for range breakerFailures {
+		ok, _ := g.admit(ctx, "dead.example:443")
+		require.True(t, ok)
+		g.done("dead.example:443", timeout)
+	}
+	require.Len(t, g.states(), 501, "each holds a count of failures")
+
+	// Much later the dead one is probed and fails again: its breaker is
+	// open anew and kept; the quiet ones are forgotten.
+	now = now.Add(forgetIdleAfter + 2*time.Minute)
+	ok, _ := g.admit(ctx, "dead.example:443")
+	require.True(t, ok, "a probe")
+	g.done("dead.example:443", timeout)
+	states := g.states()
+	require.Len(t, states, 1, "only the open breaker is kept: %v", states)
+	require.Equal(t, "dead.example:443", states[0].Host)
+	require.True(t, states[0].BreakerOpen)
+
+	// Nobody tries it again: it is forgotten too, once its wait is long over.
+	now = now.Add(breakerMax + forgetIdleAfter + 2*time.Minute)
+	ok, _ = g.admit(ctx, "fresh.example:443")
+	require.True(t, ok)
+	g.done("fresh.example:443", nil)
+	require.Empty(t, g.states())
 }
