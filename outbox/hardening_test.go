@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/google/uuid"
@@ -151,4 +152,57 @@ func TestASquattedEffectIdIsAConflict(t *testing.T) {
 	require.Contains(t, pgErr.Message, "held by another event's effect")
 	events, effects, _ := b.counts(t)
 	require.Equal(t, [2]int{1, 1}, [2]int{events, effects}, "nothing written")
+}
+
+// TestTheLeastPrivilegedSQLCaller: a role with exactly the grants
+// docs/enqueue.md lists enqueues from SQL, ordered effects included, and
+// replays; one without SELECT on the tables cannot (a replay compares the
+// stored rows), and is refused before writing anything.
+func TestTheLeastPrivilegedSQLCaller(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	s := b.db.Schema
+	role, blind := s+"_enqueuer", s+"_blind"
+	grants := []string{
+		`GRANT USAGE ON SCHEMA ` + s + ` TO %[1]s`,
+		`GRANT SELECT, INSERT ON ` + s + `.outbox_events, ` + s + `.side_effects, ` + s + `.outbox_intake TO %[1]s`,
+		`GRANT SELECT, INSERT, UPDATE ON ` + s + `.outbox_order_wake TO %[1]s`,
+		`GRANT USAGE ON SEQUENCE ` + s + `.side_effects_ordering_seq TO %[1]s`,
+	}
+	for _, r := range []string{role, blind} {
+		_, err := b.db.Pool.Exec(ctx, `CREATE ROLE `+r+` NOLOGIN`)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = b.db.Pool.Exec(context.Background(), `DROP OWNED BY `+r)
+			_, _ = b.db.Pool.Exec(context.Background(), `DROP ROLE `+r)
+		})
+	}
+	for _, g := range grants {
+		_, err := b.db.Pool.Exec(ctx, fmt.Sprintf(g, role))
+		require.NoError(t, err)
+	}
+	_, err := b.db.Pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA `+s+` TO %[1]s; GRANT INSERT ON `+s+`.outbox_events, `+s+`.side_effects, `+s+`.outbox_intake TO %[1]s`, blind))
+	require.NoError(t, err)
+
+	id := uuid.New()
+	_, hook := orderedHook("customer:7")
+	as := func(r string, id uuid.UUID, effect map[string]any) error {
+		return pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL ROLE `+r); err != nil {
+				return err
+			}
+			_, err := sqlEnqueue(ctx, tx, s, map[string]any{"id": id, "type": "t"}, []map[string]any{effect})
+			return err
+		})
+	}
+	require.NoError(t, as(role, id, hook), "the listed grants enqueue")
+	require.NoError(t, as(role, id, hook), "and replay")
+	// Every grant but SELECT, and an effect without an ordering key.
+	plain := map[string]any{"kind": "webhook.step", "provider": "webhook", "payload": hook["payload"]}
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, as(blind, uuid.New(), plain), &pgErr)
+	require.Equal(t, "42501", pgErr.Code, "without SELECT: permission denied")
+	events, effects, _ := b.counts(t)
+	require.Equal(t, [2]int{1, 1}, [2]int{events, effects})
 }
