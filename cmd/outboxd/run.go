@@ -439,7 +439,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if err := c.validate(); err != nil {
 		return err
 	}
-	tp, flushTraces, err := setupTracing(ctx, os.Getenv)
+	tp, flushTraces, err := setupTracing(ctx, os.Getenv, log)
 	if err != nil {
 		return err
 	}

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -13,6 +15,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/providers"
 )
 
 // tracingEnv are the OpenTelemetry variables outboxd run reads, for --help.
@@ -22,13 +25,47 @@ const tracingEnv = `Tracing (OpenTelemetry, off unless configured; the SDK's sta
   Also read: OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _INSECURE, OTEL_SERVICE_NAME (default outboxd),
   OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG, OTEL_BSP_*.`
 
+// quotesDropped is a slog.Handler for OpenTelemetry's own messages that
+// leaves out the values they quote from the configuration ("input",
+// "value", "key"), and says where the messages come from.
+type quotesDropped struct{ slog.Handler }
+
+func (h quotesDropped) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, "opentelemetry: "+r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "input", "value", "key":
+			out.AddAttrs(slog.String(a.Key, "(not shown)"))
+		default:
+			out.AddAttrs(a)
+		}
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h quotesDropped) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return quotesDropped{h.Handler.WithAttrs(attrs)}
+}
+
+func (h quotesDropped) WithGroup(name string) slog.Handler {
+	return quotesDropped{h.Handler.WithGroup(name)}
+}
+
 // setupTracing builds a TracerProvider from the standard OTEL_* variables
 // (whether to trace is read with getenv; the exporter and the SDK read
 // theirs from the process), or returns nil when tracing is not configured. It
 // also installs it and the W3C propagator as OpenTelemetry's globals.
 // shutdown flushes the spans still buffered.
-func setupTracing(ctx context.Context, getenv func(string) string) (tp *sdktrace.TracerProvider, shutdown func(context.Context) error, err error) {
+func setupTracing(ctx context.Context, getenv func(string) string, log *slog.Logger) (tp *sdktrace.TracerProvider, shutdown func(context.Context) error, err error) {
 	off := func(context.Context) error { return nil }
+	// The SDK's own messages go through outboxd's logger, without the
+	// configuration values they quote (a malformed OTEL_EXPORTER_OTLP_HEADERS
+	// holds credentials).
+	otel.SetLogger(logr.FromSlogHandler(quotesDropped{log.Handler()}))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("opentelemetry", "error", providers.Summary(err))
+	}))
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return nil, off, nil
 	}

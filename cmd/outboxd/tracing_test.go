@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -29,7 +31,7 @@ func TestTracingFromTheStandardEnvironment(t *testing.T) {
 		"exporter none":  {"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"},
 		"only a sampler": {"OTEL_TRACES_SAMPLER": "always_on"},
 	} {
-		tp, _, err := setupTracing(ctx, envOf(env))
+		tp, _, err := setupTracing(ctx, envOf(env), slog.New(slog.DiscardHandler))
 		require.NoError(t, err, name)
 		require.Nil(t, tp, name)
 	}
@@ -38,7 +40,7 @@ func TestTracingFromTheStandardEnvironment(t *testing.T) {
 		"OTEL_EXPORTER_OTLP_PROTOCOL": "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: outboxd exports over OTLP/HTTP",
 	} {
 		value := map[string]string{"OTEL_TRACES_EXPORTER": "zipkin", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}[env]
-		_, _, err := setupTracing(ctx, envOf(map[string]string{env: value, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}))
+		_, _, err := setupTracing(ctx, envOf(map[string]string{env: value, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}), slog.New(slog.DiscardHandler))
 		require.ErrorContains(t, err, want)
 	}
 
@@ -54,7 +56,7 @@ func TestTracingFromTheStandardEnvironment(t *testing.T) {
 	defer collector.Close()
 	// The exporter reads the OTLP variables itself, from the process.
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
-	tp, flush, err := setupTracing(ctx, os.Getenv)
+	tp, flush, err := setupTracing(ctx, os.Getenv, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	require.NotNil(t, tp)
 	_, span := outboxtrace.New(tp).Start(ctx, outboxtype.SpanStart{Name: "outboxd.dispatch", Kind: outboxtype.SpanConsumer})
@@ -67,4 +69,19 @@ func TestTracingFromTheStandardEnvironment(t *testing.T) {
 	require.Contains(t, got[0], "outboxd.dispatch")
 	require.Contains(t, got[0], "service.name")
 	require.Contains(t, got[0], "outboxd")
+}
+
+// TestTheSDKsMessagesQuoteNoSecret: a malformed OTEL_EXPORTER_OTLP_HEADERS
+// is reported through outboxd's logger, without the header's value.
+func TestTheSDKsMessagesQuoteNoSecret(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%zzTOPSECRETTOKEN,x-tenant")
+	tp, flush, err := setupTracing(context.Background(), os.Getenv, log)
+	require.NoError(t, err)
+	require.NotNil(t, tp)
+	_ = flush(context.Background())
+	require.Contains(t, buf.String(), "opentelemetry: ", "the SDK's messages come through outboxd's logger")
+	require.NotContains(t, buf.String(), "TOPSECRET")
 }
