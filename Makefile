@@ -60,3 +60,5 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzSignVerifyRoundTrip$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./providers/webhook/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidatePayload$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./providers/stripe/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidatePayload$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./providers/sendgrid/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./providers/stripe/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./providers/sendgrid/

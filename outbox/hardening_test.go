@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -205,4 +208,46 @@ func TestTheLeastPrivilegedSQLCaller(t *testing.T) {
 	require.Equal(t, "42501", pgErr.Code, "without SELECT: permission denied")
 	events, effects, _ := b.counts(t)
 	require.Equal(t, [2]int{1, 1}, [2]int{events, effects})
+}
+
+// FuzzSQLEnqueue: whatever JSON a caller passes outboxd_enqueue, it
+// either enqueues or refuses with OB400 or OB409, naming a field and
+// quoting no row: never a raw Postgres error carrying the payload. Its
+// seeds run with every `go test`; `go test -fuzz FuzzSQLEnqueue ./outbox`
+// explores further (against the test database).
+func FuzzSQLEnqueue(f *testing.F) {
+	id := uuid.New().String()
+	hook := `{"kind": "webhook.x", "provider": "webhook", "payload": {"url": "https://hooks.example.com/in", "body": {"marker": "PAYLOADMARK"}}}`
+	for _, seed := range [][2]string{
+		{`{"id": "` + id + `", "type": "t"}`, `[` + hook + `]`},
+		{`{"id": "` + id + `", "type": "t'); DROP TABLE side_effects; --"}`, `[]`},
+		{`{"id": "` + id + `", "type": "t", "traceparent": "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`, `[]`},
+		{`{"id": "` + id + `", "type": "t"}`, `[{"kind": "k", "provider": "Web Hook", "payload": {"marker": "PAYLOADMARK"}}]`},
+		{`{"id": "` + id + `", "type": "t"}`, `[{"kind": "k", "provider": "webhook", "payload": {"url": "https://x.example", "body": "PAYLOADMARK"}, "not_before": "2026-02-30T00:00:00Z"}]`},
+		{`{"id": "` + id + `", "type": "t"}`, `[{"kind": "k", "provider": "webhook", "payload": {"url": "https://x.example", "body": 1}, "ordering_key": "` + strings.Repeat("k", 300) + `"}]`},
+		{`{"id": "` + id + `", "type": "t", "payload": {"a": 1e400}}`, `[{"kind": "\u0000", "provider": "webhook", "payload": {}}]`},
+		{`[]`, `{}`},
+		{`{"id": "` + id + `", "type": "t", "aggregate_id": {"x": 1}}`, `[1, "two", null]`},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	db := testdb.New(f)
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, event, effects string) {
+		if !utf8.ValidString(event+effects) || !json.Valid([]byte(event)) || !json.Valid([]byte(effects)) || strings.Contains(event+effects, `\u0000`) {
+			return // not text jsonb takes (22021, 22P02, 22P05): refused before the function runs
+		}
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		_, err = tx.Exec(ctx, `SELECT * FROM `+db.Schema+`.outboxd_enqueue($1::jsonb, $2::jsonb)`, event, effects)
+		if err == nil {
+			return
+		}
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Contains(t, []string{"OB400", "OB409"}, pgErr.Code, "event %s effects %s: %s", event, effects, pgErr.Message)
+		require.NotContains(t, pgErr.Detail, "PAYLOADMARK")
+		require.NotContains(t, pgErr.Message, "PAYLOADMARK")
+	})
 }

@@ -33,3 +33,15 @@ func FuzzValidatePayload(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseEvent: one event of a verified delivery, whatever it holds, is
+// read without a panic.
+func FuzzParseEvent(f *testing.F) {
+	f.Add(`{"event": "delivered", "sg_event_id": "e1", "sg_message_id": "m.1", "outboxd_idempotency_key": "k", "timestamp": 1}`)
+	f.Add(`{"event": ["x"], "timestamp": "soon", "outboxd_idempotency_key": 7}`)
+	f.Add(`{"event": "bounce", "reason": "\u0000\u202e", "timestamp": 1e400}`)
+	f.Add(`[]`)
+	f.Fuzz(func(t *testing.T, body string) {
+		_, _ = sendgrid.ParseEvent([]byte(body))
+	})
+}
