@@ -198,11 +198,11 @@ func TestOneTraceFromRequestToProviderCall(t *testing.T) {
 		for _, s := range append(spans, app.exp.GetSpans()...) {
 			texts := []string{s.Status.Description}
 			for _, a := range s.Attributes {
-				texts = append(texts, a.Value.Emit())
+				texts = append(texts, a.Value.String())
 			}
 			for _, ev := range s.Events {
 				for _, a := range ev.Attributes {
-					texts = append(texts, a.Value.Emit())
+					texts = append(texts, a.Value.String())
 				}
 			}
 			for _, text := range texts {
