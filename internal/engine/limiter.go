@@ -62,18 +62,14 @@ type keyState struct {
 	// leasing is closed when the lease in flight returns.
 	leasing chan struct{}
 	waiting int
-	// Requests the provider accepted (answered other than 429) in the
-	// current and the previous second: a 429 never brings the key below
-	// what it was just seen to take.
-	second   time.Time
-	ok, prev int
-	// okSince counts the requests accepted since the key's last 429.
-	okSince int
-	// Leased tokens spent in the current and the previous second: how
-	// many to lease at once.
-	spentSecond      time.Time
-	spent, spentPrev int
-	lastUse          time.Time
+	// accepted counts the requests the provider took (answered other
+	// than 429): a 429 never brings the key below what it was just seen
+	// to take. okSince counts those since the key's last 429.
+	accepted perSecond
+	okSince  int
+	// spent counts leased tokens spent: how many to lease at once.
+	spent   perSecond
+	lastUse time.Time
 }
 
 func newLimiter(pool *pgxpool.Pool, store *Store, logger *slog.Logger, pauseBase time.Duration) *limiter {
@@ -126,31 +122,35 @@ func (l *limiter) writePending(ctx context.Context) error {
 	return nil
 }
 
-// roll moves the accepted counts to now's second.
-func (st *keyState) roll(now time.Time) {
-	sec := now.Truncate(time.Second)
-	switch {
-	case sec.Equal(st.second):
-	case sec.Sub(st.second) == time.Second:
-		st.prev, st.ok, st.second = st.ok, 0, sec
-	default:
-		st.prev, st.ok, st.second = 0, 0, sec
-	}
-}
-
 func (st *keyState) count(now time.Time) { st.lastUse = now }
 
-// spend counts a leased token spent, per second.
-func (st *keyState) spend(now time.Time) {
+// perSecond counts events in the current and the previous second.
+type perSecond struct {
+	second    time.Time
+	cur, prev int
+}
+
+// add counts one event at now.
+func (c *perSecond) add(now time.Time) {
+	c.roll(now)
+	c.cur++
+}
+
+// last is the count of the second before now's.
+func (c *perSecond) last(now time.Time) int {
+	c.roll(now)
+	return c.prev
+}
+
+func (c *perSecond) roll(now time.Time) {
 	sec := now.Truncate(time.Second)
 	switch {
-	case sec.Equal(st.spentSecond):
-	case sec.Sub(st.spentSecond) == time.Second:
-		st.spentPrev, st.spent, st.spentSecond = st.spent, 0, sec
+	case sec.Equal(c.second):
+	case sec.Sub(c.second) == time.Second:
+		c.prev, c.cur, c.second = c.cur, 0, sec
 	default:
-		st.spentPrev, st.spent, st.spentSecond = 0, 0, sec
+		c.prev, c.cur, c.second = 0, 0, sec
 	}
-	st.spent++
 }
 
 // accepted records that a request of key was not refused for rate (any
@@ -162,8 +162,7 @@ func (l *limiter) accepted(key string) {
 	if st == nil {
 		return
 	}
-	st.roll(time.Now())
-	st.ok++
+	st.accepted.add(time.Now())
 	st.okSince++
 }
 
@@ -197,7 +196,7 @@ func (l *limiter) take(ctx context.Context, key string, maxWait time.Duration) (
 		if st.tokens > 0 && now.Before(st.expires) {
 			st.tokens--
 			st.count(now)
-			st.spend(now)
+			st.spent.add(now)
 			return true, 0, nil
 		}
 		if st.leasing != nil {
@@ -222,7 +221,7 @@ func (l *limiter) take(ctx context.Context, key string, maxWait time.Duration) (
 		// a second lately, whichever is more: a key whose rate does not
 		// bind costs a statement per block, not per few requests. At most
 		// a bucket.
-		want := max(1, st.waiting, st.spentPrev/4)
+		want := max(1, st.waiting, st.spent.last(now)/4)
 		if st.rate > 0 {
 			want = min(want, max(1, int(st.rate*burstSeconds)))
 		}
@@ -285,8 +284,7 @@ func (l *limiter) sleepUntil(ctx context.Context, t time.Time, ch chan struct{})
 func (l *limiter) throttled(ctx context.Context, key string, after time.Duration) (time.Time, bool, error) {
 	l.mu.Lock()
 	st := l.state(key)
-	st.roll(time.Now())
-	observed := float64(st.prev)
+	observed := float64(st.accepted.last(time.Now()))
 	again := st.okSince == 0
 	st.okSince = 0
 	wasPaused := time.Now().Before(st.pausedUntil)
