@@ -43,10 +43,18 @@ const (
 // every worker of the webhook queue. It is per process.
 type gate struct {
 	max int
-	now func() time.Time
+	// maxPerAddress caps the requests in flight to one address (an IPv4
+	// address, an IPv6 /64) over all its ports: a receiver listening on
+	// many ports, or many addresses of one /64, cannot multiply its slots
+	// past it, while receivers behind one shared address each keep their
+	// own cap and breaker up to it.
+	maxPerAddress int
+	now           func() time.Time
 
 	mu    sync.Mutex
 	hosts map[string]*hostState
+	// addresses counts the requests in flight per address group.
+	addresses map[string]int
 	// swept is when forgetIdle last looked.
 	swept time.Time
 	// addrs caches destination's answers by host; lookup resolves a name
@@ -71,8 +79,31 @@ type hostState struct {
 	probing bool
 }
 
+// addressShare is how many destinations' caps one address may fill.
+const addressShare = 4
+
 func newGate(max int) *gate {
-	return &gate{max: max, now: time.Now, hosts: map[string]*hostState{}, addrs: map[string]resolved{}}
+	return &gate{max: max, maxPerAddress: addressShare * max, now: time.Now, hosts: map[string]*hostState{},
+		addresses: map[string]int{}, addrs: map[string]resolved{}}
+}
+
+// addressOf is the address group of a destination key (host:port as
+// destination returns it): its IPv4 address, its IPv6 /64, or its name
+// when it did not resolve.
+func addressOf(host string) string {
+	name, _, err := net.SplitHostPort(host)
+	if err != nil {
+		name = strings.Trim(host, "[]")
+	}
+	ip, err := netip.ParseAddr(name)
+	if err != nil {
+		return name
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		return netip.PrefixFrom(ip, 64).Masked().String()
+	}
+	return ip.String()
 }
 
 // hostOf is the destination host (host[:port], as written) of a webhook
@@ -215,7 +246,15 @@ func (g *gate) tryAdmit(host string) (ok bool, wait time.Duration, slot chan str
 		h.waiters = append(h.waiters, slot)
 		return false, capacityWait + jitter(), slot
 	}
+	if g.addresses[addressOf(host)] >= g.maxPerAddress {
+		// Its address is at its cap over other ports or addresses.
+		if h.probing {
+			h.probing = false
+		}
+		return false, capacityWait + jitter(), nil
+	}
 	h.inFlight++
+	g.addresses[addressOf(host)]++
 	return true, 0, nil
 }
 
@@ -232,12 +271,17 @@ func (g *gate) done(host string, sendErr error) {
 	h.probing = false
 	h.lastFreed = g.now()
 	if len(h.waiters) > 0 && !h.open {
-		// The slot passes to the oldest waiter.
+		// The slot passes to the oldest waiter (of the same address).
 		next := h.waiters[0]
 		h.waiters = h.waiters[1:]
 		next <- struct{}{}
 	} else {
 		h.inFlight--
+		if addr := addressOf(host); g.addresses[addr] <= 1 {
+			delete(g.addresses, addr)
+		} else {
+			g.addresses[addr]--
+		}
 	}
 	answered := sendErr == nil || !errors.Is(sendErr, providers.ErrNoResponse)
 	switch {

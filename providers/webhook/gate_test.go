@@ -190,3 +190,36 @@ func TestTheGateForgetsIdleDestinations(t *testing.T) {
 	g.done("fresh.example:443", nil)
 	require.Empty(t, g.states())
 }
+
+// TestOneAddressCannotMultiplyItsSlots: a receiver on many ports of one
+// address, or on many addresses of one IPv6 /64, gets at most four
+// destinations' caps in all; another address is not affected, and a
+// freed slot is usable again.
+func TestOneAddressCannotMultiplyItsSlots(t *testing.T) {
+	g := newGate(2)
+	ctx := context.Background()
+	admitted := 0
+	for port := 8000; port < 8005; port++ {
+		for range 2 {
+			if ok, _ := g.admit(ctx, fmt.Sprintf("203.0.113.7:%d", port)); ok {
+				admitted++
+			}
+		}
+	}
+	require.Equal(t, 8, admitted, "five ports, two slots each, eight for the address")
+	ok, _ := g.admit(ctx, "203.0.113.8:8000")
+	require.True(t, ok, "another address has its own")
+	g.done("203.0.113.7:8000", nil)
+	ok, _ = g.admit(ctx, "203.0.113.7:8004")
+	require.True(t, ok, "a freed slot of the address is usable by any of its ports")
+
+	admitted = 0
+	for i := 1; i <= 10; i++ {
+		if ok, _ := g.admit(ctx, fmt.Sprintf("[2001:db8::%x]:443", i)); ok {
+			admitted++
+		}
+	}
+	require.Equal(t, 8, admitted, "one /64 is one address")
+	ok, _ = g.admit(ctx, "[2001:db8:0:1::1]:443")
+	require.True(t, ok, "the next /64 is another")
+}
