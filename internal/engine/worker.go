@@ -421,7 +421,7 @@ func (w *Worker) throttled(bctx context.Context, log *slog.Logger, p providers.P
 	if released {
 		w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StatePending})
 	}
-	return river.JobSnooze(time.Until(next))
+	return river.JobSnooze(max(0, time.Until(next))) // JobSnooze refuses a negative wait
 }
 
 // limitKey is the limit claimed's request counts against: its provider's
