@@ -995,3 +995,25 @@ func TestATrustedProxyNamesThePerson(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, do(elsewhere, http.MethodPost, "/ui/effects/"+s.ids["busy"].String()+"/actions/cancel",
 		"mallory", url.Values{"reason": {"x"}}))
 }
+
+// TestAnEffectWaitingForItsLimitSaysSo: the effect page of an effect whose
+// limit key is paused says what it waits for, since when, that waiting is
+// not an attempt, and when it asks again.
+func TestAnEffectWaitingForItsLimitSaysSo(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	ctx := context.Background()
+	id := uuid.New()
+	_, err := s.db.Pool.Exec(ctx, `INSERT INTO `+s.db.Schema+`.side_effects (id, source_id, kind, provider, payload, waiting_for, waiting_since, next_attempt_at)
+		SELECT $2, source_id, 'webhook.throttled', provider, payload, 'webhook:hooks.example.com', now() - interval '2 minutes', now() + interval '30 seconds'
+		FROM `+s.db.Schema+`.side_effects WHERE id = $1`, s.ids["ok"], id)
+	require.NoError(t, err)
+	resp, err := http.Get(s.url("effects/" + id.String()))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(body), "<dt>waiting for</dt><dd class=\"mono\">limit webhook:hooks.example.com since ")
+	require.Contains(t, string(body), "waiting for limit webhook:hooks.example.com since 2m")
+	require.Contains(t, string(body), "waiting is not an attempt")
+}
