@@ -238,10 +238,13 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 		}
 		release = r
 	}
+	// The limit this request counts against, read from the payload once.
 	// A destination's limit is known from the payload only: the worker
 	// waits for a token briefly (the webhook queue serves every
 	// destination), then the claim is undone and the job waits its turn.
-	if key := w.destinationLimit(p, claimed); key != "" {
+	// (An account's token was taken before the claim.)
+	limitKey := w.limitKey(p, claimed)
+	if key := limitKey; key != "" && key != w.accountLimits[claimed.Provider] {
 		ok, wait, err := w.limits.take(ctx, key, destinationWait)
 		if err != nil || !ok {
 			release(providers.ErrNotAttempted)
@@ -290,14 +293,14 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
-	if key := w.limitKey(p, claimed); key != "" && !providers.IsThrottled(sendErr) {
+	if limitKey != "" && !providers.IsThrottled(sendErr) {
 		// Not refused for rate: the key took it.
-		w.limits.accepted(key)
+		w.limits.accepted(limitKey)
 	}
 	if sendErr == nil {
 		return w.acknowledged(bctx, log, job, claimed, res, w.policy(claimed.Kind, p.Guarantees()))
 	}
-	return w.attemptFailed(bctx, log, job, p, claimed, before, start, sendErr)
+	return w.attemptFailed(bctx, log, job, p, claimed, before, start, sendErr, limitKey)
 }
 
 // acknowledged records the provider's acknowledgement of claimed.
@@ -325,15 +328,16 @@ func (w *Worker) acknowledged(bctx context.Context, log *slog.Logger, job *river
 
 // attemptFailed records a failed attempt of claimed (started at start) and
 // decides what follows: fail it, or retry it later with the same key.
-// before is the effect as it was before the claim.
+// before is the effect as it was before the claim; limitKey the limit its
+// request counted against ("" for none).
 func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *river.Job[DispatchArgs], p providers.Provider,
-	claimed, before *Effect, start time.Time, sendErr error) error {
+	claimed, before *Effect, start time.Time, sendErr error, limitKey string) error {
 	id := claimed.ID
 	g := p.Guarantees()
 	policy := w.policy(claimed.Kind, g)
 	class, after := providers.Classify(sendErr)
-	if key := w.limitKey(p, claimed); key != "" && providers.IsThrottled(sendErr) {
-		return w.throttled(bctx, log, p, claimed, before, start, sendErr, key, after)
+	if limitKey != "" && providers.IsThrottled(sendErr) {
+		return w.throttled(bctx, log, p, claimed, before, start, sendErr, limitKey, after)
 	}
 	host := ""
 	if h, ok := p.(providers.Hoster); ok {
@@ -425,21 +429,12 @@ func (w *Worker) throttled(bctx context.Context, log *slog.Logger, p providers.P
 }
 
 // limitKey is the limit claimed's request counts against: its provider's
-// account, or its destination; "" when none.
+// account, or its destination (read from the payload); "" when none.
 func (w *Worker) limitKey(p providers.Provider, claimed *Effect) string {
 	if key := w.accountLimits[claimed.Provider]; key != "" {
 		return key
 	}
-	return w.destinationLimit(p, claimed)
-}
-
-// destinationLimit is the limit of claimed's destination, when its
-// provider limits per destination.
-func (w *Worker) destinationLimit(p providers.Provider, claimed *Effect) string {
-	if w.limits == nil || w.accountLimits[claimed.Provider] != "" {
-		return ""
-	}
-	if lp, ok := p.(providers.Limited); ok {
+	if lp, ok := p.(providers.Limited); ok && w.limits != nil {
 		return lp.Limit(claimed.Payload).Key
 	}
 	return ""
