@@ -266,25 +266,16 @@ func (w *world) checkOrder(t *testing.T) {
 	}
 }
 
-// TestChaosOrdering: three outboxd replicas, SIGKILLed one at a time
-// while they dispatch chains of ordered effects; every chain reaches the
-// receiver in order, every effect is confirmed, each with its own key.
-func TestChaosOrdering(t *testing.T) {
-	w := newWorld(t)
-	w.enqueueChains(t, 100, 8)
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+// killReplicas runs three outboxd replicas (with extra flags) and
+// SIGKILLs one at random ten times, every wait to wait+spread, starting it
+// again each time; the replicas left running are stopped when the test
+// ends. seed varies the choices between tests.
+func (w *world) killReplicas(t *testing.T, seed uint64, wait, spread time.Duration, extra ...string) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), seed))
 	var cmds [3]*exec.Cmd
 	for i := range cmds {
-		cmds[i] = w.start(t)
-	}
-	const kills = 10
-	for i := range kills {
-		time.Sleep(time.Duration(200+rng.IntN(600)) * time.Millisecond)
-		victim := rng.IntN(len(cmds))
-		require.NoError(t, cmds[victim].Process.Signal(syscall.SIGKILL))
-		_ = cmds[victim].Wait()
-		t.Logf("kill %d/%d (replica %d)", i+1, kills, victim)
-		cmds[victim] = w.start(t)
+		cmds[i] = w.start(t, extra...)
 	}
 	t.Cleanup(func() {
 		for _, cmd := range cmds {
@@ -292,6 +283,24 @@ func TestChaosOrdering(t *testing.T) {
 			_ = cmd.Wait()
 		}
 	})
+	const kills = 10
+	for i := range kills {
+		time.Sleep(wait + time.Duration(rng.Int64N(int64(spread))))
+		victim := rng.IntN(len(cmds))
+		require.NoError(t, cmds[victim].Process.Signal(syscall.SIGKILL))
+		_ = cmds[victim].Wait()
+		t.Logf("kill %d/%d (replica %d)", i+1, kills, victim)
+		cmds[victim] = w.start(t, extra...)
+	}
+}
+
+// TestChaosOrdering: three outboxd replicas, SIGKILLed one at a time
+// while they dispatch chains of ordered effects; every chain reaches the
+// receiver in order, every effect is confirmed, each with its own key.
+func TestChaosOrdering(t *testing.T) {
+	w := newWorld(t)
+	w.enqueueChains(t, 100, 8)
+	w.killReplicas(t, 2, 200*time.Millisecond, 600*time.Millisecond)
 	w.waitAllConfirmed(t, 4*time.Minute)
 	w.checkKeys(t)
 	w.checkOrder(t)
@@ -327,26 +336,7 @@ func TestChaosLimitHolds(t *testing.T) {
 		return nil
 	}))
 	limit := fmt.Sprintf("webhook:localhost:%s=%d", port, rate)
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
-	var cmds [3]*exec.Cmd
-	for i := range cmds {
-		cmds[i] = w.start(t, "--limit", limit, "--concurrency", "webhook=100")
-	}
-	const kills = 10
-	for i := range kills {
-		time.Sleep(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
-		victim := rng.IntN(len(cmds))
-		require.NoError(t, cmds[victim].Process.Signal(syscall.SIGKILL))
-		_ = cmds[victim].Wait()
-		t.Logf("kill %d/%d (replica %d)", i+1, kills, victim)
-		cmds[victim] = w.start(t, "--limit", limit, "--concurrency", "webhook=100")
-	}
-	t.Cleanup(func() {
-		for _, cmd := range cmds {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-		}
-	})
+	w.killReplicas(t, 3, 500*time.Millisecond, time.Second, "--limit", limit, "--concurrency", "webhook=100")
 	w.waitAllConfirmed(t, 4*time.Minute)
 	w.checkKeys(t)
 	var at []time.Time

@@ -16,6 +16,11 @@ import (
 	"github.com/outboxd/outboxd/internal/testdb"
 )
 
+// clockAt is the bucket's clock a test moves: t0 plus d.
+func clockAt(t0 time.Time) func(d time.Duration) *time.Time {
+	return func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+}
+
 // TestLimitBucketHoldsAcrossReplicas: three replicas lease tokens of one
 // key as fast as they can, on a clock the test moves by 10ms steps over
 // 10s; together they get the key's rate, within one bucket (a tenth of a
@@ -70,7 +75,7 @@ func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	const key = "stripe:live-a1b2"
 	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, 100, "default"))
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+	at := clockAt(t0)
 
 	until, left, err := store.Throttle(ctx, db.Pool, key, 0, time.Second, 0, true, at(0))
 	require.NoError(t, err)
@@ -139,7 +144,7 @@ func TestAKeyWithoutARateIsFreeUntilA429(t *testing.T) {
 	ctx := context.Background()
 	const key = "webhook:free.example"
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+	at := clockAt(t0)
 
 	l, err := store.LeaseTokens(ctx, db.Pool, key, 7, at(0))
 	require.NoError(t, err)
@@ -263,7 +268,7 @@ func TestTheBucketsClockNeverRunsBackwards(t *testing.T) {
 	const key = "webhook:late.example"
 	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, 100, "config"))
 	t0 := time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
-	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+	at := clockAt(t0)
 	l, err := store.LeaseTokens(ctx, db.Pool, key, 100, at(0))
 	require.NoError(t, err)
 	require.Equal(t, 10, l.Granted, "a full bucket")
