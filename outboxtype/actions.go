@@ -9,6 +9,10 @@ type Change struct {
 	// made; Skipped says why not otherwise.
 	Applied bool   `json:"applied"`
 	Skipped string `json:"skipped,omitempty"`
+	// Transient is true when the refusal may pass by itself (a River job
+	// still running for the effect, a concurrent change): look again
+	// later.
+	Transient bool `json:"transient,omitempty"`
 	// Warning is something the operator must know about an applied change.
 	Warning string `json:"warning,omitempty"`
 	// JobInserted is true when retry inserted a new River job (false when a

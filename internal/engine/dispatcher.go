@@ -151,9 +151,10 @@ type Dispatcher struct {
 	store     *Store
 	logger    *slog.Logger
 
-	client *river.Client[pgx.Tx]
-	worker *Worker
-	intake *intake
+	client  *river.Client[pgx.Tx]
+	worker  *Worker
+	replays *replayWorker
+	intake  *intake
 }
 
 // withDefaults fills in the zero fields of cfg, as River's Config does.
@@ -332,8 +333,20 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		queues[name] = river.QueueConfig{MaxWorkers: cmp.Or(cfg.Concurrency[name], DefaultConcurrency)}
 	}
 	queues[MaintenanceQueue] = river.QueueConfig{MaxWorkers: 1}
+	queues[ReplayQueue] = river.QueueConfig{MaxWorkers: replayWorkers}
+	// Paced replays retry through an Operator that knows what this
+	// process's providers promise, as outboxctl's does from the flags.
+	guarantees := make(map[string]providers.Guarantees, len(cfg.Providers))
+	for _, p := range cfg.Providers {
+		guarantees[p.Name()] = p.Guarantees()
+	}
+	replayOp := &Operator{pool: pool, store: store, cfg: OperatorConfig{Schema: cfg.Schema, Guarantees: guarantees, InDoubt: cfg.InDoubt}}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, w); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	replays := &replayWorker{pool: pool, store: store, op: replayOp, logger: cfg.Logger}
+	if err := river.AddWorkerSafely[ReplayArgs](workers, replays); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	if err := river.AddWorkerSafely[SweepArgs](workers, &sweepWorker{pool: pool, store: store, grace: cfg.SweepGrace, logger: cfg.Logger}); err != nil {
@@ -378,8 +391,9 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: river client: %w", err)
 	}
 	w.client = client
+	replayOp.river = client
 	return &Dispatcher{record: record, settings: cfg.Settings, heartbeat: make(chan struct{}), pool: pool, store: store, logger: cfg.Logger,
-		client: client, worker: w, intake: &intake{
+		client: client, worker: w, replays: replays, intake: &intake{
 			pool: pool, store: store, schema: cfg.Schema, poll: cfg.FetchPollInterval, logger: cfg.Logger, client: client,
 		}}, nil
 }

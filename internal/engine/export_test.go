@@ -1,6 +1,9 @@
 package engine
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetBeforeConfirm injects a failure point between the provider's
 // acknowledgement and the confirming transaction.
@@ -8,3 +11,9 @@ func SetBeforeConfirm(d *Dispatcher, f func(ctx context.Context) error) { d.work
 
 // ConfirmFailedNote is confirmFailedNote, for tests.
 var ConfirmFailedNote = confirmFailedNote
+
+// SetReplayTiming makes d's replays take a step every step and run for run
+// per job execution.
+func SetReplayTiming(d *Dispatcher, step, run time.Duration) {
+	d.replays.step, d.replays.run = step, run
+}

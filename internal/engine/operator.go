@@ -115,6 +115,7 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change,
 		return "", err
 	}
 	if job != 0 {
+		ch.Transient = true
 		return fmt.Sprintf("River job %d is running for it: a call may be in flight. Wait for it to end (or for River to rescue it after --rescue-after), then look again", job), nil
 	}
 	var warnings []string
@@ -329,7 +330,7 @@ func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts ActionOpts, a
 		})
 		switch {
 		case errors.Is(err, errConcurrentChange):
-			ch.Skipped = "changed state meanwhile; look again"
+			ch.Skipped, ch.Transient = "changed state meanwhile; look again", true
 		case err != nil:
 			return out, fmt.Errorf("%s effect %s: %w", action, id, err)
 		case skipped != "":

@@ -1,0 +1,222 @@
+package engine_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
+)
+
+// failedEffects enqueues n webhook effects to path, which answers 410 to
+// each one's first request, and waits until all have failed.
+func (b *workerBundle) failedEffects(t *testing.T, path string, n int) []uuid.UUID {
+	t.Helper()
+	gone := make([]fakes.Response, n)
+	for i := range gone {
+		gone[i] = fakes.Status(http.StatusGone)
+	}
+	b.recv.Respond(path, gone...)
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = b.enqueue(t, path).ID
+	}
+	for _, id := range ids {
+		b.waitFor(t, id, engine.StateFailed)
+	}
+	return ids
+}
+
+func (b *workerBundle) waitForReplay(t *testing.T, op *engine.Operator, id int64, done func(engine.Replay) bool) engine.Replay {
+	t.Helper()
+	var r engine.Replay
+	require.Eventually(t, func() bool {
+		var err error
+		r, err = op.Replay(context.Background(), id)
+		require.NoError(t, err)
+		return done(r)
+	}, testWait, pollEvery)
+	return r
+}
+
+func TestPacedReplayRetriesWhatFailedAtItsPace(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.cfg.InDoubt = map[string]providers.InDoubtPolicy{"webhook.order_paid": providers.AtMostOnce}
+	d := b.start(t)
+	// A step of one effect every 50 ms (20 a second), and River runs the
+	// replay's job anew every 300 ms, as it does every minute in
+	// production.
+	engine.SetReplayTiming(d, 50*time.Millisecond, 300*time.Millisecond)
+	ctx := context.Background()
+
+	ids := b.failedEffects(t, "/orders", 14)
+	replayed, old, reviewed, doubtful := ids[:11], ids[11], ids[12], ids[13]
+	// One failed two hours ago, before the replay's period; one was
+	// reviewed as correctly failed; one may have been delivered by an
+	// earlier request, and its kind is at_most_once.
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET updated_at = now() - interval '2 hours' WHERE id = $1`, old)
+	require.NoError(t, err)
+	op := b.operator(t)
+	opts := engine.ActionOpts{Actor: "oncall", Reason: "partner back after the outage"}
+	_, err = op.Acknowledge(ctx, []uuid.UUID{reviewed}, opts)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET in_doubt = true WHERE id = $1`, doubtful)
+	require.NoError(t, err)
+	before := len(b.recv.Deliveries())
+
+	spec := engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour), Provider: "webhook", Pace: 20}
+	dry := opts
+	dry.DryRun = true
+	plan, err := op.StartReplay(ctx, spec, dry)
+	require.NoError(t, err)
+	require.Equal(t, 12, plan.Selected, "the eleven, and the one in doubt; not the old failure or the reviewed one")
+	require.Zero(t, plan.ID, "a dry run writes nothing")
+
+	r, err := op.StartReplay(ctx, spec, opts)
+	require.NoError(t, err)
+	require.Equal(t, outboxtype.ReplayRunning, r.State)
+	require.NotZero(t, r.Job)
+	r = b.waitForReplay(t, op, r.ID, func(r engine.Replay) bool { return r.State == outboxtype.ReplayDone })
+	// An effect whose failing job River had not yet marked finished when
+	// the replay reached it was looked at again, not skipped.
+	require.Equal(t, 11, r.Retried)
+	require.Equal(t, 1, r.Skipped)
+	require.Zero(t, r.Again)
+	require.NotNil(t, r.FinishedAt)
+
+	for _, id := range replayed {
+		b.waitFor(t, id, engine.StateConfirmed)
+		var retries []engine.AuditEntry
+		for _, a := range b.audit(t, id) {
+			if a.Action == engine.ActionRetry {
+				retries = append(retries, a)
+			}
+		}
+		require.Len(t, retries, 1, "each effect is retried once")
+		require.Equal(t, "oncall (replay "+strconv.FormatInt(r.ID, 10)+")", retries[0].Actor)
+		require.Equal(t, opts.Reason, retries[0].Reason)
+	}
+	require.Equal(t, engine.StateFailed, b.effect(t, old).State)
+	require.Equal(t, engine.StateFailed, b.effect(t, reviewed).State)
+	require.Equal(t, engine.StateFailed, b.effect(t, doubtful).State)
+
+	skips, err := op.ReplaySkips(ctx, r.ID, 10)
+	require.NoError(t, err)
+	require.Len(t, skips, 1)
+	require.Equal(t, doubtful, skips[0].EffectID)
+	require.Contains(t, skips[0].Reason, "at_most_once")
+
+	// The pace held: eleven retries, one a step, took at least ten steps.
+	var span time.Duration
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT (max(created_at) - min(created_at))::text::interval FROM `+b.db.Schema+`.side_effect_audit
+		WHERE action = 'retry'`).Scan(&span))
+	require.GreaterOrEqual(t, span, 10*50*time.Millisecond, "20 a second, one a step")
+	require.Len(t, b.recv.Deliveries()[before:], 11, "one request per retried effect")
+}
+
+func TestReplayCancelledStopsAndResumesAfterARestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	opts := engine.ActionOpts{Actor: "oncall", Reason: "replay after the outage"}
+
+	t.Run("cancelled: what it retried stays retried, the rest stays failed", func(t *testing.T) {
+		t.Parallel()
+		b := setupWorker(t, workerOpts{})
+		d := b.start(t)
+		engine.SetReplayTiming(d, 100*time.Millisecond, 200*time.Millisecond)
+		ids := b.failedEffects(t, "/orders", 8)
+		op := b.operator(t)
+		// One every half second: the cancel comes long before the end.
+		r, err := op.StartReplay(ctx, engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour), Pace: 2}, opts)
+		require.NoError(t, err)
+		b.waitForReplay(t, op, r.ID, func(r engine.Replay) bool { return r.Retried >= 1 })
+		ok, err := op.CancelReplay(ctx, r.ID, "oncall", "partner asked us to stop")
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = op.CancelReplay(ctx, r.ID, "oncall", "again")
+		require.NoError(t, err)
+		require.False(t, ok, "a cancelled replay is not running")
+		// Its job ends at its next step, and nothing is retried after.
+		r = b.waitForReplay(t, op, r.ID, func(r engine.Replay) bool { return r.Job == 0 })
+		require.Equal(t, outboxtype.ReplayCancelled, r.State)
+		require.Equal(t, "oncall", r.CancelledBy)
+		failed := 0
+		for _, id := range ids {
+			if b.effect(t, id).State == engine.StateFailed {
+				failed++
+			}
+		}
+		require.Equal(t, len(ids)-r.Retried, failed)
+		require.Less(t, r.Retried, len(ids))
+	})
+
+	t.Run("a restart resumes where it stood, retrying nothing twice", func(t *testing.T) {
+		t.Parallel()
+		b := setupWorker(t, workerOpts{})
+		d1, err := engine.NewDispatcher(b.db.Pool, b.cfg)
+		require.NoError(t, err)
+		require.NoError(t, d1.Start(ctx))
+		engine.SetReplayTiming(d1, 100*time.Millisecond, 200*time.Millisecond)
+		ids := b.failedEffects(t, "/orders", 8)
+		op := b.operator(t)
+		r, err := op.StartReplay(ctx, engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour), Pace: 5}, opts)
+		require.NoError(t, err)
+		b.waitForReplay(t, op, r.ID, func(r engine.Replay) bool { return r.Retried >= 2 })
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		require.NoError(t, d1.Stop(sctx))
+		cancel()
+		r, err = op.Replay(ctx, r.ID)
+		require.NoError(t, err)
+		require.Equal(t, outboxtype.ReplayRunning, r.State, "a stopped process leaves the replay to the next one")
+		require.Less(t, r.Retried, len(ids))
+
+		d2 := b.start(t)
+		engine.SetReplayTiming(d2, 100*time.Millisecond, 200*time.Millisecond)
+		r = b.waitForReplay(t, op, r.ID, func(r engine.Replay) bool { return r.State == outboxtype.ReplayDone })
+		require.Equal(t, len(ids), r.Retried)
+		for _, id := range ids {
+			b.waitFor(t, id, engine.StateConfirmed)
+			n := 0
+			for _, a := range b.audit(t, id) {
+				if a.Action == engine.ActionRetry {
+					n++
+				}
+			}
+			require.Equal(t, 1, n, "retried once across the restart")
+		}
+	})
+}
+
+func TestReplaySpecIsCheckedBeforeAnyWrite(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	op := b.operator(t)
+	ctx := context.Background()
+	opts := engine.ActionOpts{Actor: "oncall", Reason: "r"}
+	for _, tc := range []struct {
+		spec engine.ReplaySpec
+		want string
+	}{
+		{engine.ReplaySpec{Pace: 1}, "failed_since is required"},
+		{engine.ReplaySpec{FailedSince: time.Now().Add(time.Hour), Pace: 1}, "in the future"},
+		{engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour)}, "pace must be a positive number"},
+		{engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour), Pace: 5000}, "over the limit of 1000"},
+	} {
+		_, err := op.StartReplay(ctx, tc.spec, opts)
+		require.ErrorContains(t, err, tc.want)
+	}
+	replays, err := op.Replays(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, replays)
+	_, err = op.Replay(ctx, 42)
+	require.ErrorIs(t, err, engine.ErrReplayNotFound)
+}
