@@ -394,6 +394,49 @@ func (o *Operator) LimitHistory(ctx context.Context, key string, limit int) ([]o
 	return o.op.Store().LimitHistory(ctx, o.op.Pool(), key, limit)
 }
 
+// StartReplay starts a paced replay: the effects that failed since
+// spec.FailedSince (not acknowledged; of spec.Kind, Provider and Host when
+// set) are retried in the background by outboxd at spec.Pace a second, each
+// with Retry's refusals and an audit row naming the replay. With
+// opts.DryRun it writes nothing and reports how many it would select. A
+// restart of outboxd resumes it; CancelReplay stops it (docs/replays.md).
+func (o *Operator) StartReplay(ctx context.Context, spec outboxtype.ReplaySpec, opts ActionOpts) (outboxtype.Replay, error) {
+	return o.op.StartReplay(ctx, spec, opts)
+}
+
+// Replays lists the newest replays, newest first, at most limit.
+func (o *Operator) Replays(ctx context.Context, limit int) ([]outboxtype.Replay, error) {
+	return o.op.Replays(ctx, limit)
+}
+
+// Replay is replay id as it stands; ErrReplayNotFound when there is none.
+func (o *Operator) Replay(ctx context.Context, id int64) (outboxtype.Replay, error) {
+	return o.op.Replay(ctx, id)
+}
+
+// ReplaySkips lists up to limit effects replay id did not retry, and why.
+func (o *Operator) ReplaySkips(ctx context.Context, id int64, limit int) ([]outboxtype.ReplaySkip, error) {
+	return o.op.ReplaySkips(ctx, id, limit)
+}
+
+// CancelReplay stops replay id before its next step; what it retried stays
+// retried. It reports false when the replay was not running.
+func (o *Operator) CancelReplay(ctx context.Context, id int64, actor, reason string) (bool, error) {
+	return o.op.CancelReplay(ctx, id, actor, reason)
+}
+
+// ResumeReplay gives a running replay whose River job is gone a new one; it
+// reports false when a live job runs it already.
+func (o *Operator) ResumeReplay(ctx context.Context, id int64) (bool, error) {
+	return o.op.ResumeReplay(ctx, id)
+}
+
+// ErrReplayNotFound is returned for a replay id that does not exist.
+var ErrReplayNotFound = engine.ErrReplayNotFound
+
+// CheckReplaySpec says what is wrong with spec, naming the field, or nil.
+func CheckReplaySpec(spec outboxtype.ReplaySpec) error { return engine.CheckReplaySpec(spec) }
+
 // UnacknowledgedDrift counts the drift records nobody acknowledged.
 func (o *Operator) UnacknowledgedDrift(ctx context.Context) (int64, error) {
 	return o.op.Store().UnacknowledgedDrift(ctx, o.op.Pool())

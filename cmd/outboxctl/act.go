@@ -69,6 +69,8 @@ func (a *app) targets(ctx context.Context, args []string, f *actFlags, defaultSt
 
 func newRetryCmd(a *app) *cobra.Command {
 	var f actFlags
+	var rf replayFlags
+	bulk := a.bulk(&f, "retry", []outboxtype.State{outboxtype.StateFailed})
 	cmd := &cobra.Command{
 		Use:   "retry [effect id | key ...]",
 		Short: "Move failed or cancelled effects back to pending with a new River job (same key)",
@@ -98,13 +100,27 @@ Select effects by id, or by filters (default --state failed). Policies and
 key windows are read from the same flags and variables as outboxd run
 (--in-doubt-policy, --stripe-key-window, --webhook-key-window).
 
-Select effects by id, or by filters (default --state failed).`,
-		RunE: a.bulk(&f, "retry", []outboxtype.State{outboxtype.StateFailed}),
+After an outage, replay a backlog at a pace instead: --failed-since 2h
+--pace 20/s (with --kind, --provider, --host) starts a paced replay that
+outboxd runs in the background, resumable after a restart, with every
+refusal above (it never forces). Follow and cancel it with outboxctl
+replays; see docs/replays.md.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !rf.set() {
+				return bulk(cmd, args)
+			}
+			spec, err := rf.spec(&f, args)
+			if err != nil {
+				return err
+			}
+			return a.startReplay(cmd, spec, &f)
+		},
 	}
 	f.add(cmd, 100)
 	addActFlags(cmd, &f)
 	cmd.Flags().BoolVar(&f.force, "force", false, "also move fired effects, and effects near or past their key window (check the provider first)")
 	cmd.Flags().BoolVar(&f.allowDuplicate, "allow-duplicate", false, "re-send at_most_once effects in doubt, accepting that the recipient may get them twice")
+	rf.add(cmd)
 	return cmd
 }
 

@@ -4,6 +4,7 @@
 //
 //	outboxctl stuck | list | show | stats        read (tables, or --json)
 //	outboxctl retry | cancel | confirm | purge   act (--dry-run, audited)
+//	outboxctl replays                            paced replays (retry --failed-since --pace)
 //	outboxctl migrate
 //
 // Exit status: 0 success, 1 operational error, 2 usage error.
@@ -73,7 +74,7 @@ func newRootCmd(stdin io.Reader) *cobra.Command {
 	a.Policies.Bind(pf)
 
 	root.AddCommand(newStuckCmd(a), newListCmd(a), newShowCmd(a), newEventsCmd(a), newStatsCmd(a), newDispatchersCmd(a),
-		newRetryCmd(a), newRequeueCmd(a), newAcknowledgeCmd(a), newReleaseCmd(a), newCancelCmd(a), newConfirmCmd(a), newPurgeCmd(a), newKeysCmd(a), newDriftCmd(a), newLimitsCmd(a), newReconcileCmd(a), newMigrateCmd(a))
+		newRetryCmd(a), newRequeueCmd(a), newAcknowledgeCmd(a), newReleaseCmd(a), newCancelCmd(a), newConfirmCmd(a), newPurgeCmd(a), newKeysCmd(a), newDriftCmd(a), newLimitsCmd(a), newReplaysCmd(a), newReconcileCmd(a), newMigrateCmd(a))
 	return root
 }
 
