@@ -1,0 +1,68 @@
+package webui_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/engine"
+)
+
+// TestAReplayFromTheWebView: after an outage an admin replays what failed
+// from the browser: a dry run first, then the replay, which outboxd runs
+// and the page follows; a slow one is cancelled from its page. Bad input
+// starts nothing.
+func TestAReplayFromTheWebView(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	br := b{t, browser(t)}
+	br.authenticate("ada", adminToken)
+
+	br.do(chromedp.Navigate(s.url("replays")), chromedp.WaitVisible(chromedp.CSS("#none")))
+	fill := func(since, pace, reason string) {
+		br.do(chromedp.SetValue(chromedp.CSS(`input[name="failed_since"]`), since), chromedp.SetValue(chromedp.CSS(`input[name="provider"]`), "webhook"),
+			chromedp.SetValue(chromedp.CSS(`input[name="pace"]`), pace), chromedp.SetValue(chromedp.CSS(`textarea[name="reason"]`), reason))
+	}
+	fill("1h", "5000", "partner back")
+	br.do(chromedp.Click(chromedp.CSS("#replay-submit")), chromedp.WaitVisible(chromedp.CSS("#error")))
+	require.Contains(t, br.text("#error"), "over the limit of 1000")
+	require.Equal(t, 1, br.count("#none"), "nothing started")
+
+	fill("1h", "50", "partner back")
+	br.do(chromedp.Click(chromedp.CSS("#replay-submit")), chromedp.WaitVisible(chromedp.CSS("#plan")))
+	require.Contains(t, br.text("#plan"), "Would replay 2 failed effects")
+	require.Contains(t, br.text("#plan"), "Nothing is started yet")
+	require.Equal(t, engine.StateFailed, s.effect(t, "gone").State, "a dry run changes nothing")
+	br.do(chromedp.Click(chromedp.CSS("#replay-submit")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, br.text("#flash"), "Started")
+	require.Eventually(t, func() bool {
+		br.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#replay-state")))
+		return br.text("#replay-state") == "done"
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Contains(t, br.text("#replay-progress"), "2 selected: 2 retried, 0 skipped, 0 left")
+	s.wait(t, "gone", engine.StateConfirmed)
+	s.wait(t, "busy", engine.StateConfirmed)
+	audit, err := s.store.Audit(context.Background(), s.db.Pool, s.ids["gone"])
+	require.NoError(t, err)
+	require.Equal(t, "web:ada (replay 1)", audit[len(audit)-1].Actor)
+
+	// A slow one, cancelled from its page.
+	_, err = s.db.Pool.Exec(context.Background(), `UPDATE `+s.db.Schema+`.side_effects SET state = 'failed' WHERE id = ANY($1)`,
+		[]any{s.ids["gone"], s.ids["busy"]})
+	require.NoError(t, err)
+	br.do(chromedp.Navigate(s.url("replays")), chromedp.WaitVisible(chromedp.CSS("#replays")))
+	fill("1h", "0.01", "one at a time")
+	br.do(chromedp.Click(chromedp.CSS("#replay-submit")), chromedp.WaitVisible(chromedp.CSS("#plan")))
+	br.do(chromedp.Click(chromedp.CSS("#replay-submit")), chromedp.WaitVisible(chromedp.CSS("#cancel-replay")))
+	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "partner asked to wait"),
+		chromedp.Click(chromedp.CSS("#cancel-replay")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, br.text("#flash"), "Cancelled")
+	require.True(t, strings.HasPrefix(br.text("#replay-state"), "cancelled"))
+	require.Equal(t, 0, br.count("#cancel-replay"), "nothing left to cancel")
+	br.do(chromedp.Navigate(s.url("replays")), chromedp.WaitVisible(chromedp.CSS("#replays")))
+	require.Contains(t, br.text("#replays"), "cancelled")
+}
