@@ -201,13 +201,19 @@ func TestTheLeastPrivilegedSQLCaller(t *testing.T) {
 	}
 	require.NoError(t, as(role, id, hook), "the listed grants enqueue")
 	require.NoError(t, as(role, id, hook), "and replay")
+	// An effect with a tenant joins its tenant's queue without a grant on it.
+	tenanted := map[string]any{"kind": "webhook.step", "provider": "webhook", "payload": hook["payload"], "tenant": "acme"}
+	require.NoError(t, as(role, uuid.New(), tenanted), "an effect with a tenant")
+	var queued int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.outboxd_tenant_queue WHERE tenant = 'acme'`).Scan(&queued))
+	require.Equal(t, 1, queued)
 	// Every grant but SELECT, and an effect without an ordering key.
 	plain := map[string]any{"kind": "webhook.step", "provider": "webhook", "payload": hook["payload"]}
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, as(blind, uuid.New(), plain), &pgErr)
 	require.Equal(t, "42501", pgErr.Code, "without SELECT: permission denied")
 	events, effects, _ := b.counts(t)
-	require.Equal(t, [2]int{1, 1}, [2]int{events, effects})
+	require.Equal(t, [2]int{2, 2}, [2]int{events, effects})
 }
 
 // FuzzSQLEnqueue: whatever JSON a caller passes outboxd_enqueue, it

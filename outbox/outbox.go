@@ -201,6 +201,9 @@ type Event struct {
 	// that names none (see Effect.OrderingKey). It is not stored with the
 	// event.
 	OrderingKey string
+	// Tenant, when set, is the tenant of each of its effects that names
+	// none (see Effect.Tenant).
+	Tenant string
 }
 
 // Effect is one side effect an event implies.
@@ -231,6 +234,14 @@ type Effect struct {
 	// operator redrives, cancels, resolves or releases it; SkipFailed lets
 	// them go on.
 	OnFailure FailurePolicy
+	// Tenant, when set, is who the effect is for (a customer, a merchant
+	// account): outboxd gives the effects of each tenant their turn, so
+	// that one tenant's backlog does not hold back another's new effects
+	// (docs/limits.md#fair-shares-between-tenants). An effect with an
+	// ordering key keeps its key's order instead. At most 128 letters,
+	// digits and . _ : @ -. A replay of the effect with another tenant is
+	// a duplicate: the tenant is how it is scheduled, not what it does.
+	Tenant string
 
 	// err is why EffectOf could not encode its payload; Enqueue reports it.
 	err error
@@ -531,7 +542,9 @@ func (o *Outbox) insertJobs(ctx context.Context, tx pgx.Tx, id uuid.UUID, effect
 	for _, e := range effects {
 		// An effect with an ordering key gets its job from a dispatcher
 		// when it is first in its chain.
-		if eid := engine.EffectID(id, e.Kind); inserted[eid] && e.OrderingKey == "" {
+		// An effect with a tenant gets its job from a dispatcher when
+		// its tenant's turn comes (fair shares).
+		if eid := engine.EffectID(id, e.Kind); inserted[eid] && e.OrderingKey == "" && !e.Queued() {
 			params = append(params, engine.JobParams(eid, e.Provider, e.NotBefore))
 		}
 	}
@@ -628,6 +641,14 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (engine.NewEven
 			}
 			return ne, nil, invalid(f, "%s", err)
 		}
+		out[i].Tenant = cmp.Or(e.Tenant, ev.Tenant)
+		if t := out[i].Tenant; t != "" && !tenantPattern.MatchString(t) {
+			f := field + ".tenant"
+			if e.Tenant == "" {
+				f = "event.tenant"
+			}
+			return ne, nil, invalid(f, "%q: a tenant is at most 128 letters, digits and . _ : @ -", t)
+		}
 		if e.OnFailure != BlockKey && e.OnFailure != SkipFailed {
 			return ne, nil, invalid(field+".on_failure", "unknown policy %d: use outbox.BlockKey or outbox.SkipFailed", e.OnFailure)
 		}
@@ -638,6 +659,9 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (engine.NewEven
 	}
 	return ne, out, nil
 }
+
+// tenantPattern is what a tenant may be (as outboxd_enqueue checks it).
+var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9._:@-]{1,128}$`)
 
 // MaxOrderingKeyLength is the longest ordering key, in bytes.
 const MaxOrderingKeyLength = 256

@@ -311,6 +311,8 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 		{"payload over the limit", orderPaid(uuid.New(), "1"), []outbox.Effect{{Kind: "x", Provider: "webhook", Payload: json.RawMessage(big)}}, "effects[0].payload"},
 		{"payload fails provider schema", orderPaid(uuid.New(), "1"), []outbox.Effect{{Kind: "x", Provider: "webhook", Payload: json.RawMessage(`{"url": "ftp://x"}`)}}, "effects[0].payload"},
 		{"duplicate kinds", orderPaid(uuid.New(), "1"), []outbox.Effect{good, good}, "effects[1].kind"},
+		{"tenant with a space", orderPaid(uuid.New(), "1"), []outbox.Effect{{Kind: "x", Provider: "webhook", Payload: good.Payload, Tenant: "acme corp"}}, "effects[0].tenant"},
+		{"event tenant too long", outbox.Event{ID: uuid.New(), Type: "t", Tenant: strings.Repeat("t", 129)}, []outbox.Effect{good}, "event.tenant"},
 		{"stripe: unknown operation", orderPaid(uuid.New(), "1"), []outbox.Effect{{Kind: "stripe.x", Provider: "stripe", Payload: json.RawMessage(`{"operation": "charge.create", "params": {}}`)}}, "effects[0].payload"},
 		{"stripe: refund without target", orderPaid(uuid.New(), "1"), []outbox.Effect{good, {Kind: "stripe.refund", Provider: "stripe", Payload: json.RawMessage(`{"operation": "refund.create", "params": {"amount": 5}}`)}}, "effects[1].payload"},
 		{"stripe: amount as string", orderPaid(uuid.New(), "1"), []outbox.Effect{{Kind: "stripe.pi", Provider: "stripe", Payload: json.RawMessage(`{"operation": "payment_intent.create", "params": {"amount": "5", "currency": "eur"}}`)}}, "effects[0].payload"},

@@ -306,6 +306,8 @@ func TestSQLEnqueueRefusesBadInput(t *testing.T) {
 		{"long ordering key", ev, []any{hook(map[string]any{"ordering_key": strings.Repeat("k", 257)})}, "effects[0].ordering_key", "257 bytes, over the limit of 256"},
 		{"event ordering key", map[string]any{"id": id, "type": "t", "ordering_key": strings.Repeat("k", 257)}, nil, "event.ordering_key", "over the limit of 256"},
 		{"unknown policy", ev, []any{hook(map[string]any{"on_failure": "ignore"})}, "effects[0].on_failure", "use block_key (the default) or skip_failed"},
+		{"bad tenant", ev, []any{hook(map[string]any{"tenant": "acme corp"})}, "effects[0].tenant", "at most 128 letters, digits"},
+		{"tenant not a string", ev, []any{hook(map[string]any{"tenant": 7})}, "effects[0].tenant", "a JSON string"},
 		// Each of these raised a raw error whose DETAIL held the row.
 		{"provider no queue name", ev, []any{hook(map[string]any{"provider": "Web Hook"})}, "effects[0].provider", "lower-case letters and digits"},
 		{"provider too long", ev, []any{hook(map[string]any{"provider": strings.Repeat("p", 65)})}, "effects[0].provider", "at most 64"},

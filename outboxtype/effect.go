@@ -82,6 +82,9 @@ type Effect struct {
 	// it spends none of the retry budget. A claim clears both.
 	WaitingFor   *string    `db:"waiting_for" json:"waiting_for,omitempty"`
 	WaitingSince *time.Time `db:"waiting_since" json:"waiting_since,omitempty"`
+	// Tenant is the tenant the effect was enqueued for, if any: its jobs
+	// are given out in turn with other tenants' (fair shares).
+	Tenant *string `db:"tenant" json:"tenant,omitempty"`
 }
 
 // Failure reasons recorded in last_error when an effect ends failed.

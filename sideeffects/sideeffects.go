@@ -134,6 +134,15 @@ type Config struct {
 	// LimitPause is how long a 429 that names no delay pauses its limit
 	// key, doubled for each such 429 in a row. Default 1s.
 	LimitPause time.Duration
+	// TenantWindow is how many effects of one tenant, per provider, may
+	// have a dispatch job at once (queued in River or being worked);
+	// the rest wait in their tenant's queue, so that another tenant's new
+	// effect has at most this many of each tenant's ahead of it. Effects
+	// without a tenant are not limited. Default 32.
+	TenantWindow int
+	// TenantWeights multiply TenantWindow for the tenants named: a weight
+	// of 2 gives a tenant twice the window. Positive; default 1.
+	TenantWeights map[string]float64
 	// Metrics, when set, receives what the dispatcher measures (see package
 	// dispatchmetrics for Prometheus).
 	Metrics Observer
@@ -182,6 +191,7 @@ const (
 	DefaultRetentionInterval     = engine.DefaultRetentionInterval
 	DefaultCompletedJobRetention = engine.DefaultCompletedJobRetention
 	DefaultLimitPause            = engine.DefaultLimitPause
+	DefaultTenantWindow          = engine.DefaultTenantWindow
 	DefaultMaxAttempts           = engine.DefaultMaxAttempts
 	DefaultBaseDelay             = engine.DefaultBaseDelay
 	DefaultMaxDelay              = engine.DefaultMaxDelay

@@ -107,6 +107,15 @@ type Config struct {
 	// LimitPause is how long a 429 that names no delay pauses its limit
 	// key, doubled for each such 429 in a row. Default 1s.
 	LimitPause time.Duration
+	// TenantWindow is how many effects of one tenant, per provider, may
+	// have a dispatch job at once (queued in River or being worked);
+	// the rest wait in their tenant's queue, so that another tenant's new
+	// effect has at most this many of each tenant's ahead of it. Effects
+	// without a tenant are not limited. Default 32.
+	TenantWindow int
+	// TenantWeights multiply TenantWindow for the tenants named: a weight
+	// of 2 gives a tenant twice the window. Positive; default 1.
+	TenantWeights map[string]float64
 	// Metrics, when set, receives what the dispatcher measures (see package
 	// dispatchmetrics for Prometheus).
 	Metrics Observer
@@ -174,6 +183,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.CompletedJobRetention = cmp.Or(cfg.CompletedJobRetention, DefaultCompletedJobRetention)
 	cfg.Retry = cfg.Retry.WithDefaults()
 	cfg.LimitPause = cmp.Or(cfg.LimitPause, DefaultLimitPause)
+	cfg.TenantWindow = cmp.Or(cfg.TenantWindow, DefaultTenantWindow)
 	return cfg
 }
 
@@ -238,6 +248,14 @@ func (cfg Config) validate() error {
 	}
 	if cfg.LimitPause < 0 {
 		return fmt.Errorf("dispatcher: limit pause is %s: it must not be negative", cfg.LimitPause)
+	}
+	if cfg.TenantWindow < 0 {
+		return fmt.Errorf("dispatcher: tenant window is %d: it must be positive", cfg.TenantWindow)
+	}
+	for _, t := range slices.Sorted(maps.Keys(cfg.TenantWeights)) {
+		if w := cfg.TenantWeights[t]; !(w > 0) || math.IsInf(w, 0) {
+			return fmt.Errorf("dispatcher: tenant %q has weight %g: a weight is a positive number", t, w)
+		}
 	}
 	for _, key := range slices.Sorted(maps.Keys(cfg.Limits)) {
 		if err := checkLimit(key, cfg.Limits[key], seen); err != nil {
@@ -311,6 +329,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		lim.ensure(key, rate, "config")
 	}
 	w := &Worker{
+		tenants:       newTenantFeeder(cfg.TenantWindow, cfg.TenantWeights),
 		limits:        lim,
 		accountLimits: accounts,
 		pool:          pool,
@@ -395,6 +414,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	return &Dispatcher{record: record, settings: cfg.Settings, heartbeat: make(chan struct{}), pool: pool, store: store, logger: cfg.Logger,
 		client: client, worker: w, replays: replays, intake: &intake{
 			pool: pool, store: store, schema: cfg.Schema, poll: cfg.FetchPollInterval, logger: cfg.Logger, client: client,
+			tenants: w.tenants,
 		}}, nil
 }
 

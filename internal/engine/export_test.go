@@ -17,3 +17,10 @@ var ConfirmFailedNote = confirmFailedNote
 func SetReplayTiming(d *Dispatcher, step, run time.Duration) {
 	d.replays.step, d.replays.run = step, run
 }
+
+// FeedTenants runs d's tenants' feeder once and returns how many effects
+// it gave jobs.
+func FeedTenants(ctx context.Context, d *Dispatcher) (int, error) {
+	n, _, err := d.intake.feedTenants(ctx)
+	return n, err
+}

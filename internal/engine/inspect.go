@@ -119,7 +119,7 @@ func (s *Store) Stuck(ctx context.Context, db DB, notSince time.Time, limit int)
 		err := r.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Provider, &e.Payload, &e.State, &e.Attempts,
 			&e.LastError, &e.ProviderRef, &e.Replayed, &e.NextAttemptAt, &e.CreatedAt, &e.UpdatedAt, &e.FiredAt,
 			&e.FirstFiredAt, &e.ConfirmedAt, &e.InDoubt, &e.TotalAttempts, &e.Redrives, &e.KeyWindowFrom, &e.AcknowledgedAt, &e.NotBefore,
-			&e.OrderingKey, &e.OrderingSeq, &e.OrderingSkipFailed, &e.OrderingReleasedAt, &e.WaitingFor, &e.WaitingSince,
+			&e.OrderingKey, &e.OrderingSeq, &e.OrderingSkipFailed, &e.OrderingReleasedAt, &e.WaitingFor, &e.WaitingSince, &e.Tenant,
 			&st.JobID, &st.JobState, &st.JobScheduledAt, &st.JobHeldBy, &st.BlockedBehind)
 		e.IdempotencyKey = Key(e.SourceID, e.Kind)
 		return st, err

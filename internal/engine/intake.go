@@ -43,6 +43,8 @@ type intake struct {
 	poll   time.Duration
 	logger *slog.Logger
 	client *river.Client[pgx.Tx]
+	// tenants gives the tenants' queued effects their jobs (tenants.go).
+	tenants *tenantFeeder
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -99,9 +101,14 @@ func (in *intake) listen(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		fed, queued, err := in.feed(ctx)
+		if err != nil {
+			return err
+		}
 		if n == intakeBatch {
 			continue
 		}
+		n += fed
 		// Applications need not wake the dispatchers (a NOTIFY in their
 		// transaction serialises their commits): while effects arrive
 		// (one found in the last intakeActive), poll every
@@ -113,14 +120,51 @@ func (in *intake) listen(ctx context.Context) error {
 		case time.Since(lastFound) > intakeActive:
 			wait = min(2*wait, max(in.poll, intakeFastPoll))
 		}
+		if queued {
+			// Tenants' effects wait for places in their windows: an end
+			// here wakes the loop (tenantFeeder.poke), one on another
+			// replica is seen within tenantPoll.
+			wait = min(wait, tenantPoll)
+		}
 		wctx, cancel := context.WithTimeout(ctx, wait)
+		stopWake := in.wakeOnPoke(wctx, cancel)
 		_, err = conn.Conn().WaitForNotification(wctx)
+		stopWake()
 		cancel()
-		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+		// A timeout, or a poke of the tenants' feeder, ends the wait.
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("wait for %s: %w", IntakeChannel, err)
 		}
 	}
 	return nil
+}
+
+// feed runs the tenants' feeder, if any, and reports how many effects it
+// gave jobs and whether tenants' effects are still queued.
+func (in *intake) feed(ctx context.Context) (int, bool, error) {
+	if in.tenants == nil {
+		return 0, false, nil
+	}
+	n, queued, err := in.feedTenants(ctx)
+	return n, queued, err
+}
+
+// wakeOnPoke cancels the wait (cancel) when the tenants' feeder is poked;
+// the returned func stops watching.
+func (in *intake) wakeOnPoke(wctx context.Context, cancel context.CancelFunc) func() {
+	if in.tenants == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-in.tenants.wake:
+			cancel()
+		case <-wctx.Done():
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
 }
 
 // drain moves one batch of intake rows into River jobs, and gives the

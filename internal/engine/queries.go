@@ -12,7 +12,7 @@ import "strings"
 const effectColumns = `id, source_id, kind, provider, payload, state, attempts,
 	last_error, provider_ref, replayed, next_attempt_at, created_at, updated_at, fired_at, first_fired_at, confirmed_at,
 	in_doubt, total_attempts, redrives, key_window_from, acknowledged_at, not_before,
-	ordering_key, ordering_seq, ordering_skip_failed, ordering_released_at, waiting_for, waiting_since`
+	ordering_key, ordering_seq, ordering_skip_failed, ordering_released_at, waiting_for, waiting_since, tenant`
 
 // openInChain is true of an effect s of an ordering key that has not
 // ended: the effects after it wait. Its terms are those of
@@ -58,9 +58,12 @@ WITH ev AS (
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
 )
-INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed)
-SELECT u.id, ev.id, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip
-FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[], $11::text[], $12::boolean[]) AS u(id, kind, provider, payload, not_before, okey, oskip)
+INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed,
+	tenant, waiting_for, waiting_since)
+SELECT u.id, ev.id, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip,
+	u.tenant, CASE WHEN u.okey IS NULL THEN 'tenant:' || u.tenant END, CASE WHEN u.okey IS NULL AND u.tenant IS NOT NULL THEN now() END
+FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[], $11::text[], $12::boolean[], $14::text[])
+	AS u(id, kind, provider, payload, not_before, okey, oskip, tenant)
 RETURNING id`
 
 	// sqlInsertEventWithEffects, also queueing each effect in the intake
@@ -72,23 +75,29 @@ WITH ev AS (
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
 ), eff AS (
-	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed)
-	SELECT u.id, ev.id, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip
-	FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[], $11::text[], $12::boolean[]) AS u(id, kind, provider, payload, not_before, okey, oskip)
-	RETURNING id, provider
+	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed,
+		tenant, waiting_for, waiting_since)
+	SELECT u.id, ev.id, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip,
+		u.tenant, CASE WHEN u.okey IS NULL THEN 'tenant:' || u.tenant END, CASE WHEN u.okey IS NULL AND u.tenant IS NOT NULL THEN now() END
+	FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[], $11::text[], $12::boolean[], $14::text[])
+		AS u(id, kind, provider, payload, not_before, okey, oskip, tenant)
+	RETURNING id, provider, tenant, ordering_key
 )
-INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FROM eff`
+INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FROM eff WHERE tenant IS NULL OR ordering_key IS NOT NULL`
 
 	// sqlInsertEffects, also queueing each inserted effect in the intake.
 	sqlInsertEffectsIntake = `
 WITH eff AS (
-	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed)
-	SELECT u.id, $1, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip
-	FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[], $7::text[], $8::boolean[]) AS u(id, kind, provider, payload, not_before, okey, oskip)
+	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed,
+		tenant, waiting_for, waiting_since)
+	SELECT u.id, $1, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip,
+		u.tenant, CASE WHEN u.okey IS NULL THEN 'tenant:' || u.tenant END, CASE WHEN u.okey IS NULL AND u.tenant IS NOT NULL THEN now() END
+	FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[], $7::text[], $8::boolean[], $9::text[])
+		AS u(id, kind, provider, payload, not_before, okey, oskip, tenant)
 	ON CONFLICT DO NOTHING
-	RETURNING id, provider
+	RETURNING id, provider, tenant, ordering_key
 ), q AS (
-	INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FROM eff
+	INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FROM eff WHERE tenant IS NULL OR ordering_key IS NOT NULL
 )
 SELECT id FROM eff`
 
@@ -202,9 +211,12 @@ FROM /*schema*/outbox_events WHERE id = $1`
 	// effect (the id is derived from (source_id, kind)), so either means
 	// "exists".
 	sqlInsertEffects = `
-INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed)
-SELECT u.id, $1, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip
-FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[], $7::text[], $8::boolean[]) AS u(id, kind, provider, payload, not_before, okey, oskip)
+INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed,
+	tenant, waiting_for, waiting_since)
+SELECT u.id, $1, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip,
+	u.tenant, CASE WHEN u.okey IS NULL THEN 'tenant:' || u.tenant END, CASE WHEN u.okey IS NULL AND u.tenant IS NOT NULL THEN now() END
+FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[], $7::text[], $8::boolean[], $9::text[])
+	AS u(id, kind, provider, payload, not_before, okey, oskip, tenant)
 ON CONFLICT DO NOTHING
 RETURNING id`
 
@@ -494,7 +506,7 @@ const beforeColumns = `before.id, before.source_id, before.kind, before.provider
 	before.created_at, before.updated_at, before.fired_at, before.first_fired_at, before.confirmed_at,
 	before.in_doubt, before.total_attempts, before.redrives, before.key_window_from, before.acknowledged_at, before.not_before,
 	before.ordering_key, before.ordering_seq, before.ordering_skip_failed, before.ordering_released_at,
-	before.waiting_for, before.waiting_since`
+	before.waiting_for, before.waiting_since, before.tenant`
 
 // Inspection: what operators and the stuck/stats commands read.
 const (
@@ -809,9 +821,11 @@ GROUP BY 1 ORDER BY 1`
 
 // Pending and fired effects without a live dispatch job, unchanged for $1:
 // rows written by plain SQL, or whose job was discarded or cleaned up.
+// Effects waiting in their tenant's queue get theirs from it.
 const sqlSweep = `
 SELECT e.id, e.provider, e.not_before FROM /*schema*/side_effects e
 WHERE e.phase = 'live' AND e.updated_at < $1 AND NOT ` + blockedInChain + `
+	AND NOT EXISTS (SELECT 1 FROM /*schema*/outboxd_tenant_queue q WHERE q.effect_id = e.id)
 	AND NOT EXISTS (
 		SELECT 1 FROM /*schema*/river_job j
 		WHERE j.kind = 'outboxd.dispatch' AND j.args @> jsonb_build_object('effect_id', e.id)
@@ -846,7 +860,7 @@ GROUP BY kind`
 const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.payload, e.state, e.attempts,
 	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at,
 	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from, e.acknowledged_at, e.not_before,
-	e.ordering_key, e.ordering_seq, e.ordering_skip_failed, e.ordering_released_at, e.waiting_for, e.waiting_since`
+	e.ordering_key, e.ordering_seq, e.ordering_skip_failed, e.ordering_released_at, e.waiting_for, e.waiting_since, e.tenant`
 
 // sqlListFailed is sqlListEffects for failed effects only ($1 = {failed}):
 // the phase predicate lets it read side_effects_failed_list_idx.

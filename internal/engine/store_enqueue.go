@@ -69,7 +69,14 @@ type NewEffect struct {
 	// of that key; SkipFailed lets those after it go on if it fails.
 	OrderingKey string
 	SkipFailed  bool
+	// Tenant, when not empty, is the tenant it is enqueued for: without an
+	// ordering key, it waits in its tenant's queue for a dispatcher to
+	// give it a job (migration 00025), instead of getting one here.
+	Tenant string
 }
+
+// Queued reports whether e gets its job from its tenant's queue.
+func (e NewEffect) Queued() bool { return e.Tenant != "" && e.OrderingKey == "" }
 
 // effectArrays are new effects as the column arrays the unnest-based
 // statements take.
@@ -81,6 +88,7 @@ type effectArrays struct {
 	notBefore []*time.Time
 	okeys     []*string
 	oskip     []bool
+	tenants   []*string
 }
 
 func columnsOf(sourceID uuid.UUID, effects []NewEffect) effectArrays {
@@ -92,11 +100,15 @@ func columnsOf(sourceID uuid.UUID, effects []NewEffect) effectArrays {
 		notBefore: make([]*time.Time, len(effects)),
 		okeys:     make([]*string, len(effects)),
 		oskip:     make([]bool, len(effects)),
+		tenants:   make([]*string, len(effects)),
 	}
 	for i, e := range effects {
 		c.ids[i], c.kinds[i], c.providers[i], c.payloads[i], c.notBefore[i] = EffectID(sourceID, e.Kind), e.Kind, e.Provider, e.Payload, e.NotBefore
 		if e.OrderingKey != "" {
 			c.okeys[i], c.oskip[i] = &e.OrderingKey, e.SkipFailed
+		}
+		if e.Tenant != "" {
+			c.tenants[i] = &e.Tenant
 		}
 	}
 	return c
@@ -111,7 +123,7 @@ func (s *Store) InsertEffects(ctx context.Context, db DB, sourceID uuid.UUID, ef
 	if intake {
 		sql = s.sql(sqlInsertEffectsIntake)
 	}
-	rows, err := db.Query(ctx, sql, sourceID, c.ids, c.kinds, c.providers, c.payloads, c.notBefore, c.okeys, c.oskip)
+	rows, err := db.Query(ctx, sql, sourceID, c.ids, c.kinds, c.providers, c.payloads, c.notBefore, c.okeys, c.oskip, c.tenants)
 	if err != nil {
 		return nil, fmt.Errorf("insert effects of event %s: %w", sourceID, err)
 	}
@@ -142,7 +154,7 @@ func (s *Store) InsertEventWithEffects(ctx context.Context, db DB, ev NewEvent, 
 		sql = s.sql(sqlInsertEventWithEffectsIntake)
 	}
 	tag, err := db.Exec(ctx, sql, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload,
-		c.ids, c.kinds, c.providers, c.payloads, c.notBefore, c.okeys, c.oskip, nullIfEmpty(ev.Traceparent))
+		c.ids, c.kinds, c.providers, c.payloads, c.notBefore, c.okeys, c.oskip, nullIfEmpty(ev.Traceparent), c.tenants)
 	if err != nil {
 		return false, fmt.Errorf("insert event %s: %w", ev.ID, err)
 	}

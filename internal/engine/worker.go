@@ -62,6 +62,9 @@ type Worker struct {
 	// against (its account), by provider.
 	limits        *limiter
 	accountLimits map[string]string
+	// tenants is poked when an effect with a tenant is done with here:
+	// its tenant's window may have a place for the next.
+	tenants *tenantFeeder
 
 	// beforeConfirm, when set by tests, runs between the provider's
 	// acknowledgement and the confirming transaction.
@@ -207,6 +210,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 		if claimed, before, err = w.claimAgain(ctx, id); claimed == nil {
 			return err
 		}
+	}
+	if claimed.Tenant != nil {
+		defer w.tenants.poke()
 	}
 	if w.tracer == nil {
 		return w.fire(ctx, job, claimed, before, nil)
