@@ -70,6 +70,14 @@ func (s StuckEffect) Explain(sit Situation) string {
 				relative(closes, now), relative(*e.KeyWindowFrom, now))
 		}
 	}
+	if tenant, ok := strings.CutPrefix(deref(e.WaitingFor), "tenant:"); ok && e.State == StatePending {
+		why := fmt.Sprintf("waiting for its tenant's turn (tenant %s)", tenant)
+		if e.WaitingSince != nil {
+			why += " since " + relative(*e.WaitingSince, now)
+		}
+		return why + ": each tenant has a window of effects with a dispatch job at once, and this one gets its job when one of " +
+			"the tenant's ends (fair shares; waiting is not an attempt). `outboxctl tenants` shows each tenant's queue"
+	}
 	if e.WaitingFor != nil && e.State == StatePending {
 		why := fmt.Sprintf("waiting for limit %s", *e.WaitingFor)
 		if e.WaitingSince != nil {
@@ -243,4 +251,11 @@ func relative(t, now time.Time) string {
 		return d.String() + " ago"
 	}
 	return "in " + (-d).String()
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

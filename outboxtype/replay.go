@@ -68,3 +68,15 @@ type ReplaySkip struct {
 	Transient bool      `json:"transient,omitempty"`
 	At        time.Time `json:"at"`
 }
+
+// TenantReport is one tenant's queue at one provider (fair shares): its
+// effects waiting for a place in its window (due now, and scheduled for
+// later), the oldest due one, and those given a job and not ended.
+type TenantReport struct {
+	Provider     string     `json:"provider"`
+	Tenant       string     `json:"tenant"`
+	Queued       int64      `json:"queued"`
+	Scheduled    int64      `json:"scheduled"`
+	OldestQueued *time.Time `json:"oldest_queued,omitempty"`
+	InFlight     int64      `json:"in_flight"`
+}

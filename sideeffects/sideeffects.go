@@ -447,6 +447,12 @@ var ErrReplayNotFound = engine.ErrReplayNotFound
 // CheckReplaySpec says what is wrong with spec, naming the field, or nil.
 func CheckReplaySpec(spec outboxtype.ReplaySpec) error { return engine.CheckReplaySpec(spec) }
 
+// Tenants lists the tenants with effects waiting for a place in their
+// window or in flight (fair shares), the longest queue first, at most limit.
+func (o *Operator) Tenants(ctx context.Context, limit int) ([]outboxtype.TenantReport, error) {
+	return o.op.Store().TenantReports(ctx, o.op.Pool(), limit)
+}
+
 // UnacknowledgedDrift counts the drift records nobody acknowledged.
 func (o *Operator) UnacknowledgedDrift(ctx context.Context) (int64, error) {
 	return o.op.Store().UnacknowledgedDrift(ctx, o.op.Pool())

@@ -324,7 +324,7 @@ func newShowCmd(a *app) *cobra.Command {
 				{"idempotency_key", e.IdempotencyKey}, {"attempts", attemptsLine(e)}, {"in_doubt", doubtLine(e)},
 				{"acknowledged_at", ts(e.AcknowledgedAt)},
 				{"last_error", short(e.LastError, 400)}, {"provider_ref", short(e.ProviderRef, 200)},
-				{"replayed", fmt.Sprint(e.Replayed)}, {"not_before", ts(e.NotBefore)}, {"next_attempt_at", ts(e.NextAttemptAt)},
+				{"replayed", fmt.Sprint(e.Replayed)}, {"tenant", short(e.Tenant, 200)}, {"not_before", ts(e.NotBefore)}, {"next_attempt_at", ts(e.NextAttemptAt)},
 				{"created_at", ts(&e.CreatedAt)}, {"updated_at", ts(&e.UpdatedAt)}, {"first_fired_at", ts(e.FirstFiredAt)},
 				{"key_window_from", ts(e.KeyWindowFrom) + a.windowNote(e)},
 				{"fired_at", ts(e.FiredAt)}, {"confirmed_at", ts(e.ConfirmedAt)}, {"delivery", deliveryLine(delivery)},

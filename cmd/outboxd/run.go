@@ -55,6 +55,8 @@ type runConfig struct {
 
 	Concurrency    map[string]int
 	Limits         map[string]string
+	TenantWindow   int
+	TenantWeights  map[string]string
 	MaxAttempts    int
 	RetryBaseDelay time.Duration
 	RetryMaxDelay  time.Duration
@@ -128,6 +130,11 @@ already older than --rescue-after and re-fires it within seconds.
 	f.StringToStringVar(&c.Limits, "limit", map[string]string{},
 		"rate limits in requests a second shared by every replica, e.g. stripe=80,webhook:api.partner.example=50 (default: Stripe's published 100/s live, 25/s test; others slow on 429s; docs/limits.md)")
 	envflag.Bind(f, "limit", "OUTBOXD_LIMITS")
+	f.IntVar(&c.TenantWindow, "tenant-window", sideeffects.DefaultTenantWindow,
+		"effects of one tenant, per provider, that may have a dispatch job at once: another tenant's new effect waits behind at most this many (docs/limits.md)")
+	envflag.Bind(f, "tenant-window", "OUTBOXD_TENANT_WINDOW")
+	f.StringToStringVar(&c.TenantWeights, "tenant-weight", map[string]string{}, "tenants whose window is a multiple of --tenant-window, e.g. acme=4,beta=0.5")
+	envflag.Bind(f, "tenant-weight", "OUTBOXD_TENANT_WEIGHTS")
 	f.IntVar(&c.MaxAttempts, "max-attempts", sideeffects.DefaultMaxAttempts, "fires after which an effect fails")
 	envflag.Bind(f, "max-attempts", "OUTBOXD_MAX_ATTEMPTS")
 	f.DurationVar(&c.RetryBaseDelay, "retry-base-delay", sideeffects.DefaultBaseDelay, "delay after the first failed attempt (doubles each time, jittered)")
@@ -291,6 +298,15 @@ func (c *runConfig) settings(names []string, provs []providers.Provider) map[str
 	return s
 }
 
+// tenantWeights is --tenant-weight as numbers (checked by validate).
+func (c *runConfig) tenantWeights() map[string]float64 {
+	out := make(map[string]float64, len(c.TenantWeights))
+	for t, v := range c.TenantWeights {
+		out[t], _ = strconv.ParseFloat(v, 64)
+	}
+	return out
+}
+
 // limits is --limit as rates (checked by validate) for the enabled
 // providers: a limit of a built-in provider without credentials here is
 // not an error.
@@ -418,6 +434,14 @@ func (c *runConfig) validate() error {
 		name, _, _ := strings.Cut(key, ":")
 		if name != webhook.Name && name != stripe.Name && name != sendgrid.Name {
 			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: no provider %q: name stripe, sendgrid, or webhook:<host>", key, v, name)
+		}
+	}
+	if c.TenantWindow < 1 {
+		return cli.Usagef("--tenant-window (OUTBOXD_TENANT_WINDOW) is %d: it must be at least 1", c.TenantWindow)
+	}
+	for tenant, v := range c.TenantWeights {
+		if w, err := strconv.ParseFloat(v, 64); err != nil || !(w > 0) || math.IsInf(w, 0) {
+			return cli.Usagef("--tenant-weight (OUTBOXD_TENANT_WEIGHTS) %s=%s: the weight must be a positive number, e.g. %s=2", tenant, v, tenant)
 		}
 	}
 	for name, n := range c.Concurrency {
@@ -647,6 +671,8 @@ func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, 
 		Providers:             provs,
 		Concurrency:           c.concurrency(provs),
 		Limits:                c.limits(provs),
+		TenantWindow:          c.TenantWindow,
+		TenantWeights:         c.tenantWeights(),
 		InDoubt:               inDoubt,
 		Retry:                 sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
 		JobTimeout:            c.JobTimeout,

@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // Fair shares between tenants (migration 00025,
@@ -139,3 +141,32 @@ func (in *intake) feedTenants(ctx context.Context) (int, bool, error) {
 // tenantPoll bounds how long a queued tenant effect waits for a place
 // freed on another replica (this process's own ends wake it at once).
 const tenantPoll = 50 * time.Millisecond
+
+const sqlTenantReports = `
+SELECT provider, tenant, sum(queued)::bigint, sum(scheduled)::bigint, min(oldest), sum(inflight)::bigint FROM (
+	SELECT provider, tenant, count(*) FILTER (WHERE due_at <= now()) AS queued, count(*) FILTER (WHERE due_at > now()) AS scheduled,
+		min(due_at) FILTER (WHERE due_at <= now()) AS oldest, 0 AS inflight
+	FROM /*schema*/outboxd_tenant_queue GROUP BY provider, tenant
+	UNION ALL
+	SELECT f.provider, f.tenant, 0, 0, NULL, count(*)
+	FROM /*schema*/outboxd_tenant_inflight f JOIN /*schema*/side_effects e ON e.id = f.effect_id AND e.phase = 'live'
+	GROUP BY f.provider, f.tenant
+) x GROUP BY provider, tenant ORDER BY sum(queued) DESC, provider, tenant LIMIT $1`
+
+// TenantReports lists the tenants with effects queued or in flight, the
+// longest queue first, at most limit.
+func (s *Store) TenantReports(ctx context.Context, db DB, limit int) ([]outboxtype.TenantReport, error) {
+	rows, err := db.Query(ctx, s.sql(sqlTenantReports), limit)
+	if err != nil {
+		return nil, fmt.Errorf("tenants: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.TenantReport, error) {
+		var t outboxtype.TenantReport
+		err := r.Scan(&t.Provider, &t.Tenant, &t.Queued, &t.Scheduled, &t.OldestQueued, &t.InFlight)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tenants: %w", err)
+	}
+	return out, nil
+}

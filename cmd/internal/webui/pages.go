@@ -447,9 +447,16 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 		{"not before", ts(e.NotBefore)}, {"key window from", ts(e.KeyWindowFrom)}, {"fired", ts(e.FiredAt)}, {"confirmed", ts(e.ConfirmedAt)},
 		{"payload", string(e.Payload)},
 	}
+	if e.Tenant != nil {
+		d.Columns = append(d.Columns, [2]string{"tenant", *e.Tenant})
+	}
 	if e.WaitingFor != nil {
 		// Waiting for a rate limit is not an attempt (docs/limits.md).
-		d.Columns = append(d.Columns, [2]string{"waiting for", fmt.Sprintf("limit %s since %s (not an attempt)", *e.WaitingFor, ts(e.WaitingSince))})
+		if tenant, ok := strings.CutPrefix(*e.WaitingFor, "tenant:"); ok {
+			d.Columns = append(d.Columns, [2]string{"waiting for", fmt.Sprintf("its tenant's turn (tenant %s) since %s (not an attempt)", tenant, ts(e.WaitingSince))})
+		} else {
+			d.Columns = append(d.Columns, [2]string{"waiting for", fmt.Sprintf("limit %s since %s (not an attempt)", *e.WaitingFor, ts(e.WaitingSince))})
+		}
 	}
 	if e.OrderingKey != nil {
 		policy := "block the key if it fails"
