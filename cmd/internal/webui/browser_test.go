@@ -660,7 +660,7 @@ func TestEveryPageFitsAPhoneAndFollowsDarkMode(t *testing.T) {
 	pages := map[string]string{
 		"overview": "", "search": "effects?q=" + s.ids["gone"].String(), "effect": "effects/" + s.ids["gone"].String(),
 		"action": "effects/" + s.ids["gone"].String() + "/actions/retry", "error": "effects/not-an-id",
-		"replays": "replays",
+		"replays": "replays", "limits": "limits",
 	}
 	for name, path := range pages {
 		br.do(chromedp.Navigate(s.url(path)), chromedp.WaitVisible(chromedp.CSS("main")))

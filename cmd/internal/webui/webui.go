@@ -146,7 +146,7 @@ func New(cfg Config) (http.Handler, error) {
 			return *s
 		},
 	}
-	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk", "replays", "replay"} {
+	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk", "replays", "replay", "limits"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("webui: template %s: %w", page, err)
@@ -166,6 +166,8 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("GET "+p+"effects/{id}", u.effect)
 	mux.HandleFunc("GET "+p+"effects/{id}/actions/{action}", u.actionForm)
 	mux.HandleFunc("POST "+p+"effects/{id}/actions/{action}", u.act)
+	mux.HandleFunc("GET "+p+"limits", u.limits)
+	mux.HandleFunc("POST "+p+"limits", u.setLimit)
 	mux.HandleFunc("GET "+p+"replays", u.replays)
 	mux.HandleFunc("POST "+p+"replays", u.startReplay)
 	mux.HandleFunc("GET "+p+"replays/{id}", u.replay)

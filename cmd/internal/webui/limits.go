@@ -1,0 +1,124 @@
+package webui
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outboxd/outboxtype"
+)
+
+// The providers' rate limits as every replica shares them, each tenant's
+// queue, and, for admins, setting a key's rate (docs/limits.md).
+
+type limitsData struct {
+	Limits  []limitRow
+	Tenants []tenantRow
+	Form    limitForm
+	Error   string
+	Done    string
+}
+
+type limitRow struct {
+	Key, Rate, SetBy, Now, Paused, Waiting string
+	Throttles, Granted                     int64
+}
+
+type tenantRow struct {
+	outboxtype.TenantReport
+	Oldest string
+}
+
+type limitForm struct {
+	Key, Rate, Reason string
+	Resume            bool
+}
+
+func (u *ui) limits(w http.ResponseWriter, r *http.Request) {
+	d := &limitsData{}
+	if k := r.URL.Query().Get("set"); k != "" {
+		d.Done = "Limit " + k + " changed: every replica reads it within a second. The change is in its history (outboxctl limits history)."
+	}
+	u.showLimits(w, r, d, http.StatusOK)
+}
+
+func (u *ui) showLimits(w http.ResponseWriter, r *http.Request, d *limitsData, status int) {
+	limits, err := u.op.Limits(r.Context())
+	if err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read the limits", err)
+		return
+	}
+	tenants, err := u.op.Tenants(r.Context(), 100)
+	if err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read the tenants", err)
+		return
+	}
+	now := time.Now()
+	d.Limits, d.Tenants = d.Limits[:0], d.Tenants[:0]
+	for _, l := range limits {
+		row := limitRow{Key: l.Key, Rate: "-", SetBy: "-", Now: "-", Paused: "-", Waiting: "0", Throttles: l.Throttles, Granted: l.Granted}
+		if l.Rate != nil {
+			row.Rate, row.SetBy = rate(*l.Rate), l.RateSource
+		}
+		if l.CurrentRate > 0 {
+			row.Now = rate(l.CurrentRate)
+		}
+		if l.PausedUntil != nil && l.PausedUntil.After(now) {
+			row.Paused = "for " + l.PausedUntil.Sub(now).Round(100*time.Millisecond).String()
+		}
+		if l.WaitingEffects > 0 && l.WaitingSince != nil {
+			row.Waiting = fmt.Sprintf("%d, longest %s", l.WaitingEffects, now.Sub(*l.WaitingSince).Round(time.Second))
+		}
+		d.Limits = append(d.Limits, row)
+	}
+	for _, t := range tenants {
+		row := tenantRow{TenantReport: t, Oldest: "-"}
+		if t.OldestQueued != nil {
+			row.Oldest = now.Sub(*t.OldestQueued).Round(time.Second).String()
+		}
+		d.Tenants = append(d.Tenants, row)
+	}
+	u.render(w, r, status, "limits", "Limits", d)
+}
+
+func rate(r float64) string { return strconv.FormatFloat(math.Round(r*10)/10, 'f', -1, 64) + "/s" }
+
+// setLimit sets a key's rate from the form, as outboxctl limits set does.
+func (u *ui) setLimit(w http.ResponseWriter, r *http.Request) {
+	actor, ok := u.acting(w, r)
+	if !ok {
+		return
+	}
+	f := limitForm{Key: strings.TrimSpace(r.PostFormValue("key")), Rate: strings.TrimSpace(r.PostFormValue("rate")),
+		Reason: strings.TrimSpace(r.PostFormValue("reason")), Resume: r.PostFormValue("resume") == "1"}
+	d := &limitsData{Form: f}
+	name, rest, found := strings.Cut(f.Key, ":")
+	var to *float64
+	switch {
+	case !found || name == "" || rest == "" || strings.ContainsAny(f.Key, " \t\n"):
+		d.Error = fmt.Sprintf("%q: a limit key is <provider>:<what it limits>, as the table lists them (e.g. webhook:api.partner.example)", f.Key)
+	case f.Reason == "":
+		d.Error = "a reason is required: say why the rate changes"
+	case f.Rate != "none":
+		v, err := strconv.ParseFloat(strings.TrimSuffix(f.Rate, "/s"), 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			d.Error = fmt.Sprintf("rate %q: give requests a second (e.g. 50), or none", f.Rate)
+		}
+		to = &v
+	}
+	if d.Error != "" {
+		u.showLimits(w, r, d, http.StatusBadRequest)
+		return
+	}
+	if _, err := u.op.SetLimit(r.Context(), f.Key, to, actor, f.Reason, f.Resume); err != nil {
+		d.Error = "not changed: " + err.Error()
+		u.showLimits(w, r, d, http.StatusConflict)
+		return
+	}
+	u.cfg.Logger.Info("web limit set", "key", f.Key, "rate", f.Rate, "resume", f.Resume, "actor", actor)
+	http.Redirect(w, r, u.cfg.Prefix+"limits?set="+url.QueryEscape(f.Key), http.StatusSeeOther)
+}

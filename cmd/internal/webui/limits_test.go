@@ -1,0 +1,61 @@
+package webui_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// TestLimitsAndTenantsInTheWebView: the limits page lists each key as the
+// replicas share it (a 429's pause included) and each tenant's queue; an
+// admin sets a key's rate with a reason, ending its pause, and a bad key
+// changes nothing.
+func TestLimitsAndTenantsInTheWebView(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	ctx := context.Background()
+	const key = "webhook:api.partner.example"
+	_, _, err := s.store.Throttle(ctx, s.db.Pool, key, time.Minute, time.Second, 12, true, nil)
+	require.NoError(t, err)
+	ob, err := outbox.New(outbox.Config{Schema: s.db.Schema})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "reminder", Tenant: "acme"},
+			outbox.Effect{Kind: "webhook.reminder", Provider: "webhook", NotBefore: time.Now().Add(time.Hour),
+				Payload: json.RawMessage(`{"url": "https://hooks.example.com/r", "body": {}}`)})
+		return err
+	}))
+
+	br := b{t, browser(t)}
+	br.authenticate("ada", adminToken)
+	br.do(chromedp.Navigate(s.url("limits")), chromedp.WaitVisible(chromedp.CSS("#limits")))
+	require.Regexp(t, key+`\s+-\s+-\s+12/s\s+for \S+\s+1\s+0\s+0`, br.text("#limits"))
+	require.Regexp(t, `webhook\s+acme\s+0\s+-\s+1\s+0`, br.text("#tenants"))
+
+	set := func(k, rate, reason string) {
+		br.do(chromedp.SetValue(chromedp.CSS(`input[name="key"]`), k), chromedp.SetValue(chromedp.CSS(`input[name="rate"]`), rate),
+			chromedp.SetValue(chromedp.CSS(`textarea[name="reason"]`), reason))
+	}
+	set("api.partner.example", "20", "partner asked")
+	br.do(chromedp.Click(chromedp.CSS("#set-limit")), chromedp.WaitVisible(chromedp.CSS("#error")))
+	require.Contains(t, br.text("#error"), "a limit key is <provider>:<what it limits>")
+
+	set(key, "20", "partner asked for 20/s")
+	br.do(chromedp.Click(chromedp.CSS(`input[name="resume"]`)), chromedp.Click(chromedp.CSS("#set-limit")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, br.text("#flash"), "Limit "+key+" changed")
+	require.Regexp(t, key+`\s+20/s\s+operator:web:ada\s+\S+\s+-\s+1`, br.text("#limits"), "rate set, pause ended")
+	hist, err := s.store.LimitHistory(ctx, s.db.Pool, key, 5)
+	require.NoError(t, err)
+	require.Len(t, hist, 1)
+	require.Equal(t, "web:ada", hist[0].Actor)
+	require.Equal(t, "partner asked for 20/s", hist[0].Reason)
+	require.True(t, hist[0].Resumed)
+}
