@@ -66,7 +66,11 @@ type settings struct {
 	PurgeEffects int           `json:"purge_effects"`
 	// LimitsEffects is the Stripe backlog of the limits phase (the
 	// webhook backlog is half of it).
-	LimitsEffects int           `json:"limits_effects"`
+	LimitsEffects int `json:"limits_effects"`
+	// NoisyBacklog is tenant A's backlog in the noisy-tenant row, and
+	// NoisyDuration how long tenant B commits meanwhile.
+	NoisyBacklog  int           `json:"noisy_backlog"`
+	NoisyDuration time.Duration `json:"noisy_duration"`
 	Soak          time.Duration `json:"soak,omitempty"`
 	SoakRate      int           `json:"soak_rate,omitempty"`
 	// SoakTick shortens the soak's minute, for tests.
@@ -96,6 +100,8 @@ type report struct {
 	// replicas; LimitCost no-op dispatch with a limit that does not bind.
 	Limits    []limitsResult `json:"limits,omitempty"`
 	LimitCost []limitCost    `json:"limit_cost,omitempty"`
+	// Noisy is the noisy-tenant row: B's commit -> call while A drains.
+	Noisy []noisyResult `json:"noisy,omitempty"`
 	// Soak is a -soak run, instead of the phases.
 	Soak *soakResult `json:"soak,omitempty"`
 }
@@ -137,6 +143,8 @@ func main() {
 	flag.IntVar(&s.PurgeEffects, "purge-effects", 1_000_000, "expired effects retention purges in the purge phase")
 	flag.DurationVar(&s.Soak, "soak", 0, "instead of the phases, offer -rate effects per second for this long and report each minute (e.g. -soak 30m -rate 300, against a Postgres with autovacuum on)")
 	flag.IntVar(&s.SoakRate, "rate", 300, "effects per second offered in a -soak run")
+	flag.IntVar(&s.NoisyBacklog, "noisy-backlog", 50000, "tenant A's backlog in the limits phase's noisy-tenant row (0: none)")
+	flag.DurationVar(&s.NoisyDuration, "noisy-duration", time.Minute, "how long tenant B commits 5 refunds a second while A drains")
 	flag.IntVar(&s.LimitsEffects, "limits-effects", 3000, "Stripe effects in the limits phase's backlog (at 100/s; the webhook backlog is half, at 50/s)")
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
@@ -283,6 +291,11 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 		if rep.Limits, err = bn.limits(ctx); err != nil {
 			return fmt.Errorf("limits: %w", err)
 		}
+		if s.NoisyBacklog > 0 {
+			if rep.Noisy, err = bn.noisyTenants(ctx); err != nil {
+				return fmt.Errorf("noisy tenant: %w", err)
+			}
+		}
 	}
 	if !skip["latency"] {
 		if rep.Latency, err = bn.latency(ctx); err != nil {
@@ -399,6 +412,13 @@ func printReport(out io.Writer, rep report) {
 			fmt.Fprintf(tw, "%s\t%.0f/s\t%s\t%d\t%.1f%% (%d of %d)\t%.2f/%d\t%d\t%d\t%d\t%.2fx (%.0fs vs %.0fs)\t%.0f%%\t%.0f%%\t%.0f%%\n",
 				r.Name, r.Limit, r.Configured, r.Effects, 100*r.ThrottledShare, r.Throttled, r.Requests, r.AttemptsMean, r.AttemptsMax,
 				r.RequestsMax, r.Failed, r.ExecutedTwice, r.VsIdeal, r.Seconds, r.IdealSeconds, 100*r.Achieved, 100*r.Max10s, 100*r.MaxOffered1s)
+		}
+	}
+	if len(rep.Noisy) > 0 {
+		fmt.Fprintln(tw, "\nNOISY TENANT (A'S BACKLOG, B 5/S, LIMIT 100/S)\tBACKLOG\tSECONDS\tB CALLED\tB P50\tB P99\tB MAX\tA ACCEPTED/S")
+		for _, r := range rep.Noisy {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d of %d\t%s\t%s\t%s\t%.0f\n", r.Name, r.Backlog, r.Seconds, r.BServed, r.BEnqueued,
+				ms(r.P50), ms(r.P99)+" (target <= 1s)", ms(r.Max), r.AAccepted)
 		}
 	}
 	if len(rep.Dispatch) > 0 {

@@ -27,7 +27,7 @@ func TestBenchRuns(t *testing.T) {
 		Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
 		Rates: []int{100}, RateDuration: 500 * time.Millisecond, AdminRows: 5000, Out: out,
 		History: []int{0, 900}, HistoryEffects: 100, PurgeEffects: 300, ReadsSettle: 50 * time.Millisecond,
-		LimitsEffects: 100,
+		LimitsEffects: 100, NoisyBacklog: 300, NoisyDuration: time.Second,
 	})
 	require.NoError(t, err, buf.String())
 	raw, err := os.ReadFile(out)
@@ -52,6 +52,9 @@ func TestBenchRuns(t *testing.T) {
 	require.Positive(t, rep.LimitCost[1].OnVsOff)
 	require.Positive(t, rep.LimitCost[1].Granted, "the limited runs leased tokens")
 	require.Len(t, rep.Limits, 6, "Stripe and webhook, with 1 and 3 replicas, and 3 with no webhook limit set")
+	require.Len(t, rep.Noisy, 2, "with and without tenants")
+	require.True(t, rep.Noisy[0].Tenants)
+	require.Positive(t, rep.Noisy[0].BServed, "B's effects were called")
 	for _, r := range rep.Limits {
 		require.Zero(t, r.Failed, r.Name)
 		require.Zero(t, r.ExecutedTwice, r.Name)
