@@ -64,12 +64,6 @@ func (s StuckEffect) Explain(sit Situation) string {
 	if e.State == StateFailed {
 		return "failed: " + strings.TrimRight(lastErr, ". ") + ". " + failedAdvice(e, lastErr)
 	}
-	if sit.KeyWindow > 0 && e.KeyWindowFrom != nil {
-		if closes := e.KeyWindowFrom.Add(sit.KeyWindow); closes.Sub(now) < time.Hour {
-			return fmt.Sprintf("key window closes %s (first request with the key %s): if it passes, the effect fails for reconciliation",
-				relative(closes, now), relative(*e.KeyWindowFrom, now))
-		}
-	}
 	if tenant, ok := strings.CutPrefix(deref(e.WaitingFor), "tenant:"); ok && e.State == StatePending {
 		why := fmt.Sprintf("waiting for its tenant's turn (tenant %s)", tenant)
 		if e.WaitingSince != nil {
@@ -88,9 +82,19 @@ func (s StuckEffect) Explain(sit Situation) string {
 			why += "; it asks again " + relative(*s.JobScheduledAt, now)
 		}
 		if sit.KeyWindow > 0 && e.KeyWindowFrom != nil {
-			why += "; its key window closes " + relative(e.KeyWindowFrom.Add(sit.KeyWindow), now)
+			closes := e.KeyWindowFrom.Add(sit.KeyWindow)
+			why += "; its key window closes " + relative(closes, now)
+			if closes.Sub(now) < time.Hour {
+				why += " (if it is still waiting then, it fails for reconciliation: raise the key's rate, or check the provider)"
+			}
 		}
 		return why + ". `outboxctl limits` shows the key's rate and pause; `outboxctl limits set` changes them"
+	}
+	if sit.KeyWindow > 0 && e.KeyWindowFrom != nil {
+		if closes := e.KeyWindowFrom.Add(sit.KeyWindow); closes.Sub(now) < time.Hour {
+			return fmt.Sprintf("key window closes %s (first request with the key %s): if it passes, the effect fails for reconciliation",
+				relative(closes, now), relative(*e.KeyWindowFrom, now))
+		}
 	}
 	if s.BlockedBehind != nil && e.OrderingKey != nil {
 		return fmt.Sprintf("blocked behind %s on ordering key %q: it fires once that effect ends (confirmed, cancelled or released). "+

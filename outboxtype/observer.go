@@ -89,6 +89,21 @@ type LimitReport struct {
 	Granted        int64      `json:"granted"`
 	WaitingEffects int64      `json:"waiting_effects"`
 	WaitingSince   *time.Time `json:"waiting_since,omitempty"`
+	// OldestKeyWindowFrom is the earliest key window among the waiting
+	// effects (the first request that carried its key), nil if none was
+	// sent yet: with the provider's key window it says when the first of
+	// them would fail for reconciliation if it kept waiting (KeyWindowCloses).
+	OldestKeyWindowFrom *time.Time `json:"oldest_key_window_from,omitempty"`
+}
+
+// KeyWindowCloses is when the key window of the waiting effect that
+// first fired earliest closes, for a provider whose window (minus margin)
+// is window; zero when none of them fired or the provider has none.
+func (l LimitReport) KeyWindowCloses(window time.Duration) time.Time {
+	if l.OldestKeyWindowFrom == nil || window <= 0 {
+		return time.Time{}
+	}
+	return l.OldestKeyWindowFrom.Add(window)
 }
 
 // LimitChange is one change of a limit's rate at run time, as audited.

@@ -57,6 +57,15 @@ spends none of an effect's retry budget. See docs/limits.md.`,
 				}
 				if l.WaitingEffects > 0 {
 					waiting = fmt.Sprintf("%d, longest %s", l.WaitingEffects, now.Sub(*l.WaitingSince).Round(time.Second))
+					provider, _, _ := strings.Cut(l.Key, ":")
+					if closes := l.KeyWindowCloses(a.keyWindow(provider)); !closes.IsZero() {
+						// Named before it closes: past it, the effect
+						// fails for reconciliation instead of waiting.
+						waiting += "; a key window closes in " + closes.Sub(now).Round(time.Minute).String()
+						if closes.Sub(now) < time.Hour {
+							waiting += " (WARNING: raise the rate, or check the provider)"
+						}
+					}
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", l.Key, rate, by, now1, paused, l.Throttles, l.Granted, waiting)
 			}

@@ -24,6 +24,9 @@ func TestLimitsShowWaitingAndChangeAudited(t *testing.T) {
 	_, _, err := b.store.Throttle(ctx, b.db.Pool, key, time.Minute, time.Second, 12, true, nil)
 	require.NoError(t, err)
 	require.NoError(t, b.store.MarkWaiting(ctx, b.db.Pool, b.ids["pending"], key))
+	// It was sent once 23h40m ago: its key window (24h less 5m) closes in 15m.
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET key_window_from = now() - interval '23 hours 40 minutes' WHERE id = $1`, b.ids["pending"])
+	require.NoError(t, err)
 
 	why := b.stuckWhy(t)
 	require.Contains(t, why[b.ids["pending"]], "waiting for limit webhook:hooks.example.com since")
@@ -32,7 +35,7 @@ func TestLimitsShowWaitingAndChangeAudited(t *testing.T) {
 	out, err := b.run(t, "", "limits")
 	require.NoError(t, err, out)
 	require.Regexp(t, `stripe:live-a1b2\s+100/s\s+default\s+100/s\s+-\s+0\s+0\s+0`, out)
-	require.Regexp(t, `webhook:hooks.example.com\s+-\s+-\s+12/s\s+for \d+\.\ds\s+1\s+0\s+1, longest \d+s`, out)
+	require.Regexp(t, `webhook:hooks.example.com\s+-\s+-\s+12/s\s+for \d+\.\ds\s+1\s+0\s+1, longest \d+s; a key window closes in 15m0s \(WARNING`, out)
 
 	for _, bad := range [][]string{
 		{"limits", "set", "hooks.example.com", "5", "--reason", "x"},

@@ -123,7 +123,7 @@ ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, rate_source = excluded.rat
 	// day hold nothing worth keeping.
 	sqlLimitsForget = `DELETE FROM /*schema*/outboxd_limits WHERE rate IS NULL AND rate_source NOT LIKE 'operator:%'
 	AND coalesce(last_throttle_at, updated_at) < now() - interval '1 day'`
-	sqlWaitingByLimit = `SELECT waiting_for, count(*), min(waiting_since) FROM /*schema*/side_effects
+	sqlWaitingByLimit = `SELECT waiting_for, count(*), min(waiting_since), min(key_window_from) FROM /*schema*/side_effects
 WHERE phase = 'live' AND waiting_for IS NOT NULL AND waiting_for NOT LIKE 'tenant:%' GROUP BY waiting_for`
 	sqlLimitAudit = `INSERT INTO /*schema*/outboxd_limit_audit (key, actor, reason, from_rate, to_rate, resumed)
 VALUES ($1, $2, $3, $4, $5, $6)`
@@ -359,8 +359,8 @@ func (s *Store) LimitReports(ctx context.Context, db DB) ([]outboxtype.LimitRepo
 		return nil, err
 	}
 	type waiting struct {
-		n     int64
-		since *time.Time
+		n           int64
+		since, from *time.Time
 	}
 	waits := map[string]waiting{}
 	wr, err := db.Query(ctx, s.sql(sqlWaitingByLimit))
@@ -370,7 +370,7 @@ func (s *Store) LimitReports(ctx context.Context, db DB) ([]outboxtype.LimitRepo
 	for wr.Next() {
 		var key string
 		var w waiting
-		if err := wr.Scan(&key, &w.n, &w.since); err != nil {
+		if err := wr.Scan(&key, &w.n, &w.since, &w.from); err != nil {
 			wr.Close()
 			return nil, err
 		}
@@ -388,13 +388,13 @@ func (s *Store) LimitReports(ctx context.Context, db DB) ([]outboxtype.LimitRepo
 			rep.PausedUntil = r.PausedUntil
 		}
 		if w, ok := waits[r.Key]; ok {
-			rep.WaitingEffects, rep.WaitingSince = w.n, w.since
+			rep.WaitingEffects, rep.WaitingSince, rep.OldestKeyWindowFrom = w.n, w.since, w.from
 			delete(waits, r.Key)
 		}
 		out = append(out, rep)
 	}
 	for key, w := range waits {
-		out = append(out, outboxtype.LimitReport{Key: key, WaitingEffects: w.n, WaitingSince: w.since})
+		out = append(out, outboxtype.LimitReport{Key: key, WaitingEffects: w.n, WaitingSince: w.since, OldestKeyWindowFrom: w.from})
 	}
 	slices.SortFunc(out, func(a, b outboxtype.LimitReport) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil

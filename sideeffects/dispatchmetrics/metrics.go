@@ -270,7 +270,7 @@ type LimitCollector struct {
 	op                                        *sideeffects.Operator
 	opErr                                     error
 	rate, current, paused, throttled, granted *prometheus.Desc
-	waiting, oldestWait, up                   *prometheus.Desc
+	waiting, oldestWait, windowAge, up        *prometheus.Desc
 	timeout                                   time.Duration
 }
 
@@ -286,13 +286,15 @@ func NewLimitCollector(pool *pgxpool.Pool, schema string) *LimitCollector {
 		granted:    prometheus.NewDesc("outboxd_limit_granted_total", "Requests a limit key let through, all replicas: its rate() is the achieved rate.", l, nil),
 		waiting:    prometheus.NewDesc("outboxd_limit_waiting_effects", "Effects waiting for a limit key (a pause, or no token when due); waiting is not an attempt.", l, nil),
 		oldestWait: prometheus.NewDesc("outboxd_limit_oldest_wait_seconds", "How long the effect waiting longest for a limit key has waited.", l, nil),
-		up:         prometheus.NewDesc("outboxd_limits_scrape_ok", "1 if the limits could be read for this scrape, 0 otherwise.", nil, nil),
+		windowAge: prometheus.NewDesc("outboxd_limit_waiting_key_window_age_seconds",
+			"Age of the oldest key window among the effects waiting for a limit key (since the first request with its key; 0: none sent yet). Alert well before the provider's key window (Stripe: 24h): past it the effect fails for reconciliation.", l, nil),
+		up: prometheus.NewDesc("outboxd_limits_scrape_ok", "1 if the limits could be read for this scrape, 0 otherwise.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *LimitCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rate, c.current, c.paused, c.throttled, c.granted, c.waiting, c.oldestWait, c.up} {
+	for _, d := range []*prometheus.Desc{c.rate, c.current, c.paused, c.throttled, c.granted, c.waiting, c.oldestWait, c.windowAge, c.up} {
 		ch <- d
 	}
 }
@@ -329,6 +331,11 @@ func (c *LimitCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.granted, prometheus.CounterValue, float64(l.Granted), l.Key)
 		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(l.WaitingEffects), l.Key)
 		ch <- prometheus.MustNewConstMetric(c.oldestWait, prometheus.GaugeValue, wait, l.Key)
+		age := 0.0
+		if l.OldestKeyWindowFrom != nil && l.WaitingEffects > 0 {
+			age = now.Sub(*l.OldestKeyWindowFrom).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(c.windowAge, prometheus.GaugeValue, age, l.Key)
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 }

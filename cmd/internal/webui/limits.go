@@ -72,6 +72,13 @@ func (u *ui) showLimits(w http.ResponseWriter, r *http.Request, d *limitsData, s
 		}
 		if l.WaitingEffects > 0 && l.WaitingSince != nil {
 			row.Waiting = fmt.Sprintf("%d, longest %s", l.WaitingEffects, now.Sub(*l.WaitingSince).Round(time.Second))
+			provider, _, _ := strings.Cut(l.Key, ":")
+			if closes := l.KeyWindowCloses(u.cfg.KeyWindow(provider)); !closes.IsZero() {
+				row.Waiting += "; a key window closes in " + closes.Sub(now).Round(time.Minute).String()
+				if closes.Sub(now) < time.Hour {
+					row.Waiting += " (WARNING: raise the rate, or check the provider)"
+				}
+			}
 		}
 		d.Limits = append(d.Limits, row)
 	}

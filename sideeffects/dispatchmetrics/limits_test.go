@@ -1,0 +1,74 @@
+package dispatchmetrics_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
+)
+
+// TestLimitSeries: each limit key's rate, pause, 429s, waiting effects,
+// the longest wait, and the age of the oldest key window among the
+// waiting effects, so that an alert names them before the window closes.
+func TestLimitSeries(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	store := engine.NewStore(db.Schema)
+	const key = "webhook:hooks.example.com"
+	_, _, err := store.Throttle(ctx, db.Pool, key, time.Minute, time.Second, 12, true, nil)
+	require.NoError(t, err)
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	var id uuid.UUID
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"},
+			outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/o", "body": {}}`)})
+		if err == nil {
+			id = res.Effects[0].ID
+		}
+		return err
+	}))
+	require.NoError(t, store.MarkWaiting(ctx, db.Pool, id, key))
+	_, err = db.Pool.Exec(ctx, `UPDATE `+db.Schema+`.side_effects SET key_window_from = now() - interval '20 hours' WHERE id = $1`, id)
+	require.NoError(t, err)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(dispatchmetrics.NewLimitCollector(db.Pool, db.Schema))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP outboxd_limit_throttled_total 429s a limit key's provider answered, all replicas.
+# TYPE outboxd_limit_throttled_total counter
+outboxd_limit_throttled_total{key="webhook:hooks.example.com"} 1
+# HELP outboxd_limit_waiting_effects Effects waiting for a limit key (a pause, or no token when due); waiting is not an attempt.
+# TYPE outboxd_limit_waiting_effects gauge
+outboxd_limit_waiting_effects{key="webhook:hooks.example.com"} 1
+`), "outboxd_limit_throttled_total", "outboxd_limit_waiting_effects"))
+	age := gauge(t, reg, "outboxd_limit_waiting_key_window_age_seconds")
+	require.InDelta(t, 20*3600, age, 60, "the oldest key window among the waiting is 20 hours old")
+	require.Positive(t, gauge(t, reg, "outboxd_limit_paused_seconds"))
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no series %s", name)
+	return 0
+}
