@@ -102,7 +102,7 @@ $e$            WHEN coalesce(a.x ->> 'tenant', '') <> '' AND a.x ->> 'tenant' !~
 $e$        INSERT INTO side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed,
             tenant, waiting_for, waiting_since)
         SELECT u.id, ev_id, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip,
-            t.tenant, CASE WHEN u.okey IS NULL THEN 'tenant:' || t.tenant END, CASE WHEN u.okey IS NULL AND t.tenant IS NOT NULL THEN now() END
+            t.tenant, CASE WHEN u.okey IS NULL THEN 'turn:' || t.tenant END, CASE WHEN u.okey IS NULL AND t.tenant IS NOT NULL THEN now() END
         FROM unnest(ids, kinds, provs, payloads, nbs, okeys, skips) WITH ORDINALITY AS u(id, kind, provider, payload, not_before, okey, oskip, ord),
             LATERAL (SELECT nullif(effects -> (u.ord::int - 1) ->> 'tenant', '') AS tenant) t
         WHERE NOT existed OR NOT EXISTS (SELECT 1 FROM side_effects s WHERE s.source_id = ev_id AND s.kind = u.kind)

@@ -64,7 +64,7 @@ func (s StuckEffect) Explain(sit Situation) string {
 	if e.State == StateFailed {
 		return "failed: " + strings.TrimRight(lastErr, ". ") + ". " + failedAdvice(e, lastErr)
 	}
-	if tenant, ok := strings.CutPrefix(deref(e.WaitingFor), "tenant:"); ok && e.State == StatePending {
+	if tenant, ok := strings.CutPrefix(deref(e.WaitingFor), "turn:"); ok && e.State == StatePending {
 		why := fmt.Sprintf("waiting for its tenant's turn (tenant %s)", tenant)
 		if e.WaitingSince != nil {
 			why += " since " + relative(*e.WaitingSince, now)

@@ -192,9 +192,12 @@ const (
 	DefaultCompletedJobRetention = engine.DefaultCompletedJobRetention
 	DefaultLimitPause            = engine.DefaultLimitPause
 	DefaultTenantWindow          = engine.DefaultTenantWindow
-	DefaultMaxAttempts           = engine.DefaultMaxAttempts
-	DefaultBaseDelay             = engine.DefaultBaseDelay
-	DefaultMaxDelay              = engine.DefaultMaxDelay
+	// TenantLimitPrefix starts the limit key of a tenant's own rate:
+	// "tenant:acme" in Config.Limits or Operator.SetLimit.
+	TenantLimitPrefix  = engine.TenantLimitPrefix
+	DefaultMaxAttempts = engine.DefaultMaxAttempts
+	DefaultBaseDelay   = engine.DefaultBaseDelay
+	DefaultMaxDelay    = engine.DefaultMaxDelay
 )
 
 // Failure reasons an effect's last_error starts with.

@@ -52,5 +52,5 @@ func TestTenantsShowsWhoWaitsForTheirTurn(t *testing.T) {
 	require.Contains(t, why[first], "outboxctl tenants")
 	out, err = b.run(t, "", "limits")
 	require.NoError(t, err)
-	require.NotContains(t, out, "tenant:", "a tenant is no rate limit")
+	require.NotContains(t, out, "turn:", "waiting for a turn is no rate limit")
 }

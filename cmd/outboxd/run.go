@@ -308,13 +308,13 @@ func (c *runConfig) tenantWeights() map[string]float64 {
 }
 
 // limits is --limit as rates (checked by validate) for the enabled
-// providers: a limit of a built-in provider without credentials here is
-// not an error.
+// providers and for tenants: a limit of a built-in provider without
+// credentials here is not an error.
 func (c *runConfig) limits(provs []providers.Provider) map[string]float64 {
 	out := make(map[string]float64, len(c.Limits))
 	for key, v := range c.Limits {
 		name, _, _ := strings.Cut(key, ":")
-		if slices.ContainsFunc(provs, func(p providers.Provider) bool { return p.Name() == name }) {
+		if name+":" == sideeffects.TenantLimitPrefix || slices.ContainsFunc(provs, func(p providers.Provider) bool { return p.Name() == name }) {
 			out[key], _ = strconv.ParseFloat(strings.TrimSuffix(v, "/s"), 64)
 		}
 	}
@@ -432,8 +432,8 @@ func (c *runConfig) validate() error {
 			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: the rate must be a positive number of requests a second, e.g. %s=50", key, v, key)
 		}
 		name, _, _ := strings.Cut(key, ":")
-		if name != webhook.Name && name != stripe.Name && name != sendgrid.Name {
-			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: no provider %q: name stripe, sendgrid, or webhook:<host>", key, v, name)
+		if name != webhook.Name && name != stripe.Name && name != sendgrid.Name && name+":" != sideeffects.TenantLimitPrefix {
+			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: no provider %q: name stripe, sendgrid, webhook:<host> or tenant:<tenant>", key, v, name)
 		}
 	}
 	if c.TenantWindow < 1 {

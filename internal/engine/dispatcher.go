@@ -268,8 +268,10 @@ func (cfg Config) validate() error {
 // checkLimit checks one configured limit: a positive rate, for a provider
 // this process has (by name, or a key that starts with "<provider>:").
 func checkLimit(key string, rate float64, providers map[string]bool) error {
-	name, _, _ := strings.Cut(key, ":")
+	name, rest, _ := strings.Cut(key, ":")
 	switch {
+	case name+":" == TenantLimitPrefix && rest != "" && (rate > 0) && !math.IsInf(rate, 0):
+		return nil
 	case !providers[name]:
 		return fmt.Errorf("dispatcher: limit %q: no provider %q is configured: name a provider's account (stripe) or a key such as webhook:api.partner.example", key, name)
 	case !(rate > 0) || math.IsInf(rate, 0):

@@ -124,7 +124,7 @@ ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, rate_source = excluded.rat
 	sqlLimitsForget = `DELETE FROM /*schema*/outboxd_limits WHERE rate IS NULL AND rate_source NOT LIKE 'operator:%'
 	AND coalesce(last_throttle_at, updated_at) < now() - interval '1 day'`
 	sqlWaitingByLimit = `SELECT waiting_for, count(*), min(waiting_since), min(key_window_from) FROM /*schema*/side_effects
-WHERE phase = 'live' AND waiting_for IS NOT NULL AND waiting_for NOT LIKE 'tenant:%' GROUP BY waiting_for`
+WHERE phase = 'live' AND waiting_for IS NOT NULL AND waiting_for NOT LIKE 'turn:%' GROUP BY waiting_for`
 	sqlLimitAudit = `INSERT INTO /*schema*/outboxd_limit_audit (key, actor, reason, from_rate, to_rate, resumed)
 VALUES ($1, $2, $3, $4, $5, $6)`
 	sqlLimitHistory = `SELECT key, actor, reason, from_rate, to_rate, resumed, created_at FROM /*schema*/outboxd_limit_audit

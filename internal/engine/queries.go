@@ -61,7 +61,7 @@ WITH ev AS (
 INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed,
 	tenant, waiting_for, waiting_since)
 SELECT u.id, ev.id, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip,
-	u.tenant, CASE WHEN u.okey IS NULL THEN 'tenant:' || u.tenant END, CASE WHEN u.okey IS NULL AND u.tenant IS NOT NULL THEN now() END
+	u.tenant, CASE WHEN u.okey IS NULL THEN 'turn:' || u.tenant END, CASE WHEN u.okey IS NULL AND u.tenant IS NOT NULL THEN now() END
 FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[], $11::text[], $12::boolean[], $14::text[])
 	AS u(id, kind, provider, payload, not_before, okey, oskip, tenant)
 RETURNING id`
@@ -78,7 +78,7 @@ WITH ev AS (
 	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed,
 		tenant, waiting_for, waiting_since)
 	SELECT u.id, ev.id, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip,
-		u.tenant, CASE WHEN u.okey IS NULL THEN 'tenant:' || u.tenant END, CASE WHEN u.okey IS NULL AND u.tenant IS NOT NULL THEN now() END
+		u.tenant, CASE WHEN u.okey IS NULL THEN 'turn:' || u.tenant END, CASE WHEN u.okey IS NULL AND u.tenant IS NOT NULL THEN now() END
 	FROM ev, unnest($6::uuid[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[], $11::text[], $12::boolean[], $14::text[])
 		AS u(id, kind, provider, payload, not_before, okey, oskip, tenant)
 	RETURNING id, provider, tenant, ordering_key
@@ -91,7 +91,7 @@ WITH eff AS (
 	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed,
 		tenant, waiting_for, waiting_since)
 	SELECT u.id, $1, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip,
-		u.tenant, CASE WHEN u.okey IS NULL THEN 'tenant:' || u.tenant END, CASE WHEN u.okey IS NULL AND u.tenant IS NOT NULL THEN now() END
+		u.tenant, CASE WHEN u.okey IS NULL THEN 'turn:' || u.tenant END, CASE WHEN u.okey IS NULL AND u.tenant IS NOT NULL THEN now() END
 	FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[], $7::text[], $8::boolean[], $9::text[])
 		AS u(id, kind, provider, payload, not_before, okey, oskip, tenant)
 	ON CONFLICT DO NOTHING
@@ -214,7 +214,7 @@ FROM /*schema*/outbox_events WHERE id = $1`
 INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, ordering_key, ordering_skip_failed,
 	tenant, waiting_for, waiting_since)
 SELECT u.id, $1, u.kind, u.provider, u.payload, u.not_before, u.okey, u.oskip,
-	u.tenant, CASE WHEN u.okey IS NULL THEN 'tenant:' || u.tenant END, CASE WHEN u.okey IS NULL AND u.tenant IS NOT NULL THEN now() END
+	u.tenant, CASE WHEN u.okey IS NULL THEN 'turn:' || u.tenant END, CASE WHEN u.okey IS NULL AND u.tenant IS NOT NULL THEN now() END
 FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[], $7::text[], $8::boolean[], $9::text[])
 	AS u(id, kind, provider, payload, not_before, okey, oskip, tenant)
 ON CONFLICT DO NOTHING

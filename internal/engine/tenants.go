@@ -21,6 +21,11 @@ import (
 // per provider at once. A tenant's backlog then puts at most its window of
 // jobs ahead of another tenant's new effect in River's queue.
 
+// TenantLimitPrefix starts the limit key of a tenant's own rate
+// ("tenant:acme"): set like any limit key, every request of the tenant's
+// effects counts against it, besides its provider's account or destination.
+const TenantLimitPrefix = "tenant:"
+
 // DefaultTenantWindow is Config.TenantWindow's default.
 const DefaultTenantWindow = 32
 

@@ -71,7 +71,7 @@ func TestATenantsBacklogDoesNotHoldBackAnothersNewEffect(t *testing.T) {
 		a = append(a, b.enqueueFor(t, "tenant-a", "/a"))
 	}
 	require.Equal(t, engine.StatePending, b.effect(t, a[0]).State)
-	require.Equal(t, "tenant:tenant-a", deref(b.effect(t, a[0]).WaitingFor), "waiting for its tenant's turn")
+	require.Equal(t, "turn:tenant-a", deref(b.effect(t, a[0]).WaitingFor), "waiting for its tenant's turn")
 	b.start(t)
 	// A's first two effects are sent and hang.
 	require.Eventually(t, func() bool { return len(b.recv.Deliveries()) == 0 && b.liveJobsOf(t, "tenant-a") == 2 }, testWait, pollEvery)
@@ -139,4 +139,51 @@ func TestTenantWindowsAreWeighted(t *testing.T) {
 
 	_, err = engine.NewDispatcher(b.db.Pool, engine.Config{Schema: b.db.Schema, Providers: b.cfg.Providers, TenantWeights: map[string]float64{"x": 0}})
 	require.ErrorContains(t, err, `tenant "x" has weight 0`)
+}
+
+// TestATenantsOwnRate: a rate set for tenant:slow paces its requests for
+// every replica (besides its provider's limits), and leaves another
+// tenant's alone.
+func TestATenantsOwnRate(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.cfg.Limits = map[string]float64{"tenant:slow": 4}
+	b.start(t)
+	var slow, fast []uuid.UUID
+	for range 5 {
+		slow = append(slow, b.enqueueFor(t, "slow", "/slow"))
+		fast = append(fast, b.enqueueFor(t, "fast", "/fast"))
+	}
+	for _, id := range append(slow, fast...) {
+		b.waitFor(t, id, engine.StateConfirmed)
+	}
+	var first, last time.Time
+	for _, d := range b.recv.Deliveries() {
+		if d.Path != "/slow" {
+			continue
+		}
+		if first.IsZero() || d.At.Before(first) {
+			first = d.At
+		}
+		if d.At.After(last) {
+			last = d.At
+		}
+	}
+	// Four a second, a bucket of at most one: five requests take at least
+	// a second (the first goes at once).
+	require.GreaterOrEqual(t, last.Sub(first), 800*time.Millisecond, "tenant slow's five requests at 4/s")
+	reports, err := b.store.LimitReports(context.Background(), b.db.Pool)
+	require.NoError(t, err)
+	var granted int64
+	for _, r := range reports {
+		if r.Key == "tenant:slow" {
+			granted = r.Granted
+			require.InDelta(t, 4, *r.Rate, 0)
+		}
+		require.NotEqual(t, "tenant:fast", r.Key, "a tenant without a rate costs no row")
+	}
+	require.GreaterOrEqual(t, granted, int64(5))
+	for _, id := range slow {
+		require.Equal(t, 1, b.effect(t, id).Attempts, "waiting for the tenant's rate is not an attempt")
+	}
 }

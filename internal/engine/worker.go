@@ -264,6 +264,23 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 			return river.JobSnooze(wait)
 		}
 	}
+	// A tenant's own rate, when one is set (tenant:<name>), is waited for
+	// as a destination's is; a key with no rate costs nothing.
+	if claimed.Tenant != nil && w.limits != nil {
+		key := TenantLimitPrefix + *claimed.Tenant
+		ok, wait, err := w.limits.take(ctx, key, destinationWait)
+		if err != nil || !ok {
+			release(providers.ErrNotAttempted)
+			if _, uerr := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); uerr != nil {
+				return uerr
+			}
+			if err != nil {
+				return err
+			}
+			w.markWaiting(ctx, id, key)
+			return river.JobSnooze(wait)
+		}
+	}
 	// The destination's slot is held for the request only, not for the
 	// bookkeeping after it: freed as soon as Send returns, or on the way
 	// out if Send was never reached (or panicked).

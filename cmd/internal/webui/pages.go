@@ -452,7 +452,7 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 	}
 	if e.WaitingFor != nil {
 		// Waiting for a rate limit is not an attempt (docs/limits.md).
-		if tenant, ok := strings.CutPrefix(*e.WaitingFor, "tenant:"); ok {
+		if tenant, ok := strings.CutPrefix(*e.WaitingFor, "turn:"); ok {
 			d.Columns = append(d.Columns, [2]string{"waiting for", fmt.Sprintf("its tenant's turn (tenant %s) since %s (not an attempt)", tenant, ts(e.WaitingSince))})
 		} else {
 			d.Columns = append(d.Columns, [2]string{"waiting for", fmt.Sprintf("limit %s since %s (not an attempt)", *e.WaitingFor, ts(e.WaitingSince))})
