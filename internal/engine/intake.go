@@ -225,7 +225,7 @@ func (s *Store) NextInChains(ctx context.Context, tx pgx.Tx, client *river.Clien
 	if err != nil {
 		return fmt.Errorf("next in chains: %w", err)
 	}
-	_, err = s.insertChainJobs(ctx, tx, client, rows)
+	_, err = s.insertChainJobs(ctx, tx, client, rows, nil)
 	return err
 }
 
@@ -240,26 +240,47 @@ func (s *Store) WakeChains(ctx context.Context, tx pgx.Tx, client *river.Client[
 	if err != nil {
 		return 0, fmt.Errorf("wake chains: %w", err)
 	}
-	queues, err := s.insertChainJobs(ctx, tx, client, rows)
-	return len(queues), err
+	var held []string
+	queues, err := s.insertChainJobs(ctx, tx, client, rows, &held)
+	if err != nil {
+		return 0, err
+	}
+	if len(held) > 0 {
+		// Their first effect is being changed by a transaction that may
+		// not see what was enqueued behind it: look again once it ends.
+		if _, err := tx.Exec(ctx, s.sql(sqlWakeAgain), held); err != nil {
+			return 0, fmt.Errorf("wake chains: %w", err)
+		}
+	}
+	return len(queues), nil
 }
 
 // insertChainJobs inserts a dispatch job for each row (id, provider,
-// not_before) with an id, and returns the queues of the jobs it inserted
+// not_before[, held key]) with an id, collects the held keys in held when
+// given, and returns the queues of the jobs it inserted
 // (one entry per row read, "" for a row without a job or for a job that
 // existed). Jobs are
 // unique per effect while live: an effect that has one keeps it, and a job
 // waiting behind its predecessor (see Worker) is made available now.
-func (s *Store) insertChainJobs(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], rows pgx.Rows) ([]string, error) {
+func (s *Store) insertChainJobs(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], rows pgx.Rows, held *[]string) ([]string, error) {
 	var params []river.InsertManyParams
 	var id *uuid.UUID
 	var provider *string
 	var notBefore *time.Time
+	var heldKey *string
+	scan := []any{&id, &provider, &notBefore}
+	if held != nil {
+		// sqlTakeWakes also says which keys are held (see there).
+		scan = append(scan, &heldKey)
+	}
 	read := 0
-	_, err := pgx.ForEachRow(rows, []any{&id, &provider, &notBefore}, func() error {
+	_, err := pgx.ForEachRow(rows, scan, func() error {
 		read++
 		if id != nil {
 			params = append(params, JobParams(*id, *provider, notBefore))
+		}
+		if heldKey != nil {
+			*held = append(*held, *heldKey)
 		}
 		return nil
 	})

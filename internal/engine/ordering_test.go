@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
@@ -402,4 +404,54 @@ func TestRetentionKeepsAHeadThatHoldsItsChain(t *testing.T) {
 	require.Equal(t, engine.StatePending, b.effect(t, next.ID).State, "still waiting behind it")
 	_, err = b.store.Get(ctx, b.db.Pool, alone.ID)
 	require.ErrorIs(t, err, engine.ErrNotFound)
+}
+
+// TestTheNextEffectOfAKeyIsDueAtOnceInEveryInterleaving: an effect
+// enqueued on a key while its predecessor's confirming transaction is
+// open is not seen by that transaction (it began first), and a dispatcher
+// that reads the key's wake before that transaction commits still sees the
+// predecessor fired. The wake must survive for a look after the commit;
+// otherwise the effect waits for the sweeper (a minute by default).
+func TestTheNextEffectOfAKeyIsDueAtOnceInEveryInterleaving(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	client, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{Schema: b.db.Schema})
+	require.NoError(t, err)
+	wake := func() {
+		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			_, err := b.store.WakeChains(ctx, tx, client, 100)
+			return err
+		}))
+	}
+	first := b.enqueueOrdered(t, b.orderedEffect("webhook.step1", "sub:9", 1, outbox.BlockKey))[0]
+	wake() // its job, and the key's wake taken
+	require.Equal(t, 1, b.jobCount(t, first.ID))
+	// A worker claimed it and the provider acknowledged it: the
+	// confirming transaction moves the chain itself (there is none yet).
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'fired', attempts = 1 WHERE id = $1`, first.ID)
+	require.NoError(t, err)
+	confirming, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer confirming.Rollback(ctx) //nolint:errcheck // committed below
+	_, err = b.store.ConfirmMany(ctx, confirming, []engine.Ack{{ID: first.ID}}, true)
+	require.NoError(t, err)
+	require.NoError(t, b.store.NextInChains(ctx, confirming, client, []string{"sub:9"}))
+
+	// Meanwhile the next effect of the key commits, and a dispatcher
+	// reads its wake while the first still reads as fired.
+	second := b.enqueueOrdered(t, b.orderedEffect("webhook.step2", "sub:9", 2, outbox.BlockKey))[0]
+	wake()
+	require.NoError(t, confirming.Commit(ctx))
+
+	wake() // the next look, after the commit
+	require.Equal(t, 1, b.jobCount(t, second.ID), "the next effect of the key has its job at once")
+}
+
+func (b *workerBundle) jobCount(t *testing.T, id uuid.UUID) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+b.db.Schema+`.river_job
+		WHERE kind = 'outboxd.dispatch' AND args->>'effect_id' = $1::text`, id).Scan(&n))
+	return n
 }

@@ -144,18 +144,30 @@ SELECT id, provider, not_before FROM heads, (SELECT count(*) FROM notified) n`
 	// each, its first effect that has not ended if that one is pending:
 	// the effect that may fire next on the key (NULLs for a key whose
 	// first is not pending, or that has none).
+	//
+	// A key whose first effect is not pending but is being changed right
+	// now (its row is locked: a dispatcher's confirming transaction) is
+	// returned as held: that transaction may not see an effect enqueued
+	// on the key after it began, and this one does not see the change
+	// yet, so the wake is written again (sqlWakeAgain) for the next look.
 	sqlTakeWakes = `
 WITH w AS (
 	DELETE FROM /*schema*/outbox_order_wake WHERE ctid = ANY(ARRAY(
 		SELECT ctid FROM /*schema*/outbox_order_wake LIMIT $1 FOR UPDATE SKIP LOCKED))
 	RETURNING ordering_key
 )
-SELECT h.id, h.provider, h.not_before
+SELECT CASE WHEN h.state = 'pending' THEN h.id END, CASE WHEN h.state = 'pending' THEN h.provider END,
+	CASE WHEN h.state = 'pending' THEN h.not_before END,
+	CASE WHEN h.state <> 'pending' AND NOT EXISTS (
+		SELECT 1 FROM /*schema*/side_effects x WHERE x.id = h.id FOR SHARE SKIP LOCKED) THEN k.ordering_key END
 FROM (SELECT DISTINCT ordering_key FROM w) k
 LEFT JOIN LATERAL (
 	SELECT s.id, s.provider, s.not_before, s.state FROM /*schema*/side_effects s
 	WHERE s.ordering_key = k.ordering_key AND ` + openInChain + `
-	ORDER BY s.ordering_seq LIMIT 1) h ON h.state = 'pending'`
+	ORDER BY s.ordering_seq LIMIT 1) h ON true`
+
+	// The wakes of keys held by a change in flight, for the next look.
+	sqlWakeAgain = `INSERT INTO /*schema*/outbox_order_wake (ordering_key) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`
 
 	// An application's cancel, in its own transaction, of the effect of
 	// kind $2 of event $1 that has never fired: the row lock waits for a
