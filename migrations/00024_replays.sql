@@ -22,6 +22,7 @@ CREATE TABLE outboxd_replays (
     kind            text,
     provider        text,
     host            text,
+    tenant          text,
     -- pace: effects retried a second.
     pace            double precision NOT NULL CHECK (pace > 0),
     allow_duplicate boolean NOT NULL DEFAULT false,

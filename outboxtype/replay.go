@@ -16,8 +16,10 @@ type ReplaySpec struct {
 	Provider    string    `json:"provider,omitempty"`
 	// Host is a destination host as the attempts recorded it (a webhook
 	// receiver's host): effects whose failed attempts went there.
-	Host string  `json:"host,omitempty"`
-	Pace float64 `json:"pace"`
+	Host string `json:"host,omitempty"`
+	// Tenant is a tenant's effects only (Effect.Tenant).
+	Tenant string  `json:"tenant,omitempty"`
+	Pace   float64 `json:"pace"`
 	// AllowDuplicate re-sends at_most_once effects in doubt, as retry
 	// --allow-duplicate does; without it they are skipped.
 	AllowDuplicate bool `json:"allow_duplicate,omitempty"`

@@ -20,6 +20,7 @@ type replayFlags struct {
 	failedSince string
 	pace        string
 	host        string
+	tenant      string
 }
 
 func (r *replayFlags) add(cmd *cobra.Command) {
@@ -27,22 +28,25 @@ func (r *replayFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&r.failedSince, "failed-since", "", "replay, in the background, the effects that failed since then: a duration (2h) or a time (2026-11-26T02:00:00Z); needs --pace")
 	fl.StringVar(&r.pace, "pace", "", "with --failed-since: effects retried a second, e.g. 20/s (at most 1000)")
 	fl.StringVar(&r.host, "host", "", "with --failed-since: only effects whose failed attempts went to this host[:port]")
+	fl.StringVar(&r.tenant, "tenant", "", "with --failed-since: only this tenant's effects")
 }
 
-func (r *replayFlags) set() bool { return r.failedSince != "" || r.pace != "" || r.host != "" }
+func (r *replayFlags) set() bool {
+	return r.failedSince != "" || r.pace != "" || r.host != "" || r.tenant != ""
+}
 
 // spec turns the flags (and the filters retry shares) into a replay.
 func (r *replayFlags) spec(f *actFlags, args []string) (outboxtype.ReplaySpec, error) {
 	var spec outboxtype.ReplaySpec
 	switch {
 	case r.failedSince == "":
-		return spec, cli.Usagef("--pace and --host go with --failed-since: replay the effects that failed since when?")
+		return spec, cli.Usagef("--pace, --host and --tenant go with --failed-since: replay the effects that failed since when?")
 	case r.pace == "":
 		return spec, cli.Usagef("--failed-since needs --pace: how many effects a second may go back to the providers (e.g. --pace 20/s)")
 	case len(args) > 0:
 		return spec, cli.Usagef("--failed-since selects the effects: give no effect ids with it")
 	case len(f.states) > 0 || f.source != "" || f.since > 0 || f.olderThan > 0:
-		return spec, cli.Usagef("--failed-since takes --kind, --provider and --host; not --state, --source, --since or --older-than")
+		return spec, cli.Usagef("--failed-since takes --kind, --provider, --host and --tenant; not --state, --source, --since or --older-than")
 	case f.force:
 		return spec, cli.Usagef("a replay never forces: effects near or past their key window are skipped; retry those by id with --force after checking the provider")
 	case f.reason == "":
@@ -56,7 +60,7 @@ func (r *replayFlags) spec(f *actFlags, args []string) (outboxtype.ReplaySpec, e
 	if err != nil || math.IsNaN(pace) || math.IsInf(pace, 0) || pace <= 0 {
 		return spec, cli.Usagef("--pace %q: give effects a second, e.g. 20/s", r.pace)
 	}
-	spec = outboxtype.ReplaySpec{FailedSince: since, Kind: f.kind, Provider: f.provider, Host: r.host, Pace: pace, AllowDuplicate: f.allowDuplicate}
+	spec = outboxtype.ReplaySpec{FailedSince: since, Kind: f.kind, Provider: f.provider, Host: r.host, Tenant: r.tenant, Pace: pace, AllowDuplicate: f.allowDuplicate}
 	if err := sideeffects.CheckReplaySpec(spec); err != nil {
 		return spec, cli.Usagef("%s", err)
 	}
@@ -163,7 +167,7 @@ func replayState(r outboxtype.Replay) string {
 // selects says which failed effects r selects.
 func selects(r outboxtype.Replay) string {
 	parts := []string{"failed since " + r.Spec.FailedSince.UTC().Format(time.RFC3339)}
-	for _, f := range []struct{ name, v string }{{"kind", r.Spec.Kind}, {"provider", r.Spec.Provider}, {"host", r.Spec.Host}} {
+	for _, f := range []struct{ name, v string }{{"kind", r.Spec.Kind}, {"provider", r.Spec.Provider}, {"host", r.Spec.Host}, {"tenant", r.Spec.Tenant}} {
 		if f.v != "" {
 			parts = append(parts, f.name+" "+f.v)
 		}

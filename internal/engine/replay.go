@@ -61,29 +61,31 @@ func replayJob(id int64) river.InsertManyParams {
 }
 
 // replaySelection is the WHERE clause of a replay's effects: $1 failed
-// since, $2 failed before, $3 kind, $4 provider, $5 host (NULL: any).
+// since, $2 failed before, $3 kind, $4 provider, $5 host, $6 tenant
+// (NULL: any).
 // Acknowledged failures (reviewed as correctly failed) are not replayed.
 const replaySelection = `
 WHERE e.phase = 'failed' AND e.ended_at >= $1 AND e.ended_at < $2
 	AND ($3::text IS NULL OR e.kind = $3) AND ($4::text IS NULL OR e.provider = $4)
-	AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM /*schema*/side_effect_attempts a WHERE a.effect_id = e.id AND a.host = $5))`
+	AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM /*schema*/side_effect_attempts a WHERE a.effect_id = e.id AND a.host = $5))
+	AND ($6::text IS NULL OR e.tenant = $6)`
 
 const (
 	sqlReplayCount = `SELECT count(*), now() FROM /*schema*/side_effects e ` + replaySelection
 
-	// The next $8 effects of a replay after ($6, $7) in (ended_at, id)
+	// The next $9 effects of a replay after ($7, $8) in (ended_at, id)
 	// order, through side_effects_failed_idx.
 	sqlReplayNext = `SELECT e.id, e.ended_at FROM /*schema*/side_effects e ` + replaySelection + `
-	AND ($6::timestamptz IS NULL OR (e.ended_at, e.id) > ($6, $7))
-ORDER BY e.ended_at, e.id LIMIT $8`
+	AND ($7::timestamptz IS NULL OR (e.ended_at, e.id) > ($7, $8))
+ORDER BY e.ended_at, e.id LIMIT $9`
 
 	sqlInsertReplay = `
-INSERT INTO /*schema*/outboxd_replays (actor, reason, failed_since, failed_before, kind, provider, host, pace, allow_duplicate, selected)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+INSERT INTO /*schema*/outboxd_replays (actor, reason, failed_since, failed_before, kind, provider, host, tenant, pace, allow_duplicate, selected)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 RETURNING id`
 
 	replayColumns = `r.id, r.state, r.actor, r.reason, r.failed_since, r.failed_before, coalesce(r.kind, ''), coalesce(r.provider, ''),
-	coalesce(r.host, ''), r.pace, r.allow_duplicate, r.selected, r.retried,
+	coalesce(r.host, ''), coalesce(r.tenant, ''), r.pace, r.allow_duplicate, r.selected, r.retried,
 	(SELECT count(*) FILTER (WHERE NOT k.transient) FROM /*schema*/outboxd_replay_skips k WHERE k.replay_id = r.id),
 	(SELECT count(*) FILTER (WHERE k.transient) FROM /*schema*/outboxd_replay_skips k WHERE k.replay_id = r.id),
 	coalesce(r.last_error, ''),
@@ -141,7 +143,7 @@ WHERE id = $1 AND state = 'running'`
 var ErrReplayNotFound = errors.New("no such replay")
 
 func replaySelectionArgs(spec ReplaySpec, before time.Time) []any {
-	return []any{spec.FailedSince, before, nullIfEmpty(spec.Kind), nullIfEmpty(spec.Provider), nullIfEmpty(spec.Host)}
+	return []any{spec.FailedSince, before, nullIfEmpty(spec.Kind), nullIfEmpty(spec.Provider), nullIfEmpty(spec.Host), nullIfEmpty(spec.Tenant)}
 }
 
 // CheckReplaySpec says what is wrong with spec, naming the field, or nil.
@@ -182,7 +184,7 @@ func (o *Operator) StartReplay(ctx context.Context, spec ReplaySpec, opts Action
 			return err
 		}
 		if err := tx.QueryRow(ctx, o.store.sql(sqlInsertReplay), opts.Actor, opts.Reason, spec.FailedSince, r.FailedBefore,
-			nullIfEmpty(spec.Kind), nullIfEmpty(spec.Provider), nullIfEmpty(spec.Host), spec.Pace, spec.AllowDuplicate, r.Selected).Scan(&r.ID); err != nil {
+			nullIfEmpty(spec.Kind), nullIfEmpty(spec.Provider), nullIfEmpty(spec.Host), nullIfEmpty(spec.Tenant), spec.Pace, spec.AllowDuplicate, r.Selected).Scan(&r.ID); err != nil {
 			return err
 		}
 		res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{replayJob(r.ID)})
@@ -218,7 +220,7 @@ func (o *Operator) Replays(ctx context.Context, limit int) ([]Replay, error) {
 func scanReplay(row pgx.Row, extra ...any) (Replay, error) {
 	var r Replay
 	dest := append([]any{&r.ID, &r.State, &r.Actor, &r.Reason, &r.Spec.FailedSince, &r.FailedBefore, &r.Spec.Kind, &r.Spec.Provider,
-		&r.Spec.Host, &r.Spec.Pace, &r.Spec.AllowDuplicate, &r.Selected, &r.Retried, &r.Skipped, &r.Again, &r.LastError,
+		&r.Spec.Host, &r.Spec.Tenant, &r.Spec.Pace, &r.Spec.AllowDuplicate, &r.Selected, &r.Retried, &r.Skipped, &r.Again, &r.LastError,
 		&r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &r.CancelledBy, &r.Job}, extra...)
 	err := row.Scan(dest...)
 	return r, err

@@ -220,3 +220,20 @@ func TestReplaySpecIsCheckedBeforeAnyWrite(t *testing.T) {
 	_, err = op.Replay(ctx, 42)
 	require.ErrorIs(t, err, engine.ErrReplayNotFound)
 }
+
+// TestAReplayOfOneTenant selects only that tenant's failures.
+func TestAReplayOfOneTenant(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.start(t)
+	b.recv.Respond("/gone", fakes.Status(http.StatusGone), fakes.Status(http.StatusGone), fakes.Status(http.StatusGone))
+	ids := []uuid.UUID{b.enqueueFor(t, "acme", "/gone"), b.enqueueFor(t, "acme", "/gone"), b.enqueueFor(t, "beta", "/gone")}
+	for _, id := range ids {
+		b.waitFor(t, id, engine.StateFailed)
+	}
+	op := b.operator(t)
+	plan, err := op.StartReplay(context.Background(), engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour), Tenant: "acme", Pace: 10},
+		engine.ActionOpts{Actor: "oncall", Reason: "acme's partner is back", DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, 2, plan.Selected, "acme's two, not beta's")
+}

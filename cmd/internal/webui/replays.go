@@ -32,6 +32,7 @@ type replayForm struct {
 	Kind           string
 	Provider       string
 	Host           string
+	Tenant         string
 	Pace           string
 	Reason         string
 	AllowDuplicate bool
@@ -63,7 +64,7 @@ func rowOf(r outboxtype.Replay) replayRow {
 
 func replaySelects(r outboxtype.Replay) string {
 	parts := []string{"failed since " + r.Spec.FailedSince.UTC().Format(time.RFC3339)}
-	for _, f := range []struct{ name, v string }{{"kind", r.Spec.Kind}, {"provider", r.Spec.Provider}, {"host", r.Spec.Host}} {
+	for _, f := range []struct{ name, v string }{{"kind", r.Spec.Kind}, {"provider", r.Spec.Provider}, {"host", r.Spec.Host}, {"tenant", r.Spec.Tenant}} {
 		if f.v != "" {
 			parts = append(parts, f.name+" "+f.v)
 		}
@@ -110,6 +111,7 @@ func (f replayForm) spec(now time.Time) (outboxtype.ReplaySpec, error) {
 		return spec, fmt.Errorf("pace %q: give effects a second, e.g. 20", f.Pace)
 	}
 	spec.Pace, spec.Kind, spec.Provider, spec.Host = pace, strings.TrimSpace(f.Kind), strings.TrimSpace(f.Provider), strings.TrimSpace(f.Host)
+	spec.Tenant = strings.TrimSpace(f.Tenant)
 	spec.AllowDuplicate = f.AllowDuplicate
 	return spec, sideeffects.CheckReplaySpec(spec)
 }
@@ -117,7 +119,7 @@ func (f replayForm) spec(now time.Time) (outboxtype.ReplaySpec, error) {
 // key names what a dry run was made for: the form's fields (the selection
 // is counted again when the replay starts).
 func (f replayForm) key() string {
-	sum := sha256.Sum256([]byte(strings.Join([]string{f.FailedSince, f.Kind, f.Provider, f.Host, f.Pace, strconv.FormatBool(f.AllowDuplicate)}, "\x00")))
+	sum := sha256.Sum256([]byte(strings.Join([]string{f.FailedSince, f.Kind, f.Provider, f.Host, f.Tenant, f.Pace, strconv.FormatBool(f.AllowDuplicate)}, "\x00")))
 	return hex.EncodeToString(sum[:8])
 }
 
@@ -130,7 +132,7 @@ func (u *ui) startReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := replayForm{FailedSince: r.PostFormValue("failed_since"), Kind: r.PostFormValue("kind"), Provider: r.PostFormValue("provider"),
-		Host: r.PostFormValue("host"), Pace: r.PostFormValue("pace"), Reason: strings.TrimSpace(r.PostFormValue("reason")),
+		Host: r.PostFormValue("host"), Tenant: r.PostFormValue("tenant"), Pace: r.PostFormValue("pace"), Reason: strings.TrimSpace(r.PostFormValue("reason")),
 		AllowDuplicate: r.PostFormValue("allow_duplicate") == "1"}
 	d := &replaysData{Form: f}
 	spec, err := f.spec(time.Now())
