@@ -250,24 +250,16 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 	// destination), then the claim is undone and the job waits its turn.
 	// (An account's token was taken before the claim.)
 	limitKey := w.limitKey(p, claimed)
-	if key := limitKey; key != "" && key != w.accountLimits[claimed.Provider] {
-		ok, wait, err := w.limits.take(ctx, key, destinationWait)
-		if err != nil || !ok {
-			release(providers.ErrNotAttempted)
-			if _, uerr := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); uerr != nil {
-				return uerr
-			}
-			if err != nil {
-				return err
-			}
-			w.markWaiting(ctx, id, key)
-			return river.JobSnooze(wait)
-		}
+	var waitFor []string
+	if limitKey != "" && limitKey != w.accountLimits[claimed.Provider] {
+		waitFor = append(waitFor, limitKey)
 	}
 	// A tenant's own rate, when one is set (tenant:<name>), is waited for
 	// as a destination's is; a key with no rate costs nothing.
 	if claimed.Tenant != nil && w.limits != nil {
-		key := TenantLimitPrefix + *claimed.Tenant
+		waitFor = append(waitFor, TenantLimitPrefix+*claimed.Tenant)
+	}
+	for _, key := range waitFor {
 		ok, wait, err := w.limits.take(ctx, key, destinationWait)
 		if err != nil || !ok {
 			release(providers.ErrNotAttempted)
