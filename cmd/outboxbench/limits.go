@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +73,10 @@ type limitsResult struct {
 	Achieved     float64 `json:"achieved_share"`
 	Max10s       float64 `json:"max_10s_share"`
 	MaxOffered1s float64 `json:"max_offered_1s"`
+	// Accepted and Refused are the server's answers in each second of
+	// the drain: where the rate went.
+	Accepted []int `json:"accepted_per_second"`
+	Refused  []int `json:"refused_per_second"`
 }
 
 // limitedServer is a provider's side: a token bucket, and every request
@@ -197,6 +203,20 @@ func (s *limitedServer) report(r *limitsResult, elapsed time.Duration) {
 	}
 	slices.SortFunc(acceptedAt, func(a, b time.Time) int { return a.Compare(b) })
 	r.MaxOffered1s = float64(mostIn(times, time.Second)) / r.Limit
+	if len(times) > 0 {
+		t0 := times[0]
+		for _, q := range s.requests {
+			sec := int(q.at.Sub(t0) / time.Second)
+			for len(r.Accepted) <= sec {
+				r.Accepted, r.Refused = append(r.Accepted, 0), append(r.Refused, 0)
+			}
+			if q.accepted {
+				r.Accepted[sec]++
+			} else {
+				r.Refused[sec]++
+			}
+		}
+	}
 	if len(acceptedAt) > 0 && acceptedAt[len(acceptedAt)-1].Sub(acceptedAt[0]) >= 10*time.Second {
 		r.Max10s = float64(mostIn(acceptedAt, 10*time.Second)) / (r.Limit * 10)
 	}
@@ -220,10 +240,13 @@ func (s *limitedServer) close() { _ = s.srv.Close() }
 // 3 replicas with none set, and the cost of limits that do not bind.
 func (b *bench) limits(ctx context.Context) ([]limitsResult, error) {
 	var out []limitsResult
-	for _, run := range []struct {
+	for i, run := range []struct {
 		replicas int
 		webhook  bool // --limit set for the receiver
 	}{{1, true}, {3, true}, {3, false}} {
+		if b.s.LimitsRuns != "" && !strings.Contains(b.s.LimitsRuns, strconv.Itoa(i+1)) {
+			continue
+		}
 		rs, err := b.limitsRun(ctx, run.replicas, run.webhook)
 		if err != nil {
 			return out, err

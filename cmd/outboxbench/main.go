@@ -69,7 +69,10 @@ type settings struct {
 	LimitsEffects int `json:"limits_effects"`
 	// NoisyBacklog is tenant A's backlog in the noisy-tenant row, and
 	// NoisyDuration how long tenant B commits meanwhile.
-	NoisyBacklog  int           `json:"noisy_backlog"`
+	NoisyBacklog int `json:"noisy_backlog"`
+	// LimitsRuns picks the limits phase's runs by number (1: one replica,
+	// 2: three, 3: three with no webhook limit); "" runs all.
+	LimitsRuns    string        `json:"limits_runs,omitempty"`
 	NoisyDuration time.Duration `json:"noisy_duration"`
 	Soak          time.Duration `json:"soak,omitempty"`
 	SoakRate      int           `json:"soak_rate,omitempty"`
@@ -143,6 +146,7 @@ func main() {
 	flag.IntVar(&s.PurgeEffects, "purge-effects", 1_000_000, "expired effects retention purges in the purge phase")
 	flag.DurationVar(&s.Soak, "soak", 0, "instead of the phases, offer -rate effects per second for this long and report each minute (e.g. -soak 30m -rate 300, against a Postgres with autovacuum on)")
 	flag.IntVar(&s.SoakRate, "rate", 300, "effects per second offered in a -soak run")
+	flag.StringVar(&s.LimitsRuns, "limits-runs", "", "the limits phase's runs to make, by number: 1 one replica, 2 three, 3 three with no webhook limit (default all)")
 	flag.IntVar(&s.NoisyBacklog, "noisy-backlog", 50000, "tenant A's backlog in the limits phase's noisy-tenant row (0: none)")
 	flag.DurationVar(&s.NoisyDuration, "noisy-duration", time.Minute, "how long tenant B commits 5 refunds a second while A drains")
 	flag.IntVar(&s.LimitsEffects, "limits-effects", 3000, "Stripe effects in the limits phase's backlog (at 100/s; the webhook backlog is half, at 50/s)")

@@ -334,6 +334,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		tenants:       newTenantFeeder(cfg.TenantWindow, cfg.TenantWeights),
 		limits:        lim,
 		accountLimits: accounts,
+		accountWait:   accountWaitFor(cfg.JobTimeout),
 		pool:          pool,
 		store:         store,
 		providers:     make(map[string]providers.Provider, len(cfg.Providers)),

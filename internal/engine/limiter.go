@@ -16,11 +16,25 @@ import (
 // How long a worker waits in process for a token before its job waits
 // without holding the worker: an account's requests have a River queue of
 // their own, so its workers may wait longer than those of a destination,
-// whose queue other destinations share.
+// whose queue other destinations share. Waiting in process costs nothing;
+// a job that gives up is snoozed and fetched again, a write each way: with
+// several replicas' workers queued for one account (3 × 100 for 100/s wait
+// 3 s each) a short wait turned into a stream of snoozes that slowed the
+// drain to half the limit (docs/performance.md, "Limits at 20,000"). So an
+// account's worker waits up to half the job timeout (accountWaitFor).
 const (
-	accountWait     = 5 * time.Second
+	accountWait     = 30 * time.Second
 	destinationWait = 250 * time.Millisecond
 )
+
+// accountWaitFor is how long a worker waits for its account's token under
+// jobTimeout: accountWait, at most half the timeout.
+func accountWaitFor(jobTimeout time.Duration) time.Duration {
+	if jobTimeout <= 0 {
+		return accountWait
+	}
+	return min(accountWait, jobTimeout/2)
+}
 
 // limiter is one process's side of the shared rate limits (limits.go): the
 // tokens it leased, the pauses it knows of, and the workers waiting. A key

@@ -62,6 +62,9 @@ type Worker struct {
 	// against (its account), by provider.
 	limits        *limiter
 	accountLimits map[string]string
+	// accountWait is how long a worker waits for its account's token
+	// before its job is snoozed (accountWaitFor).
+	accountWait time.Duration
 	// tenants is poked when an effect with a tenant is done with here:
 	// its tenant's window may have a place for the next.
 	tenants *tenantFeeder
@@ -189,7 +192,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	// waits for a token holds no effect (the queue is the provider's own,
 	// so its workers waiting delay no other provider).
 	if key := w.accountLimits[job.Queue]; key != "" {
-		ok, wait, err := w.limits.take(ctx, key, accountWait)
+		ok, wait, err := w.limits.take(ctx, key, w.accountWait)
 		if err != nil {
 			return err
 		}
