@@ -316,6 +316,7 @@ func (b *bench) limitsRun(ctx context.Context, k int, webhookLimit bool) ([]limi
 			Concurrency:   map[string]int{stripe.Name: 100, webhook.Name: sideeffects.DefaultConcurrency},
 			Limits:        limits,
 			FetchCooldown: b.s.FetchCooldown, FetchPollInterval: b.s.FetchPollInterval, Logger: quiet,
+			SweepInterval: b.s.SweepInterval,
 		}); err != nil {
 			return nil, err
 		}

@@ -24,3 +24,6 @@ func FeedTenants(ctx context.Context, d *Dispatcher) (int, error) {
 	n, _, err := d.intake.feedTenants(ctx)
 	return n, err
 }
+
+// SweepStatement is the sweeper's query in s's schema.
+func SweepStatement(s *Store) string { return s.sql(sqlSweep) }

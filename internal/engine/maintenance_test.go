@@ -396,3 +396,35 @@ func TestPurgeTakesOldDriftRecords(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.provider_drift`).Scan(&left))
 	require.Equal(t, 30, left, "the last 30 days stay")
 }
+
+// TestTheSweepHashesTheLiveJobs: with a backlog whose effects all have
+// their jobs, the sweeper reads the live jobs once (a hash anti join), not
+// River's args index once per effect (26 s a minute at 20,000 effects).
+func TestTheSweepHashesTheLiveJobs(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	s := b.db.Schema
+	for _, q := range []string{
+		`INSERT INTO ` + s + `.outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'b', '{}' FROM generate_series(1, 3000)`,
+		`INSERT INTO ` + s + `.side_effects (id, source_id, kind, provider, payload, updated_at)
+			SELECT gen_random_uuid(), id, 'k', 'webhook', '{}', now() - interval '5 minutes' FROM ` + s + `.outbox_events`,
+		`INSERT INTO ` + s + `.river_job (args, kind, max_attempts, queue, state, scheduled_at)
+			SELECT jsonb_build_object('effect_id', id), 'outboxd.dispatch', 100, 'webhook', 'available', now() FROM ` + s + `.side_effects`,
+		`ANALYZE ` + s + `.side_effects, ` + s + `.river_job`,
+	} {
+		_, err := b.db.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	var plan []string
+	rows, err := b.db.Pool.Query(ctx, "EXPLAIN "+engine.SweepStatement(b.store), time.Now().Add(-time.Minute), 1000)
+	require.NoError(t, err)
+	plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	text := strings.Join(plan, "\n")
+	require.Contains(t, text, "Hash Anti Join", text)
+	require.NotContains(t, text, "river_job_args_index", text)
+	n, err := b.store.Sweep(ctx, b.db.Pool, nil, time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Zero(t, n, "every effect has its job")
+}
