@@ -175,6 +175,14 @@ func selects(r outboxtype.Replay) string {
 	return strings.Join(parts, ", ")
 }
 
+// replayErr says what to do about err from reading or changing replay id.
+func replayErr(err error, id int64) error {
+	if errors.Is(err, sideeffects.ErrReplayNotFound) {
+		return fmt.Errorf("no replay %d: outboxctl replays lists them", id)
+	}
+	return err
+}
+
 func parseReplayID(s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id <= 0 {
@@ -199,11 +207,8 @@ func newReplaysShowCmd(a *app) *cobra.Command {
 				return err
 			}
 			r, err := a.op.Replay(ctx, id)
-			if errors.Is(err, sideeffects.ErrReplayNotFound) {
-				return fmt.Errorf("no replay %d: outboxctl replays lists them", id)
-			}
 			if err != nil {
-				return err
+				return replayErr(err, id)
 			}
 			skips, err := a.op.ReplaySkips(ctx, id, limit)
 			if err != nil {
@@ -282,11 +287,8 @@ func newReplaysCancelCmd(a *app) *cobra.Command {
 				return err
 			}
 			ok, err := a.op.CancelReplay(ctx, id, a.actor(), reason)
-			if errors.Is(err, sideeffects.ErrReplayNotFound) {
-				return fmt.Errorf("no replay %d: outboxctl replays lists them", id)
-			}
 			if err != nil {
-				return err
+				return replayErr(err, id)
 			}
 			r, err := a.op.Replay(ctx, id)
 			if err != nil {
@@ -322,11 +324,8 @@ replay that has a live job is left as it is.`,
 				return err
 			}
 			inserted, err := a.op.ResumeReplay(ctx, id)
-			if errors.Is(err, sideeffects.ErrReplayNotFound) {
-				return fmt.Errorf("no replay %d: outboxctl replays lists them", id)
-			}
 			if err != nil {
-				return err
+				return replayErr(err, id)
 			}
 			if !inserted {
 				fmt.Fprintf(cmd.OutOrStdout(), "replay %d has a live job already: nothing to do\n", id)
