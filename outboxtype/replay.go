@@ -1,6 +1,7 @@
 package outboxtype
 
 import (
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,6 +57,18 @@ type Replay struct {
 	CancelledBy string     `json:"cancelled_by,omitempty"`
 	// Job is the River job that runs it (0: none live, see Resume).
 	Job int64 `json:"job"`
+}
+
+// Selects says which failed effects r selects, for people: "failed since
+// 2026-11-26T02:00:00Z, provider webhook".
+func (r Replay) Selects() string {
+	parts := []string{"failed since " + r.Spec.FailedSince.UTC().Format(time.RFC3339)}
+	for _, f := range []struct{ name, v string }{{"kind", r.Spec.Kind}, {"provider", r.Spec.Provider}, {"host", r.Spec.Host}, {"tenant", r.Spec.Tenant}} {
+		if f.v != "" {
+			parts = append(parts, f.name+" "+f.v)
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Left is how many of the selected effects it has not looked at yet.

@@ -76,7 +76,12 @@ spends none of an effect's retry budget. See docs/limits.md.`,
 	return cmd
 }
 
+// perSecond is a rate for people: a tenth of a unit from 1/s up, three
+// significant digits below (a replay's pace of 0.01/s is not "0/s").
 func perSecond(r float64) string {
+	if r < 1 {
+		return strconv.FormatFloat(r, 'g', 3, 64) + "/s"
+	}
 	return strconv.FormatFloat(math.Round(r*10)/10, 'f', -1, 64) + "/s"
 }
 

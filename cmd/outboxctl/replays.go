@@ -140,7 +140,7 @@ retried with every refusal retry has, and skipped effects say why
 			tw := table(out)
 			fmt.Fprintln(tw, "ID\tSTATE\tSELECTS\tPACE\tSELECTED\tRETRIED\tSKIPPED\tLEFT\tSTARTED\tBY")
 			for _, r := range replays {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.ID, replayState(r), selects(r), perSecond(r.Spec.Pace),
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.ID, replayState(r), r.Selects(), perSecond(r.Spec.Pace),
 					r.Selected, r.Retried, r.Skipped, r.Left(), r.CreatedAt.UTC().Format(time.RFC3339), r.Actor)
 			}
 			return tw.Flush()
@@ -162,17 +162,6 @@ func replayState(r outboxtype.Replay) string {
 		return "running, last step failed"
 	}
 	return r.State
-}
-
-// selects says which failed effects r selects.
-func selects(r outboxtype.Replay) string {
-	parts := []string{"failed since " + r.Spec.FailedSince.UTC().Format(time.RFC3339)}
-	for _, f := range []struct{ name, v string }{{"kind", r.Spec.Kind}, {"provider", r.Spec.Provider}, {"host", r.Spec.Host}, {"tenant", r.Spec.Tenant}} {
-		if f.v != "" {
-			parts = append(parts, f.name+" "+f.v)
-		}
-	}
-	return strings.Join(parts, ", ")
 }
 
 // replayErr says what to do about err from reading or changing replay id.
@@ -224,7 +213,7 @@ func newReplaysShowCmd(a *app) *cobra.Command {
 			tw := table(out)
 			fmt.Fprintf(tw, "replay\t%d\n", r.ID)
 			fmt.Fprintf(tw, "state\t%s\n", replayState(r))
-			fmt.Fprintf(tw, "selects\t%s (failed before %s; acknowledged failures are not replayed)\n", selects(r), r.FailedBefore.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "selects\t%s (failed before %s; acknowledged failures are not replayed)\n", r.Selects(), r.FailedBefore.UTC().Format(time.RFC3339))
 			fmt.Fprintf(tw, "pace\t%s\n", perSecond(r.Spec.Pace))
 			fmt.Fprintf(tw, "progress\t%d selected: %d retried, %d skipped, %d left", r.Selected, r.Retried, r.Skipped, r.Left())
 			if r.Again > 0 {

@@ -95,5 +95,5 @@ func TestRetryFailedSinceStartsAPacedReplay(t *testing.T) {
 	require.Contains(t, out, "replay 2 cancelled")
 	out, err = b.run(t, "", "replays")
 	require.NoError(t, err)
-	require.Regexp(t, `2\s+cancelled`, out)
+	require.Regexp(t, `2\s+cancelled\s+failed since \S+\s+0.01/s`, out, "a slow pace is not shown as 0/s")
 }

@@ -92,7 +92,14 @@ func (u *ui) showLimits(w http.ResponseWriter, r *http.Request, d *limitsData, s
 	u.render(w, r, status, "limits", "Limits", d)
 }
 
-func rate(r float64) string { return strconv.FormatFloat(math.Round(r*10)/10, 'f', -1, 64) + "/s" }
+// rate is a rate for people: a tenth of a unit from 1/s up, three
+// significant digits below (a replay's pace of 0.01/s is not "0/s").
+func rate(r float64) string {
+	if r < 1 {
+		return strconv.FormatFloat(r, 'g', 3, 64) + "/s"
+	}
+	return strconv.FormatFloat(math.Round(r*10)/10, 'f', -1, 64) + "/s"
+}
 
 // setLimit sets a key's rate from the form, as outboxctl limits set does.
 func (u *ui) setLimit(w http.ResponseWriter, r *http.Request) {

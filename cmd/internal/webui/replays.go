@@ -48,7 +48,7 @@ type replayRow struct {
 }
 
 func rowOf(r outboxtype.Replay) replayRow {
-	row := replayRow{Replay: r, StateText: r.State, Selects: replaySelects(r), Pace: perSecond(r.Spec.Pace), Left: r.Left()}
+	row := replayRow{Replay: r, StateText: r.State, Selects: r.Selects(), Pace: rate(r.Spec.Pace), Left: r.Left()}
 	switch {
 	case r.State != outboxtype.ReplayRunning:
 	case r.Job == 0:
@@ -61,18 +61,6 @@ func rowOf(r outboxtype.Replay) replayRow {
 	}
 	return row
 }
-
-func replaySelects(r outboxtype.Replay) string {
-	parts := []string{"failed since " + r.Spec.FailedSince.UTC().Format(time.RFC3339)}
-	for _, f := range []struct{ name, v string }{{"kind", r.Spec.Kind}, {"provider", r.Spec.Provider}, {"host", r.Spec.Host}, {"tenant", r.Spec.Tenant}} {
-		if f.v != "" {
-			parts = append(parts, f.name+" "+f.v)
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
-func perSecond(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) + "/s" }
 
 func (u *ui) replays(w http.ResponseWriter, r *http.Request) {
 	d := &replaysData{Form: replayForm{FailedSince: "2h", Pace: "10"}}
@@ -156,7 +144,7 @@ func (u *ui) startReplay(w http.ResponseWriter, r *http.Request) {
 		took := time.Duration(float64(plan.Selected) / spec.Pace * float64(time.Second)).Round(time.Second)
 		d.Plan = fmt.Sprintf("Would replay %d failed effects (%s; acknowledged failures are not replayed) at %s: about %s. "+
 			"Each is retried with every refusal of retry; skipped effects are listed with the reason. Nothing is started yet.",
-			plan.Selected, replaySelects(plan), perSecond(spec.Pace), took)
+			plan.Selected, plan.Selects(), rate(spec.Pace), took)
 		d.Reviewed = f.key()
 		u.showReplays(w, r, d, http.StatusOK)
 		return
