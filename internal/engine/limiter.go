@@ -67,12 +67,18 @@ type keyState struct {
 	pausedUntil time.Time
 	// pausedAt is when a 429 here last paused the key.
 	pausedAt time.Time
-	// tokens leased and not spent, usable until expires; nextAt is when
-	// the bucket holds a token again after a lease that got fewer than
-	// asked.
-	tokens  int
-	expires time.Time
-	nextAt  time.Time
+	// slots request times leased and not yet taken: the next at slotAt,
+	// the others every apart, each good until leaseTTL after it or after
+	// leasedAt (the burst of an idle key lies before the lease). nextAt
+	// is when the key has times to lease again after a lease that got
+	// none.
+	slots    int
+	slotAt   time.Time
+	every    time.Duration
+	leasedAt time.Time
+	nextAt   time.Time
+	// scarce: the last lease got fewer times than asked (the key binds).
+	scarce bool
 	// leasing is closed when the lease in flight returns.
 	leasing chan struct{}
 	waiting int
@@ -81,8 +87,10 @@ type keyState struct {
 	// to take. okSince counts those since the key's last 429.
 	accepted perSecond
 	okSince  int
-	// spent counts leased tokens spent: how many to lease at once.
+	// spent counts leased times taken: how many to lease at once; leased
+	// counts times leased: this process's share of the key.
 	spent   perSecond
+	leased  perSecond
 	lastUse time.Time
 }
 
@@ -145,9 +153,12 @@ type perSecond struct {
 }
 
 // add counts one event at now.
-func (c *perSecond) add(now time.Time) {
+func (c *perSecond) add(now time.Time) { c.addN(now, 1) }
+
+// addN counts n events at now.
+func (c *perSecond) addN(now time.Time, n int) {
 	c.roll(now)
-	c.cur++
+	c.cur += n
 }
 
 // last is the count of the second before now's.
@@ -180,13 +191,31 @@ func (l *limiter) accepted(key string) {
 	st.okSince++
 }
 
-// take waits up to maxWait for one token of key. When none comes it
+// take waits up to maxWait for a request time of key. When none comes it
 // returns false and how long the request should wait before it asks
 // again (the pause, or its place behind the other waiters, with jitter).
-func (l *limiter) take(ctx context.Context, key string, maxWait time.Duration) (bool, time.Duration, error) {
+// With short, a request does not wait at all when more wait already than
+// this process's share of the key serves within maxWait: a destination's
+// waiters hold workers other destinations need.
+func (l *limiter) take(ctx context.Context, key string, maxWait time.Duration, short bool) (bool, time.Duration, error) {
+	_, ok, wait, err := l.takeDue(ctx, key, maxWait, short)
+	return ok, wait, err
+}
+
+// takeDue is take, and also returns, while the key binds, the time the
+// request was given (zero otherwise): a request that has work to do
+// between its time and its call (an account's claim) goes out at that
+// time plus sendLag (sendDue), so that how long that work took does not
+// bunch requests together.
+func (l *limiter) takeDue(ctx context.Context, key string, maxWait time.Duration, short bool) (time.Time, bool, time.Duration, error) {
 	deadline := time.Now().Add(maxWait)
 	l.mu.Lock()
 	st := l.state(key)
+	if now := time.Now(); short && st.limited && st.waiting >= max(2, int(st.share(now)*maxWait.Seconds())) {
+		wait := st.behind(now) + jitterUpTo(100*time.Millisecond)
+		l.mu.Unlock()
+		return time.Time{}, false, wait, nil
+	}
 	st.waiting++
 	defer func() {
 		st.waiting--
@@ -196,48 +225,67 @@ func (l *limiter) take(ctx context.Context, key string, maxWait time.Duration) (
 		now := time.Now()
 		if now.Before(st.pausedUntil) {
 			if st.pausedUntil.After(deadline) {
-				return false, st.pausedUntil.Sub(now) + st.behind() + jitterUpTo(time.Second), nil
+				return time.Time{}, false, st.pausedUntil.Sub(now) + st.behind(now) + jitterUpTo(time.Second), nil
 			}
 			if err := l.sleepUntil(ctx, st.pausedUntil, nil); err != nil {
-				return false, 0, err
+				return time.Time{}, false, 0, err
 			}
 			continue
 		}
 		if !st.limited {
 			st.count(now)
-			return true, 0, nil
+			return time.Time{}, true, 0, nil
 		}
-		if st.tokens > 0 && now.Before(st.expires) {
-			st.tokens--
+		st.dropStale(now)
+		if st.slots > 0 {
+			at := st.slotAt
+			if at.After(deadline) {
+				return time.Time{}, false, at.Sub(now) + st.behind(now) + jitterUpTo(100*time.Millisecond), nil
+			}
+			// This request's time: the next one, even if it is still
+			// ahead; it sleeps until then.
+			st.slots--
+			st.slotAt = at.Add(st.every)
 			st.count(now)
 			st.spent.add(now)
-			return true, 0, nil
+			if at.After(now) {
+				if err := l.sleepUntil(ctx, at, nil); err != nil {
+					return time.Time{}, false, 0, err
+				}
+				if time.Now().Before(st.pausedUntil) {
+					continue // a 429 paused the key meanwhile: the time is lost
+				}
+			}
+			if !st.scarce {
+				at = time.Time{}
+			}
+			return at, true, 0, nil
 		}
 		if st.leasing != nil {
 			if err := l.sleepUntil(ctx, deadline, st.leasing); err != nil {
-				return false, 0, err
+				return time.Time{}, false, 0, err
 			}
 			if !time.Now().Before(deadline) {
-				return false, st.behind() + jitterUpTo(100*time.Millisecond), nil
+				return time.Time{}, false, st.behind(time.Now()) + jitterUpTo(100*time.Millisecond), nil
 			}
 			continue
 		}
 		if now.Before(st.nextAt) {
 			if st.nextAt.After(deadline) {
-				return false, st.nextAt.Sub(now) + st.behind() + jitterUpTo(100*time.Millisecond), nil
+				return time.Time{}, false, st.nextAt.Sub(now) + st.behind(now) + jitterUpTo(100*time.Millisecond), nil
 			}
 			if err := l.sleepUntil(ctx, st.nextAt, nil); err != nil {
-				return false, 0, err
+				return time.Time{}, false, 0, err
 			}
 			continue
 		}
-		// As many as wait now, or as this process spent in a quarter of
-		// a second lately, whichever is more: a key whose rate does not
+		// As many as wait now, or as this process took in a quarter of a
+		// second lately, whichever is more: a key whose rate does not
 		// bind costs a statement per block, not per few requests. At most
-		// a bucket.
+		// a quarter of a second of the key's rate.
 		want := max(1, st.waiting, st.spent.last(now)/4)
 		if st.rate > 0 {
-			want = min(want, max(1, int(st.rate*burstSeconds)))
+			want = min(want, max(1, int(st.rate*leaseBlock)))
 		}
 		ch := make(chan struct{})
 		st.leasing = ch
@@ -251,30 +299,78 @@ func (l *limiter) take(ctx context.Context, key string, maxWait time.Duration) (
 		st.leasing = nil
 		close(ch)
 		if err != nil {
-			return false, 0, err
+			return time.Time{}, false, 0, err
 		}
 		now = time.Now()
 		st.limited, st.rate = lease.Limited, lease.Rate
 		if lease.PausedFor > 0 {
 			st.pausedUntil = latest(st.pausedUntil, now.Add(lease.PausedFor))
 		}
-		st.tokens, st.expires, st.nextAt = lease.Granted, now.Add(leaseTTL), time.Time{}
-		if lease.NextIn > 0 {
-			st.nextAt = now.Add(max(time.Millisecond, lease.NextIn))
-		}
-		if !lease.Limited {
-			st.tokens = 0
+		st.slots, st.nextAt = 0, time.Time{}
+		st.scarce = lease.Limited && lease.Granted < want
+		switch {
+		case !lease.Limited:
+		case lease.Granted > 0:
+			st.slots, st.slotAt, st.every, st.leasedAt = lease.Granted, lease.At.Add(lease.Start), lease.Every, now
+			st.leased.addN(now, lease.Granted)
+		case lease.NextIn > 0:
+			st.nextAt = now.Add(lease.NextIn)
 		}
 	}
 }
 
-// behind is how long the waiters ahead of a new one take at the key's
-// rate; l.mu is held.
-func (st *keyState) behind() time.Duration {
-	if st.rate <= 0 {
+// sendLag is how long after its time an account's request goes out: the
+// claim between the two takes milliseconds, and a provider's bucket holds
+// a fifth of a second or less; requests whose claims were slow would
+// otherwise go out together with those that were not.
+const sendLag = 100 * time.Millisecond
+
+// sendDue waits until due plus sendLag (due zero: not at all).
+func sendDue(ctx context.Context, due time.Time) error {
+	d := time.Until(due.Add(sendLag))
+	if due.IsZero() || d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// dropStale forgets the leased times that passed more than leaseTTL ago
+// unused (and more than leaseTTL after they were leased); l.mu is held.
+func (st *keyState) dropStale(now time.Time) {
+	late := now.Sub(st.slotAt) - leaseTTL
+	if st.slots == 0 || late <= 0 || st.every <= 0 || now.Sub(st.leasedAt) <= leaseTTL {
+		return
+	}
+	n := min(st.slots, int(late/st.every)+1)
+	st.slots -= n
+	st.slotAt = st.slotAt.Add(time.Duration(n) * st.every)
+}
+
+// share is the rate this process gets of the key: while the key binds,
+// what it leased in the last second (at least a sixteenth of the rate);
+// otherwise the key's rate. l.mu is held.
+func (st *keyState) share(now time.Time) float64 {
+	if !st.scarce {
+		return st.rate
+	}
+	return min(st.rate, max(st.rate/16, float64(st.leased.last(now))))
+}
+
+// behind is how long the waiters ahead of a new one take at this
+// process's share of the key; l.mu is held.
+func (st *keyState) behind(now time.Time) time.Duration {
+	share := st.share(now)
+	if share <= 0 {
 		return 0
 	}
-	return time.Duration(float64(st.waiting) / st.rate * float64(time.Second))
+	return time.Duration(float64(st.waiting) / share * float64(time.Second))
 }
 
 // sleepUntil releases l.mu until t, ch closing or ctx ending, then takes
@@ -315,7 +411,7 @@ func (l *limiter) throttled(ctx context.Context, key string, after time.Duration
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st.limited = true
-	st.tokens = 0
+	st.slots = 0
 	st.pausedUntil = latest(st.pausedUntil, until)
 	st.pausedAt = time.Now()
 	return st.pausedUntil, !wasPaused, nil
@@ -353,7 +449,7 @@ func (l *limiter) refresh(ctx context.Context) error {
 			st.pausedUntil = time.Time{}
 		}
 		if !st.limited {
-			st.tokens = 0
+			st.slots = 0
 		}
 	}
 	for key, st := range l.keys {

@@ -19,13 +19,19 @@ import (
 // Rate limits shared by every replica (docs/limits.md).
 //
 // Each limit key (a Stripe account, a SendGrid account, a webhook host) is
-// one row of outboxd_limits: a token bucket refilled by elapsed time at the
-// key's rate, holding at most a tenth of a second of tokens. A process
-// leases tokens from it in small blocks (one statement per block, not one
-// per request) and spends them within leaseTTL, so the sum over all
-// replicas never exceeds the rate by more than one bucket, and a replica
-// that dies loses at most the block it held (tokens not spent: the key
-// runs slower for a moment, never faster).
+// one row of outboxd_limits, kept as a schedule (GCRA, the generic cell
+// rate algorithm): refilled_at is the time up to which the key's rate is
+// given out. A process leases a block of request times from it, one
+// statement per block: the block starts at refilled_at (or a twentieth
+// of a second before now, when the key was idle: that is its burst), its times
+// are 1/rate apart, and refilled_at moves to the block's end. Blocks never
+// overlap, so the sum over all replicas never exceeds the rate by more
+// than the burst, however the leases interleave. A block may lie in the
+// future, at most leaseAhead: the process's workers wait in process for
+// their times, and the replicas take turns,
+// a block each, instead of a lock per request. A replica that dies loses at
+// most the block it held: the key runs slower for a moment, never faster.
+// (tokens is kept at 0; an earlier version counted a bucket there.)
 //
 // A 429 pauses the key for every replica (for Retry-After, or a pause that
 // doubles with each episode in a row) and lowers its current rate (by a
@@ -35,12 +41,21 @@ import (
 
 // Limit tuning.
 const (
-	// burstSeconds is the bucket's size in seconds of its rate.
-	burstSeconds = 0.1
-	// leaseTTL is how long a process may hold leased tokens unspent:
-	// about a bucket's time, so that tokens leased at one moment are not
-	// sent together with those of the next.
-	leaseTTL = 150 * time.Millisecond
+	// burstSeconds is how much of its rate an idle key may spend at once:
+	// small, because a provider's bucket must also absorb how much later
+	// than its time each request arrives (a claim, a connection).
+	burstSeconds = 0.05
+	// leaseAhead is how far ahead of now a key's times may be leased:
+	// enough for every replica to hold a block while the others spend
+	// theirs.
+	leaseAhead = 400 * time.Millisecond
+	// leaseBlock is the most a process leases at once, in seconds of the
+	// key's rate.
+	leaseBlock = 0.2
+	// leaseTTL is how long after its time a leased request time may still
+	// be spent, so that times nobody used are not sent together with
+	// those of the next block.
+	leaseTTL = 50 * time.Millisecond
 	// DefaultLimitPause is the first pause of a key after a 429 that named
 	// no delay; each episode in a row doubles it, up to maxLimitPause.
 	DefaultLimitPause = time.Second
@@ -107,8 +122,8 @@ var (
 	sqlLimits         = `SELECT ` + limitColumns + `, now() FROM /*schema*/outboxd_limits ORDER BY key`
 	sqlLimit          = `SELECT ` + limitColumns + `, now() FROM /*schema*/outboxd_limits WHERE key = $1`
 	sqlLimitLease     = `UPDATE /*schema*/outboxd_limits SET tokens = $2, refilled_at = $3, granted = granted + $4,
-	current_rate = $5, updated_at = $3 WHERE key = $1`
-	sqlLimitThrottle = `UPDATE /*schema*/outboxd_limits SET tokens = 0, refilled_at = $2, paused_until = $3,
+	current_rate = $5, updated_at = $6 WHERE key = $1`
+	sqlLimitThrottle = `UPDATE /*schema*/outboxd_limits SET tokens = 0, refilled_at = greatest(refilled_at, $2), paused_until = $3,
 	current_rate = $4, current_at = $5, throttled_in_a_row = $6, throttles = throttles + 1, last_throttle_at = $2, updated_at = $2
 WHERE key = $1`
 	sqlLimitInsert = `INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING`
@@ -154,66 +169,79 @@ type TxDB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Lease is what a process got from a key's bucket.
+// Lease is what a process got from a key's schedule: Granted request
+// times, the first at Start from the row's now (zero or less: at once),
+// the others Every apart.
 type Lease struct {
+	// At is this process's clock when the lease's transaction had begun,
+	// so at or after the row's now: the times read from At are never
+	// early, whatever the lease waited for after it.
+	At time.Time `json:"-"`
 	// Limited is false when the key has no rate (no row, or an adaptive
 	// key whose 429s are forgotten): Granted is then all that was asked.
 	Limited bool
 	Granted int
 	Rate    float64
+	Start   time.Duration
+	Every   time.Duration
 	// PausedFor is how long a 429's pause on the key still lasts.
 	PausedFor time.Duration
-	// NextIn is how long until the bucket holds a token again, when it
-	// granted fewer than asked.
+	// NextIn is how long until the key has a time to lease again, when it
+	// granted none.
 	NextIn time.Duration
 }
 
-// LeaseTokens takes up to want tokens of key's bucket, refilled up to at
-// (nil: the database's now).
+// LeaseTokens leases up to want request times of key, and none unless at
+// least half of them are free, as of at (nil: the database's now).
 func (s *Store) LeaseTokens(ctx context.Context, db TxDB, key string, want int, at *time.Time) (Lease, error) {
 	var out Lease
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// The transaction's now() is when BEGIN ran: before this.
+		out.At = time.Now()
 		r, err := scanLimit(tx.QueryRow(ctx, s.sql(sqlLimitForUpdate), key, at))
 		if errors.Is(err, pgx.ErrNoRows) {
-			out = Lease{Granted: want}
+			out = Lease{At: out.At, Granted: want}
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		// now() is when this transaction began, possibly before another
-		// that waited less for the row lock refilled the bucket: the
-		// bucket's clock never runs backwards, or the same interval would
-		// be credited twice.
-		if r.Now.Before(r.RefilledAt) {
-			r.Now = r.RefilledAt
-		}
 		rate := r.Effective()
 		if rate <= 0 && !r.Paused() {
-			out = Lease{Granted: want}
+			out = Lease{At: out.At, Granted: want}
 			return nil
 		}
 		out.Limited, out.Rate = true, rate
-		tokens := r.Tokens
-		if rate > 0 {
-			tokens = min(max(1, rate*burstSeconds), tokens+rate*max(0, r.Now.Sub(r.RefilledAt).Seconds()))
-		}
-		switch {
-		case r.Paused():
+		if r.Paused() {
 			out.PausedFor = r.PausedUntil.Sub(r.Now)
-			tokens = 0
-		default:
-			out.Granted = min(want, int(math.Floor(tokens)))
-			tokens -= float64(out.Granted)
-			if out.Granted < want {
-				out.NextIn = time.Duration((1 - tokens) / rate * float64(time.Second))
-			}
+			return nil
 		}
+		// Rounded up: a time given out is never early.
+		out.Every = time.Duration(math.Ceil(float64(time.Second) / rate))
+		// The schedule only moves forward: now() is when this transaction
+		// began, possibly before another that waited less for the row
+		// lock moved it, and a time given out is never given again. An
+		// idle key starts its burst's worth back; tokens an earlier
+		// version left in the row count as that burst.
+		burst := time.Duration(max(1, rate*burstSeconds) * float64(out.Every))
+		start := latest(r.RefilledAt.Add(-time.Duration(r.Tokens*float64(out.Every))), r.Now.Add(-burst))
+		// The times from start that fall before leaseAhead from now, if
+		// at least half of those asked for do: replicas that take turns
+		// lease a block each, not a time each as soon as one is free.
+		room := r.Now.Add(leaseAhead).Sub(start)
+		least := max(1, want/2)
+		if fit := int((room-1)/out.Every) + 1; room > 0 && fit >= least {
+			out.Granted = min(want, fit)
+		} else {
+			out.NextIn = max(time.Millisecond, time.Duration(least)*out.Every-room)
+			return nil
+		}
+		out.Start = start.Sub(r.Now)
 		cur := r.CurrentRate
 		if cur != nil && rate == 0 {
 			cur = nil // an adaptive key's 429s are forgotten
 		}
-		_, err = tx.Exec(ctx, s.sql(sqlLimitLease), key, tokens, r.Now, out.Granted, cur)
+		_, err = tx.Exec(ctx, s.sql(sqlLimitLease), key, 0, start.Add(time.Duration(out.Granted)*out.Every), out.Granted, cur, r.Now)
 		return err
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,10 +22,12 @@ func clockAt(t0 time.Time) func(d time.Duration) *time.Time {
 	return func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
 }
 
-// TestLimitBucketHoldsAcrossReplicas: three replicas lease tokens of one
-// key as fast as they can, on a clock the test moves by 10ms steps over
-// 10s; together they get the key's rate, within one bucket (a tenth of a
-// second of it), however the leases interleave.
+// TestLimitBucketHoldsAcrossReplicas: three replicas lease request times
+// of one key as fast as they can, on a clock the test moves by 10ms steps
+// over 10s; however the leases interleave, no two times given out are
+// closer than 1/rate, so together they get the key's rate within its
+// burst (a twentieth of a second of it) over any window, and never lease
+// 400 ms ahead or more.
 func TestLimitBucketHoldsAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -34,34 +37,57 @@ func TestLimitBucketHoldsAcrossReplicas(t *testing.T) {
 	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
 
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	// The first lease finds a full bucket (a tenth of a second).
-	first, err := store.LeaseTokens(ctx, db.Pool, key, 1000, &t0)
-	require.NoError(t, err)
-	require.Equal(t, 5, first.Granted)
-	granted := first.Granted
+	var times []time.Time
+	var mu sync.Mutex
+	leased := 0
+	lease := func(at time.Time, want int) engine.Lease {
+		l, err := store.LeaseTokens(ctx, db.Pool, key, want, &at)
+		require.NoError(t, err)
+		require.True(t, l.Limited)
+		mu.Lock()
+		defer mu.Unlock()
+		leased += l.Granted
+		for i := range l.Granted {
+			ti := at.Add(l.Start + time.Duration(i)*l.Every)
+			require.True(t, ti.Before(at.Add(400*time.Millisecond)), "leased less than 400 ms ahead")
+			times = append(times, ti)
+		}
+		return l
+	}
+	// The first lease finds an idle key: its burst is due at once, the
+	// rest of the block follows at the rate.
+	first := lease(t0, 12)
+	require.Equal(t, 12, first.Granted)
+	require.Equal(t, -50*time.Millisecond, first.Start, "a twentieth of a second back: three times due at once")
+	require.Equal(t, 20*time.Millisecond, first.Every)
 	for step := 1; step <= 1000; step++ {
 		at := t0.Add(time.Duration(step) * 10 * time.Millisecond)
-		var mu sync.Mutex
 		var wg sync.WaitGroup
 		for range 3 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				l, err := store.LeaseTokens(ctx, db.Pool, key, 10, &at)
-				require.NoError(t, err)
-				require.True(t, l.Limited)
-				mu.Lock()
-				granted += l.Granted
-				mu.Unlock()
+				lease(at, 12)
 			}()
 		}
 		wg.Wait()
 	}
-	require.LessOrEqual(t, granted, int(rate*10)+5, "never more than the rate over 10s, plus one bucket")
-	require.GreaterOrEqual(t, granted, int(rate*10*0.95), "and no less than 95% of it")
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(times); i++ {
+		require.GreaterOrEqual(t, times[i].Sub(times[i-1]), 20*time.Millisecond, "no two requests closer than 1/rate")
+	}
+	end := t0.Add(10 * time.Second)
+	inTen := 0
+	for _, ti := range times {
+		if ti.Before(end) {
+			inTen++
+		}
+	}
+	require.LessOrEqual(t, inTen, int(rate*10)+3, "never more than the rate over 10s, plus the burst")
+	require.GreaterOrEqual(t, inTen, int(rate*10*0.95), "and no less than 95% of it")
 	row, err := store.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)
-	require.EqualValues(t, granted, row.Granted, "every lease is counted")
+	require.EqualValues(t, leased, row.Granted, "every lease is counted")
 }
 
 // TestA429PausesTheKeyAndLowersItsRate: a 429 pauses the key (for the
@@ -99,7 +125,11 @@ func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(2*time.Second))
 	require.NoError(t, err)
 	require.InDelta(t, 85, l.Rate, 0.001, "climbing back by a tenth of its rate each second after the pause")
-	require.Equal(t, 8, l.Granted, "a bucket holds a tenth of a second")
+	require.Zero(t, l.Granted, "39 times are free within 400 ms: fewer than half of 100")
+	l, err = store.LeaseTokens(ctx, db.Pool, key, 30, at(2*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, 30, l.Granted, "from a twentieth of a second back, at 85/s")
+	require.Equal(t, -50*time.Millisecond, l.Start.Round(time.Millisecond))
 
 	// A new episode soon after: the pause doubles and the rate halves again.
 	until, _, err = store.Throttle(ctx, db.Pool, key, 0, time.Second, 0, true, at(2100*time.Millisecond))
@@ -148,7 +178,8 @@ func TestAKeyWithoutARateIsFreeUntilA429(t *testing.T) {
 
 	l, err := store.LeaseTokens(ctx, db.Pool, key, 7, at(0))
 	require.NoError(t, err)
-	require.Equal(t, engine.Lease{Granted: 7}, l)
+	require.False(t, l.Limited)
+	require.Equal(t, 7, l.Granted)
 
 	_, _, err = store.Throttle(ctx, db.Pool, key, time.Second, time.Second, 80, true, at(0))
 	require.NoError(t, err)
@@ -259,7 +290,8 @@ func TestLimitsAreCheckedAtStart(t *testing.T) {
 }
 
 // TestTheBucketsClockNeverRunsBackwards: a lease whose transaction began
-// before another's (it waited for the row lock) credits no interval twice.
+// before another's (it waited for the row lock) gets no time given out
+// already.
 func TestTheBucketsClockNeverRunsBackwards(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -269,13 +301,23 @@ func TestTheBucketsClockNeverRunsBackwards(t *testing.T) {
 	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, 100, "config"))
 	t0 := time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
 	at := clockAt(t0)
-	l, err := store.LeaseTokens(ctx, db.Pool, key, 100, at(0))
+	l, err := store.LeaseTokens(ctx, db.Pool, key, 10, at(0))
 	require.NoError(t, err)
-	require.Equal(t, 10, l.Granted, "a full bucket")
-	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(-100*time.Millisecond))
+	require.Equal(t, 10, l.Granted)
+	require.Equal(t, -50*time.Millisecond, l.Start, "an idle key: its burst, due at once")
+	l, err = store.LeaseTokens(ctx, db.Pool, key, 10, at(-100*time.Millisecond))
 	require.NoError(t, err)
-	require.Zero(t, l.Granted, "a lease that began earlier finds it empty")
+	require.Equal(t, 150*time.Millisecond, l.Start, "a lease that began earlier gets the times after the first's")
 	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(50*time.Millisecond))
 	require.NoError(t, err)
-	require.Equal(t, 5, l.Granted, "50 ms at 100/s, not 150 ms")
+	require.Zero(t, l.Granted, "30 times are free within 400 ms, fewer than half of 100")
+	require.Equal(t, 200*time.Millisecond, l.NextIn, "50 are in 200 ms")
+	l, err = store.LeaseTokens(ctx, db.Pool, key, 60, at(50*time.Millisecond))
+	require.NoError(t, err)
+	require.Equal(t, 100*time.Millisecond, l.Start, "after both blocks")
+	require.Equal(t, 30, l.Granted, "up to 400 ms ahead")
+	l, err = store.LeaseTokens(ctx, db.Pool, key, 10, at(50*time.Millisecond))
+	require.NoError(t, err)
+	require.Zero(t, l.Granted, "nothing left within 400 ms")
+	require.Equal(t, 50*time.Millisecond, l.NextIn, "until half of 10 are free")
 }

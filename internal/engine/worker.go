@@ -191,8 +191,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	// A provider's account limit is taken before the claim: a worker that
 	// waits for a token holds no effect (the queue is the provider's own,
 	// so its workers waiting delay no other provider).
+	var due time.Time
 	if key := w.accountLimits[job.Queue]; key != "" {
-		ok, wait, err := w.limits.take(ctx, key, w.accountWait)
+		var ok bool
+		var wait time.Duration
+		var err error
+		due, ok, wait, err = w.limits.takeDue(ctx, key, w.accountWait, false)
 		if err != nil {
 			return err
 		}
@@ -216,6 +220,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	}
 	if claimed.Tenant != nil {
 		defer w.tenants.poke()
+	}
+	// While the account's limit binds, the request goes out a moment
+	// after its time, however long the claim took (sendDue).
+	if err := sendDue(ctx, due); err != nil {
+		if _, uerr := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); uerr != nil {
+			return uerr
+		}
+		return err
 	}
 	if w.tracer == nil {
 		return w.fire(ctx, job, claimed, before, nil)
@@ -263,7 +275,7 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 		waitFor = append(waitFor, TenantLimitPrefix+*claimed.Tenant)
 	}
 	for _, key := range waitFor {
-		ok, wait, err := w.limits.take(ctx, key, destinationWait)
+		ok, wait, err := w.limits.take(ctx, key, destinationWait, true)
 		if err != nil || !ok {
 			release(providers.ErrNotAttempted)
 			if _, uerr := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); uerr != nil {

@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/testdb"
+)
+
+// TestThreeReplicasTakeTurnsWithinTheRate: three processes' limiters, 30
+// workers each, take 150 requests of one key at 50/s on the real clock.
+// However their leases and sleeps interleave, no two seconds of the run hold
+// more than the rate plus the burst and what lateness crowds together,
+// and every request got its time.
+func TestThreeReplicasTakeTurnsWithinTheRate(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	store := NewStore(db.Schema)
+	ctx := context.Background()
+	const key, rate, total = "webhook:turns.example", 50.0, 150
+	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
+
+	var mu sync.Mutex
+	var times []time.Time
+	var wg sync.WaitGroup
+	for range 3 {
+		l := newLimiter(db.Pool, store, slog.New(slog.DiscardHandler), time.Second)
+		l.ensure(key, rate, "config")
+		for range 30 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					mu.Lock()
+					if len(times) >= total {
+						mu.Unlock()
+						return
+					}
+					mu.Unlock()
+					ok, wait, err := l.take(ctx, key, 30*time.Second, false)
+					require.NoError(t, err)
+					require.True(t, ok, "an account's worker waits for its time (told to wait %s)", wait)
+					mu.Lock()
+					times = append(times, time.Now())
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	require.GreaterOrEqual(t, len(times), total)
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	most := 0
+	for i := range times {
+		j := i
+		for j < len(times) && times[j].Sub(times[i]) < 2*time.Second {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	// Requests are never early; late ones crowd the next: two seconds
+	// hold the rate, the burst (a twentieth of a second) and what up to
+	// 300 ms of lateness (a loaded test machine's) brings together.
+	require.LessOrEqual(t, most, 118, "requests in the busiest two seconds")
+}
+
+// TestADestinationsLongLineDoesNotHoldWorkers: when more workers already
+// wait for a destination's key than this process's share of it serves
+// within their wait, a new one is told at once to come back later
+// instead of holding a worker; an account's worker (its queue is its
+// own) waits.
+func TestADestinationsLongLineDoesNotHoldWorkers(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	store := NewStore(db.Schema)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const key, rate = "webhook:slow.example", 0.2
+	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
+	l := newLimiter(db.Pool, store, slog.New(slog.DiscardHandler), time.Second)
+	l.ensure(key, rate, "config")
+
+	// The idle key's burst and the time after it: two requests at once.
+	for range 2 {
+		ok, _, err := l.take(ctx, key, 20*time.Second, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	// The next time is five seconds away: 0.2/s serves at most four in
+	// 20 s, so of twenty workers at most four wait; the others are told
+	// at once to come back after those ahead of them.
+	waiting := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.keys[key].waiting
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var served int
+	var turnedAway []time.Duration
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, wait, err := l.take(ctx, key, 20*time.Second, true)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+			case ok:
+				served++
+			default:
+				turnedAway = append(turnedAway, wait)
+			}
+		}()
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(turnedAway)+waiting() == 20
+	}, 10*time.Second, time.Millisecond)
+	mu.Lock()
+	require.Zero(t, served, "the next time is seconds away")
+	require.GreaterOrEqual(t, len(turnedAway), 16, "at most four hold a worker")
+	for _, wait := range turnedAway {
+		require.GreaterOrEqual(t, wait, 10*time.Second, "each comes back after at least the two ahead of it, at 0.2/s")
+	}
+	mu.Unlock()
+	require.GreaterOrEqual(t, waiting(), 2)
+
+	// An account's worker joins however long the line is.
+	before := waiting()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _, _ = l.take(ctx, key, 20*time.Second, false)
+	}()
+	require.Eventually(t, func() bool { return waiting() == before+1 }, 10*time.Second, time.Millisecond)
+	cancel()
+	wg.Wait()
+}
+
+// TestALimitThatDoesNotBindLeasesWhatItSpends: workers that take a key's
+// times with pauses between (a limit far above what they ask) spend what
+// their process leases, an idle key's burst too: few leases, and few times
+// leased and thrown away unused.
+func TestALimitThatDoesNotBindLeasesWhatItSpends(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	store := NewStore(db.Schema)
+	ctx := context.Background()
+	const key, workers, each = "noop:account", 100, 30
+	l := newLimiter(db.Pool, store, slog.New(slog.DiscardHandler), time.Second)
+	l.ensure(key, 1e6, "default")
+	require.NoError(t, l.writePending(ctx))
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range each {
+				ok, _, err := l.take(ctx, key, 30*time.Second, false)
+				require.NoError(t, err)
+				require.True(t, ok)
+				time.Sleep(time.Duration((i*7+j*13)%40) * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	row, err := store.LimitOf(ctx, db.Pool, key)
+	require.NoError(t, err)
+	require.LessOrEqual(t, row.Granted, int64(2*workers*each), "times leased for the %d taken", workers*each)
+}
