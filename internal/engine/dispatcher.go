@@ -105,7 +105,7 @@ type Config struct {
 	// (outboxctl limits set) is kept over these. See docs/limits.md.
 	Limits map[string]float64
 	// LimitPause is how long a 429 that names no delay pauses its limit
-	// key, doubled for each such 429 in a row. Default 1s.
+	// key, doubled for each such 429 in a row. Default 500ms.
 	LimitPause time.Duration
 	// TenantWindow is how many effects of one tenant, per provider, may
 	// have a dispatch job at once (queued in River or being worked);

@@ -57,8 +57,11 @@ const (
 	// those of the next block.
 	leaseTTL = 50 * time.Millisecond
 	// DefaultLimitPause is the first pause of a key after a 429 that named
-	// no delay; each episode in a row doubles it, up to maxLimitPause.
-	DefaultLimitPause = time.Second
+	// no delay (stripe-go's own retries start at 500 ms); each episode in
+	// a row doubles it, up to maxLimitPause. A key pauses for every
+	// replica: a few requests that arrived bunched should not cost it a
+	// whole second of its rate.
+	DefaultLimitPause = 500 * time.Millisecond
 	maxLimitPause     = time.Minute
 	// minRate is the lowest rate a 429 brings a key to.
 	minRate = 0.2
