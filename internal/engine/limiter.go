@@ -79,6 +79,10 @@ type keyState struct {
 	nextAt   time.Time
 	// scarce: the last lease got fewer times than asked (the key binds).
 	scarce bool
+	// line is how many effects wait for the key over every replica, read
+	// each limitRefresh while a destination's key binds here.
+	line  int
+	lined bool
 	// leasing is closed when the lease in flight returns.
 	leasing chan struct{}
 	waiting int
@@ -211,8 +215,11 @@ func (l *limiter) takeDue(ctx context.Context, key string, maxWait time.Duration
 	deadline := time.Now().Add(maxWait)
 	l.mu.Lock()
 	st := l.state(key)
+	if short {
+		st.lined = true
+	}
 	if now := time.Now(); short && st.limited && st.waiting >= max(2, int(st.share(now)*maxWait.Seconds())) {
-		wait := st.behind(now) + jitterUpTo(100*time.Millisecond)
+		wait := st.behind(now) + st.spread()
 		l.mu.Unlock()
 		return time.Time{}, false, wait, nil
 	}
@@ -240,7 +247,7 @@ func (l *limiter) takeDue(ctx context.Context, key string, maxWait time.Duration
 		if st.slots > 0 {
 			at := st.slotAt
 			if at.After(deadline) {
-				return time.Time{}, false, at.Sub(now) + st.behind(now) + jitterUpTo(100*time.Millisecond), nil
+				return time.Time{}, false, at.Sub(now) + st.behind(now) + st.spread(), nil
 			}
 			// This request's time: the next one, even if it is still
 			// ahead; it sleeps until then.
@@ -266,13 +273,13 @@ func (l *limiter) takeDue(ctx context.Context, key string, maxWait time.Duration
 				return time.Time{}, false, 0, err
 			}
 			if !time.Now().Before(deadline) {
-				return time.Time{}, false, st.behind(time.Now()) + jitterUpTo(100*time.Millisecond), nil
+				return time.Time{}, false, st.behind(time.Now()) + st.spread(), nil
 			}
 			continue
 		}
 		if now.Before(st.nextAt) {
 			if st.nextAt.After(deadline) {
-				return time.Time{}, false, st.nextAt.Sub(now) + st.behind(now) + jitterUpTo(100*time.Millisecond), nil
+				return time.Time{}, false, st.nextAt.Sub(now) + st.behind(now) + st.spread(), nil
 			}
 			if err := l.sleepUntil(ctx, st.nextAt, nil); err != nil {
 				return time.Time{}, false, 0, err
@@ -363,6 +370,19 @@ func (st *keyState) share(now time.Time) float64 {
 	return min(st.rate, max(st.rate/16, float64(st.leased.last(now))))
 }
 
+// spread is how long after those ahead of it in this process a request
+// turned away comes back: at random within the time the whole line (every
+// replica's effects waiting for the key) takes at the key's rate, so that
+// the jobs turned away come back about as fast as the key serves them, not
+// all together again (at least 100 ms); l.mu is held.
+func (st *keyState) spread() time.Duration {
+	d := 100 * time.Millisecond
+	if st.rate > 0 && st.line > 0 {
+		d = max(d, time.Duration(float64(st.line)/st.rate*float64(time.Second)))
+	}
+	return jitterUpTo(d)
+}
+
 // behind is how long the waiters ahead of a new one take at this
 // process's share of the key; l.mu is held.
 func (st *keyState) behind(now time.Time) time.Duration {
@@ -450,6 +470,30 @@ func (l *limiter) refresh(ctx context.Context) error {
 		}
 		if !st.limited {
 			st.slots = 0
+		}
+	}
+	var lined []string
+	for key, st := range l.keys {
+		if st.lined && st.scarce {
+			lined = append(lined, key)
+		} else {
+			st.line = 0
+		}
+	}
+	if len(lined) > 0 {
+		// A destination's jobs turned away come back spread over the
+		// time their whole line takes (spread): one read a second while
+		// a destination's limit binds here.
+		l.mu.Unlock()
+		lines, err := l.store.WaitingFor(ctx, l.pool, lined)
+		l.mu.Lock()
+		if err != nil {
+			return err
+		}
+		for _, key := range lined {
+			if st := l.keys[key]; st != nil {
+				st.line = lines[key]
+			}
 		}
 	}
 	for key, st := range l.keys {

@@ -143,6 +143,9 @@ ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, rate_source = excluded.rat
 	AND coalesce(last_throttle_at, updated_at) < now() - interval '1 day'`
 	sqlWaitingByLimit = `SELECT waiting_for, count(*), min(waiting_since), min(key_window_from) FROM /*schema*/side_effects
 WHERE phase = 'live' AND waiting_for IS NOT NULL AND waiting_for NOT LIKE 'turn:%' GROUP BY waiting_for`
+	// How many effects wait for each of the keys, over every replica.
+	sqlWaitingFor = `SELECT waiting_for, count(*) FROM /*schema*/side_effects
+WHERE phase = 'live' AND state = 'pending' AND waiting_for = ANY($1) GROUP BY waiting_for`
 	sqlLimitAudit = `INSERT INTO /*schema*/outboxd_limit_audit (key, actor, reason, from_rate, to_rate, resumed)
 VALUES ($1, $2, $3, $4, $5, $6)`
 	sqlLimitHistory = `SELECT key, actor, reason, from_rate, to_rate, resumed, created_at FROM /*schema*/outboxd_limit_audit
@@ -318,6 +321,26 @@ func (s *Store) Throttle(ctx context.Context, db TxDB, key string, after, base t
 		return time.Time{}, 0, fmt.Errorf("record 429 of limit %s: %w", key, err)
 	}
 	return until, left, nil
+}
+
+// WaitingFor counts the effects waiting for each of keys (over every
+// replica); a key none waits for is missing.
+func (s *Store) WaitingFor(ctx context.Context, db DB, keys []string) (map[string]int, error) {
+	rows, err := db.Query(ctx, s.sql(sqlWaitingFor), keys)
+	if err != nil {
+		return nil, fmt.Errorf("count effects waiting for limits: %w", err)
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var key string
+		var n int
+		if err := rows.Scan(&key, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[key] = n
+	}
+	return out, rows.Err()
 }
 
 // Limits lists every limit key's row.

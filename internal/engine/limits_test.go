@@ -321,3 +321,25 @@ func TestTheBucketsClockNeverRunsBackwards(t *testing.T) {
 	require.Zero(t, l.Granted, "nothing left within 400 ms")
 	require.Equal(t, 50*time.Millisecond, l.NextIn, "until half of 10 are free")
 }
+
+// TestTheLineOfAKeyIsCountedOverEveryReplica: the effects waiting for a
+// key, whichever replica turned them away, are counted from the database
+// (a destination's jobs turned away come back spread over that line).
+func TestTheLineOfAKeyIsCountedOverEveryReplica(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	const key, other = "webhook:line.example", "webhook:other.example"
+	for i := range 12 {
+		e := b.enqueue(t, "/line")
+		k := key
+		if i%4 == 0 {
+			k = other
+		}
+		require.NoError(t, b.store.MarkWaiting(ctx, b.db.Pool, e.ID, k))
+	}
+	b.enqueue(t, "/not-waiting")
+	lines, err := b.store.WaitingFor(ctx, b.db.Pool, []string{key, other, "webhook:none.example"})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{key: 9, other: 3}, lines)
+}
