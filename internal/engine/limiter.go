@@ -371,14 +371,15 @@ func (st *keyState) share(now time.Time) float64 {
 }
 
 // spread is how long after those ahead of it in this process a request
-// turned away comes back: at random within the time the whole line (every
-// replica's effects waiting for the key) takes at the key's rate, so that
-// the jobs turned away come back about as fast as the key serves them, not
+// turned away comes back: at random within three quarters of the time the
+// whole line (every replica's effects waiting for the key) takes at the
+// key's rate, so that the jobs turned away come back a little faster than
+// the key serves them (a time with no worker waiting for it is lost), not
 // all together again (at least 100 ms); l.mu is held.
 func (st *keyState) spread() time.Duration {
 	d := 100 * time.Millisecond
 	if st.rate > 0 && st.line > 0 {
-		d = max(d, time.Duration(float64(st.line)/st.rate*float64(time.Second)))
+		d = max(d, time.Duration(0.75*float64(st.line)/st.rate*float64(time.Second)))
 	}
 	return jitterUpTo(d)
 }

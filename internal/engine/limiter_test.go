@@ -179,8 +179,9 @@ func TestALimitThatDoesNotBindLeasesWhatItSpends(t *testing.T) {
 }
 
 // TestTurnedAwayJobsComeBackSpreadOverTheLine: a job turned away from a
-// destination's line comes back at random within the time the whole line
-// takes at the key's rate, not together with the others.
+// destination's line comes back at random within three quarters of the
+// time the whole line takes at the key's rate, not together with the
+// others.
 func TestTurnedAwayJobsComeBackSpreadOverTheLine(t *testing.T) {
 	st := &keyState{rate: 10, line: 200}
 	var most time.Duration
@@ -188,11 +189,11 @@ func TestTurnedAwayJobsComeBackSpreadOverTheLine(t *testing.T) {
 	for range 200 {
 		d := st.spread()
 		require.GreaterOrEqual(t, d, time.Duration(0))
-		require.LessOrEqual(t, d, 20*time.Second, "200 waiting at 10/s: within 20 s")
+		require.LessOrEqual(t, d, 15*time.Second, "200 waiting at 10/s: within three quarters of 20 s")
 		most = max(most, d)
 		seen[d] = true
 	}
-	require.Greater(t, most, 10*time.Second, "spread over the line, not bunched at its start")
+	require.Greater(t, most, 7*time.Second, "spread over the line, not bunched at its start")
 	require.Greater(t, len(seen), 150, "each its own time")
 	st.line = 0
 	for range 50 {
