@@ -22,16 +22,16 @@ import (
 // one row of outboxd_limits, kept as a schedule (GCRA, the generic cell
 // rate algorithm): refilled_at is the time up to which the key's rate is
 // given out. A process leases a block of request times from it, one
-// statement per block: the block starts at refilled_at (or a twentieth
-// of a second before now, when the key was idle: that is its burst), its times
-// are 1/rate apart, and refilled_at moves to the block's end. Blocks never
-// overlap, so the sum over all replicas never exceeds the rate by more
-// than the burst, however the leases interleave. A block may lie in the
-// future, at most leaseAhead: the process's workers wait in process for
-// their times, and the replicas take turns,
-// a block each, instead of a lock per request. A replica that dies loses at
-// most the block it held: the key runs slower for a moment, never faster.
-// (tokens is kept at 0; an earlier version counted a bucket there.)
+// statement per block: the block starts at refilled_at (or a twentieth of
+// a second before now, when the key was idle: that is its burst), its
+// times are 1/rate apart, and refilled_at moves to the block's end. Blocks
+// never overlap, so the sum over all replicas never exceeds the rate by
+// more than the burst, however the leases interleave. A block may lie in
+// the future, at most leaseAhead: the process's workers wait in process
+// for their times, and the replicas take turns, a block each, instead of a
+// lock per request. A replica that dies loses at most the block it held:
+// the key runs slower for a moment, never faster. (tokens is kept at 0; an
+// earlier version counted a bucket there.)
 //
 // A 429 pauses the key for every replica (for Retry-After, or a pause that
 // doubles with each episode in a row) and lowers its current rate (by a
