@@ -101,8 +101,15 @@ func (s StuckEffect) Explain(sit Situation) string {
 			"Act on %s; if it will never complete, `outboxctl release %s` lets this chain go on", s.BlockedBehind, *e.OrderingKey, s.BlockedBehind, s.BlockedBehind)
 	}
 	if d := sit.Destinations[webhookHost(e)]; d != "" && e.State != StateFailed {
+		// Never "confirm --kind": a partner that processed some of them
+		// and then hung would have the others confirmed unsent.
+		this := ""
+		if e.IdempotencyKey != "" {
+			this = "; this one's is " + e.IdempotencyKey
+		}
 		return fmt.Sprintf("destination %s: %s. Its effects wait without an attempt being counted; they go on when it answers again "+
-			"(or cancel them, or confirm those the receiver processed: `outboxctl confirm --kind %s`)", webhookHost(e), d, e.Kind)
+			"(or cancel them; or confirm only those the receiver's own log shows processed, by the webhook-id it logged: "+
+			"`outboxctl confirm <webhook-id> … --reason …`%s)", webhookHost(e), d, this)
 	}
 	if s.JobID == nil {
 		return "no live River job: nothing will fire it. `outboxctl requeue` gives it one (the sweeper would, within --sweep-interval)"
