@@ -289,7 +289,7 @@ func (l *limiter) takeDue(ctx context.Context, key string, maxWait time.Duration
 		// As many as wait now, or as this process took in a quarter of a
 		// second lately, whichever is more: a key whose rate does not
 		// bind costs a statement per block, not per few requests. At most
-		// a quarter of a second of the key's rate.
+		// leaseBlock (a fifth of a second) of the key's rate.
 		want := max(1, st.waiting, st.spent.last(now)/4)
 		if st.rate > 0 {
 			want = min(want, max(1, int(st.rate*leaseBlock)))
@@ -334,18 +334,10 @@ const sendLag = 100 * time.Millisecond
 
 // sendDue waits until due plus sendLag (due zero: not at all).
 func sendDue(ctx context.Context, due time.Time) error {
-	d := time.Until(due.Add(sendLag))
-	if due.IsZero() || d <= 0 {
+	if due.IsZero() {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return waitUntil(ctx, due.Add(sendLag), nil)
 }
 
 // dropStale forgets the leased times that passed more than leaseTTL ago
@@ -399,7 +391,16 @@ func (st *keyState) behind(now time.Time) time.Duration {
 func (l *limiter) sleepUntil(ctx context.Context, t time.Time, ch chan struct{}) error {
 	l.mu.Unlock()
 	defer l.mu.Lock()
-	timer := time.NewTimer(time.Until(t))
+	return waitUntil(ctx, t, ch)
+}
+
+// waitUntil waits until t, ch closing (nil: never) or ctx ending.
+func waitUntil(ctx context.Context, t time.Time, ch chan struct{}) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
