@@ -1,6 +1,8 @@
 package outboxtype
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -95,3 +97,35 @@ const (
 // ActionEventConfirm is the audit action of an effect confirmed by a
 // provider event.
 const ActionEventConfirm = "event_confirm"
+
+// Object is the provider's object as the drift's event showed it, for
+// people: its id, then status, amount and currency, and the provider's
+// explanation ("re_77: status succeeded, amount 4200 EUR").
+func (r DriftRecord) Object() string {
+	object := r.ObjectID
+	if object == "" {
+		object = "-"
+	}
+	var facts []string
+	if st, ok := r.Details["status"].(string); ok {
+		facts = append(facts, "status "+st)
+	}
+	if amt, ok := r.Details["amount"].(float64); ok {
+		cur, _ := r.Details["currency"].(string)
+		facts = append(facts, strings.TrimSpace(fmt.Sprintf("amount %d %s", int64(amt), strings.ToUpper(cur))))
+	}
+	if det, ok := r.Details["detail"].(string); ok {
+		facts = append(facts, det)
+	}
+	if len(facts) > 0 {
+		object += ": " + strings.Join(facts, ", ")
+	}
+	return object
+}
+
+// EventAt is when the provider's event says its object changed, as the
+// provider wrote it ("" when it did not say).
+func (r DriftRecord) EventAt() string {
+	at, _ := r.Details["event_at"].(string)
+	return at
+}

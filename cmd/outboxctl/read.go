@@ -485,25 +485,11 @@ func printDrift(out io.Writer, r outboxtype.DriftRecord) {
 	}
 	fmt.Fprintf(out, "#%d  %s  %s  %s\n", r.ID, r.CreatedAt.UTC().Format(time.RFC3339), r.Reason, effect)
 	fmt.Fprintf(out, "  %s event %s (%s)", r.Provider, r.EventID, r.EventType)
-	if at, ok := r.Details["event_at"].(string); ok {
+	if at := r.EventAt(); at != "" {
 		fmt.Fprintf(out, " at %s", at)
 	}
 	fmt.Fprintf(out, ", key %s\n", r.IdempotencyKey)
-	object := orDash(r.ObjectID)
-	var facts []string
-	if st, ok := r.Details["status"].(string); ok {
-		facts = append(facts, "status "+st)
-	}
-	if amt, ok := r.Details["amount"].(float64); ok {
-		cur, _ := r.Details["currency"].(string)
-		facts = append(facts, strings.TrimSpace(fmt.Sprintf("amount %d %s", int64(amt), strings.ToUpper(cur))))
-	}
-	if det, ok := r.Details["detail"].(string); ok {
-		facts = append(facts, det)
-	}
-	if len(facts) > 0 {
-		object += ": " + strings.Join(facts, ", ")
-	}
+	object := r.Object()
 	fmt.Fprintf(out, "  object %s\n  check: %s\n", object, r.Check)
 	if r.AcknowledgedAt != nil {
 		fmt.Fprintf(out, "  acknowledged %s by %s: %s\n", r.AcknowledgedAt.UTC().Format(time.RFC3339), deref(r.AcknowledgedBy), deref(r.AckReason))

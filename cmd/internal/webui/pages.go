@@ -40,7 +40,23 @@ type overviewData struct {
 	// back (breaker open, at its cap, not answering): the first thing to
 	// know when a partner stops answering.
 	HeldBack []outboxtype.HeldDestination
+	// Drift is the newest drift records nobody reviewed, of DriftCount.
+	Drift      []driftRow
+	DriftCount int64
+	// NeedsYou says what asks for a person, one item each; empty when
+	// nothing does.
+	NeedsYou []needsYou
 }
+
+// needsYou is one line of the overview's "needs you": how many, of what,
+// and where to go.
+type needsYou struct {
+	Text, Href string
+}
+
+// overviewDrift is how many of the unreviewed drift records the overview
+// lists; the drift page has them all.
+const overviewDrift = 5
 
 // reasonsOf is how many of the newest failures the failure reasons group:
 // enough to name every cause of an incident, and a read that stays the
@@ -75,6 +91,20 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.HeldBack = sit.HeldBack
+	if d.DriftCount, err = u.op.UnacknowledgedDrift(ctx); err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read drift", err)
+		return
+	}
+	if d.DriftCount > 0 {
+		recs, err := u.op.Drift(ctx, outboxtype.DriftFilter{Limit: overviewDrift})
+		if err != nil {
+			u.fail(w, http.StatusInternalServerError, "could not read drift", err)
+			return
+		}
+		for _, rec := range recs {
+			d.Drift = append(d.Drift, driftRowOf(rec))
+		}
+	}
 	for _, s := range outboxtype.ChainsUnderHeads(stuck) {
 		sit.KeyWindow = u.cfg.KeyWindow(s.Provider)
 		d.Stuck = append(d.Stuck, stuckRow{s, s.Explain(sit)})
@@ -99,11 +129,32 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 		d.FailedHour += m.Failed
 	}
 	d.Chart = chart(start, minutes)
+	d.NeedsYou = u.needsYou(&d)
 	if d.Recent, err = u.op.List(ctx, outboxtype.Filter{Limit: 10}); err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read recent effects", err)
 		return
 	}
 	u.render(w, r, http.StatusOK, "overview", "Overview", d)
+}
+
+// needsYou lists what asks for a person on the overview: stuck and
+// failed effects by cause, drift nobody reviewed, destinations held back.
+func (u *ui) needsYou(d *overviewData) []needsYou {
+	var out []needsYou
+	var effects int64
+	for _, g := range d.Incidents {
+		effects += g.Count
+	}
+	if len(d.Incidents) > 0 {
+		out = append(out, needsYou{fmt.Sprintf("%d stuck or failed effect(s) in %d incident(s), by cause below", effects, len(d.Incidents)), "#incidents"})
+	}
+	if d.DriftCount > 0 {
+		out = append(out, needsYou{fmt.Sprintf("%d drift record(s) to review: a provider did something outboxd does not hold", d.DriftCount), u.cfg.Prefix + "drift"})
+	}
+	if len(d.HeldBack) > 0 {
+		out = append(out, needsYou{fmt.Sprintf("%d webhook destination(s) held back", len(d.HeldBack)), "#heldback"})
+	}
+	return out
 }
 
 // chart draws confirmed (green) and failed (red) effects per minute over
@@ -360,6 +411,8 @@ type effectData struct {
 	Audit     []outboxtype.AuditEntry
 	Delivery  *outboxtype.Delivery
 	Drift     []outboxtype.DriftRecord
+	// DriftOpen is whether any of Drift awaits a review.
+	DriftOpen bool
 	Actions   []string
 	Flash     string
 	// BlockedBehind is the earlier effect of its ordering key it waits for.
@@ -424,6 +477,12 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 				d.Flash += " (" + details.Warning + ")"
 			}
 		}
+	}
+	for _, rec := range d.Drift {
+		d.DriftOpen = d.DriftOpen || rec.AcknowledgedAt == nil
+	}
+	if n := r.URL.Query().Get("acked"); n != "" && d.Flash == "" {
+		d.Flash = "drift acknowledged: see the review below"
 	}
 	d.Timeline = outboxtype.Timeline(e, d.Attempts, d.Audit, d.Delivery, d.Drift)
 	ts := func(t *time.Time) string {

@@ -146,7 +146,7 @@ func New(cfg Config) (http.Handler, error) {
 			return *s
 		},
 	}
-	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk", "replays", "replay", "limits"} {
+	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk", "replays", "replay", "limits", "drift"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("webui: template %s: %w", page, err)
@@ -168,6 +168,8 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("POST "+p+"effects/{id}/actions/{action}", u.act)
 	mux.HandleFunc("GET "+p+"limits", u.limits)
 	mux.HandleFunc("POST "+p+"limits", u.setLimit)
+	mux.HandleFunc("GET "+p+"drift", u.drift)
+	mux.HandleFunc("POST "+p+"drift/ack", u.ackDrift)
 	mux.HandleFunc("GET "+p+"replays", u.replays)
 	mux.HandleFunc("POST "+p+"replays", u.startReplay)
 	mux.HandleFunc("GET "+p+"replays/{id}", u.replay)
