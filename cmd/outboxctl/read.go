@@ -426,6 +426,9 @@ currency, the provider's explanation) and what to check. Reasons:
   acted_while_cancelled  the provider acted on a cancelled effect
   two_objects            a second provider object carries a confirmed effect's key
   undone_after_confirm   a confirmed effect's object was later undone (refund failed, payment canceled)
+  other_provider         an event of one provider names the key of another provider's effect
+  other_operation        an event is about an object the effect's operation does not create
+  other_object           an event is about another object than the one the effect acts on
 
 Drift changes no effect: decide, then confirm, retry or undo at the provider,
 and record the review with "outboxctl drift ack <id> --reason": the record
