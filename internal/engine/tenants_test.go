@@ -169,9 +169,11 @@ func TestATenantsOwnRate(t *testing.T) {
 			last = d.At
 		}
 	}
-	// Four a second, a bucket of at most one: five requests take at least
-	// a second (the first goes at once).
-	require.GreaterOrEqual(t, last.Sub(first), 800*time.Millisecond, "tenant slow's five requests at 4/s")
+	// Four a second: the key's schedule gives five requests times a
+	// second apart from first to last. The first may go late (its
+	// connection is new) and so nearer the others; unpaced, all five go
+	// within a few milliseconds.
+	require.GreaterOrEqual(t, last.Sub(first), 500*time.Millisecond, "tenant slow's five requests at 4/s")
 	reports, err := b.store.LimitReports(context.Background(), b.db.Pool)
 	require.NoError(t, err)
 	var granted int64
