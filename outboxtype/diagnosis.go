@@ -36,6 +36,9 @@ type Situation struct {
 	Destinations map[string]string
 	// HeldBack lists the same, one entry per destination and dispatcher.
 	HeldBack []HeldDestination
+	// Say names actions as the surface showing the advice offers them
+	// (CLI when nil, Web).
+	Say Surface
 }
 
 // HeldDestination is a webhook destination a running dispatcher's gate
@@ -62,7 +65,7 @@ func (s StuckEffect) Explain(sit Situation) string {
 		lastErr = *e.LastError
 	}
 	if e.State == StateFailed {
-		return "failed: " + strings.TrimRight(lastErr, ". ") + ". " + failedAdvice(e, lastErr)
+		return "failed: " + strings.TrimRight(lastErr, ". ") + ". " + failedAdvice(e, lastErr, sit)
 	}
 	if tenant, ok := strings.CutPrefix(deref(e.WaitingFor), "turn:"); ok && e.State == StatePending {
 		why := fmt.Sprintf("waiting for its tenant's turn (tenant %s)", tenant)
@@ -70,7 +73,7 @@ func (s StuckEffect) Explain(sit Situation) string {
 			why += " since " + relative(*e.WaitingSince, now)
 		}
 		return why + ": each tenant has a window of effects with a dispatch job at once, and this one gets its job when one of " +
-			"the tenant's ends (fair shares; waiting is not an attempt). `outboxctl tenants` shows each tenant's queue"
+			"the tenant's ends (fair shares; waiting is not an attempt). " + sit.say(ActTenants, "") + " shows each tenant's queue"
 	}
 	if e.WaitingFor != nil && e.State == StatePending {
 		why := fmt.Sprintf("waiting for limit %s", *e.WaitingFor)
@@ -88,7 +91,7 @@ func (s StuckEffect) Explain(sit Situation) string {
 				why += " (if it is still waiting then, it fails for reconciliation: raise the key's rate, or check the provider)"
 			}
 		}
-		return why + ". `outboxctl limits` shows the key's rate and pause; `outboxctl limits set` changes them"
+		return why + ". " + sit.say(ActLimits, "") + " shows the key's rate and pause"
 	}
 	if sit.KeyWindow > 0 && e.KeyWindowFrom != nil {
 		if closes := e.KeyWindowFrom.Add(sit.KeyWindow); closes.Sub(now) < time.Hour {
@@ -98,7 +101,7 @@ func (s StuckEffect) Explain(sit Situation) string {
 	}
 	if s.BlockedBehind != nil && e.OrderingKey != nil {
 		return fmt.Sprintf("blocked behind %s on ordering key %q: it fires once that effect ends (confirmed, cancelled or released). "+
-			"Act on %s; if it will never complete, `outboxctl release %s` lets this chain go on", s.BlockedBehind, *e.OrderingKey, s.BlockedBehind, s.BlockedBehind)
+			"Act on %s; if it will never complete, %s lets this chain go on", s.BlockedBehind, *e.OrderingKey, s.BlockedBehind, sit.say(ActRelease, s.BlockedBehind.String()))
 	}
 	if d := sit.Destinations[webhookHost(e)]; d != "" && e.State != StateFailed {
 		// Never "confirm --kind": a partner that processed some of them
@@ -109,10 +112,10 @@ func (s StuckEffect) Explain(sit Situation) string {
 		}
 		return fmt.Sprintf("destination %s: %s. Its effects wait without an attempt being counted; they go on when it answers again "+
 			"(or cancel them; or confirm only those the receiver's own log shows processed, by the webhook-id it logged: "+
-			"`outboxctl confirm <webhook-id> … --reason …`%s)", webhookHost(e), d, this)
+			"%s%s)", webhookHost(e), d, sit.say(ActConfirmLogged, ""), this)
 	}
 	if s.JobID == nil {
-		return "no live River job: nothing will fire it. `outboxctl requeue` gives it one (the sweeper would, within --sweep-interval)"
+		return "no live River job: nothing will fire it. " + sit.say(ActRequeue, "") + " gives it one (the sweeper would, within --sweep-interval)"
 	}
 	running := s.JobState != nil && *s.JobState == "running"
 	if e.Attempts > 0 && lastErr != "" && !running {
@@ -144,14 +147,14 @@ func (s StuckEffect) Explain(sit Situation) string {
 		var who string
 		switch {
 		case sit.Dispatchers == 0:
-			who = "no outboxd has reported in the last minute: start one (`outboxctl dispatchers` lists them). It rescues the job within seconds and "
+			who = "no outboxd has reported in the last minute: start one (" + sit.say(ActDispatchers, "") + " lists them). It rescues the job within seconds and "
 		case sit.Dispatchers > 0:
 			who = fmt.Sprintf("the process that called the provider died mid-call; River on one of the %d running outboxd rescues the job within its rescuer interval (30s) and ", sit.Dispatchers)
 		default:
-			who = "the worker died mid-call (is any outboxd running? `outboxctl dispatchers`); an outboxd rescues the job and "
+			who = "the worker died mid-call (is any outboxd running? " + sit.say(ActDispatchers, "") + "); an outboxd rescues the job and "
 		}
 		return head + who + fmt.Sprintf("re-fires it with the same key (at_least_once) or parks it for review (at_most_once). "+
-			"To resolve it yourself: %s, then `outboxctl confirm --ref` if done, or let it re-fire", lookUp(e))
+			"To resolve it yourself: %s, then %s if done, or let it re-fire", lookUp(e, sit), sit.say(ActConfirm, ""))
 	}
 	if running && e.State == StateFired && e.FiredAt != nil {
 		from := sit.BoundFrom
@@ -189,13 +192,13 @@ func webhookHost(e *Effect) string {
 
 // lookUp says how to find out, at e's provider, whether its key was acted
 // on: each provider offers something else.
-func lookUp(e *Effect) string {
+func lookUp(e *Effect, sit Situation) string {
 	switch e.Provider {
 	case "stripe":
-		return fmt.Sprintf("`outboxctl reconcile %s` asks Stripe for the objects carrying key %s", e.ID, e.IdempotencyKey)
+		return fmt.Sprintf("%s asks Stripe for the objects carrying key %s", sit.say(ActReconcile, ""), e.IdempotencyKey)
 	case "sendgrid":
 		return fmt.Sprintf("find the message with custom argument outboxd_idempotency_key=%s in SendGrid's Email Activity "+
-			"(`outboxctl reconcile %s` shows what SendGrid's events told outboxd)", e.IdempotencyKey, e.ID)
+			"(%s shows what SendGrid's events told outboxd)", e.IdempotencyKey, sit.say(ActReconcile, ""))
 	case "webhook":
 		return fmt.Sprintf("ask the receiver whether it processed webhook-id %s (its Idempotency-Key)", e.IdempotencyKey)
 	default:
@@ -234,25 +237,26 @@ func WhatNow(e *Effect, jobs []Job, blockedBehind *uuid.UUID, sit Situation) str
 
 // failedAdvice says, per failure class, which actions are safe for a
 // failed effect and which one could cause a second real-world effect.
-func failedAdvice(e *Effect, lastErr string) string {
+func failedAdvice(e *Effect, lastErr string, sit Situation) string {
+	retry, cancel, confirm := sit.say(ActRetry, ""), sit.say(ActCancel, ""), sit.say(ActConfirm, "")
 	switch {
 	case strings.HasPrefix(lastErr, ReasonUnqueueable):
-		return "Fix the row's provider, then `outboxctl retry`; or `outboxctl cancel`."
+		return "Fix the row's provider, then " + retry + "; or " + cancel + "."
 	case strings.HasPrefix(lastErr, ReasonInDoubt) || e.InDoubt && !strings.HasPrefix(lastErr, ReasonKeyWindow):
 		events := ""
 		if e.Provider == "stripe" || e.Provider == "sendgrid" {
 			events = " (with provider events on, outboxd confirms it by itself when the provider's event arrives)"
 		}
 		return fmt.Sprintf("An earlier request may have been delivered: %s%s. "+
-			"Done: `outboxctl confirm --ref`. Not done: `outboxctl retry` (with --allow-duplicate for at_most_once kinds: "+
-			"a second delivery if it was done after all). Not wanted: `outboxctl cancel`.", lookUp(e), events)
+			"Done: %s. Not done: %s (for at_most_once kinds %s: "+
+			"a second delivery if it was done after all). Not wanted: %s.", lookUp(e, sit), events, confirm, retry, sit.say(ActRetryAllowDuplicate, ""), cancel)
 	case strings.HasPrefix(lastErr, ReasonKeyWindow):
 		return fmt.Sprintf("The provider may have forgotten key %s, so a re-fire could act twice: check at the provider. "+
-			"Done: `outboxctl confirm --ref`. Not done: `outboxctl retry --force` (a new key window). Not wanted: `outboxctl cancel`.", e.IdempotencyKey)
+			"Done: %s. Not done: %s (a new key window). Not wanted: %s.", e.IdempotencyKey, confirm, sit.say(ActRetryForce, ""), cancel)
 	case strings.HasPrefix(lastErr, "retries exhausted"):
-		return "The provider never acted (each failure proved it): `outboxctl retry` once the cause is fixed (same key, no duplicate), or `outboxctl cancel`."
+		return "The provider never acted (each failure proved it): " + retry + " once the cause is fixed (same key, no duplicate), or " + cancel + "."
 	default:
-		return "The provider refused it (permanent): `outboxctl cancel` if it should not happen, or fix the cause and `outboxctl retry` (same key)."
+		return "The provider refused it (permanent): " + cancel + " if it should not happen, or fix the cause and " + retry + " (same key)."
 	}
 }
 

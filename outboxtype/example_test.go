@@ -18,7 +18,7 @@ func ExampleStuckEffect_Diagnosis() {
 		State: outboxtype.StateFailed, LastError: &lastErr}}
 	fmt.Println(s.Diagnosis(time.Now(), 3*time.Minute, 0))
 	// Output:
-	// failed: key window expired: reconcile at provider. The provider may have forgotten key 4bccfbccfcac8e1f, so a re-fire could act twice: check at the provider. Done: `outboxctl confirm --ref`. Not done: `outboxctl retry --force` (a new key window). Not wanted: `outboxctl cancel`.
+	// failed: key window expired: reconcile at provider. The provider may have forgotten key 4bccfbccfcac8e1f, so a re-fire could act twice: check at the provider. Done: `outboxctl confirm --ref …`. Not done: `outboxctl retry --force` (a new key window). Not wanted: `outboxctl cancel`.
 }
 
 // ExampleRetryPolicy_Delay shows the retry schedule's bounds: each delay is

@@ -88,7 +88,7 @@ func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.
 		}
 	case e.State == StateFailed:
 		if err := s.drift(ctx, tx, &res, ev, e, DriftActedWhileFailed, fmt.Sprintf(
-			"%s acted on %s although outboxd failed it (%s): check %s; if it stands, `outboxctl confirm %s --ref %s`, else undo it at %s",
+			"%s acted on %s although outboxd failed it (%s): check %s; if it stands, confirm %s with reference %s, else undo it at %s",
 			ev.Provider, e.ID, deref(e.LastError), orNone(ev.ObjectID), e.ID, orNone(ev.ObjectID), ev.Provider)); err != nil {
 			return res, err
 		}

@@ -122,7 +122,8 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change,
 	if e.InDoubt && o.Policy(e.Provider, e.Kind) == providers.AtMostOnce {
 		if !opts.AllowDuplicate {
 			return fmt.Sprintf("in doubt and at_most_once: an earlier request may have been delivered, and %s has no idempotency key to stop a second one. "+
-				"Check the provider for key %s; if it was done, `outboxctl confirm --ref`; to re-send anyway, accepting a possible duplicate, `outboxctl retry --allow-duplicate`",
+				"Check the provider for key %s; if it was done, confirm it with the provider's reference; to re-send anyway, accepting a possible duplicate, "+
+				"retry allowing a duplicate (retry --allow-duplicate; \"allow a duplicate\" ticked in the web view)",
 				e.Provider, e.IdempotencyKey), nil
 		}
 		ch.ClearsDoubt = true
@@ -139,7 +140,8 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change,
 			}
 			if !opts.Force {
 				return fmt.Sprintf("key window %s (first request with the key at %s): %s may forget key %s before a new round of attempts ends, and a re-fire could then act twice. "+
-					"Check at the provider whether it was done; if so, `outboxctl confirm --ref`; if not, `outboxctl retry --force` fires it again under a new key window",
+					"Check at the provider whether it was done; if so, confirm it with the provider's reference; if not, a forced retry "+
+					"(retry --force; \"force\" ticked in the web view) fires it again under a new key window",
 					state, e.KeyWindowFrom.UTC().Format(time.RFC3339), e.Provider, e.IdempotencyKey), nil
 			}
 			ch.RestartsKeyWindow = true

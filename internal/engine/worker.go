@@ -547,7 +547,7 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 // next attempt applies policy.
 func confirmFailedNote(policy providers.InDoubtPolicy) string {
 	if policy == providers.AtMostOnce {
-		return "provider acknowledged but confirm failed; at_most_once: the next attempt parks it in doubt for review, not re-sent (the provider did act: confirm it with outboxctl confirm --ref)"
+		return "provider acknowledged but confirm failed; at_most_once: the next attempt parks it in doubt for review, not re-sent (the provider did act: confirm it with its reference)"
 	}
 	return "provider acknowledged but confirm failed; will re-fire with the same key (the provider answers from its idempotency record)"
 }

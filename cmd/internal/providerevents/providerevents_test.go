@@ -300,7 +300,7 @@ func TestDriftIsRecorded(t *testing.T) {
 	require.Nil(t, byReason[engine.DriftUnknownKey].EffectID)
 	require.Contains(t, byReason[engine.DriftUnknownKey].Check, "no effect has key f00d")
 	require.Equal(t, failed.ID, *byReason[engine.DriftActedWhileFailed].EffectID)
-	require.Contains(t, byReason[engine.DriftActedWhileFailed].Check, "outboxctl confirm "+failed.ID.String()+" --ref cus_2")
+	require.Contains(t, byReason[engine.DriftActedWhileFailed].Check, "confirm "+failed.ID.String()+" with reference cus_2")
 	require.Equal(t, cancelled.ID, *byReason[engine.DriftActedWhileCancelled].EffectID)
 	require.Contains(t, byReason[engine.DriftTwoObjects].Check, "cus_A (confirmed) and cus_B")
 	require.Contains(t, byReason[engine.DriftUndone].Check, "refund.failed (failed: expired_or_canceled_card)")

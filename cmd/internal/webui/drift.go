@@ -147,4 +147,3 @@ func (u *ui) ackDrift(w http.ResponseWriter, r *http.Request) {
 	}
 	http.Redirect(w, r, u.cfg.Prefix+"drift?acked="+strconv.Itoa(len(done)), http.StatusSeeOther)
 }
-

@@ -556,7 +556,9 @@ func (u *ui) situation(r *http.Request, now time.Time) (outboxtype.Situation, er
 	if err != nil {
 		return outboxtype.Situation{}, err
 	}
-	return outboxtype.SituationOf(now, u.cfg.FiredBound, ds), nil
+	sit := outboxtype.SituationOf(now, u.cfg.FiredBound, ds)
+	sit.Say = outboxtype.Web
+	return sit, nil
 }
 
 func actionsFor(e *outboxtype.Effect) []string {

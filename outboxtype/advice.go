@@ -1,0 +1,122 @@
+package outboxtype
+
+import "fmt"
+
+// Act is an operator action that advice names. Advice is written once
+// (Explain, WhatNow) and says each action the way the surface it is shown
+// on offers it: a command for outboxctl, a button or page for the web
+// view (Situation.Say).
+type Act string
+
+// The actions advice names.
+const (
+	// ActConfirm: record that the provider did it, with its reference.
+	ActConfirm Act = "confirm"
+	// ActConfirmLogged: confirm only the webhooks a receiver's own log
+	// shows processed, by the webhook-ids it logged.
+	ActConfirmLogged Act = "confirm-logged"
+	// ActRetry: back to pending, same key.
+	ActRetry Act = "retry"
+	// ActRetryAllowDuplicate: retry an at_most_once effect in doubt.
+	ActRetryAllowDuplicate Act = "retry-allow-duplicate"
+	// ActRetryForce: retry past a closing key window (a new window).
+	ActRetryForce Act = "retry-force"
+	// ActCancel: never fire it.
+	ActCancel Act = "cancel"
+	// ActRelease: let the effects after the named one on its ordering key
+	// go on.
+	ActRelease Act = "release"
+	// ActRequeue: give a live effect with no River job a new job.
+	ActRequeue Act = "requeue"
+	// ActReconcile: ask the provider what it did with the effect's key.
+	ActReconcile Act = "reconcile"
+	// ActLimits: the rate limit keys, their rate and pause.
+	ActLimits Act = "limits"
+	// ActTenants: each tenant's queue.
+	ActTenants Act = "tenants"
+	// ActDispatchers: the running outboxd processes.
+	ActDispatchers Act = "dispatchers"
+)
+
+// Surface says action a (on the effect or record id, where it names one)
+// as the place the advice is shown offers it.
+type Surface func(a Act, id string) string
+
+// CLI says actions as outboxctl commands.
+func CLI(a Act, id string) string {
+	arg := ""
+	if id != "" {
+		arg = " " + id
+	}
+	switch a {
+	case ActConfirm:
+		return "`outboxctl confirm" + arg + " --ref …`"
+	case ActConfirmLogged:
+		return "`outboxctl confirm <webhook-id> … --reason …`"
+	case ActRetry:
+		return "`outboxctl retry" + arg + "`"
+	case ActRetryAllowDuplicate:
+		return "`outboxctl retry" + arg + " --allow-duplicate`"
+	case ActRetryForce:
+		return "`outboxctl retry" + arg + " --force`"
+	case ActCancel:
+		return "`outboxctl cancel" + arg + "`"
+	case ActRelease:
+		return "`outboxctl release" + arg + "`"
+	case ActRequeue:
+		return "`outboxctl requeue" + arg + "`"
+	case ActReconcile:
+		return "`outboxctl reconcile" + arg + "`"
+	case ActLimits:
+		return "`outboxctl limits` (and `outboxctl limits set`)"
+	case ActTenants:
+		return "`outboxctl tenants`"
+	case ActDispatchers:
+		return "`outboxctl dispatchers`"
+	}
+	return fmt.Sprintf("`outboxctl %s%s`", a, arg)
+}
+
+// Web says actions as the web view offers them: the effect page's buttons
+// and the pages in its header.
+func Web(a Act, id string) string {
+	on := ""
+	if id != "" {
+		on = " on " + id
+	}
+	switch a {
+	case ActConfirm:
+		return "Confirm" + on + " (with the provider's reference)"
+	case ActConfirmLogged:
+		return "Search with the webhook-ids the receiver logged pasted in, tick the effects found and Confirm them"
+	case ActRetry:
+		return "Retry" + on
+	case ActRetryAllowDuplicate:
+		return "Retry" + on + " with \"allow a duplicate\" ticked"
+	case ActRetryForce:
+		return "Retry" + on + " with \"force\" ticked"
+	case ActCancel:
+		return "Cancel" + on
+	case ActRelease:
+		return "Release" + on
+	case ActRequeue:
+		return "Requeue" + on
+	case ActReconcile:
+		return "Ask the provider" + on
+	case ActLimits:
+		return "the Limits page (it sets a key's rate)"
+	case ActTenants:
+		return "the Limits page's tenants"
+	case ActDispatchers:
+		return "the Dispatchers page"
+	}
+	return string(a) + on
+}
+
+// say is the situation's surface, outboxctl's by default.
+func (sit Situation) say(a Act, id string) string {
+	if sit.Say != nil {
+		return sit.Say(a, id)
+	}
+	return CLI(a, id)
+}
