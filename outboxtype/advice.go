@@ -38,19 +38,27 @@ const (
 	ActDispatchers Act = "dispatchers"
 )
 
-// Surface says action a (on the effect or record id, where it names one)
-// as the place the advice is shown offers it.
-type Surface func(a Act, id string) string
+// Action is one action as advice names it: what, on which effect (""
+// for the effect at hand) and, for a confirmation, with which reference
+// when it is known.
+type Action struct {
+	Act Act
+	ID  string
+	Ref string
+}
+
+// Surface says an action as the place the advice is shown offers it.
+type Surface func(Action) string
 
 // CLI says actions as outboxctl commands.
-func CLI(a Act, id string) string {
-	arg := ""
-	if id != "" {
-		arg = " " + id
+func CLI(x Action) string {
+	a, arg := x.Act, ""
+	if x.ID != "" {
+		arg = " " + x.ID
 	}
 	switch a {
 	case ActConfirm:
-		return "`outboxctl confirm" + arg + " --ref …`"
+		return "`outboxctl confirm" + arg + " --ref " + cmpOr(x.Ref, "…") + "`"
 	case ActConfirmLogged:
 		return "`outboxctl confirm <webhook-id> … --reason …`"
 	case ActRetry:
@@ -79,13 +87,16 @@ func CLI(a Act, id string) string {
 
 // Web says actions as the web view offers them: the effect page's buttons
 // and the pages in its header.
-func Web(a Act, id string) string {
-	on := ""
-	if id != "" {
-		on = " on " + id
+func Web(x Action) string {
+	a, on := x.Act, ""
+	if x.ID != "" {
+		on = " on " + x.ID
 	}
 	switch a {
 	case ActConfirm:
+		if x.Ref != "" {
+			return "Confirm" + on + " with reference " + x.Ref
+		}
 		return "Confirm" + on + " (with the provider's reference)"
 	case ActConfirmLogged:
 		return "Search with the webhook-ids the receiver logged pasted in, tick the effects found and Confirm them"
@@ -116,7 +127,14 @@ func Web(a Act, id string) string {
 // say is the situation's surface, outboxctl's by default.
 func (sit Situation) say(a Act, id string) string {
 	if sit.Say != nil {
-		return sit.Say(a, id)
+		return sit.Say(Action{Act: a, ID: id})
 	}
-	return CLI(a, id)
+	return CLI(Action{Act: a, ID: id})
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

@@ -20,6 +20,7 @@ package sideeffects
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -373,6 +374,42 @@ func (o *Operator) Attempts(ctx context.Context, id uuid.UUID) ([]outboxtype.Att
 // of effect id (ErrNotFound when none).
 func (o *Operator) Delivery(ctx context.Context, id uuid.UUID) (*outboxtype.Delivery, error) {
 	return o.op.Store().Delivery(ctx, o.op.Pool(), id)
+}
+
+// Reconcile asks the provider what it holds for effect e's key: asker
+// (the provider's Reconciler; nil when none can be asked) for the objects
+// it created or changed, SendGrid's recorded events for a mail, nothing
+// for a webhook (its receiver's log is the only record). It reads only;
+// the result's Suggest says what to do.
+func (o *Operator) Reconcile(ctx context.Context, e *EffectRow, asker providers.Reconciler) (*outboxtype.Reconciliation, error) {
+	rec := &outboxtype.Reconciliation{Effect: e}
+	var err error
+	switch {
+	case asker != nil:
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if rec.Found, rec.Asked, err = asker.Lookup(lctx, e.Payload, e.IdempotencyKey); err != nil {
+			return nil, fmt.Errorf("asking %s: %w", e.Provider, err)
+		}
+	case e.Provider == "sendgrid":
+		if rec.Delivery, err = o.Delivery(ctx, e.ID); err != nil {
+			return nil, err
+		}
+		rec.Asked = "read the SendGrid events outboxd received for the key"
+		if rec.Delivery != nil {
+			ref := ""
+			if e.ProviderRef != nil {
+				ref = *e.ProviderRef
+			}
+			rec.Found = []providers.Found{{ID: ref, Object: "mail", Status: rec.Delivery.Status, Created: rec.Delivery.EventAt}}
+		}
+	default:
+		rec.Asked = "nothing to ask " + e.Provider + ": look for webhook-id " + e.IdempotencyKey + " in the receiver's log"
+	}
+	if rec.Drift, err = o.Drift(ctx, outboxtype.DriftFilter{EffectID: &e.ID}); err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // Drift lists what provider events contradicted, newest first.

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,17 +14,6 @@ import (
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/stripe"
 )
-
-// reconciliation is what reconcile found, for --json.
-type reconciliation struct {
-	Effect     *outboxtype.Effect       `json:"effect"`
-	Asked      string                   `json:"asked"`
-	Found      []providers.Found        `json:"found"`
-	Delivery   *outboxtype.Delivery     `json:"delivery,omitempty"`
-	Suggestion string                   `json:"suggestion"`
-	Applied    *outboxtype.Change       `json:"applied,omitempty"`
-	Drift      []outboxtype.DriftRecord `json:"drift,omitempty"`
-}
 
 func newReconcileCmd(a *app) *cobra.Command {
 	var (
@@ -60,9 +49,8 @@ than one: the request was applied more than once; check them, do not retry.`,
 			if err != nil {
 				return err
 			}
-			rec := &reconciliation{Effect: e}
-			switch e.Provider {
-			case stripe.Name:
+			var asker providers.Reconciler
+			if e.Provider == stripe.Name {
 				if stripeKey == "" {
 					return errors.New("reconciling a Stripe effect reads from Stripe: set STRIPE_API_KEY (a restricted read-only key is enough) or --stripe-api-key")
 				}
@@ -70,27 +58,13 @@ than one: the request was applied more than once; check them, do not retry.`,
 				if err != nil {
 					return err
 				}
-				lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				defer cancel()
-				rec.Found, rec.Asked, err = p.Lookup(lctx, e.Payload, e.IdempotencyKey)
-				if err != nil {
-					return fmt.Errorf("asking Stripe: %w", err)
-				}
-			case "sendgrid":
-				if rec.Delivery, err = a.op.Delivery(ctx, e.ID); err != nil {
-					return err
-				}
-				rec.Asked = "read the SendGrid events outboxd received for the key"
-				if rec.Delivery != nil {
-					rec.Found = []providers.Found{{ID: deref(e.ProviderRef), Object: "mail", Status: rec.Delivery.Status, Created: rec.Delivery.EventAt}}
-				}
-			default:
-				rec.Asked = "nothing to ask " + e.Provider + ": look for webhook-id " + e.IdempotencyKey + " in the receiver's log"
+				asker = p
 			}
-			if rec.Drift, err = a.op.Drift(ctx, outboxtype.DriftFilter{EffectID: &e.ID}); err != nil {
+			rec, err := a.op.Reconcile(ctx, e, asker)
+			if err != nil {
 				return err
 			}
-			rec.Suggestion = a.suggest(e, rec)
+			rec.Suggestion, _ = rec.Suggest(a.keyWindow(e.Provider), cliSuggest, time.Now())
 			if apply {
 				if len(rec.Found) != 1 || rec.Found[0].ID == "" || e.State == outboxtype.StateConfirmed || e.State == outboxtype.StateCancelled {
 					return fmt.Errorf("--apply confirms only a pending, fired or failed effect for which exactly one object was found: %s", rec.Suggestion)
@@ -118,39 +92,17 @@ than one: the request was applied more than once; check them, do not retry.`,
 	return cmd
 }
 
-// suggest says what to do about e given what the provider holds.
-func (a *app) suggest(e *outboxtype.Effect, rec *reconciliation) string {
-	id := e.ID.String()
-	switch n := len(rec.Found); {
-	case e.Provider != stripe.Name && e.Provider != "sendgrid":
-		return fmt.Sprintf("check the receiver; if it acted: `outboxctl confirm %s --ref <its id>`", id)
-	case n > 1:
-		return fmt.Sprintf("%d objects carry the key: the request was applied more than once; check them and undo the extra ones; do not retry", n)
-	case n == 1 && e.State == outboxtype.StateConfirmed:
-		if e.ProviderRef != nil && *e.ProviderRef != "" && rec.Found[0].ID != "" && *e.ProviderRef != rec.Found[0].ID {
-			return fmt.Sprintf("confirmed with ref %s, but the provider holds %s: check both", *e.ProviderRef, rec.Found[0].ID)
-		}
-		return "confirmed, and the provider agrees: nothing to do"
-	case n == 1 && e.State == outboxtype.StateCancelled:
-		return fmt.Sprintf("cancelled, but the provider acted (%s): undo it there if it must not stand", rec.Found[0].ID)
-	case n == 1:
-		return fmt.Sprintf("the provider acted: `outboxctl confirm %s --ref %s --reason \"found by reconcile\"` (or rerun with --apply)", id, rec.Found[0].ID)
-	case e.Provider == "sendgrid":
-		return "no SendGrid event recorded for this mail: look the key up in the Activity Feed (custom arg outboxd_idempotency_key); " +
-			"found: `outboxctl confirm --ref`; not found: `outboxctl retry --allow-duplicate` risks nothing only if it was truly not sent"
-	case e.State == outboxtype.StateConfirmed:
-		return "confirmed, but the provider holds no object for the key: check the provider by hand"
-	case e.State == outboxtype.StatePending || e.State == outboxtype.StateCancelled:
-		return "nothing at the provider, as expected"
+// cliSuggest is outboxctl's surface for reconcile's suggestion: a
+// confirmation it found names --apply too.
+func cliSuggest(x outboxtype.Action) string {
+	s := outboxtype.CLI(x)
+	if x.Act == outboxtype.ActConfirm && x.Ref != "" {
+		s = strings.TrimSuffix(s, "`") + " --reason \"found by reconcile\"` (or rerun with --apply)"
 	}
-	window := a.keyWindow(e.Provider)
-	if window > 0 && e.KeyWindowFrom != nil && time.Since(*e.KeyWindowFrom) > window {
-		return fmt.Sprintf("nothing at the provider, but the key window has passed: a re-fire is a new request; `outboxctl retry %s --force` after making sure", id)
-	}
-	return fmt.Sprintf("nothing at the provider: a retry is safe within the key window (`outboxctl retry %s`; --allow-duplicate for at_most_once kinds)", id)
+	return s
 }
 
-func printReconciliation(out io.Writer, rec *reconciliation) {
+func printReconciliation(out io.Writer, rec *outboxtype.Reconciliation) {
 	e := rec.Effect
 	doubt := ""
 	if e.InDoubt {

@@ -548,7 +548,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		log.Info("provider events served", "addr", addr.String(), "endpoints", ecfg.String())
 	}
 	if c.WebAddr != "" {
-		h, err := c.webView(pool, g.Schema, inDoubt, log)
+		h, err := c.webView(pool, g.Schema, inDoubt, provs, log)
 		if err != nil {
 			return cli.UsageError{Err: err}
 		}
@@ -597,9 +597,21 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	return nil
 }
 
+// reconcilers are the providers the web view can ask what they hold for
+// an effect's key ("Ask the provider"), by name.
+func reconcilers(provs []providers.Provider) map[string]providers.Reconciler {
+	out := map[string]providers.Reconciler{}
+	for _, p := range provs {
+		if r, ok := p.(providers.Reconciler); ok {
+			out[p.Name()] = r
+		}
+	}
+	return out
+}
+
 // webView builds the web view with the operator API and the policies
 // outboxctl uses.
-func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[string]providers.InDoubtPolicy, log *slog.Logger) (http.Handler, error) {
+func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[string]providers.InDoubtPolicy, provs []providers.Provider, log *slog.Logger) (http.Handler, error) {
 	guarantees := c.Policies.Guarantees()
 	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema, Guarantees: guarantees, InDoubt: inDoubt})
 	if err != nil {
@@ -612,7 +624,7 @@ func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[strin
 	return webui.New(webui.Config{Schema: schema, Operator: op, AdminToken: c.WebAdminToken, ReadToken: c.webReadToken(), Logger: log,
 		Operators: c.WebOperatorTokens, ReadNeedsCredential: !loopbackAddr(c.WebAddr) && !c.WebAnonymousRead,
 		TrustedUserHeader: c.WebTrustedUserHeader, TrustedProxies: proxies,
-		FiredBound: c.RescueAfter + time.Minute,
+		FiredBound: c.RescueAfter + time.Minute, Reconcilers: reconcilers(provs),
 		KeyWindow: func(provider string) time.Duration {
 			g := guarantees[provider]
 			if g.KeyWindow <= 0 {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -637,8 +638,11 @@ func (u *ui) actionForm(w http.ResponseWriter, r *http.Request) {
 	if e == nil {
 		return
 	}
-	d := &actionData{Effect: e, Action: r.PathValue("action"), Force: r.URL.Query().Get("force") == "1",
-		AllowDuplicate: r.URL.Query().Get("allow_duplicate") == "1"}
+	q := r.URL.Query()
+	// A link may fill in the form (Ask the provider's suggestion): what it
+	// fills in is shown, and nothing is done before the click.
+	d := &actionData{Effect: e, Action: r.PathValue("action"), Force: q.Get("force") == "1",
+		AllowDuplicate: q.Get("allow_duplicate") == "1", Ref: truncate(q.Get("ref"), 255), Reason: truncate(q.Get("reason"), 500)}
 	u.showAction(w, r, d, actor, http.StatusOK)
 }
 
@@ -777,6 +781,17 @@ func describe(ch outboxtype.Change) string {
 		s += " Warning: " + ch.Warning
 	}
 	return s
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // maxBulk bounds the effects one bulk action takes: a page of results.

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
@@ -71,6 +72,11 @@ type Config struct {
 	// KeyWindow is a provider's key window minus margin, for the stuck
 	// diagnosis (as outboxctl reads it).
 	KeyWindow func(provider string) time.Duration
+	// Reconcilers are the providers "Ask the provider" asks what they hold
+	// for an effect's key, by provider name (those outboxd run dispatches
+	// for that can be asked: Stripe). SendGrid's recorded events and a
+	// webhook's advice need none.
+	Reconcilers map[string]providers.Reconciler
 	// FiredBound is the crash-recovery bound of the stuck diagnosis.
 	FiredBound time.Duration
 	Logger     *slog.Logger
@@ -146,7 +152,7 @@ func New(cfg Config) (http.Handler, error) {
 			return *s
 		},
 	}
-	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk", "replays", "replay", "limits", "drift"} {
+	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk", "replays", "replay", "limits", "drift", "reconcile"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("webui: template %s: %w", page, err)
@@ -164,6 +170,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("GET "+p+"effects/bulk", u.bulkForm)
 	mux.HandleFunc("POST "+p+"effects/bulk", u.bulkAct)
 	mux.HandleFunc("GET "+p+"effects/{id}", u.effect)
+	mux.HandleFunc("GET "+p+"effects/{id}/reconcile", u.reconcile)
 	mux.HandleFunc("GET "+p+"effects/{id}/actions/{action}", u.actionForm)
 	mux.HandleFunc("POST "+p+"effects/{id}/actions/{action}", u.act)
 	mux.HandleFunc("GET "+p+"limits", u.limits)

@@ -1,0 +1,66 @@
+package webui
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/outboxd/outboxd/outboxtype"
+)
+
+// "Ask the provider" (outboxctl reconcile): what the provider holds for an
+// effect's key, beside the effect, and the action that follows, one click
+// away on its own dry-run page.
+
+type reconcileData struct {
+	Rec        *outboxtype.Reconciliation
+	Suggestion string
+	// Next is the page of the suggested action, its reference and reason
+	// filled in ("" when it suggests none).
+	Next, NextLabel string
+	// CannotAsk says why the provider could not be asked.
+	CannotAsk string
+}
+
+func (u *ui) reconcile(w http.ResponseWriter, r *http.Request) {
+	// Asking spends the provider's rate limit and reads with outboxd's
+	// key: as the actions, it needs the admin credential.
+	if _, ok := u.admin(w, r); !ok {
+		return
+	}
+	e := u.loadEffect(w, r)
+	if e == nil {
+		return
+	}
+	d := &reconcileData{}
+	asker := u.cfg.Reconcilers[e.Provider]
+	if asker == nil && e.Provider == "stripe" {
+		d.CannotAsk = "this outboxd does not dispatch for Stripe, so it holds no Stripe key to ask with: ask from a process that does, or use outboxctl reconcile with STRIPE_API_KEY"
+	}
+	rec, err := u.op.Reconcile(r.Context(), e, asker)
+	if err != nil {
+		u.fail(w, http.StatusBadGateway, "could not ask the provider: "+err.Error(), err)
+		return
+	}
+	d.Rec = rec
+	var act outboxtype.Action
+	d.Suggestion, act = rec.Suggest(u.cfg.KeyWindow(e.Provider), outboxtype.Web, time.Now())
+	if d.CannotAsk != "" {
+		act = outboxtype.Action{}
+		d.Suggestion = d.CannotAsk
+	}
+	base := u.cfg.Prefix + "effects/" + e.ID.String() + "/actions/"
+	switch act.Act {
+	case outboxtype.ActConfirm:
+		q := url.Values{"ref": {act.Ref}, "reason": {fmt.Sprintf("asked %s: %s %s found (%s)", e.Provider, rec.Found[0].Object, act.Ref, rec.Asked)}}
+		d.Next, d.NextLabel = base+"confirm?"+q.Encode(), "confirm with reference "+act.Ref+"…"
+	case outboxtype.ActRetry:
+		q := url.Values{"reason": {fmt.Sprintf("asked %s: nothing found for the key (%s)", e.Provider, rec.Asked)}}
+		d.Next, d.NextLabel = base+"retry?"+q.Encode(), "retry…"
+	case outboxtype.ActRetryForce:
+		q := url.Values{"force": {"1"}, "reason": {fmt.Sprintf("asked %s: nothing found for the key, key window passed (%s)", e.Provider, rec.Asked)}}
+		d.Next, d.NextLabel = base+"retry?"+q.Encode(), "retry with force…"
+	}
+	u.render(w, r, http.StatusOK, "reconcile", "Ask the provider about "+e.ID.String(), d)
+}
