@@ -32,6 +32,7 @@ import (
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outbox/outboxtrace"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
@@ -621,7 +622,11 @@ func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[strin
 	if err != nil {
 		return nil, err
 	}
-	return webui.New(webui.Config{Schema: schema, Operator: op, AdminToken: c.WebAdminToken, ReadToken: c.webReadToken(), Logger: log,
+	keys, err := idempotency.NewKeys(pool, schema)
+	if err != nil {
+		return nil, err
+	}
+	return webui.New(webui.Config{Keys: keys, Schema: schema, Operator: op, AdminToken: c.WebAdminToken, ReadToken: c.webReadToken(), Logger: log,
 		Operators: c.WebOperatorTokens, ReadNeedsCredential: !loopbackAddr(c.WebAddr) && !c.WebAnonymousRead,
 		TrustedUserHeader: c.WebTrustedUserHeader, TrustedProxies: proxies,
 		FiredBound: c.RescueAfter + time.Minute, Reconcilers: reconcilers(provs),

@@ -73,7 +73,7 @@ func newSite(t *testing.T) *site {
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loop, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	testdispatch.Start(t, s.db, engine.Config{Retry: engine.RetryPolicy{MaxAttempts: 2}}, wh)
+	testdispatch.Start(t, s.db, engine.Config{Retry: engine.RetryPolicy{MaxAttempts: 2}, Settings: map[string]any{"rescue_after": "2m0s"}}, wh)
 	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema,
 		Guarantees: map[string]providers.Guarantees{"webhook": wh.Guarantees()}})
 	require.NoError(t, err)
@@ -100,9 +100,10 @@ func newSite(t *testing.T) *site {
 	s.wait(t, "busy", engine.StateFailed)
 	s.wait(t, "nojob", engine.StateConfirmed)
 	// A row an application wrote by SQL an hour ago, with no job: stuck.
+	s.ids["byhand"] = uuid.New()
 	_, err = s.db.Pool.Exec(context.Background(), `INSERT INTO `+s.db.Schema+`.side_effects (id, source_id, kind, provider, payload, created_at, updated_at)
 		SELECT $2, source_id, 'webhook.by_hand', provider, payload, now() - interval '1 hour', now() - interval '1 hour'
-		FROM `+s.db.Schema+`.side_effects WHERE id = $1`, s.ids["nojob"], uuid.New())
+		FROM `+s.db.Schema+`.side_effects WHERE id = $1`, s.ids["nojob"], s.ids["byhand"])
 	require.NoError(t, err)
 	return s
 }

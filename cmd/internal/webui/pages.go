@@ -44,6 +44,8 @@ type overviewData struct {
 	// Drift is the newest drift records nobody reviewed, of DriftCount.
 	Drift      []driftRow
 	DriftCount int64
+	// StuckKeys counts Idempotency-Keys in progress whose lock passed.
+	StuckKeys int
 	// NeedsYou says what asks for a person, one item each; empty when
 	// nothing does.
 	NeedsYou []needsYou
@@ -130,6 +132,10 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 		d.FailedHour += m.Failed
 	}
 	d.Chart = chart(start, minutes)
+	if d.StuckKeys, err = u.stuckKeys(r); err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read the Idempotency-Keys", err)
+		return
+	}
 	d.NeedsYou = u.needsYou(&d)
 	if d.Recent, err = u.op.List(ctx, outboxtype.Filter{Limit: 10}); err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read recent effects", err)
@@ -154,6 +160,10 @@ func (u *ui) needsYou(d *overviewData) []needsYou {
 	}
 	if len(d.HeldBack) > 0 {
 		out = append(out, needsYou{fmt.Sprintf("%d webhook destination(s) held back", len(d.HeldBack)), "#heldback"})
+	}
+	if d.StuckKeys > 0 {
+		out = append(out, needsYou{fmt.Sprintf("%d Idempotency-Key(s) stuck in progress: a request ended without storing its response", d.StuckKeys),
+			u.cfg.Prefix + "keys?state=in_progress"})
 	}
 	return out
 }
@@ -566,9 +576,9 @@ func actionsFor(e *outboxtype.Effect) []string {
 	var out []string
 	switch e.State {
 	case outboxtype.StatePending:
-		out = []string{"cancel", "confirm"}
+		out = []string{"cancel", "confirm", "requeue"}
 	case outboxtype.StateFired:
-		out = []string{"retry", "cancel", "confirm"}
+		out = []string{"retry", "cancel", "confirm", "requeue"}
 	case outboxtype.StateFailed:
 		out = []string{"retry", "cancel", "confirm", "acknowledge"}
 	case outboxtype.StateCancelled:
@@ -587,6 +597,7 @@ var actionHelp = map[string]string{
 	"cancel":      "Never fire it. A call in flight may still reach the provider; its acknowledgement is then kept in the audit trail.",
 	"confirm":     "Record that the provider did it, with its reference, after checking the provider.",
 	"release":     "Let the effects after it on its ordering key go on, whatever becomes of it; it keeps its state and can still be retried, cancelled or confirmed (a retry may then fire it after them).",
+	"requeue":     "Give a pending or fired effect with no live River job a new job (the sweeper would, within --sweep-interval); refused while a job is live for it.",
 	"acknowledge": "Keep it failed, reviewed and correct (a card decline, a retired endpoint): out of stuck and the failed-effects alert.",
 }
 
@@ -649,7 +660,7 @@ func (u *ui) actionForm(w http.ResponseWriter, r *http.Request) {
 func (u *ui) showAction(w http.ResponseWriter, r *http.Request, d *actionData, actor string, status int) {
 	help, known := actionHelp[d.Action]
 	if !known {
-		u.fail(w, http.StatusNotFound, "unknown action: retry, cancel, confirm, acknowledge or release", nil)
+		u.fail(w, http.StatusNotFound, "unknown action: retry, cancel, confirm, acknowledge, release or requeue", nil)
 		return
 	}
 	d.Help = help
@@ -696,7 +707,7 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 	d := &actionData{Effect: e, Action: r.PathValue("action"), Reason: strings.TrimSpace(r.PostFormValue("reason")),
 		Ref: strings.TrimSpace(r.PostFormValue("ref")), Force: r.PostFormValue("force") == "1", AllowDuplicate: r.PostFormValue("allow_duplicate") == "1"}
 	if _, known := actionHelp[d.Action]; !known {
-		u.fail(w, http.StatusNotFound, "unknown action: retry, cancel, confirm or acknowledge", nil)
+		u.fail(w, http.StatusNotFound, "unknown action: retry, cancel, confirm, acknowledge, release or requeue", nil)
 		return
 	}
 	switch {
@@ -752,6 +763,8 @@ func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) 
 		chs, err = op.Acknowledge(ctx, ids, opts)
 	case "release":
 		chs, err = op.Release(ctx, ids, opts)
+	case "requeue":
+		chs, err = op.Requeue(ctx, ids, opts)
 	case "confirm":
 		if dryRun && opts.Ref == "" && d.Effect.Provider != "webhook" {
 			opts.Ref = "(reference)"
@@ -819,7 +832,7 @@ type bulkData struct {
 // Confirm, given no reference, confirms webhooks only (each with the
 // webhook-id the receiver saw) and skips the others, which need their own
 // reference on their own page, as outboxctl confirm does.
-var bulkActions = []string{"retry", "cancel", "confirm", "acknowledge", "release"}
+var bulkActions = []string{"retry", "cancel", "confirm", "acknowledge", "release", "requeue"}
 
 // bulkIDs reads the ticked effect ids.
 func bulkIDs(vals []string) ([]uuid.UUID, error) {
@@ -973,6 +986,8 @@ func (u *ui) performMany(r *http.Request, d *bulkData, ids []uuid.UUID, actor st
 		return op.Cancel(ctx, ids, opts)
 	case "acknowledge":
 		return op.Acknowledge(ctx, ids, opts)
+	case "requeue":
+		return op.Requeue(ctx, ids, opts)
 	case "confirm":
 		chs := make([]outboxtype.Change, 0, len(ids))
 		for _, id := range ids {

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -77,6 +78,9 @@ type Config struct {
 	// for that can be asked: Stripe). SendGrid's recorded events and a
 	// webhook's advice need none.
 	Reconcilers map[string]providers.Reconciler
+	// Keys are the Idempotency-Key middleware's stored keys, for the
+	// Idempotency-Keys page (nil: no such page).
+	Keys *idempotency.Keys
 	// FiredBound is the crash-recovery bound of the stuck diagnosis.
 	FiredBound time.Duration
 	Logger     *slog.Logger
@@ -152,7 +156,7 @@ func New(cfg Config) (http.Handler, error) {
 			return *s
 		},
 	}
-	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk", "replays", "replay", "limits", "drift", "reconcile"} {
+	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk", "replays", "replay", "limits", "drift", "reconcile", "keys", "key", "dispatchers"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("webui: template %s: %w", page, err)
@@ -175,6 +179,11 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("POST "+p+"effects/{id}/actions/{action}", u.act)
 	mux.HandleFunc("GET "+p+"limits", u.limits)
 	mux.HandleFunc("POST "+p+"limits", u.setLimit)
+	mux.HandleFunc("GET "+p+"dispatchers", u.dispatchers)
+	mux.HandleFunc("GET "+p+"keys", u.keysPage)
+	mux.HandleFunc("GET "+p+"keys/{id}", u.keyPage)
+	mux.HandleFunc("POST "+p+"keys/{id}/release", u.releaseKey)
+	mux.HandleFunc("POST "+p+"keys/{id}/complete", u.completeKey)
 	mux.HandleFunc("GET "+p+"drift", u.drift)
 	mux.HandleFunc("POST "+p+"drift/ack", u.ackDrift)
 	mux.HandleFunc("GET "+p+"replays", u.replays)
