@@ -207,6 +207,10 @@ func chart(start time.Time, minutes []outboxtype.MinuteCount) template.HTML {
 
 type searchData struct {
 	Q, AggType, AggID, Kind, State, Since, Until string
+	// IDs is a pasted list: webhook-ids or keys, provider references,
+	// effect ids; Missing are those of them no effect has.
+	IDs     string
+	Missing []string
 	States                                       []string
 	Searched                                     bool
 	Error                                        string
@@ -235,7 +239,7 @@ const flashFor = 10 * time.Minute
 func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 	ctx, q := r.Context(), r.URL.Query()
 	d := searchData{Q: strings.TrimSpace(q.Get("q")), AggType: q.Get("aggregate_type"), AggID: q.Get("aggregate_id"),
-		Kind: q.Get("kind"), State: q.Get("state"), Since: q.Get("since"), Until: q.Get("until")}
+		Kind: q.Get("kind"), State: q.Get("state"), Since: q.Get("since"), Until: q.Get("until"), IDs: q.Get("ids")}
 	for _, s := range []outboxtype.State{outboxtype.StatePending, outboxtype.StateFired, outboxtype.StateConfirmed, outboxtype.StateFailed, outboxtype.StateCancelled} {
 		d.States = append(d.States, string(s))
 	}
@@ -247,6 +251,8 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	var err error
 	switch {
+	case strings.TrimSpace(d.IDs) != "":
+		d.Effects, d.Missing, err = u.lookupMany(r, d.IDs)
 	case d.Q != "":
 		d.Effects, err = u.lookup(r, d.Q)
 	case d.AggType != "" || d.AggID != "":
@@ -334,6 +340,68 @@ func (u *ui) whatNow(r *http.Request, e *outboxtype.Effect) (string, error) {
 		return "", err
 	}
 	return u.diagnose(e, jobs, blocked, sit), nil
+}
+
+// maxPasted bounds the ids one pasted list takes: a page of results.
+const maxPasted = pageSize
+
+// lookupMany finds the effects of a pasted list of ids, one per line or
+// separated by spaces, commas or semicolons: the webhook-ids a receiver
+// logged (an effect's key, any case), provider references, effect ids.
+// Each id finds exactly the effects it names, never a kind or a prefix,
+// so that ticking all of them and confirming confirms only what was
+// pasted; missing lists the ids no effect has.
+func (u *ui) lookupMany(r *http.Request, list string) (found []*outboxtype.Effect, missing []string, err error) {
+	ctx := r.Context()
+	ids := strings.FieldsFunc(list, func(c rune) bool { return c == ',' || c == ';' || c == ' ' || c == '\t' || c == '\n' || c == '\r' })
+	if len(ids) > maxPasted {
+		return nil, nil, fmt.Errorf("%d ids pasted: at most %d at once (a page of results); paste the rest after acting on these", len(ids), maxPasted)
+	}
+	seen := map[uuid.UUID]bool{}
+	add := func(es ...*outboxtype.Effect) {
+		for _, e := range es {
+			if !seen[e.ID] {
+				seen[e.ID] = true
+				found = append(found, e)
+			}
+		}
+	}
+	for _, raw := range ids {
+		id := strings.Trim(raw, `"'<>()[]`)
+		var hit []*outboxtype.Effect
+		switch lower := strings.ToLower(id); {
+		case keyRE.MatchString(lower):
+			e, err := u.op.GetByKey(ctx, lower)
+			if err != nil && !errors.Is(err, sideeffects.ErrNotFound) {
+				return nil, nil, err
+			}
+			if e != nil {
+				hit = []*outboxtype.Effect{e}
+			}
+		default:
+			if uid, perr := uuid.Parse(id); perr == nil {
+				e, err := u.op.Get(ctx, uid)
+				if err != nil && !errors.Is(err, sideeffects.ErrNotFound) {
+					return nil, nil, err
+				}
+				if e != nil {
+					hit = []*outboxtype.Effect{e}
+				}
+				break
+			}
+			if len(id) > 512 {
+				return nil, nil, fmt.Errorf("%.40q…: over 512 bytes: paste ids, one per line", id)
+			}
+			if hit, err = u.op.ByProviderRef(ctx, id, pageSize); err != nil {
+				return nil, nil, err
+			}
+		}
+		if len(hit) == 0 {
+			missing = append(missing, id)
+		}
+		add(hit...)
+	}
+	return found, missing, nil
 }
 
 // lookup finds effects by effect id, event id or idempotency key.
