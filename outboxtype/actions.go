@@ -1,5 +1,7 @@
 package outboxtype
 
+import "encoding/json"
+
 // Change is what an action did, or would do, to one effect.
 type Change struct {
 	Effect *Effect `json:"effect"`
@@ -23,6 +25,10 @@ type Change struct {
 	// new key window.
 	ClearsDoubt       bool `json:"clears_doubt,omitempty"`
 	RestartsKeyWindow bool `json:"restarts_key_window,omitempty"`
+	// PayloadBefore and PayloadAfter are an edited payload as it was and
+	// as it is (EditPayload); the audit row keeps both.
+	PayloadBefore json.RawMessage `json:"payload_before,omitempty"`
+	PayloadAfter  json.RawMessage `json:"payload_after,omitempty"`
 }
 
 // ActionOpts describe who acts and why.
@@ -57,4 +63,7 @@ const (
 	// ActionLateAck records a provider's acknowledgement that arrived after
 	// an operator's action.
 	ActionLateAck = "late_ack"
+	// ActionEditPayload corrects the payload of an effect no provider saw
+	// and sends it back to pending.
+	ActionEditPayload = "edit_payload"
 )

@@ -36,6 +36,9 @@ const (
 	ActTenants Act = "tenants"
 	// ActDispatchers: the running outboxd processes.
 	ActDispatchers Act = "dispatchers"
+	// ActEditPayload: correct the payload of an effect no provider saw,
+	// and retry it.
+	ActEditPayload Act = "edit"
 )
 
 // Action is one action as advice names it: what, on which effect (""
@@ -81,6 +84,8 @@ func CLI(x Action) string {
 		return "`outboxctl tenants`"
 	case ActDispatchers:
 		return "`outboxctl dispatchers`"
+	case ActEditPayload:
+		return "`outboxctl edit" + arg + " --payload … --reason …`"
 	}
 	return fmt.Sprintf("`outboxctl %s%s`", a, arg)
 }
@@ -120,6 +125,8 @@ func Web(x Action) string {
 		return "the Limits page's tenants"
 	case ActDispatchers:
 		return "the Dispatchers page"
+	case ActEditPayload:
+		return "Edit payload" + on
 	}
 	return string(a) + on
 }

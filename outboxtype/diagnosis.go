@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/outboxd/outboxd/providers"
 )
 
 // Situation is what a diagnosis knows beyond the effect itself.
@@ -39,7 +41,18 @@ type Situation struct {
 	// Say names actions as the surface showing the advice offers them
 	// (CLI when nil, Web).
 	Say Surface
+	// CallTimeouts are the running dispatchers' request timeouts by
+	// provider (the longest of them): no call lasts longer.
+	CallTimeouts map[string]time.Duration
+	// RescueAfter is the running dispatchers' --rescue-after (the
+	// longest), 0 when none recorded one.
+	RescueAfter time.Duration
 }
+
+// UsualRescueAfter is the --rescue-after beyond which the diagnosis calls
+// the setting far from its default (2m): an effect of a dead process
+// then waits that long for River's rescue.
+const UsualRescueAfter = 30 * time.Minute
 
 // HeldDestination is a webhook destination a running dispatcher's gate
 // holds back: its host names and dialled address, what holds it
@@ -161,8 +174,25 @@ func (s StuckEffect) Explain(sit Situation) string {
 		if from == "" {
 			from = "default settings"
 		}
-		return fmt.Sprintf("in flight: attempt %d fired %s under job %d; if its worker died, River rescues the job once the crash-recovery bound passes (%s, %s)",
-			e.Attempts, relative(*e.FiredAt, now), *s.JobID, sit.FiredBound, from)
+		rescue := fmt.Sprintf("River rescues the job once the crash-recovery bound passes, %s (%s, %s)",
+			relative(e.FiredAt.Add(sit.FiredBound), now), sit.FiredBound, from)
+		if sit.RescueAfter > UsualRescueAfter {
+			rescue += fmt.Sprintf(" — WARNING: --rescue-after %s is far above its default 2m, so an effect of a dead process waits that long; "+
+				"it must only exceed --job-timeout", sit.RescueAfter)
+		}
+		rescue += ". It then re-fires with the same key (at_least_once) or parks for review (at_most_once)"
+		head := fmt.Sprintf("attempt %d fired %s under job %d", e.Attempts, relative(*e.FiredAt, now), *s.JobID)
+		if s.JobHeldBy != nil {
+			if st, ok := sit.Holders[*s.JobHeldBy]; ok && st != "running" {
+				return fmt.Sprintf("not in flight: %s by %s, which is %s: the call ended with its process. %s. "+
+					"To resolve it sooner: %s, then %s if done", head, *s.JobHeldBy, st, rescue, lookUp(e, sit), sit.say(ActConfirm, ""))
+			}
+		}
+		if t := sit.CallTimeouts[e.Provider]; t > 0 && now.Sub(*e.FiredAt) > t+RiverRescuerInterval {
+			return fmt.Sprintf("not in flight: %s, but %s calls time out after %s, so no call lasts this long: its worker died or hangs. %s. "+
+				"To resolve it sooner: %s, then %s if done", head, e.Provider, t, rescue, lookUp(e, sit), sit.say(ActConfirm, ""))
+		}
+		return fmt.Sprintf("in flight: %s; if its worker died, %s", head, rescue)
 	}
 	if s.JobScheduledAt != nil && s.JobScheduledAt.Before(now) {
 		return fmt.Sprintf("waiting for a worker: job %d %s since %s; is an outboxd serving queue %q?",
@@ -210,10 +240,31 @@ func lookUp(e *Effect, sit Situation) string {
 // and outboxctl show: for a live or failed effect the diagnosis of stuck
 // (from its newest live River job among jobs, and the effect it waits
 // behind, if any); for an ended one, how it ended.
-func WhatNow(e *Effect, jobs []Job, blockedBehind *uuid.UUID, sit Situation) string {
+//
+// audit is the effect's audit trail, oldest first: an ended effect says
+// who ended it (an operator's confirmation is not the provider's answer).
+func WhatNow(e *Effect, jobs []Job, audit []AuditEntry, blockedBehind *uuid.UUID, sit Situation) string {
+	var last *AuditEntry
+	for i := len(audit) - 1; i >= 0; i-- {
+		if audit[i].ToState == string(e.State) && audit[i].FromState != audit[i].ToState {
+			last = &audit[i]
+			break
+		}
+	}
 	switch e.State {
 	case StateConfirmed:
+		if last != nil && last.Action == ActionConfirm {
+			s := fmt.Sprintf("Confirmed by %s %s, not by the provider's answer: an operator recorded that the provider did it (%s)",
+				last.Actor, relative(last.CreatedAt, sit.Now), last.Reason)
+			if e.ProviderRef != nil {
+				s += ", reference " + *e.ProviderRef
+			}
+			return s + ". Nothing to do; if that was wrong, check the provider."
+		}
 		s := "Done: the provider acknowledged it"
+		if last != nil && last.Action == ActionEventConfirm {
+			s = "Done: the provider's event (" + last.Actor + ") confirmed it"
+		}
 		if e.ConfirmedAt != nil {
 			s += " at " + e.ConfirmedAt.UTC().Format(time.RFC3339)
 		}
@@ -222,7 +273,11 @@ func WhatNow(e *Effect, jobs []Job, blockedBehind *uuid.UUID, sit Situation) str
 		}
 		return s + ". Nothing to do; a late River job finds it confirmed and does nothing."
 	case StateCancelled:
-		return "Cancelled: no worker fires it again. Retry it to send it after all (same key)."
+		by := ""
+		if last != nil {
+			by = fmt.Sprintf(" by %s %s (%s)", last.Actor, relative(last.CreatedAt, sit.Now), last.Reason)
+		}
+		return "Cancelled" + by + ": no worker fires it again. " + sit.say(ActRetry, "") + " sends it after all (same key)."
 	}
 	st := StuckEffect{Effect: e, BlockedBehind: blockedBehind}
 	for i := len(jobs) - 1; i >= 0 && st.JobID == nil; i-- {
@@ -240,8 +295,15 @@ func WhatNow(e *Effect, jobs []Job, blockedBehind *uuid.UUID, sit Situation) str
 func failedAdvice(e *Effect, lastErr string, sit Situation) string {
 	retry, cancel, confirm := sit.say(ActRetry, ""), sit.say(ActCancel, ""), sit.say(ActConfirm, "")
 	switch {
+	case e.AcknowledgedAt != nil:
+		return fmt.Sprintf("Acknowledged %s: an operator reviewed it and keeps it failed; nothing to do. %s sends it after all (same key).",
+			relative(*e.AcknowledgedAt, sit.Now), retry)
 	case strings.HasPrefix(lastErr, ReasonUnqueueable):
 		return "Fix the row's provider, then " + retry + "; or " + cancel + "."
+	case strings.HasPrefix(lastErr, providers.RefusedPrefix):
+		return "outboxd refused it before making any request: no provider saw it, so nothing was done and its key was never used. " +
+			"Its payload must change: whoever enqueued it fixes the field named above and enqueues it again, or " + sit.say(ActEditPayload, "") +
+			" (audited, same key); if it should not happen, " + cancel + "."
 	case strings.HasPrefix(lastErr, ReasonInDoubt) || e.InDoubt && !strings.HasPrefix(lastErr, ReasonKeyWindow):
 		events := ""
 		if e.Provider == "stripe" || e.Provider == "sendgrid" {

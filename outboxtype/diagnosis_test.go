@@ -2,6 +2,7 @@ package outboxtype_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,4 +90,66 @@ func TestAdviceSpeaksTheSurfacesLanguage(t *testing.T) {
 		require.NotContains(t, web, "`", name)
 		require.NotEqual(t, cli, web, name)
 	}
+}
+
+// TestStatesSayWhatIsTrue: a fired effect whose process is gone, or fired
+// longer ago than any call of its provider lasts, is not "in flight"; a
+// --rescue-after far above its default is flagged; an operator's
+// confirmation is not the provider's answer; a refusal by outboxd's own
+// checks is not a provider's; an acknowledged failure needs nothing.
+func TestStatesSayWhatIsTrue(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	ptr := func(s string) *string { return &s }
+	job, running, holder := int64(7), "running", "outboxd-a"
+	fired := &outboxtype.Effect{ID: uuid.New(), Kind: "stripe.capture", Provider: "stripe", State: outboxtype.StateFired,
+		Attempts: 1, FiredAt: at(-30 * time.Minute), IdempotencyKey: "4bccfbccfcac8e1f", CreatedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-30 * time.Minute)}
+	s := outboxtype.StuckEffect{Effect: fired, JobID: &job, JobState: &running, JobHeldBy: &holder}
+	settings := json.RawMessage(`{"rescue_after": "6h0m0s", "retry_base_delay": "1s", "stripe": {"timeout": "10s"}}`)
+	alive := outboxtype.DispatcherRecord{ID: holder, StartedAt: now.Add(-2 * time.Hour), SeenAt: now.Add(-10 * time.Second), Settings: settings}
+
+	sit := outboxtype.SituationOf(now, 3*time.Minute, []outboxtype.DispatcherRecord{alive})
+	require.Equal(t, 10*time.Second, sit.CallTimeouts["stripe"])
+	got := s.Explain(sit)
+	require.Contains(t, got, "not in flight: attempt 1 fired 30m0s ago under job 7, but stripe calls time out after 10s, so no call lasts this long")
+	require.Contains(t, got, "WARNING: --rescue-after 6h0m0s is far above its default 2m")
+
+	dead, other := alive, alive
+	dead.SeenAt, other.ID = now.Add(-25*time.Minute), "outboxd-b"
+	got = s.Explain(outboxtype.SituationOf(now, 3*time.Minute, []outboxtype.DispatcherRecord{dead, other}))
+	require.Contains(t, got, "not in flight: attempt 1 fired 30m0s ago under job 7 by outboxd-a, which is silent since 25m0s ago: killed?: the call ended with its process")
+	require.False(t, strings.HasPrefix(got, "in flight"))
+
+	fresh := *fired
+	fresh.FiredAt = at(-2 * time.Second)
+	got = outboxtype.StuckEffect{Effect: &fresh, JobID: &job, JobState: &running, JobHeldBy: &holder}.Explain(sit)
+	require.Contains(t, got, "in flight: attempt 1 fired 2s ago")
+
+	confirmed := *fired
+	confirmed.State, confirmed.ConfirmedAt, confirmed.ProviderRef = outboxtype.StateConfirmed, at(-time.Minute), ptr("pi_1")
+	byOperator := []outboxtype.AuditEntry{{Action: outboxtype.ActionConfirm, Actor: "web:ada", Reason: "seen in the dashboard",
+		FromState: "fired", ToState: "confirmed", CreatedAt: now.Add(-time.Minute)}}
+	got = outboxtype.WhatNow(&confirmed, nil, byOperator, nil, sit)
+	require.Contains(t, got, "Confirmed by web:ada 1m0s ago, not by the provider's answer")
+	require.NotContains(t, got, "the provider acknowledged it")
+	tl := outboxtype.Timeline(&confirmed, nil, byOperator, nil, nil)
+	require.NotContains(t, tl[1].Detail, "the provider acknowledged it")
+	require.Contains(t, outboxtype.WhatNow(&confirmed, nil, nil, nil, sit), "the provider acknowledged it")
+
+	refused := &outboxtype.Effect{ID: uuid.New(), Kind: "stripe.refund", Provider: "stripe", State: outboxtype.StateFailed, Attempts: 1,
+		LastError: ptr("refused before sending (no request made): params.reason: \"oops\" is not one of duplicate, fraudulent, requested_by_customer"),
+		CreatedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-time.Hour)}
+	got = outboxtype.StuckEffect{Effect: refused}.Explain(sit)
+	require.Contains(t, got, "outboxd refused it before making any request: no provider saw it")
+	require.NotContains(t, got, "The provider refused it")
+
+	acked := *refused
+	acked.AcknowledgedAt = at(-time.Minute)
+	require.Contains(t, outboxtype.StuckEffect{Effect: &acked}.Explain(sit), "Acknowledged 1m0s ago: an operator reviewed it and keeps it failed; nothing to do")
+}
+
+func TestPayloadDiffNamesEachChangedField(t *testing.T) {
+	got := outboxtype.PayloadDiff(json.RawMessage(`{"operation": "refund.create", "params": {"reason": "oops", "amount": 100, "metadata": {"a": "1"}}}`),
+		json.RawMessage(`{"operation": "refund.create", "params": {"reason": "requested_by_customer", "amount": 100, "items": [1]}}`))
+	require.Equal(t, []string{`params.items[0]: (added) 1`, `params.metadata.a: "1" -> (removed)`, `params.reason: "oops" -> "requested_by_customer"`}, got)
 }

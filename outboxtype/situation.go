@@ -52,6 +52,24 @@ func SituationOf(now time.Time, bound time.Duration, ds []DispatcherRecord) Situ
 		if json.Unmarshal(d.Settings, &st) != nil {
 			continue
 		}
+		// Each provider's request timeout, the longest any running
+		// dispatcher uses: no call of it lasts longer.
+		var perProvider map[string]json.RawMessage
+		_ = json.Unmarshal(d.Settings, &perProvider)
+		for name, raw := range perProvider {
+			var p struct {
+				Timeout string `json:"timeout"`
+			}
+			if json.Unmarshal(raw, &p) != nil {
+				continue
+			}
+			if t, err := time.ParseDuration(p.Timeout); err == nil && t > sit.CallTimeouts[name] {
+				if sit.CallTimeouts == nil {
+					sit.CallTimeouts = map[string]time.Duration{}
+				}
+				sit.CallTimeouts[name] = t
+			}
+		}
 		if r, err := time.ParseDuration(st.RescueAfter); err == nil && r > rescue {
 			rescue = r
 		}
@@ -60,6 +78,7 @@ func SituationOf(now time.Time, bound time.Duration, ds []DispatcherRecord) Situ
 		}
 	}
 	if rescue > 0 {
+		sit.RescueAfter = rescue
 		sit.FiredBound = rescue + RiverRescuerInterval + retry
 		sit.BoundFrom = fmt.Sprintf("from the running dispatchers' --rescue-after %s", rescue)
 	}

@@ -50,6 +50,10 @@ func Timeline(e *Effect, attempts []Attempt, audit []AuditEntry, delivery *Deliv
 			continue
 		}
 		switch {
+		case last && e.State == StateConfirmed && confirmedBy(audit) != "":
+			at := e.FiredAt
+			out = append(out, TimelineEntry{At: at, What: what, Outcome: "no answer recorded",
+				Detail: "confirmed by " + confirmedBy(audit) + ", not by the provider's answer (see the operator action)"})
 		case last && e.State == StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil && e.ConfirmedAt.After(*e.FiredAt):
 			at := *e.FiredAt
 			detail := "the provider acknowledged it"
@@ -119,4 +123,18 @@ func enqueuedDetail(e *Effect) string {
 		parts = append(parts, "ordering key "+*e.OrderingKey)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// confirmedBy is the operator whose confirmation ended the effect, or ""
+// when its last confirmation was not an operator's.
+func confirmedBy(audit []AuditEntry) string {
+	for i := len(audit) - 1; i >= 0; i-- {
+		if audit[i].ToState == string(StateConfirmed) && audit[i].FromState != audit[i].ToState {
+			if audit[i].Action == ActionConfirm {
+				return audit[i].Actor
+			}
+			return ""
+		}
+	}
+	return ""
 }

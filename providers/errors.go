@@ -49,14 +49,37 @@ type Error struct {
 	// Throttled is true of a refusal for rate (see Throttled): the whole
 	// limit key slows down, and the attempt does not count.
 	Throttled bool
-	Err       error
+	// NotSent is true of a refusal by outboxd itself, before any request
+	// was made (see Refused): no provider saw it.
+	NotSent bool
+	Err     error
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s: %v", e.Class, e.Err) }
+// RefusedPrefix starts the text of a Refused error.
+const RefusedPrefix = "refused before sending (no request made)"
+
+func (e *Error) Error() string {
+	if e.NotSent {
+		return fmt.Sprintf("%s: %v", RefusedPrefix, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.Class, e.Err)
+}
 func (e *Error) Unwrap() error { return e.Err }
 
 // Permanent marks err as not worth retrying.
 func Permanent(err error) error { return &Error{Class: ClassPermanent, Err: err} }
+
+// Refused marks err as a refusal by the provider's own checks before any
+// request was made (an invalid payload, a destination the dial guard
+// refuses, a request that cannot be signed): permanent, and proof that
+// nothing reached the provider.
+func Refused(err error) error { return &Error{Class: ClassPermanent, NotSent: true, Err: err} }
+
+// IsRefused reports whether err is a Refused error.
+func IsRefused(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.NotSent
+}
 
 // Retryable marks err as not applied by the provider; after is the delay the
 // provider asked for, or zero.
@@ -110,7 +133,7 @@ func Redact(err error, secrets []string) error {
 		if !changed {
 			return err
 		}
-		return &Error{Class: pe.Class, RetryAfter: pe.RetryAfter, Throttled: pe.Throttled, Err: inner}
+		return &Error{Class: pe.Class, RetryAfter: pe.RetryAfter, Throttled: pe.Throttled, NotSent: pe.NotSent, Err: inner}
 	}
 	clean, changed := redactErr(err, secrets)
 	if !changed {

@@ -20,6 +20,7 @@ package sideeffects
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
@@ -299,6 +300,16 @@ func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts ActionOpts) 
 // Requeue gives pending and fired effects without a live River job one.
 func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
 	return o.op.Requeue(ctx, ids, opts)
+}
+
+// EditPayload replaces the payload of a failed effect no provider acted on
+// (every attempt refused before any request, or refused for its fields
+// by a provider that keeps no result for the key) and sends it back to
+// pending with the same key; v, the provider's Validator, must accept the
+// new payload. The audit row keeps both payloads. Refused otherwise,
+// saying why: such an effect is fixed where it was enqueued.
+func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.RawMessage, v providers.Validator, opts ActionOpts) (Change, error) {
+	return o.op.EditPayload(ctx, id, payload, v, opts)
 }
 
 // Cancel makes effects never fire.

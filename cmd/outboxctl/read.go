@@ -305,7 +305,7 @@ func newShowCmd(a *app) *cobra.Command {
 				return err
 			}
 			sit.KeyWindow = a.keyWindow(e.Provider)
-			whatNow := outboxtype.WhatNow(e, jobs, blocked, sit)
+			whatNow := outboxtype.WhatNow(e, jobs, audit, blocked, sit)
 			out := cmd.OutOrStdout()
 			if a.JSON {
 				return printJSON(out, map[string]any{"effect": e, "event": ev, "attempts": attempts, "jobs": jobs, "audit": audit,

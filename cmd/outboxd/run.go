@@ -610,6 +610,15 @@ func reconcilers(provs []providers.Provider) map[string]providers.Reconciler {
 	return out
 }
 
+// validators check a payload edited in the web view, by provider name.
+func validators(provs []providers.Provider) map[string]providers.Validator {
+	out := make(map[string]providers.Validator, len(provs))
+	for _, p := range provs {
+		out[p.Name()] = p
+	}
+	return out
+}
+
 // webView builds the web view with the operator API and the policies
 // outboxctl uses.
 func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[string]providers.InDoubtPolicy, provs []providers.Provider, log *slog.Logger) (http.Handler, error) {
@@ -629,7 +638,7 @@ func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[strin
 	return webui.New(webui.Config{Keys: keys, Schema: schema, Operator: op, AdminToken: c.WebAdminToken, ReadToken: c.webReadToken(), Logger: log,
 		Operators: c.WebOperatorTokens, ReadNeedsCredential: !loopbackAddr(c.WebAddr) && !c.WebAnonymousRead,
 		TrustedUserHeader: c.WebTrustedUserHeader, TrustedProxies: proxies,
-		FiredBound: c.RescueAfter + time.Minute, Reconcilers: reconcilers(provs),
+		FiredBound: c.RescueAfter + time.Minute, Reconcilers: reconcilers(provs), Validators: validators(provs),
 		KeyWindow: func(provider string) time.Duration {
 			g := guarantees[provider]
 			if g.KeyWindow <= 0 {

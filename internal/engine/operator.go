@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -176,6 +177,117 @@ func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts ActionOpts
 		})
 }
 
+// EditPayload replaces the payload of a failed effect that no provider
+// acted on, and sends it back to pending with a new River job, as Retry
+// does, keeping its key: v (the provider's Validator) must accept the new
+// payload. Refused unless the effect's attempts prove that nothing was
+// done and that the provider keeps no result for its key: every attempt
+// refused before any request (an invalid payload outboxd's own checks
+// caught), or a last answer that was a validation refusal (Stripe's
+// invalid_request_error with HTTP 400, which Stripe keeps no idempotent
+// result for; a 400 or 422 from a webhook receiver or SendGrid) after
+// only refusals. Anything else a provider may have acted on, or holds a
+// result for under the key: its payload is fixed where it was enqueued,
+// as a new event. The audit row keeps both payloads.
+func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.RawMessage, v providers.Validator, opts ActionOpts) (Change, error) {
+	if v == nil {
+		return Change{}, errors.New("edit payload: no payload validator for the effect's provider")
+	}
+	check := func(ctx context.Context, db DB, e *Effect, ch *Change) (string, error) {
+		ch.PayloadBefore, ch.PayloadAfter = e.Payload, payload
+		if v.Name() != e.Provider {
+			return fmt.Sprintf("the payload validator is %s's, the effect is %s's", v.Name(), e.Provider), nil
+		}
+		if err := v.ValidatePayload(e.Kind, payload); err != nil {
+			return "the new payload is invalid: " + err.Error(), nil
+		}
+		if jsonEqual(e.Payload, payload) {
+			return "the new payload is the same as the old: nothing to edit", nil
+		}
+		if job, err := o.store.jobIn(ctx, db, e.ID, "running"); err != nil || job != 0 {
+			if job != 0 {
+				ch.Transient = true
+				return fmt.Sprintf("River job %d is running for it: look again when it ends", job), err
+			}
+			return "", err
+		}
+		attempts, err := o.store.Attempts(ctx, db, e.ID)
+		if err != nil {
+			return "", err
+		}
+		if why := unsentProof(e, attempts); why != "" {
+			return why, nil
+		}
+		return "", nil
+	}
+	chs, err := o.each(ctx, []uuid.UUID{id}, opts, ActionEditPayload, StatePending, []State{StateFailed}, check,
+		func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (*Effect, error) {
+			if _, err := tx.Exec(ctx, o.store.sql(sqlEditPayload), e.ID, payload); err != nil {
+				return nil, err
+			}
+			before, err := o.store.transitionReturning(ctx, tx, ActionEditPayload, o.store.sql(sqlRedrive), e.ID, false, false, false)
+			if err != nil || before == nil {
+				return before, err
+			}
+			before.Payload = ch.PayloadBefore
+			res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{JobParams(e.ID, e.Provider, e.NotBefore)})
+			if err != nil {
+				return nil, fmt.Errorf("insert dispatch job for %s: %w", e.ID, err)
+			}
+			ch.JobInserted = len(res) == 1 && !res[0].UniqueSkippedAsDuplicate
+			return before, nil
+		})
+	if err != nil || len(chs) != 1 {
+		return Change{}, err
+	}
+	return chs[0], nil
+}
+
+// unsentProof says why effect e's history does not prove that no provider
+// acted on it and that none keeps a result for its key ("" when it does).
+func unsentProof(e *Effect, attempts []Attempt) string {
+	const fix = ": fix the payload where the effect was enqueued and enqueue it as a new event, then cancel this one"
+	if e.InDoubt {
+		return "an earlier request may have been delivered (in doubt)" + fix
+	}
+	if n := max(e.TotalAttempts, e.Attempts); len(attempts) < n {
+		return fmt.Sprintf("%d of its %d attempts have no recorded outcome, so nothing proves they made no request%s", n-len(attempts), n, fix)
+	}
+	for i, a := range attempts {
+		switch {
+		case a.Outcome == "refused":
+		case i == len(attempts)-1 && a.Outcome == providers.ClassPermanent.String() && validationRefusal(e.Provider, a.Error):
+		default:
+			return fmt.Sprintf("attempt %d reached %s (%s: %s), which may have acted on it or keep a result for its key%s",
+				a.Attempt, e.Provider, a.Outcome, a.Error, fix)
+		}
+	}
+	return ""
+}
+
+// validationRefusal is whether a provider's permanent answer says it
+// refused the request's fields without acting and keeps no result for
+// its key.
+func validationRefusal(provider, text string) bool {
+	switch provider {
+	case "stripe":
+		return strings.Contains(text, "invalid_request_error") && strings.Contains(text, "(HTTP 400)")
+	case "webhook", "sendgrid":
+		return strings.Contains(text, "HTTP 400") || strings.Contains(text, "HTTP 422")
+	}
+	return false
+}
+
+func jsonEqual(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	ja, _ := json.Marshal(x)
+	jb, _ := json.Marshal(y)
+	return string(ja) == string(jb)
+}
+
 // Acknowledge records that failed effects were reviewed and are correctly
 // failed (a card decline, a retired endpoint): they stay failed, with who
 // and why in the audit trail, and leave "stuck" and the failed-effects
@@ -323,12 +435,16 @@ func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts ActionOpts, a
 				return errConcurrentChange
 			}
 			ch.Effect, ch.From = before, before.State
-			return o.store.audit(ctx, tx, id, action, opts.Actor, opts.Reason, before.State, ch.To, map[string]any{
+			details := map[string]any{
 				"attempts": before.Attempts, "total_attempts": before.TotalAttempts, "last_error": before.LastError,
 				"in_doubt": before.InDoubt, "first_fired_at": before.FirstFiredAt, "key_window_from": before.KeyWindowFrom,
 				"provider_ref": opts.Ref, "warning": ch.Warning, "job_inserted": ch.JobInserted,
 				"clears_doubt": ch.ClearsDoubt, "restarts_key_window": ch.RestartsKeyWindow,
-			})
+			}
+			if ch.PayloadAfter != nil {
+				details["payload_before"], details["payload_after"] = ch.PayloadBefore, ch.PayloadAfter
+			}
+			return o.store.audit(ctx, tx, id, action, opts.Actor, opts.Reason, before.State, ch.To, details)
 		})
 		switch {
 		case errors.Is(err, errConcurrentChange):

@@ -407,6 +407,10 @@ RETURNING ` + beforeColumns
 	// requests and the total attempts carry over; $3 clears the doubt (the
 	// operator accepts the risk of a duplicate) and $4 restarts the key
 	// window (the operator checked the provider), each audited.
+	// An operator's corrected payload (EditPayload), in the transaction
+	// that sends the effect back to pending.
+	sqlEditPayload = `UPDATE /*schema*/side_effects SET payload = $2 WHERE id = $1 AND state = 'failed'`
+
 	sqlRedrive = `
 WITH before AS (
 	SELECT ` + effectColumns + ` FROM /*schema*/side_effects

@@ -72,6 +72,7 @@ const (
 	ActionAcknowledge        = outboxtype.ActionAcknowledge
 	ActionRelease            = outboxtype.ActionRelease
 	ActionLateAck            = outboxtype.ActionLateAck
+	ActionEditPayload        = outboxtype.ActionEditPayload
 	ReasonKeyWindow          = outboxtype.ReasonKeyWindow
 	ReasonInDoubt            = outboxtype.ReasonInDoubt
 	ActionEventConfirm       = outboxtype.ActionEventConfirm

@@ -369,12 +369,16 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 	if limitKey != "" && providers.IsThrottled(sendErr) {
 		return w.throttled(bctx, log, p, claimed, before, start, sendErr, limitKey, after)
 	}
-	host := ""
+	host, outcome := "", class.String()
 	if h, ok := p.(providers.Hoster); ok {
 		host = h.Host(claimed.Payload)
 	}
+	if providers.IsRefused(sendErr) {
+		// No request was made: no host was called.
+		host, outcome = "", "refused"
+	}
 	if err := w.store.RecordAttempt(bctx, w.pool, Attempt{EffectID: id, Attempt: claimed.TotalAttempts, StartedAt: start,
-		Duration: time.Since(start), Outcome: class.String(), Error: sendErr.Error(), Host: host}); err != nil {
+		Duration: time.Since(start), Outcome: outcome, Error: sendErr.Error(), Host: host}); err != nil {
 		log.Warn("could not record the attempt in its history", "record_error", err)
 	}
 	// Logs say the class and status; the answer's body is in last_error

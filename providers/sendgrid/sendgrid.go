@@ -127,7 +127,7 @@ var Guarantees = providers.Guarantees{InDoubt: providers.AtMostOnce}
 func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
 	pl, err := parsePayload(req.Payload)
 	if err != nil {
-		return providers.Result{}, providers.Permanent(err)
+		return providers.Result{}, providers.Refused(err)
 	}
 	m := message(pl)
 	m.SetCustomArg(CustomArgKey, req.Key)

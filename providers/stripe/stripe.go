@@ -188,7 +188,7 @@ func (c Config) Guarantees() providers.Guarantees {
 func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
 	c, err := parsePayload(req.Payload)
 	if err != nil {
-		return providers.Result{}, providers.Permanent(err)
+		return providers.Result{}, providers.Refused(err)
 	}
 	ctx, wrote := providers.WatchWrites(ctx)
 	rec := &lastResponse{}

@@ -250,18 +250,18 @@ func (c Config) Guarantees() providers.Guarantees {
 func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
 	pl, u, err := parsePayload(req.Payload, p.AllowedNetworks, false)
 	if err != nil {
-		return providers.Result{}, providers.Permanent(err)
+		return providers.Result{}, providers.Refused(err)
 	}
 	body := []byte(pl.Body)
 	now := time.Now()
 	sig, err := p.signer.Sign(req.Key, now, body)
 	if err != nil {
-		return providers.Result{}, providers.Permanent(fmt.Errorf("sign: %w", err))
+		return providers.Result{}, providers.Refused(fmt.Errorf("sign: %w", err))
 	}
 	for _, old := range p.previous {
 		s, err := old.Sign(req.Key, now, body)
 		if err != nil {
-			return providers.Result{}, providers.Permanent(fmt.Errorf("sign: %w", err))
+			return providers.Result{}, providers.Refused(fmt.Errorf("sign: %w", err))
 		}
 		sig += " " + s
 	}
@@ -269,7 +269,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	ctx, wrote := providers.WatchWrites(ctx)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
 	if err != nil {
-		return providers.Result{}, providers.Permanent(fmt.Errorf("build request: %w", err))
+		return providers.Result{}, providers.Refused(fmt.Errorf("build request: %w", err))
 	}
 	for k, v := range pl.Headers {
 		hr.Header.Set(k, v)
@@ -285,7 +285,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	if err != nil {
 		var blocked *BlockedError
 		if errors.As(err, &blocked) {
-			return providers.Result{}, providers.Permanent(blocked)
+			return providers.Result{}, providers.Refused(blocked)
 		}
 		return providers.Result{}, providers.TransportError(err, wrote())
 	}

@@ -662,7 +662,8 @@ func TestEveryPageFitsAPhoneAndFollowsDarkMode(t *testing.T) {
 	pages := map[string]string{
 		"overview": "", "search": "effects?q=" + s.ids["gone"].String(), "effect": "effects/" + s.ids["gone"].String(),
 		"action": "effects/" + s.ids["gone"].String() + "/actions/retry", "error": "effects/not-an-id",
-		"replays": "replays", "limits": "limits",
+		"replays": "replays", "limits": "limits", "drift": "drift?all=1", "keys": "keys?state=", "dispatchers": "dispatchers",
+		"reconcile": "effects/" + s.ids["gone"].String() + "/reconcile", "edit": "effects/" + s.ids["gone"].String() + "/edit",
 	}
 	for name, path := range pages {
 		br.do(chromedp.Navigate(s.url(path)), chromedp.WaitVisible(chromedp.CSS("main")))

@@ -329,6 +329,10 @@ func (u *ui) whatNow(r *http.Request, e *outboxtype.Effect) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	audit, err := u.op.Audit(r.Context(), e.ID)
+	if err != nil {
+		return "", err
+	}
 	var blocked *uuid.UUID
 	if e.OrderingKey != nil {
 		if blocked, err = u.op.BlockedBehind(r.Context(), e.ID); err != nil {
@@ -339,7 +343,7 @@ func (u *ui) whatNow(r *http.Request, e *outboxtype.Effect) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return u.diagnose(e, jobs, blocked, sit), nil
+	return u.diagnose(e, jobs, audit, blocked, sit), nil
 }
 
 // maxPasted bounds the ids one pasted list takes: a page of results.
@@ -615,16 +619,16 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, http.StatusInternalServerError, "could not read the dispatchers", err)
 		return
 	}
-	d.Diagnosis = u.diagnose(e, d.Jobs, d.BlockedBehind, sit)
+	d.Diagnosis = u.diagnose(e, d.Jobs, d.Audit, d.BlockedBehind, sit)
 	u.render(w, r, http.StatusOK, "effect", "Effect "+e.ID.String(), d)
 }
 
 // actionsFor lists the actions an effect's state allows.
 // diagnose says, at the top of an effect's page, what its state means
 // and what to do (outboxtype.WhatNow).
-func (u *ui) diagnose(e *outboxtype.Effect, jobs []outboxtype.Job, blocked *uuid.UUID, sit outboxtype.Situation) string {
+func (u *ui) diagnose(e *outboxtype.Effect, jobs []outboxtype.Job, audit []outboxtype.AuditEntry, blocked *uuid.UUID, sit outboxtype.Situation) string {
 	sit.KeyWindow = u.cfg.KeyWindow(e.Provider)
-	return outboxtype.WhatNow(e, jobs, blocked, sit)
+	return outboxtype.WhatNow(e, jobs, audit, blocked, sit)
 }
 
 // situation is what the diagnoses know of the running dispatchers: their

@@ -78,6 +78,9 @@ type Config struct {
 	// for that can be asked: Stripe). SendGrid's recorded events and a
 	// webhook's advice need none.
 	Reconcilers map[string]providers.Reconciler
+	// Validators check an edited payload, by provider name (outboxd run
+	// gives its providers); the built-in schemas otherwise.
+	Validators map[string]providers.Validator
 	// Keys are the Idempotency-Key middleware's stored keys, for the
 	// Idempotency-Keys page (nil: no such page).
 	Keys *idempotency.Keys
@@ -156,7 +159,7 @@ func New(cfg Config) (http.Handler, error) {
 			return *s
 		},
 	}
-	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk", "replays", "replay", "limits", "drift", "reconcile", "keys", "key", "dispatchers"} {
+	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk", "replays", "replay", "limits", "drift", "reconcile", "keys", "key", "dispatchers", "edit"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("webui: template %s: %w", page, err)
@@ -175,6 +178,8 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("POST "+p+"effects/bulk", u.bulkAct)
 	mux.HandleFunc("GET "+p+"effects/{id}", u.effect)
 	mux.HandleFunc("GET "+p+"effects/{id}/reconcile", u.reconcile)
+	mux.HandleFunc("GET "+p+"effects/{id}/edit", u.editForm)
+	mux.HandleFunc("POST "+p+"effects/{id}/edit", u.edit)
 	mux.HandleFunc("GET "+p+"effects/{id}/actions/{action}", u.actionForm)
 	mux.HandleFunc("POST "+p+"effects/{id}/actions/{action}", u.act)
 	mux.HandleFunc("GET "+p+"limits", u.limits)

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
+)
+
+// TestEditCorrectsAPayloadNoProviderSaw: outboxctl edit replaces the
+// payload of a failed effect whose every attempt was refused before any
+// request, keeps its key and sends it back to pending, audited with both
+// payloads; bad input exits 2 and changes nothing; an effect a receiver
+// answered is refused with who must fix what.
+func TestEditCorrectsAPayloadNoProviderSaw(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.ids["failed"].String()
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET total_attempts = 1,
+		last_error = 'refused before sending (no request made): payload.url: scheme "ftp" not allowed' WHERE id = $1`, b.ids["failed"])
+	require.NoError(t, err)
+	require.NoError(t, b.store.RecordAttempt(ctx, b.db.Pool, engine.Attempt{EffectID: b.ids["failed"], Attempt: 1, StartedAt: time.Now(),
+		Outcome: "refused", Error: `refused before sending (no request made): payload.url: scheme "ftp" not allowed`}))
+	fixed := `{"url": "https://hooks.example.com/fixed", "body": {"n": 4}}`
+
+	for _, args := range [][]string{
+		{"edit", id, "--reason", "r"},
+		{"edit", id, "--payload", "{not json", "--reason", "r"},
+		{"edit", id, "--payload", fixed},
+		{"edit", id, "--payload", fixed, "--payload-file", "x.json", "--reason", "r"},
+	} {
+		out, err := b.run(t, "", args...)
+		require.Equal(t, 2, cli.ExitCode(err), "%v: %s", args, out)
+	}
+	out, err := b.run(t, "", "edit", id, "--payload", `{"url": "ftp://hooks.example.com/o", "body": {}}`, "--reason", "r")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), `not edited: the new payload is invalid: payload.url: scheme "ftp" not allowed`, out)
+
+	out, err = b.run(t, "", "edit", id, "--payload", fixed, "--dry-run")
+	require.NoError(t, err, out)
+	require.Contains(t, out, `url: "https://hooks.example.com/o" -> "https://hooks.example.com/fixed"`)
+	require.Contains(t, out, "dry run: "+id+" would move failed -> pending")
+	require.Equal(t, engine.StateFailed, b.effect(t, "failed").State)
+
+	key := b.effect(t, "failed").IdempotencyKey
+	out, err = b.run(t, "", "edit", id, "--payload", fixed, "--reason", "scheme typo in the backfill; fixed there too")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "edited "+id+": failed -> pending with this payload and key "+key)
+	e := b.effect(t, "failed")
+	require.Equal(t, engine.StatePending, e.State)
+	require.JSONEq(t, fixed, string(e.Payload))
+	audit, err := b.store.Audit(ctx, b.db.Pool, e.ID)
+	require.NoError(t, err)
+	last := audit[len(audit)-1]
+	require.Equal(t, engine.ActionEditPayload, last.Action)
+	require.Contains(t, string(last.Details), `"payload_after": {"url": "https://hooks.example.com/fixed"`)
+
+	// The receiver answered 410: it saw the request.
+	other := b.ids["failed_old_window"].String()
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET total_attempts = 1 WHERE id = $1`, b.ids["failed_old_window"])
+	require.NoError(t, err)
+	require.NoError(t, b.store.RecordAttempt(ctx, b.db.Pool, engine.Attempt{EffectID: b.ids["failed_old_window"], Attempt: 1, StartedAt: time.Now(),
+		Outcome: "permanent", Error: "permanent: HTTP 410 (endpoint gone)", Host: "hooks.example.com"}))
+	_, err = b.run(t, "", "edit", other, "--payload", fixed, "--reason", "r")
+	require.ErrorContains(t, err, "attempt 1 reached webhook (permanent: permanent: HTTP 410 (endpoint gone))")
+	require.ErrorContains(t, err, "fix the payload where the effect was enqueued and enqueue it as a new event")
+}
