@@ -691,6 +691,10 @@ type actionData struct {
 	Review string
 }
 
+// reviewedShape is what reviewKey makes: anything else was not written by
+// the page's own form.
+var reviewedShape = regexp.MustCompile(`^[0-9a-f]{16}:force=(true|false):allow_duplicate=(true|false)$`)
+
 // reviewKey names what a dry run was made for: the effect as it was (its
 // last change) and the options that change the outcome.
 func reviewKey(e *outboxtype.Effect, d *actionData) string {
@@ -796,10 +800,14 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 	// anything else is shown its dry run first. (Scripts, which post no
 	// such field, act at once, as outboxctl does.)
 	if reviewed, ok := r.PostForm["reviewed"]; ok && reviewed[0] != reviewKey(e, d) {
-		if !strings.HasPrefix(reviewed[0], effectVersion(e)+":") {
+		switch {
+		case !reviewedShape.MatchString(reviewed[0]):
+			d.Review = "Not done: the form did not say what its dry run was made for (its reviewed field is missing or damaged). " +
+				"Below is what the click would do now; click again to go ahead."
+		case !strings.HasPrefix(reviewed[0], effectVersion(e)+":"):
 			d.Review = fmt.Sprintf("Not done: this effect changed since the page was opened (it is now %s, last changed %s). "+
 				"Below is what the click would do now; click again to go ahead.", e.State, e.UpdatedAt.UTC().Format(time.RFC3339))
-		} else {
+		default:
 			d.Review = "Not done yet: the options changed since the dry run. Below is what this click will do; click again to go ahead."
 		}
 		u.showAction(w, r, d, actor, http.StatusConflict)

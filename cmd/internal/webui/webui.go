@@ -369,7 +369,17 @@ func (u *ui) authenticate(w http.ResponseWriter, r *http.Request) (actor string,
 		}
 	}
 	w.Header().Set("WWW-Authenticate", `Basic realm="outboxd actions", charset="UTF-8"`)
-	u.fail(w, http.StatusUnauthorized, "actions need the admin credential: your name as user, the admin token as password", nil)
+	var ways []string
+	if len(u.cfg.Operators) > 0 {
+		ways = append(ways, "your own operator token as password (any user name; the audit names you)")
+	}
+	if u.cfg.AdminToken != "" {
+		ways = append(ways, "your name as user and the admin token as password")
+	}
+	if u.cfg.TrustedUserHeader != "" {
+		ways = append(ways, "signing in through the authenticating proxy in front of this view")
+	}
+	u.fail(w, http.StatusUnauthorized, "actions need a credential: "+strings.Join(ways, "; or ")+". A script sends the same token as a bearer token.", nil)
 	return "", false, false
 }
 
