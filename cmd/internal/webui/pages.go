@@ -209,13 +209,13 @@ type searchData struct {
 	Q, AggType, AggID, Kind, State, Since, Until string
 	// IDs is a pasted list: webhook-ids or keys, provider references,
 	// effect ids; Missing are those of them no effect has.
-	IDs     string
-	Missing []string
-	States                                       []string
-	Searched                                     bool
-	Error                                        string
-	Effects                                      []*outboxtype.Effect
-	Next                                         string
+	IDs      string
+	Missing  []string
+	States   []string
+	Searched bool
+	Error    string
+	Effects  []*outboxtype.Effect
+	Next     string
 	// WhatNow is, for a list of one kind in a live or failed state (an
 	// incident's link from the overview), what to do about the newest of
 	// them: the words its own page starts with.
