@@ -569,6 +569,12 @@ func (o *Operator) BlockedChains(ctx context.Context) (outboxtype.BlockedChains,
 	return o.op.Store().BlockedChains(ctx, o.op.Pool())
 }
 
+// WaitingBehind lists the effects after id on its ordering key that have
+// not ended, in the order a release of id sends them (at most limit).
+func (o *Operator) WaitingBehind(ctx context.Context, id uuid.UUID, limit int) ([]*EffectRow, error) {
+	return o.op.Store().WaitingBehind(ctx, o.op.Pool(), id, limit)
+}
+
 // StateGauges counts live and failed effects by state and kind, with the
 // age of the oldest of each.
 func (o *Operator) StateGauges(ctx context.Context) ([]outboxtype.StateGauge, error) {

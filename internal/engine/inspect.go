@@ -73,6 +73,17 @@ func (s *Store) ByProviderRef(ctx context.Context, db DB, ref string, limit int)
 	return nil, nil
 }
 
+// WaitingBehind returns the effects after id on its ordering key that have
+// not ended, in the order they go out once it is released: what a release
+// of id sends (at most limit).
+func (s *Store) WaitingBehind(ctx context.Context, db DB, id uuid.UUID, limit int) ([]*Effect, error) {
+	rows, err := db.Query(ctx, s.sql(sqlWaitingBehind), id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("effects behind %s: %w", id, err)
+	}
+	return pgx.CollectRows(rows, rowToEffect)
+}
+
 // ByKeyPrefix returns the effects whose idempotency key begins with prefix
 // (at least 12 lowercase hex digits, as outboxctl prints keys), at most
 // limit: found on the primary key, since an effect's id is its key's first

@@ -187,6 +187,15 @@ SELECT t.id, t.state, t.first_fired_at IS NOT NULL, EXISTS (SELECT 1 FROM upd) F
 
 	// The first effect of effect $1's ordering key, before it, that has
 	// not ended: what it waits behind.
+	// The effects after $1 on its ordering key that have not ended, in
+	// the order they go out once it is released (at most $2).
+	sqlWaitingBehind = `
+SELECT ` + effectColumns + ` FROM /*schema*/side_effects s
+WHERE s.ordering_key = (SELECT ordering_key FROM /*schema*/side_effects WHERE id = $1)
+	AND s.ordering_seq > (SELECT ordering_seq FROM /*schema*/side_effects WHERE id = $1)
+	AND s.state IN ('pending', 'fired', 'failed')
+ORDER BY s.ordering_seq LIMIT $2`
+
 	sqlBlockedBehind = `
 SELECT s.id FROM /*schema*/side_effects e JOIN /*schema*/side_effects s
 	ON s.ordering_key = e.ordering_key AND s.ordering_seq < e.ordering_seq

@@ -526,6 +526,11 @@ func TestABlockedChainInTheBrowser(t *testing.T) {
 	br.do(chromedp.Navigate(s.url("effects/"+s.ids["capture"].String())), chromedp.WaitVisible(chromedp.CSS("#columns")))
 	br.do(chromedp.Click(chromedp.CSS(`a.action[href$="/actions/release"]`)), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
 	require.Contains(t, br.text("#dryrun"), `after it on ordering key "pay_9" would go on; it stays failed`)
+	// The dry run lists what would go out, in order, and warns that it
+	// may depend on the head.
+	behind := br.text("#behind")
+	require.Less(t, strings.Index(behind, s.ids["refund"].String()), strings.Index(behind, s.ids["receipt"].String()))
+	require.Contains(t, br.text("#depends"), "may depend on it")
 	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "captured by phone"),
 		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "release by web:ada: failed -> failed")

@@ -689,6 +689,8 @@ type actionData struct {
 	Reviewed string
 	// Review says why the click was shown again instead of done.
 	Review string
+	// Behind are, for a release, the effects it lets go, in order.
+	Behind []*outboxtype.Effect
 }
 
 // reviewedShape is what reviewKey makes: anything else was not written by
@@ -741,6 +743,14 @@ func (u *ui) showAction(w http.ResponseWriter, r *http.Request, d *actionData, a
 	}
 	d.Help = help
 	d.Reviewed = reviewKey(d.Effect, d)
+	if d.Action == "release" && d.Effect.OrderingKey != nil {
+		behind, err := u.op.WaitingBehind(r.Context(), d.Effect.ID, pageSize)
+		if err != nil {
+			u.fail(w, http.StatusInternalServerError, "could not read the effects behind it", err)
+			return
+		}
+		d.Behind = behind
+	}
 	ch, err := u.perform(r, d, actor, true)
 	if err != nil {
 		d.DryRunText = err.Error()
