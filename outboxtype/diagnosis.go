@@ -155,7 +155,7 @@ func (s StuckEffect) Explain(sit Situation) string {
 				held += " (" + st + ")"
 			}
 		}
-		head := fmt.Sprintf("fired %s under job %d, which River still marks running%s, beyond the crash-recovery bound (%s, %s): ",
+		head := fmt.Sprintf("not in flight: fired %s under job %d, which River still marks running%s, beyond the crash-recovery bound (%s, %s): ",
 			relative(*e.FiredAt, now), *s.JobID, held, sit.FiredBound, from)
 		var who string
 		switch {
@@ -284,7 +284,7 @@ func WhatNow(e *Effect, jobs []Job, audit []AuditEntry, blockedBehind *uuid.UUID
 		switch jobs[i].State {
 		case "available", "pending", "retryable", "running", "scheduled":
 			j := jobs[i]
-			st.JobID, st.JobState, st.JobScheduledAt = &j.ID, &j.State, &j.ScheduledAt
+			st.JobID, st.JobState, st.JobScheduledAt, st.JobHeldBy = &j.ID, &j.State, &j.ScheduledAt, j.HeldBy
 		}
 	}
 	return st.Explain(sit)

@@ -115,6 +115,9 @@ type Job struct {
 	ScheduledAt time.Time                `json:"scheduled_at"`
 	FinalizedAt *time.Time               `json:"finalized_at"`
 	Errors      []rivertype.AttemptError `json:"errors"`
+	// HeldBy is the dispatcher working a running job (outboxctl
+	// dispatchers' ID).
+	HeldBy *string `json:"held_by,omitempty"`
 }
 
 // AuditEntry is one recorded operator action.

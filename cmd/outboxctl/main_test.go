@@ -870,7 +870,7 @@ func TestShowListsEveryAttempt(t *testing.T) {
 		StartedAt: time.Now().Add(-30 * time.Minute), Duration: 30 * time.Second, Outcome: "in_doubt", Error: "no response: timeout", Host: "hooks.example.com"}))
 	out, err := b.run(t, "", "show", b.ids["fired_stale"].String())
 	require.NoError(t, err, out)
-	require.Contains(t, out, "what now: fired ", "show says what to do first, as stuck does")
+	require.Contains(t, out, "what now: not in flight: fired ", "show says what to do first, as stuck does")
 	require.Regexp(t, `(?m)^\S+\s+enqueued\s+pending`, out)
 	require.Regexp(t, `(?s)enqueued.*\n-\s+attempt 1\s+no outcome recorded\s+interrupted.*\n\S+\s+attempt 2\s+in_doubt after 30s\s+hooks.example.com: no response: timeout.*\n\S+\s+attempt 3\s+no answer yet`, out)
 

@@ -120,21 +120,55 @@ func (s *Store) Stuck(ctx context.Context, db DB, notSince time.Time, limit int)
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := db.Query(ctx, s.sql(sqlStuck), notSince, limit)
+	var out []StuckEffect
+	err := fewJobsPlan(ctx, db, func(db DB) error {
+		rows, err := db.Query(ctx, s.sql(sqlStuck), notSince, limit)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, scanStuck)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("stuck effects: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (StuckEffect, error) {
-		e := &Effect{}
-		st := StuckEffect{Effect: e}
-		err := r.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Provider, &e.Payload, &e.State, &e.Attempts,
-			&e.LastError, &e.ProviderRef, &e.Replayed, &e.NextAttemptAt, &e.CreatedAt, &e.UpdatedAt, &e.FiredAt,
-			&e.FirstFiredAt, &e.ConfirmedAt, &e.InDoubt, &e.TotalAttempts, &e.Redrives, &e.KeyWindowFrom, &e.AcknowledgedAt, &e.NotBefore,
-			&e.OrderingKey, &e.OrderingSeq, &e.OrderingSkipFailed, &e.OrderingReleasedAt, &e.WaitingFor, &e.WaitingSince, &e.Tenant,
-			&st.JobID, &st.JobState, &st.JobScheduledAt, &st.JobHeldBy, &st.BlockedBehind)
-		e.IdempotencyKey = Key(e.SourceID, e.Kind)
-		return st, err
+	return out, nil
+}
+
+// fewJobsPlan runs fn in a transaction of db's (a savepoint in one) set to
+// plan a read that looks up a page of effects' River jobs. River's GIN
+// index on river_job.args finds an effect's one or two jobs at once, but
+// the planner guesses thousands of rows for each lookup: below some
+// hundred thousand jobs it reads all of river_job for each effect
+// instead, and above it the guessed cost passes jit_above_cost, so the
+// read spends 50-90 ms compiling a plan that runs in 10. SET LOCAL keeps
+// both settings to this transaction (and works behind a transaction
+// pooler); the side_effects parts of these reads use their indexes anyway.
+func fewJobsPlan(ctx context.Context, db DB, fn func(DB) error) error {
+	b, ok := db.(interface {
+		Begin(context.Context) (pgx.Tx, error)
 	})
+	if !ok {
+		return fn(db)
+	}
+	return pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL jit = off; SET LOCAL enable_seqscan = off"); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+func scanStuck(r pgx.CollectableRow) (StuckEffect, error) {
+	e := &Effect{}
+	st := StuckEffect{Effect: e}
+	err := r.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Provider, &e.Payload, &e.State, &e.Attempts,
+		&e.LastError, &e.ProviderRef, &e.Replayed, &e.NextAttemptAt, &e.CreatedAt, &e.UpdatedAt, &e.FiredAt,
+		&e.FirstFiredAt, &e.ConfirmedAt, &e.InDoubt, &e.TotalAttempts, &e.Redrives, &e.KeyWindowFrom, &e.AcknowledgedAt, &e.NotBefore,
+		&e.OrderingKey, &e.OrderingSeq, &e.OrderingSkipFailed, &e.OrderingReleasedAt, &e.WaitingFor, &e.WaitingSince, &e.Tenant,
+		&st.JobID, &st.JobState, &st.JobScheduledAt, &st.JobHeldBy, &st.BlockedBehind)
+	e.IdempotencyKey = Key(e.SourceID, e.Kind)
+	return st, err
 }
 
 // StuckGroups groups the stuck effects (live ones unchanged since
@@ -199,7 +233,7 @@ func (s *Store) Jobs(ctx context.Context, db DB, id uuid.UUID) ([]Job, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) {
 		var j Job
 		var errs [][]byte
-		if err := r.Scan(&j.ID, &j.State, &j.Queue, &j.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.ScheduledAt, &j.FinalizedAt, &errs); err != nil {
+		if err := r.Scan(&j.ID, &j.State, &j.Queue, &j.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.ScheduledAt, &j.FinalizedAt, &errs, &j.HeldBy); err != nil {
 			return j, err
 		}
 		for _, raw := range errs {

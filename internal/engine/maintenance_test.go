@@ -428,3 +428,52 @@ func TestTheSweepHashesTheLiveJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "every effect has its job")
 }
+
+// TestStuckEffectsWithoutJobsFindTheirJobsByTheArgsIndex: the stuck list
+// and an action's job check look up each effect's jobs through River's
+// args index, never by reading river_job's primary key backwards: with
+// 20,000 finished jobs and effects that have none, that read filtered
+// every job for every effect (the overview took 13-17 s with 60 such
+// effects and 220,000 jobs).
+func TestStuckEffectsWithoutJobsFindTheirJobsByTheArgsIndex(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	s := b.db.Schema
+	for _, q := range []string{
+		`INSERT INTO ` + s + `.river_job (args, kind, max_attempts, queue, state, scheduled_at, finalized_at)
+			SELECT jsonb_build_object('effect_id', gen_random_uuid()), 'outboxd.dispatch', 100, 'webhook', 'completed', now(), now()
+			FROM generate_series(1, 20000)`,
+		`INSERT INTO ` + s + `.outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'b', '{}' FROM generate_series(1, 60)`,
+		`INSERT INTO ` + s + `.side_effects (id, source_id, kind, provider, payload, updated_at)
+			SELECT gen_random_uuid(), id, 'k', 'stripe', '{}', now() - interval '1 hour' FROM ` + s + `.outbox_events`,
+		`ANALYZE ` + s + `.side_effects, ` + s + `.river_job`,
+	} {
+		_, err := b.db.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	explain := func(stmt string, args ...any) string {
+		var plan []string
+		require.NoError(t, engine.FewJobsPlan(ctx, b.db.Pool, func(db engine.DB) error {
+			rows, err := db.Query(ctx, "EXPLAIN "+stmt, args...)
+			if err != nil {
+				return err
+			}
+			plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		}))
+		return strings.Join(plan, "\n")
+	}
+	plan := explain(engine.StuckStatement(b.store), time.Now().Add(-5*time.Minute), 50)
+	require.Contains(t, plan, "river_job_args_index", plan)
+	require.NotContains(t, plan, "Index Scan Backward using river_job_pkey", plan)
+	require.NotContains(t, plan, "Seq Scan on river_job", plan)
+	plan = explain(engine.JobInStatement(b.store), uuid.New(), []string{"running"})
+	require.NotContains(t, plan, "Index Scan Backward using river_job_pkey", plan)
+	stuck, err := b.store.Stuck(ctx, b.db.Pool, time.Now().Add(-5*time.Minute), 50)
+	require.NoError(t, err)
+	require.Len(t, stuck, 50)
+	for _, st := range stuck {
+		require.Nil(t, st.JobID, "no job")
+	}
+}

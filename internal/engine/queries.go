@@ -255,8 +255,11 @@ ORDER BY u.ord`
 	sqlGetEffectByKeyForUpdate = sqlGetEffectByKey + ` FOR UPDATE`
 
 	// The newest dispatch job of effect $1 in one of the states $2, or 0.
+	// max(id + 0), not max(id): Postgres would read max(id) backwards
+	// along river_job's primary key, filtering every finished job, when
+	// the effect has none; the args index finds its few jobs at once.
 	sqlJobIn = `
-SELECT coalesce(max(id), 0) FROM /*schema*/river_job
+SELECT coalesce(max(id + 0), 0) FROM /*schema*/river_job
 WHERE kind = 'outboxd.dispatch' AND state::text = ANY($2) AND args @> jsonb_build_object('effect_id', $1::uuid)`
 
 	// The effect whose key is $1: by its derived id $2 (KeyEffectID), or,
@@ -568,8 +571,10 @@ LEFT JOIN LATERAL (
 		CASE WHEN state = 'running' THEN attempted_by[array_length(attempted_by, 1)] END AS held_by
 	FROM /*schema*/river_job
 	WHERE kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', e.id)
-		AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
-	ORDER BY id DESC LIMIT 1
+		-- state as text: not ANDed with River's state index, which reads every
+		-- live job for each effect
+		AND state::text IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+	ORDER BY id + 0 DESC LIMIT 1 -- not id: see sqlJobIn
 ) j ON true
 LEFT JOIN LATERAL (
 	SELECT s.id FROM /*schema*/side_effects s
@@ -687,7 +692,8 @@ LIMIT $2`
 	sqlEffectsOfEvent = `SELECT ` + effectColumns + ` FROM /*schema*/side_effects WHERE source_id = $1 ORDER BY kind`
 
 	sqlJobsOf = `
-SELECT id, state::text, queue, attempt, max_attempts, created_at, scheduled_at, finalized_at, errors
+SELECT id, state::text, queue, attempt, max_attempts, created_at, scheduled_at, finalized_at, errors,
+	CASE WHEN state = 'running' THEN attempted_by[array_length(attempted_by, 1)] END
 FROM /*schema*/river_job
 WHERE kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', $1::uuid)
 ORDER BY id`
