@@ -36,4 +36,6 @@ func JobInStatement(s *Store) string { return s.sql(sqlJobIn) }
 
 // FewJobsPlan runs fn with the planner settings of the reads that look up
 // a page of effects' jobs.
-func FewJobsPlan(ctx context.Context, db DB, fn func(DB) error) error { return fewJobsPlan(ctx, db, fn) }
+func FewJobsPlan(ctx context.Context, db DB, fn func(DB) error) error {
+	return fewJobsPlan(ctx, db, fn)
+}
