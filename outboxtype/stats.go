@@ -17,6 +17,10 @@ type Stats struct {
 	LatencyP50    float64          `json:"confirm_latency_p50_seconds"`
 	LatencyP95    float64          `json:"confirm_latency_p95_seconds"`
 	LatencyP99    float64          `json:"confirm_latency_p99_seconds"`
+	// LatencyEstimated is true when the percentiles are estimates from
+	// the per-minute summary's histogram (within 10%), for a window most
+	// of which it holds; false when they were computed from every effect.
+	LatencyEstimated bool `json:"confirm_latency_estimated"`
 	// ConfirmedByHand counts effects confirmed by an operator in the
 	// window; they are not in the latency percentiles.
 	ConfirmedByHand int64     `json:"confirmed_by_hand_in_window"`

@@ -387,6 +387,10 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	periodicJobs = append(periodicJobs, periodic(cfg.RetentionInterval, KeyExpiryArgs{}))
+	if err := river.AddWorkerSafely[SummaryArgs](workers, &summaryWorker{pool: pool, store: store, retention: cfg.Retention}); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	periodicJobs = append(periodicJobs, periodic(summaryInterval, SummaryArgs{}))
 	// River marks the jobs a process works with its client ID
 	// (attempted_by); it is also this process's record in
 	// outboxd_dispatchers, so that a job left running names its process.

@@ -184,6 +184,41 @@ func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 // Timeout lets a large purge run longer than a dispatch attempt.
 func (w *retentionWorker) Timeout(*river.Job[RetentionArgs]) time.Duration { return 30 * time.Minute }
 
+// SummaryArgs are the arguments of the periodic job that keeps the
+// per-minute summary of ended effects (migration 00026, Store.Stats).
+type SummaryArgs struct{}
+
+// Kind implements river.JobArgs.
+func (SummaryArgs) Kind() string { return "outboxd.summarize_minutes" }
+
+// summaryInterval is how often the leader adds the minutes that are two
+// minutes old to the summary.
+const summaryInterval = time.Minute
+
+// summaryWorker adds every minute two minutes old or more to the
+// per-minute summary (a minute ends; a transaction that set an effect's
+// ended_at in it has a minute more to commit), and, with a retention,
+// deletes the summary's minutes older than it.
+type summaryWorker struct {
+	river.WorkerDefaults[SummaryArgs]
+	pool      *pgxpool.Pool
+	store     *Store
+	retention time.Duration
+}
+
+func (w *summaryWorker) Work(ctx context.Context, _ *river.Job[SummaryArgs]) error {
+	now := time.Now()
+	if _, err := w.store.SummarizeMinutes(ctx, w.pool, now.Truncate(time.Minute).Add(-time.Minute)); err != nil {
+		return err
+	}
+	if w.retention > 0 {
+		if _, err := w.pool.Exec(ctx, w.store.sql(sqlPurgeSummary), now.Add(-w.retention)); err != nil {
+			return fmt.Errorf("purge the summary's old minutes: %w", err)
+		}
+	}
+	return nil
+}
+
 // KeyExpiryArgs are the arguments of the periodic job that deletes expired
 // idempotency keys and inbox message ids.
 type KeyExpiryArgs struct{}

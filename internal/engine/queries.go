@@ -720,6 +720,75 @@ WHERE phase IN ('confirmed', 'cancelled') AND ended_at >= $1
 GROUP BY phase, kind
 ORDER BY 1, 2`
 
+	// The per-minute summary (migration 00026). attemptsBucket is the
+	// attempts bucket of a confirmed effect, as sqlStatsAttempts labels it;
+	// latencyBucket the latency histogram's bucket of e.
+	attemptsBucket = `CASE WHEN e.phase <> 'confirmed' THEN '' WHEN e.ended_attempts <= 3 THEN e.ended_attempts::text
+	WHEN e.ended_attempts <= 5 THEN '4-5' WHEN e.ended_attempts <= 10 THEN '6-10' ELSE '>10' END`
+	latencyBucket = `floor(4 * log(2, greatest(extract(epoch FROM e.confirmed_at - e.created_at) * 1000, 1)))::smallint`
+	byProvider    = `NOT EXISTS (SELECT 1 FROM /*schema*/side_effect_audit a WHERE a.effect_id = e.id AND a.action = 'confirm')`
+
+	// Summarize the minutes in [$1, $2), adding to what a minute holds,
+	// and move up_to from $1 to $2: run in the transaction that read up_to
+	// with sqlLockSummarized, which keeps two leaders from adding the same
+	// minutes. The bounds are parameters, not read from the row in the
+	// statement: the planner then knows how few rows the range holds.
+	sqlSummarizeMinutes = `
+WITH ended AS (
+	SELECT date_trunc('minute', e.ended_at) AS minute, e.kind, e.phase, ` + attemptsBucket + ` AS attempts,
+		CASE WHEN e.phase = 'confirmed' AND ` + byProvider + ` THEN ` + latencyBucket + ` END AS bucket
+	FROM /*schema*/side_effects e
+	WHERE e.phase IN ('confirmed', 'cancelled') AND e.ended_at >= $1 AND e.ended_at < $2),
+counts AS (
+	INSERT INTO /*schema*/outboxd_minute_counts AS c (minute, kind, phase, attempts, effects)
+	SELECT minute, kind, phase, attempts, count(*) FROM ended GROUP BY 1, 2, 3, 4
+	ON CONFLICT (minute, kind, phase, attempts) DO UPDATE SET effects = c.effects + excluded.effects),
+latency AS (
+	INSERT INTO /*schema*/outboxd_minute_latency AS l (minute, kind, bucket, effects)
+	SELECT minute, kind, bucket, count(*) FROM ended WHERE bucket IS NOT NULL GROUP BY 1, 2, 3
+	ON CONFLICT (minute, kind, bucket) DO UPDATE SET effects = l.effects + excluded.effects)
+UPDATE /*schema*/outboxd_minutes_summarized SET up_to = $2 WHERE up_to = $1`
+
+	sqlLockSummarized = `SELECT up_to FROM /*schema*/outboxd_minutes_summarized FOR UPDATE`
+
+	// The summary's minutes older than the retention ($1).
+	sqlPurgeSummary = `
+WITH c AS (DELETE FROM /*schema*/outboxd_minute_counts WHERE minute < $1)
+DELETE FROM /*schema*/outboxd_minute_latency WHERE minute < $1`
+
+	sqlMinutesSummarized = `SELECT since, up_to FROM /*schema*/outboxd_minutes_summarized`
+
+	// Confirmed and cancelled effects that ended in [$1, $2), from the
+	// summary (phase, kind, attempts bucket, effects), and the same read
+	// from side_effects for the minutes it does not hold.
+	sqlSummaryCounts = `
+SELECT phase, kind, attempts, sum(effects)::bigint FROM /*schema*/outboxd_minute_counts
+WHERE minute >= $1 AND minute < $2 GROUP BY 1, 2, 3`
+	sqlEndedCounts = `
+SELECT e.phase, e.kind, ` + attemptsBucket + `, count(*) FROM /*schema*/side_effects e
+WHERE e.phase IN ('confirmed', 'cancelled') AND e.ended_at >= $1 AND e.ended_at < $2 GROUP BY 1, 2, 3`
+	// The latency histogram of [$1, $2), from the summary and from
+	// side_effects.
+	sqlSummaryLatency = `
+SELECT bucket, sum(effects)::bigint FROM /*schema*/outboxd_minute_latency
+WHERE minute >= $1 AND minute < $2 GROUP BY 1`
+	sqlEndedLatency = `
+SELECT ` + latencyBucket + `, count(*) FROM /*schema*/side_effects e
+WHERE e.phase = 'confirmed' AND e.ended_at >= $1 AND e.ended_at < $2 AND ` + byProvider + ` GROUP BY 1`
+	// The live and failed counts, which no window bounds.
+	sqlStatsLiveCounts = `
+SELECT state, kind, count(*) FROM /*schema*/side_effects
+WHERE phase = 'live'
+GROUP BY state, kind
+UNION ALL
+SELECT 'failed', kind, count(*) FROM /*schema*/side_effects
+WHERE phase = 'failed'
+GROUP BY kind
+UNION ALL
+SELECT 'failed_acknowledged', kind, count(*) FROM /*schema*/side_effects
+WHERE phase = 'acknowledged'
+GROUP BY kind`
+
 	sqlStatsOldest = `
 SELECT
 	(SELECT min(greatest(created_at, not_before)) FROM /*schema*/side_effects WHERE phase = 'live' AND state = 'pending'
