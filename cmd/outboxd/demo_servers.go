@@ -43,7 +43,11 @@ func demoWebView(pool *pgxpool.Pool, schema string, actions bool, g map[string]p
 		_, _ = rand.Read(b[:])
 		token = hex.EncodeToString(b[:])
 	}
-	h, err := webui.New(webui.Config{Schema: schema, Operator: op, AdminToken: token,
+	keys, err := idempotency.NewKeys(pool, schema)
+	if err != nil {
+		return "", "", nil, err
+	}
+	h, err := webui.New(webui.Config{Schema: schema, Operator: op, AdminToken: token, Keys: keys,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return "", "", nil, err
