@@ -702,18 +702,7 @@ ORDER BY id`
 	// ones read through to the heap: there are few); confirmed and cancelled
 	// ones are counted over the window ($1), index-only through the
 	// terminal index (by ended_at, when they ended).
-	sqlStatsCounts = `
-SELECT state, kind, count(*) FROM /*schema*/side_effects
-WHERE phase = 'live'
-GROUP BY state, kind
-UNION ALL
-SELECT 'failed', kind, count(*) FROM /*schema*/side_effects
-WHERE phase = 'failed'
-GROUP BY kind
-UNION ALL
-SELECT 'failed_acknowledged', kind, count(*) FROM /*schema*/side_effects
-WHERE phase = 'acknowledged'
-GROUP BY kind
+	sqlStatsCounts = sqlStatsLiveCounts + `
 UNION ALL
 SELECT phase, kind, count(*) FROM /*schema*/side_effects
 WHERE phase IN ('confirmed', 'cancelled') AND ended_at >= $1

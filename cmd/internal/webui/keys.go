@@ -151,17 +151,27 @@ func (u *ui) showKey(w http.ResponseWriter, r *http.Request, d *keyData, status 
 	u.render(w, r, status, "key", "Idempotency-Key "+k.ID.String(), d)
 }
 
-func (u *ui) releaseKey(w http.ResponseWriter, r *http.Request) {
-	actor, ok := u.acting(w, r)
-	if !ok || u.cfg.Keys == nil {
-		if ok {
-			u.fail(w, http.StatusNotFound, "this web view was started without the Idempotency-Key store", nil)
-		}
-		return
+// keyActing authenticates a posted key action and reads its key id; it
+// answers the request itself when it returns false.
+func (u *ui) keyActing(w http.ResponseWriter, r *http.Request) (actor string, id uuid.UUID, ok bool) {
+	if actor, ok = u.acting(w, r); !ok {
+		return "", id, false
+	}
+	if u.cfg.Keys == nil {
+		u.fail(w, http.StatusNotFound, "this web view was started without the Idempotency-Key store", nil)
+		return "", id, false
 	}
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
 		u.fail(w, http.StatusBadRequest, "not a key id", nil)
+		return "", id, false
+	}
+	return actor, id, true
+}
+
+func (u *ui) releaseKey(w http.ResponseWriter, r *http.Request) {
+	actor, id, ok := u.keyActing(w, r)
+	if !ok {
 		return
 	}
 	o := idempotency.ReleaseOpts{Actor: actor, Reason: strings.TrimSpace(r.PostFormValue("reason")), Force: r.PostFormValue("force") == "1"}
@@ -174,22 +184,15 @@ func (u *ui) releaseKey(w http.ResponseWriter, r *http.Request) {
 }
 
 func (u *ui) completeKey(w http.ResponseWriter, r *http.Request) {
-	actor, ok := u.acting(w, r)
-	if !ok || u.cfg.Keys == nil {
-		if ok {
-			u.fail(w, http.StatusNotFound, "this web view was started without the Idempotency-Key store", nil)
-		}
-		return
-	}
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		u.fail(w, http.StatusBadRequest, "not a key id", nil)
+	actor, id, ok := u.keyActing(w, r)
+	if !ok {
 		return
 	}
 	f := keyForm{Status: strings.TrimSpace(r.PostFormValue("status")), Body: r.PostFormValue("body"), Headers: r.PostFormValue("headers"),
 		Reason: strings.TrimSpace(r.PostFormValue("reason")), RenewFor: strings.TrimSpace(r.PostFormValue("renew_for")), Force: r.PostFormValue("force") == "1"}
 	d := &keyData{Form: f}
 	o := idempotency.CompleteOpts{Actor: actor, Reason: f.Reason, Force: f.Force, Body: []byte(f.Body), Headers: http.Header{}}
+	var err error
 	if o.Status, err = strconv.Atoi(f.Status); err != nil {
 		d.Error = fmt.Sprintf("status %q: the HTTP status the request answered, e.g. 201", f.Status)
 	}
