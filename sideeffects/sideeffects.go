@@ -356,6 +356,14 @@ func (o *Operator) Stats(ctx context.Context, window time.Duration) (*outboxtype
 	return o.op.Store().Stats(ctx, o.op.Pool(), window)
 }
 
+// SummarizeMinutes adds the minutes before upTo to the per-minute summary
+// that Stats reads (the leader does it every minute by itself): for a
+// summary that should hold history from before it began, after moving
+// its start back (outboxd_minutes_summarized.since and up_to).
+func (o *Operator) SummarizeMinutes(ctx context.Context, upTo time.Time) (time.Time, error) {
+	return o.op.Store().SummarizeMinutes(ctx, o.op.Pool(), upTo)
+}
+
 // Event returns the event with id.
 func (o *Operator) Event(ctx context.Context, id uuid.UUID) (*outboxtype.Event, error) {
 	return o.op.Store().Event(ctx, o.op.Pool(), id)

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/outboxd/outboxd/internal/engine"
 )
 
 type adminResult struct {
@@ -108,13 +106,12 @@ FROM numbered, LATERAL (SELECT CASE WHEN i % 1000 < 3 THEN 'pending' WHEN i % 10
 	// The same windows read from the per-minute summary the leader keeps
 	// (migration 00026): the seeded history predates the summary, so it is
 	// summarized first, as a summary that began 41 days ago would hold it.
-	store := engine.NewStore(b.schema)
 	if _, err := b.pool.Exec(ctx, `UPDATE `+b.schema+`.outboxd_minutes_summarized
 		SET since = date_trunc('minute', now() - interval '41 days'), up_to = date_trunc('minute', now() - interval '41 days')`); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
-	if _, err := store.SummarizeMinutes(ctx, b.pool, time.Now().Truncate(time.Minute).Add(-time.Minute)); err != nil {
+	if _, err := op.SummarizeMinutes(ctx, time.Now().Truncate(time.Minute).Add(-time.Minute)); err != nil {
 		return nil, err
 	}
 	backfill := time.Since(t0)

@@ -77,7 +77,7 @@ func TestBenchRuns(t *testing.T) {
 	require.Positive(t, ours.VsWatermill)
 	require.Len(t, rep.Latency, 3, "one rate, three ways of enqueueing")
 	require.NotEmpty(t, rep.Machine.Autovacuum)
-	require.Len(t, rep.Admin, 3)
+	require.Len(t, rep.Admin, 6)
 	require.Equal(t, 200, ours.N)
 	require.Positive(t, ours.VsRiver)
 	require.Positive(t, ours.VsRiverSame)
