@@ -477,3 +477,29 @@ func TestStuckEffectsWithoutJobsFindTheirJobsByTheArgsIndex(t *testing.T) {
 		require.Nil(t, st.JobID, "no job")
 	}
 }
+
+// TestAFiredEffectBehindAnOpenBreakerIsStuck: a webhook fired ten minutes
+// ago whose row changes every few seconds (its gate turns it away and puts
+// it back as it was while the breaker is open) is in the stuck list, by
+// when it fired: its call has not moved.
+func TestAFiredEffectBehindAnOpenBreakerIsStuck(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	s := b.db.Schema
+	for _, q := range []string{
+		`INSERT INTO ` + s + `.outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'b', '{}' FROM generate_series(1, 3)`,
+		`INSERT INTO ` + s + `.side_effects (id, source_id, kind, provider, payload, state, attempts, total_attempts, fired_at, created_at, updated_at)
+			SELECT gen_random_uuid(), id, 'webhook.held', 'webhook', '{}', 'fired', 1, 1, now() - interval '10 minutes',
+				now() - interval '11 minutes', now() FROM ` + s + `.outbox_events`,
+	} {
+		_, err := b.db.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	stuck, err := b.store.Stuck(ctx, b.db.Pool, time.Now().Add(-5*time.Minute), 50)
+	require.NoError(t, err)
+	require.Len(t, stuck, 3, "fired 10 minutes ago, touched just now: stuck")
+	fresh, err := b.store.Stuck(ctx, b.db.Pool, time.Now().Add(-20*time.Minute), 50)
+	require.NoError(t, err)
+	require.Empty(t, fresh, "fired after the bound: not stuck")
+}

@@ -557,12 +557,18 @@ LIMIT $9`
 	// branch matches one partial index.
 	sqlStuck = `
 WITH stuck AS (
-	(SELECT * FROM /*schema*/side_effects
+	(SELECT *, updated_at AS stuck_since FROM /*schema*/side_effects
 	 WHERE phase = 'live' AND updated_at < $1 AND (not_before IS NULL OR not_before < $1) ORDER BY updated_at LIMIT $2)
 	UNION ALL
-	(SELECT * FROM /*schema*/side_effects
+	-- Fired before $1 and touched since: a webhook behind an open breaker
+	-- is put back as it was every time its gate turns it away, so its row
+	-- changes every few seconds while its call stays where it was.
+	(SELECT *, fired_at AS stuck_since FROM /*schema*/side_effects
+	 WHERE phase = 'live' AND state = 'fired' AND fired_at < $1 AND updated_at >= $1 ORDER BY fired_at LIMIT $2)
+	UNION ALL
+	(SELECT *, updated_at AS stuck_since FROM /*schema*/side_effects
 	 WHERE phase = 'failed' ORDER BY ended_at LIMIT $2)
-	ORDER BY updated_at LIMIT $2
+	ORDER BY stuck_since LIMIT $2
 )
 SELECT ` + effectColumnsE + `, j.id, j.state, j.scheduled_at, j.held_by, b.id
 FROM stuck e
@@ -582,7 +588,7 @@ LEFT JOIN LATERAL (
 		AND ` + openInChain + `
 	ORDER BY s.ordering_seq LIMIT 1
 ) b ON true
-ORDER BY e.updated_at`
+ORDER BY e.stuck_since`
 
 	// Stuck effects grouped by cause, the incident that began last first
 	// (a live effect's began at its first attempt, or when it was due; a
