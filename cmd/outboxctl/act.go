@@ -220,7 +220,13 @@ func (a *app) bulk(f *actFlags, verb string, defaultStates []outboxtype.State) f
 		if err != nil {
 			return err
 		}
-		return a.report(cmd.OutOrStdout(), changes, f.dryRun, !bulk)
+		if err := a.report(cmd.OutOrStdout(), changes, f.dryRun, !bulk); err != nil {
+			return err
+		}
+		if verb == "release" && f.dryRun && !a.JSON {
+			return a.printWaitingBehind(ctx, cmd.OutOrStdout(), changes)
+		}
+		return nil
 	}
 }
 
@@ -432,4 +438,28 @@ func newMigrateCmd(a *app) *cobra.Command {
 			return cli.Migrate(cmd.Context(), cmd.OutOrStdout(), a.URL, a.Schema)
 		},
 	}
+}
+
+// printWaitingBehind lists, for a release's dry run, the effects each
+// release would let go, in the order they go out.
+func (a *app) printWaitingBehind(ctx context.Context, out io.Writer, changes []outboxtype.Change) error {
+	for _, ch := range changes {
+		if !ch.Applied || ch.Effect == nil || ch.Effect.OrderingKey == nil {
+			continue
+		}
+		behind, err := a.op.WaitingBehind(ctx, ch.Effect.ID, 100)
+		if err != nil {
+			return err
+		}
+		if len(behind) == 0 {
+			fmt.Fprintf(out, "\nnothing waits behind %s on ordering key %s now\n", ch.Effect.ID, *ch.Effect.OrderingKey)
+			continue
+		}
+		fmt.Fprintf(out, "\nreleasing %s would let these go out, in this order, without it; each was enqueued after it on ordering key %s and may depend on it:\n",
+			ch.Effect.ID, *ch.Effect.OrderingKey)
+		for i, e := range behind {
+			fmt.Fprintf(out, "  %d. %s  %s  %s\n", i+1, e.ID, e.Kind, e.State)
+		}
+	}
+	return nil
 }

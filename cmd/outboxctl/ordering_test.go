@@ -72,6 +72,12 @@ func TestStuckShowsABlockedChainUnderItsHead(t *testing.T) {
 
 	_, err = b.run(t, "", "release", b.ids["capture"].String())
 	require.ErrorContains(t, err, "reason")
+	// The dry run lists what would go out, in order.
+	out, err = b.run(t, "", "release", b.ids["capture"].String(), "--dry-run", "--reason", "look first")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "may depend on it")
+	require.Less(t, strings.Index(out, "1. "+b.ids["refund"].String()), strings.Index(out, "2. "+b.ids["receipt"].String()), out)
+	require.Nil(t, b.effect(t, "capture").OrderingReleasedAt, "a dry run changes nothing")
 	out, err = b.run(t, "", "release", b.ids["capture"].String(), "--reason", "paid by bank transfer")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "done")
