@@ -47,11 +47,7 @@ func (u *ui) validator(provider string) providers.Validator {
 }
 
 func (u *ui) editForm(w http.ResponseWriter, r *http.Request) {
-	actor, ok := u.admin(w, r)
-	if !ok {
-		return
-	}
-	e := u.loadEffect(w, r)
+	actor, e := u.onEffect(w, r, u.admin)
 	if e == nil {
 		return
 	}
@@ -78,11 +74,7 @@ func (u *ui) showEdit(w http.ResponseWriter, r *http.Request, d *editData, actor
 }
 
 func (u *ui) edit(w http.ResponseWriter, r *http.Request) {
-	actor, ok := u.acting(w, r)
-	if !ok {
-		return
-	}
-	e := u.loadEffect(w, r)
+	actor, e := u.onEffect(w, r, u.acting)
 	if e == nil {
 		return
 	}

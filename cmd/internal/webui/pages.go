@@ -502,6 +502,17 @@ type effectData struct {
 	BlockedBehind *uuid.UUID
 }
 
+// onEffect authenticates the request with auth (u.admin for a page that
+// needs the credential, u.acting for a post) and loads the effect its path
+// names; it answers the request itself when it returns no effect.
+func (u *ui) onEffect(w http.ResponseWriter, r *http.Request, auth func(http.ResponseWriter, *http.Request) (string, bool)) (string, *outboxtype.Effect) {
+	actor, ok := auth(w, r)
+	if !ok {
+		return "", nil
+	}
+	return actor, u.loadEffect(w, r)
+}
+
 func (u *ui) loadEffect(w http.ResponseWriter, r *http.Request) *outboxtype.Effect {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
@@ -719,11 +730,7 @@ func effectVersion(e *outboxtype.Effect) string {
 }
 
 func (u *ui) actionForm(w http.ResponseWriter, r *http.Request) {
-	actor, ok := u.admin(w, r)
-	if !ok {
-		return
-	}
-	e := u.loadEffect(w, r)
+	actor, e := u.onEffect(w, r, u.admin)
 	if e == nil {
 		return
 	}
@@ -782,11 +789,7 @@ func (u *ui) acting(w http.ResponseWriter, r *http.Request) (actor string, ok bo
 }
 
 func (u *ui) act(w http.ResponseWriter, r *http.Request) {
-	actor, ok := u.acting(w, r)
-	if !ok {
-		return
-	}
-	e := u.loadEffect(w, r)
+	actor, e := u.onEffect(w, r, u.acting)
 	if e == nil {
 		return
 	}

@@ -26,10 +26,7 @@ type reconcileData struct {
 func (u *ui) reconcile(w http.ResponseWriter, r *http.Request) {
 	// Asking spends the provider's rate limit and reads with outboxd's
 	// key: as the actions, it needs the admin credential.
-	if _, ok := u.admin(w, r); !ok {
-		return
-	}
-	e := u.loadEffect(w, r)
+	_, e := u.onEffect(w, r, u.admin)
 	if e == nil {
 		return
 	}
