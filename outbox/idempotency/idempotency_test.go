@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
@@ -66,7 +67,18 @@ const threePhase = "three-phase"
 
 func newShop(t *testing.T, cfg idempotency.Config, mode string) *shop {
 	t.Helper()
+	return newShopOn(t, cfg, mode, nil)
+}
+
+// newShopOn is newShop with the middleware on a pool of its own (nil: the
+// shop's).
+func newShopOn(t *testing.T, cfg idempotency.Config, mode string, pool func(*testdb.DB) *pgxpool.Pool) *shop {
+	t.Helper()
 	s := &shop{db: testdb.New(t), obs: &observer{n: map[idempotency.Outcome]int{}}}
+	mwPool := s.db.Pool
+	if pool != nil {
+		mwPool = pool(s.db)
+	}
 	_, err := s.db.Pool.Exec(context.Background(), "CREATE TABLE "+s.db.Schema+".orders (id text PRIMARY KEY, amount int NOT NULL)")
 	require.NoError(t, err)
 	cfg.Schema = s.db.Schema
@@ -75,7 +87,7 @@ func newShop(t *testing.T, cfg idempotency.Config, mode string) *shop {
 	}
 	cfg.Observer = s.obs
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s.mw, err = idempotency.New(s.db.Pool, cfg)
+	s.mw, err = idempotency.New(mwPool, cfg)
 	require.NoError(t, err)
 	s.ob, err = outbox.New(outbox.Config{Schema: s.db.Schema})
 	require.NoError(t, err)
@@ -757,12 +769,7 @@ func TestInFlightDuplicateWaitsForTheFirstAndReplays(t *testing.T) {
 	second := make(chan answer)
 	go func() { second <- s.post(t, "key-wait", order) }()
 	// The duplicate is waiting on the first request's uncommitted key.
-	require.Eventually(t, func() bool {
-		var n int
-		err := s.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0`, pgschema.Table(s.db.Schema, "idempotency_keys")).Scan(&n)
-		return err == nil && n == 1
-	}, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return s.waiters(t, "advisory", 0) == 1 }, 10*time.Second, 5*time.Millisecond)
 	release()
 	f, g := <-first, <-second
 	require.Equal(t, http.StatusCreated, f.status)
@@ -770,4 +777,74 @@ func TestInFlightDuplicateWaitsForTheFirstAndReplays(t *testing.T) {
 	require.Equal(t, "true", g.header.Get(idempotency.ReplayedHeader))
 	require.EqualValues(t, 1, s.runs.Load())
 	s.requireRows(t, 1, 1)
+}
+
+// waiters counts the backends waiting, for forAtLeast or longer, for a
+// lock on this test's keys:
+// "advisory" for a key a request of this shop holds (the holder has the
+// keys' table open), "relation" for a lock on the keys' table itself.
+func (s *shop) waiters(t *testing.T, locktype string, forAtLeast time.Duration) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks w
+		WHERE NOT w.granted AND w.locktype = $1 AND clock_timestamp() - w.waitstart >= $3::interval AND CASE $1
+			WHEN 'relation' THEN w.relation = $2::regclass
+			ELSE EXISTS (SELECT 1 FROM pg_locks h JOIN pg_locks r ON r.pid = h.pid AND r.relation = $2::regclass
+				WHERE h.granted AND h.locktype = w.locktype AND h.classid = w.classid AND h.objid = w.objid AND h.objsubid = w.objsubid)
+		END`,
+		locktype, pgschema.Table(s.db.Schema, "idempotency_keys"), forAtLeast).Scan(&n))
+	return n
+}
+
+// A lock on the keys' table that is not a key's (a VACUUM truncating the
+// table's end, a migration, the table's extension under load) makes a
+// request with a new key wait, never answer 409 "still being processed".
+func TestANewKeyWaitsOutALockThatIsNotAKeys(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"transactional", threePhase} {
+		t.Run(mode, func(t *testing.T) {
+			// The middleware on one connection, warmed by a first request:
+			// its statements are prepared, so the table's lock is met when
+			// the insert runs, not when it is parsed.
+			s := newShopOn(t, idempotency.Config{}, mode, func(db *testdb.DB) *pgxpool.Pool {
+				cfg, err := pgxpool.ParseConfig(testdb.URL())
+				require.NoError(t, err)
+				cfg.MaxConns = 1
+				pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+				require.NoError(t, err)
+				t.Cleanup(pool.Close)
+				return pool
+			})
+			require.Equal(t, http.StatusCreated, s.post(t, "key-warm", `{"order": "ord_0", "amount": 100}`).status)
+			ctx := context.Background()
+			blocker, err := s.db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			defer blocker.Rollback(ctx) //nolint:errcheck
+			_, err = blocker.Exec(ctx, "LOCK TABLE "+pgschema.Table(s.db.Schema, "idempotency_keys")+" IN SHARE MODE")
+			require.NoError(t, err)
+
+			answered := make(chan answer, 1)
+			go func() { answered <- s.post(t, "key-new", order) }()
+			var early *answer
+			require.Eventually(t, func() bool {
+				select {
+				case a := <-answered:
+					early = &a
+					return true
+				default:
+					// Waiting longer than any in-flight wait would (the
+					// default InFlightWait is none).
+					return s.waiters(t, "relation", 100*time.Millisecond) == 1
+				}
+			}, 10*time.Second, 5*time.Millisecond)
+			if early != nil {
+				require.Failf(t, "answered while the table was locked", "HTTP %d %s: %s", early.status, early.code, early.body)
+			}
+			require.NoError(t, blocker.Rollback(ctx))
+			a := <-answered
+			require.Equal(t, http.StatusCreated, a.status, string(a.body))
+			require.EqualValues(t, 2, s.runs.Load())
+			require.Zero(t, s.obs.count(idempotency.InFlight))
+		})
+	}
 }

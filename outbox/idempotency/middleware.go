@@ -23,6 +23,8 @@ type Middleware struct {
 	pool *pgxpool.Pool
 	cfg  Config
 	q    queries
+	// table is the keys' table, part of each key's advisory lock id.
+	table string
 }
 
 // New validates cfg and returns the middleware. The schema must be
@@ -35,7 +37,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Middleware{pool: pool, cfg: cfg, q: newQueries(cfg.table())}, nil
+	return &Middleware{pool: pool, cfg: cfg, q: newQueries(cfg.table()), table: cfg.table()}, nil
 }
 
 type txKey struct{}
@@ -78,7 +80,7 @@ func (m *Middleware) serveTransactional(w http.ResponseWriter, r *http.Request, 
 
 	claimed, existing, err := m.claim(ctx, tx, req, time.Time{}, uuid.New())
 	switch {
-	case isLockTimeout(err):
+	case isHeld(err):
 		m.inFlight(w)
 		return
 	case err != nil:
@@ -166,7 +168,7 @@ func (m *Middleware) serveThreePhase(w http.ResponseWriter, r *http.Request, req
 			claimed, existing, err = m.claim(ctx, tx, req, lockedUntil, token)
 			return err
 		})
-		if err != nil && !isLockTimeout(err) {
+		if err != nil && !isHeld(err) {
 			m.unavailable(w, "claim", err)
 			return
 		}
@@ -258,9 +260,11 @@ func (m *Middleware) commitFailed(w http.ResponseWriter, err error) {
 		"the request's changes could not be committed, so none was kept: retry with the same key", nil)
 }
 
-func isLockTimeout(err error) bool {
+// isHeld reports a key held by a request still running: its advisory
+// lock taken (errHeld) or not released within InFlightWait (55P03).
+func isHeld(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
+	return errors.Is(err, errHeld) || errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
 }
 
 // Key states.
@@ -280,8 +284,12 @@ type row struct {
 
 // claim inserts the key, or takes over one that expired, failed or
 // passed its lock deadline; the unique constraint decides between
-// concurrent requests. A request holding the key uncommitted makes the
-// insert wait up to InFlightWait (lock_timeout) and then fail with 55P03.
+// concurrent requests. A request holding the key uncommitted holds the
+// key's transaction-level advisory lock too: a second request waits for it
+// up to InFlightWait (lock_timeout) and then fails with 55P03, or, with no
+// wait, finds it taken (errHeld). Only that wait is bounded: any other lock
+// the insert meets (the table's extension, a VACUUM truncating it, a
+// migration) is waited out, so a new key is never answered 409.
 // Unclaimed, it returns the row that holds the key.
 func (m *Middleware) claim(ctx context.Context, tx pgx.Tx, req *request, lockedUntil time.Time, token uuid.UUID) (bool, *row, error) {
 	if m.cfg.Tracer == nil {
@@ -293,7 +301,7 @@ func (m *Middleware) claim(ctx context.Context, tx pgx.Tx, req *request, lockedU
 	switch {
 	case claimed:
 		span.SetAttrs(outboxtype.Attr{Key: "idempotency.outcome", Value: "claimed"})
-	case isLockTimeout(err):
+	case isHeld(err):
 		// Held by a request still running (its transaction uncommitted).
 		span.SetAttrs(outboxtype.Attr{Key: "idempotency.outcome", Value: "held"}, outboxtype.Attr{Key: "idempotency.held_state", Value: stateInProgress})
 		spanErr = nil
@@ -318,18 +326,16 @@ func (m *Middleware) claimKey(ctx context.Context, tx pgx.Tx, req *request, lock
 	if err != nil {
 		return false, nil, err
 	}
-	wait := fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", max(1, m.cfg.InFlightWait.Milliseconds()))
+	if err := m.lockKey(ctx, tx, req); err != nil {
+		return false, nil, err
+	}
 	args := []any{req.scope, req.method, req.route, req.key, req.fingerprint, parts, token, until, retention}
 	for range 2 {
-		b := &pgx.Batch{}
-		b.Queue(wait)
-		var got int
-		b.Queue(m.q.insert, args...).Exec(func(tag pgconn.CommandTag) error { got = int(tag.RowsAffected()); return nil })
-		b.Queue("SET LOCAL lock_timeout = DEFAULT")
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		tag, err := tx.Exec(ctx, m.q.insert, args...)
+		if err != nil {
 			return false, nil, err
 		}
-		if got == 1 {
+		if tag.RowsAffected() == 1 {
 			return true, nil, nil
 		}
 		existing, reclaimable, err := m.load(ctx, tx, req)
@@ -342,14 +348,10 @@ func (m *Middleware) claimKey(ctx context.Context, tx pgx.Tx, req *request, lock
 		if !reclaimable {
 			return false, existing, nil
 		}
-		b = &pgx.Batch{}
-		b.Queue(wait)
-		b.Queue(m.q.reclaim, args...).Exec(func(tag pgconn.CommandTag) error { got = int(tag.RowsAffected()); return nil })
-		b.Queue("SET LOCAL lock_timeout = DEFAULT")
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		if tag, err = tx.Exec(ctx, m.q.reclaim, args...); err != nil {
 			return false, nil, err
 		}
-		if got == 1 {
+		if tag.RowsAffected() == 1 {
 			return true, nil, nil
 		}
 		// Reclaimed by a concurrent request that committed: look again.
@@ -359,6 +361,31 @@ func (m *Middleware) claimKey(ctx context.Context, tx pgx.Tx, req *request, lock
 		err = errors.New("the key row kept changing")
 	}
 	return false, existing, err
+}
+
+// errHeld is a key whose advisory lock another request's transaction
+// holds, found with no wait (InFlightWait 0).
+var errHeld = errors.New("the key is held by a request still running")
+
+// lockKey takes the key's transaction-level advisory lock, waiting for it
+// at most InFlightWait (sqlKeyLockID).
+func (m *Middleware) lockKey(ctx context.Context, tx pgx.Tx, req *request) error {
+	args := []any{m.table, req.scope, req.method, req.route, req.key}
+	if m.cfg.InFlightWait <= 0 {
+		var got bool
+		if err := tx.QueryRow(ctx, sqlTryLockKey, args...).Scan(&got); err != nil {
+			return err
+		}
+		if !got {
+			return errHeld
+		}
+		return nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", max(1, m.cfg.InFlightWait.Milliseconds())))
+	b.Queue(sqlLockKey, args...)
+	b.Queue("SET LOCAL lock_timeout = DEFAULT")
+	return tx.SendBatch(ctx, b).Close()
 }
 
 func (m *Middleware) load(ctx context.Context, tx pgx.Tx, req *request) (*row, bool, error) {
@@ -432,6 +459,16 @@ func newQueries(table string) queries {
 const reclaimableCond = `(k.expires_at <= now() OR k.state = 'failed' OR (k.state = 'in_progress' AND k.locked_until < now()))`
 
 const (
+	// sqlLockKey and sqlTryLockKey lock a key for its transaction, on a
+	// 64-bit hash of the table ($1: two schemas' middlewares never wait
+	// for each other) and the key's scope, method, route and key,
+	// separated by 0x1f so that ("a", "bc") and ("ab", "c") differ; the
+	// prefix sets them apart from the ordering keys' locks and from an
+	// application's own.
+	sqlLockKey    = `SELECT pg_advisory_xact_lock(` + sqlKeyLockID + `)`
+	sqlTryLockKey = `SELECT pg_try_advisory_xact_lock(` + sqlKeyLockID + `)`
+	sqlKeyLockID  = `hashtextextended('outboxd idempotency ' || $1 || E'\x1f' || $2 || E'\x1f' || $3 || E'\x1f' || $4 || E'\x1f' || $5, 0)`
+
 	sqlInsert = `
 INSERT INTO /*table*/ (scope, method, route, key, state, fingerprint, fingerprint_parts, claim_token, locked_until, expires_at)
 VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, $7, $8, now() + make_interval(secs => $9::float8))
