@@ -132,6 +132,9 @@ func (b *bench) atHistory(ctx context.Context, reads bool) (historyResult, error
 		if err := b.clear(ctx); err != nil {
 			return r, err
 		}
+		if err := b.onCallLoad(ctx); err != nil {
+			return r, fmt.Errorf("the on-call load: %w", err)
+		}
 		if err := b.vacuum(ctx); err != nil {
 			return r, err
 		}
@@ -298,4 +301,60 @@ WHERE n.nspname = $1 AND c.relname IN ('side_effects', 'outbox_events')
 		}
 		return nil
 	}, nil
+}
+
+// Stuck effects without a River job and scheduled jobs, planted before
+// the operator's reads: the worst case for the overview's stuck list
+// (each jobless effect's job lookup), as an incident leaves it.
+const (
+	joblessStuckEffects = 60
+	scheduledJobs       = 20_000
+)
+
+// onCallLoad plants what an incident adds to a history for the operator's
+// reads, and summarizes the history per minute as a leader running since
+// before it would have (stats reads the summary):
+//   - 60 Stripe refunds written by SQL an hour ago, pending, with no River
+//     job (the reads' outboxd serves no Stripe effects, so no sweep gives
+//     them one);
+//   - 20,000 dispatch jobs scheduled for tomorrow (retries of a destination
+//     that is down).
+//
+// clear removes both before the next size.
+func (b *bench) onCallLoad(ctx context.Context) error {
+	_, err := b.pool.Exec(ctx, `
+WITH ev AS (
+	INSERT INTO `+b.schema+`.outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at)
+	SELECT gen_random_uuid(), 'refund', 're_' || i, 'refund.requested', '{}', now() - interval '1 hour'
+	FROM generate_series(1, $1) i
+	RETURNING id, created_at)
+INSERT INTO `+b.schema+`.side_effects (id, source_id, kind, provider, payload, state, created_at, updated_at)
+SELECT `+b.schema+`.outboxd_effect_id(ev.id, 'stripe.refund'), ev.id, 'stripe.refund', 'stripe',
+	'{"operation": "refund.create", "params": {"payment_intent": "pi_3NqXj2LkdIwHu7ix1x0Fz9p2"}}', 'pending', ev.created_at, ev.created_at
+FROM ev`, joblessStuckEffects)
+	if err != nil {
+		return err
+	}
+	if _, err := b.pool.Exec(ctx, `
+INSERT INTO `+b.schema+`.river_job (state, attempt, max_attempts, attempted_at, created_at, scheduled_at, args, kind, queue, errors)
+SELECT 'retryable', 3, 25, now() - interval '10 minutes', now() - interval '1 hour', now() + interval '1 day',
+	jsonb_build_object('effect_id', gen_random_uuid()), $2, 'webhook',
+	ARRAY[jsonb_build_object('at', now() - interval '10 minutes', 'attempt', 2, 'error', 'HTTP 503')]
+FROM generate_series(1, $1)`, scheduledJobs, sideeffects.JobKind); err != nil {
+		return err
+	}
+	if _, err := b.pool.Exec(ctx, `TRUNCATE `+b.schema+`.outboxd_minute_counts, `+b.schema+`.outboxd_minute_latency`); err != nil {
+		return err
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE `+b.schema+`.outboxd_minutes_summarized
+		SET since = date_trunc('minute', now() - interval '`+fmt.Sprint(historyDays+1)+` days'),
+			up_to = date_trunc('minute', now() - interval '`+fmt.Sprint(historyDays+1)+` days')`); err != nil {
+		return err
+	}
+	op, err := b.operator()
+	if err != nil {
+		return err
+	}
+	_, err = op.SummarizeMinutes(ctx, time.Now().Truncate(time.Minute).Add(-time.Minute))
+	return err
 }
