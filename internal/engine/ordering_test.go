@@ -455,3 +455,89 @@ func (b *workerBundle) jobCount(t *testing.T, id uuid.UUID) int {
 		WHERE kind = 'outboxd.dispatch' AND args->>'effect_id' = $1::text`, id).Scan(&n))
 	return n
 }
+
+// TestAWakeTakenAsItsHeadIsConfirmedIsKept: an effect enqueued on a key
+// while its predecessor's confirming transaction is open is not seen by
+// that transaction; its wake must then survive until a look that sees the
+// predecessor ended, in every interleaving. Here the intake's look takes
+// its snapshot while the predecessor is still fired, and the confirmation
+// commits before the look reaches the predecessor's row (a trigger the
+// test adds holds the look at the wake's delete until then): the look
+// must keep the wake (or give the job), not drop it and leave the effect
+// without a job until the sweeper.
+func TestAWakeTakenAsItsHeadIsConfirmedIsKept(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	client := insertClient(t, b.db.Pool, b.db.Schema)
+	const key = "sub_race"
+	head := b.enqueueOrdered(t, b.orderedEffect("webhook.a", key, 0, outbox.BlockKey))[0]
+	fired, err := b.store.Claim(ctx, b.db.Pool, head.ID, engine.StatePending)
+	require.NoError(t, err)
+	require.NotNil(t, fired)
+	// The head's own wake was taken when it got its job.
+	_, err = b.db.Pool.Exec(ctx, `DELETE FROM `+b.db.Schema+`.outbox_order_wake`)
+	require.NoError(t, err)
+	// A trigger of the test's own holds a delete of a wake while the
+	// gate is locked.
+	const gateLock = 734_221
+	_, err = b.db.Pool.Exec(ctx, fmt.Sprintf(`
+CREATE FUNCTION %[1]s.test_hold_wake() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_advisory_xact_lock_shared(%[2]d); RETURN OLD; END $$;
+CREATE TRIGGER test_hold_wake BEFORE DELETE ON %[1]s.outbox_order_wake FOR EACH ROW EXECUTE FUNCTION %[1]s.test_hold_wake();`,
+		b.db.Schema, gateLock))
+	require.NoError(t, err)
+
+	// The dispatcher's confirming transaction: it confirms the head and
+	// looks for the next effect before there is one.
+	confirm, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer confirm.Rollback(ctx) //nolint:errcheck
+	confirmed, err := b.store.ConfirmMany(ctx, confirm, []engine.Ack{{ID: head.ID}}, true)
+	require.NoError(t, err)
+	require.Contains(t, confirmed, head.ID)
+	require.NoError(t, b.store.NextInChains(ctx, confirm, client, []string{key}))
+
+	// The next effect commits meanwhile, with its wake.
+	next := b.enqueueOrdered(t, b.orderedEffect("webhook.b", key, 1, outbox.BlockKey))[0]
+
+	// The intake's look, held at the wake's delete (after its snapshot).
+	gate, err := b.db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer gate.Release()
+	_, err = gate.Exec(ctx, `SELECT pg_advisory_lock($1)`, gateLock)
+	require.NoError(t, err)
+	looked := make(chan error, 1)
+	go func() {
+		looked <- pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			_, err := b.store.WakeChains(ctx, tx, client, 10)
+			return err
+		})
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND NOT granted AND objid = $1`, gateLock).Scan(&n))
+		return n == 1
+	}, 10*time.Second, 5*time.Millisecond, "the look reaches the wake")
+	require.NoError(t, confirm.Commit(ctx))
+	_, err = gate.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gateLock)
+	require.NoError(t, err)
+	require.NoError(t, <-looked)
+
+	jobs := func() int {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+b.db.Schema+`.river_job WHERE args @> $1`,
+			fmt.Sprintf(`{"effect_id": %q}`, next.ID)).Scan(&n))
+		return n
+	}
+	var wakes int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+b.db.Schema+`.outbox_order_wake WHERE ordering_key = $1`, key).Scan(&wakes))
+	require.True(t, jobs() == 1 || wakes == 1, "the next effect has neither a job nor a wake: it waits for the sweeper")
+	// The next look (no hold) gives it its job.
+	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		_, err := b.store.WakeChains(ctx, tx, client, 10)
+		return err
+	}))
+	require.Equal(t, 1, jobs(), "the next effect's job")
+}

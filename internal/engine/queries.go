@@ -146,10 +146,15 @@ SELECT id, provider, not_before FROM heads, (SELECT count(*) FROM notified) n`
 	// first is not pending, or that has none).
 	//
 	// A key whose first effect is not pending but is being changed right
-	// now (its row is locked: a dispatcher's confirming transaction) is
+	// now (its row is locked: a dispatcher's confirming transaction), or
+	// was changed since this statement's snapshot (the row as locked now,
+	// its latest version, is not in the state the snapshot read), is
 	// returned as held: that transaction may not see an effect enqueued
-	// on the key after it began, and this one does not see the change
-	// yet, so the wake is written again (sqlWakeAgain) for the next look.
+	// on the key after it began, and this one does not see the change,
+	// so the wake is written again (sqlWakeAgain) for the next look.
+	// (Locking the row alone is not enough: a confirmation that commits
+	// between the snapshot and the lock leaves the row unlocked and reads
+	// here as still fired.)
 	sqlTakeWakes = `
 WITH w AS (
 	DELETE FROM /*schema*/outbox_order_wake WHERE ctid = ANY(ARRAY(
@@ -158,8 +163,8 @@ WITH w AS (
 )
 SELECT CASE WHEN h.state = 'pending' THEN h.id END, CASE WHEN h.state = 'pending' THEN h.provider END,
 	CASE WHEN h.state = 'pending' THEN h.not_before END,
-	CASE WHEN h.state <> 'pending' AND NOT EXISTS (
-		SELECT 1 FROM /*schema*/side_effects x WHERE x.id = h.id FOR SHARE SKIP LOCKED) THEN k.ordering_key END
+	CASE WHEN h.state <> 'pending' AND (
+		SELECT x.state FROM /*schema*/side_effects x WHERE x.id = h.id FOR SHARE SKIP LOCKED) IS DISTINCT FROM h.state THEN k.ordering_key END
 FROM (SELECT DISTINCT ordering_key FROM w) k
 LEFT JOIN LATERAL (
 	SELECT s.id, s.provider, s.not_before, s.state FROM /*schema*/side_effects s
