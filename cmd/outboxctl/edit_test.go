@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -40,6 +41,13 @@ func TestEditCorrectsAPayloadNoProviderSaw(t *testing.T) {
 	out, err := b.run(t, "", "edit", id, "--payload", `{"url": "ftp://hooks.example.com/o", "body": {}}`, "--reason", "r")
 	require.Error(t, err)
 	require.Contains(t, err.Error(), `not edited: the new payload is invalid: payload.url: scheme "ftp" not allowed`, out)
+
+	// The same document written another way is no edit.
+	var body, url string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT payload->>'url', (payload->'body')::text
+		FROM `+b.db.Schema+`.side_effects WHERE id = $1`, b.ids["failed"]).Scan(&url, &body))
+	_, err = b.run(t, "", "edit", id, "--payload", fmt.Sprintf(`{ "body" :  %s,  "url" : %q }`, body, url), "--reason", "r")
+	require.ErrorContains(t, err, "the new payload is the same as the old: nothing to edit")
 
 	out, err = b.run(t, "", "edit", id, "--payload", fixed, "--dry-run")
 	require.NoError(t, err, out)

@@ -84,7 +84,7 @@ func newKeysListCmd(a *app) *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.State, "state", "", "only keys in this state: "+strings.Join(idempotency.States, ", "))
+	fl.StringVar(&f.State, "state", "", "only keys in this state: "+strings.Join(idempotency.States(), ", "))
 	fl.StringVar(&f.Scope, "scope", "", "only this caller scope")
 	fl.StringVar(&f.Route, "route", "", `only this route, e.g. "POST /orders"`)
 	fl.StringVar(&f.Key, "key", "", "only this key (as the client sent it)")

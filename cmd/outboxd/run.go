@@ -216,7 +216,13 @@ already older than --rescue-after and re-fires it within seconds.
 // A provider is enabled by its credential.
 func (c *runConfig) providers() ([]providers.Provider, error) {
 	var provs []providers.Provider
-	timeouts := map[string]time.Duration{}
+	// Checked against --job-timeout in this order, so that the error names
+	// the same flag on every start.
+	type providerTimeout struct {
+		flag string
+		t    time.Duration
+	}
+	var timeouts []providerTimeout
 	if c.WebhookSecret != "" {
 		var allowed []netip.Prefix
 		for _, s := range c.WebhookAllowCIDRs {
@@ -237,7 +243,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 			return nil, cli.Usagef("webhook settings (--webhook-secret, --webhook-max-per-host, --webhook-key-window; OUTBOXD_WEBHOOK_*): %w", err)
 		}
 		provs = append(provs, wh)
-		timeouts["--webhook-timeout"] = c.WebhookTimeout
+		timeouts = append(timeouts, providerTimeout{"--webhook-timeout", c.WebhookTimeout})
 	}
 	if c.StripeAPIKey != "" {
 		st, err := stripe.New(c.Policies.StripeConfig(stripe.Config{APIKey: c.StripeAPIKey, APIBase: c.StripeAPIBase, Timeout: c.StripeTimeout}))
@@ -245,7 +251,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 			return nil, cli.Usagef("Stripe settings (--stripe-api-key, --stripe-api-base; STRIPE_API_KEY, STRIPE_API_BASE): %w", err)
 		}
 		provs = append(provs, st)
-		timeouts["--stripe-timeout"] = c.StripeTimeout
+		timeouts = append(timeouts, providerTimeout{"--stripe-timeout", c.StripeTimeout})
 	}
 	if c.SendGridAPIKey != "" {
 		sg, err := sendgrid.New(sendgrid.Config{APIKey: c.SendGridAPIKey, APIHost: c.SendGridAPIHost, Timeout: c.SendGridTimeout})
@@ -253,14 +259,14 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 			return nil, cli.Usagef("SendGrid settings (--sendgrid-api-key, --sendgrid-api-host; SENDGRID_API_KEY, SENDGRID_API_HOST): %w", err)
 		}
 		provs = append(provs, sg)
-		timeouts["--sendgrid-timeout"] = c.SendGridTimeout
+		timeouts = append(timeouts, providerTimeout{"--sendgrid-timeout", c.SendGridTimeout})
 	}
 	if len(provs) == 0 {
 		return nil, cli.UsageError{Err: errors.New("no provider configured: set OUTBOXD_WEBHOOK_SECRET, STRIPE_API_KEY or SENDGRID_API_KEY")}
 	}
-	for flag, t := range timeouts {
-		if t >= c.JobTimeout {
-			return nil, cli.Usagef("--job-timeout (%s) must exceed %s (%s)", c.JobTimeout, flag, t)
+	for _, pt := range timeouts {
+		if pt.t >= c.JobTimeout {
+			return nil, cli.Usagef("--job-timeout (%s) must exceed %s (%s)", c.JobTimeout, pt.flag, pt.t)
 		}
 	}
 	return provs, nil

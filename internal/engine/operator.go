@@ -201,7 +201,13 @@ func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.R
 		if err := v.ValidatePayload(e.Kind, payload); err != nil {
 			return "the new payload is invalid: " + err.Error(), nil
 		}
-		if jsonEqual(e.Payload, payload) {
+		// Compared as Postgres compares what it stores (jsonb): key order
+		// and spacing do not make a payload new.
+		var same bool
+		if err := db.QueryRow(ctx, sqlSamePayload, []byte(e.Payload), []byte(payload)).Scan(&same); err != nil {
+			return "", err
+		}
+		if same {
 			return "the new payload is the same as the old: nothing to edit", nil
 		}
 		if job, err := o.store.jobIn(ctx, db, e.ID, "running"); err != nil || job != 0 {
@@ -276,16 +282,6 @@ func validationRefusal(provider, text string) bool {
 		return strings.Contains(text, "HTTP 400") || strings.Contains(text, "HTTP 422")
 	}
 	return false
-}
-
-func jsonEqual(a, b json.RawMessage) bool {
-	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
-		return false
-	}
-	ja, _ := json.Marshal(x)
-	jb, _ := json.Marshal(y)
-	return string(ja) == string(jb)
 }
 
 // Acknowledge records that failed effects were reviewed and are correctly

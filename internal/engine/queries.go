@@ -1,6 +1,9 @@
 package engine
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // All of outboxd's SQL against its own tables, each statement declared
 // once, here, and used by its name (Store.sql). "/*schema*/" is replaced by
@@ -968,11 +971,26 @@ const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.payload, e.stat
 	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from, e.acknowledged_at, e.not_before,
 	e.ordering_key, e.ordering_seq, e.ordering_skip_failed, e.ordering_released_at, e.waiting_for, e.waiting_since, e.tenant`
 
+// Whether two payloads are the same JSON document, as Postgres stores
+// them (jsonb): key order and spacing aside.
+const sqlSamePayload = `SELECT $1::jsonb = $2::jsonb`
+
 // sqlListFailed is sqlListEffects for failed effects only ($1 = {failed}):
 // the phase predicate lets it read side_effects_failed_list_idx.
-var sqlListFailed = strings.Replace(sqlListEffects, "ORDER BY created_at DESC, id DESC",
-	"AND phase IN ('failed', 'acknowledged')\nORDER BY created_at DESC, id DESC", 1)
+var sqlListFailed = mustReplace(sqlListEffects, "ORDER BY created_at DESC, id DESC",
+	"AND phase IN ('failed', 'acknowledged')\nORDER BY created_at DESC, id DESC")
 
 // sqlListFailedKind is sqlListFailed for one kind ($2 set): it reads
 // side_effects_failed_kind_idx in its order and stops at the page.
-var sqlListFailedKind = strings.Replace(sqlListFailed, "($2::text IS NULL OR kind = $2)", "kind = $2", 1)
+var sqlListFailedKind = mustReplace(sqlListFailed, "($2::text IS NULL OR kind = $2)", "kind = $2")
+
+// mustReplace replaces the one occurrence of old in s, and panics (when
+// the package loads, so in every test) if there is not exactly one: a
+// statement derived from another must not silently become a copy of it
+// when the other changes.
+func mustReplace(s, old, new string) string {
+	if n := strings.Count(s, old); n != 1 {
+		panic(fmt.Sprintf("engine: deriving a statement: %q occurs %d times, want 1", old, n))
+	}
+	return strings.Replace(s, old, new, 1)
+}

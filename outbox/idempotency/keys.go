@@ -82,13 +82,13 @@ func scanKey(r pgx.Row) (*Key, error) {
 	return &k, err
 }
 
-// States a key can be in, for Filter.State.
-var States = []string{stateInProgress, stateCompleted, stateFailed}
+// States returns the states a key can be in, for Filter.State.
+func States() []string { return []string{stateInProgress, stateCompleted, stateFailed} }
 
 // List returns keys matching f, newest first.
 func (k *Keys) List(ctx context.Context, f Filter) ([]*Key, error) {
-	if f.State != "" && !slices.Contains(States, f.State) {
-		return nil, fmt.Errorf("state %q: use one of %s", f.State, strings.Join(States, ", "))
+	if f.State != "" && !slices.Contains(States(), f.State) {
+		return nil, fmt.Errorf("state %q: use one of %s", f.State, strings.Join(States(), ", "))
 	}
 	if f.Limit <= 0 {
 		f.Limit = 50

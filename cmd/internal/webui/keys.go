@@ -65,7 +65,7 @@ func (u *ui) keysPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	d := &keysData{State: q.Get("state"), Key: strings.TrimSpace(q.Get("key")), States: idempotency.States}
+	d := &keysData{State: q.Get("state"), Key: strings.TrimSpace(q.Get("key")), States: idempotency.States()}
 	if !q.Has("state") {
 		d.State = "in_progress"
 	}
