@@ -2,10 +2,15 @@
 // as stored (Effect) and its State, the event it belongs to, what an
 // operator action did (Change) and what the reads return (Stats,
 // StuckEffect, Job, AuditEntry, Attempt, DriftRecord, …), with the failure,
-// action and drift reasons recorded in the tables.
+// action and drift reasons recorded in the tables. It holds data and the
+// rules of the data (a retry policy's delays, a state's phase); what an
+// operator is told about it (diagnosis, advice, timeline) is package
+// sideeffects/oncall.
 //
-// It imports nothing of outboxd, the way River keeps its own shared types
-// in rivertype: package outbox (enqueue), package sideeffects (dispatch and
-// operate) and the engine below them all speak in these types, so that
-// reading one never means importing the others.
+// Of outboxd it imports only package providers (a call's result, an
+// event's report, a destination's state, what a provider found), the way
+// River keeps its own shared types in rivertype: package outbox (enqueue),
+// package sideeffects (dispatch and operate) and the engine below them all
+// speak in these types, so that reading one never means importing the
+// others.
 package outboxtype

@@ -1,15 +1,12 @@
 package outboxtype
 
 import (
-	"fmt"
-	"time"
-
 	"github.com/outboxd/outboxd/providers"
 )
 
 // Reconciliation is what asking the provider found for an effect's key,
 // beside the effect: outboxctl reconcile and the web view's "Ask the
-// provider" show it, and its Suggest says what to do.
+// provider" show it, and oncall.Suggest says what to do.
 type Reconciliation struct {
 	Effect *Effect `json:"effect"`
 	// Asked says what was asked, and of whom.
@@ -18,48 +15,7 @@ type Reconciliation struct {
 	// Delivery is what SendGrid's events told outboxd of a mail.
 	Delivery *Delivery     `json:"delivery,omitempty"`
 	Drift    []DriftRecord `json:"drift,omitempty"`
-	// Suggestion is Suggest's text, for --json.
+	// Suggestion is oncall.Suggest's text, for --json.
 	Suggestion string  `json:"suggestion"`
 	Applied    *Change `json:"applied,omitempty"`
-}
-
-// Suggest says what to do about the effect given what the provider holds
-// (window: the provider's key window minus margin, 0 for none), in the
-// words of the surface it is shown on, and which action it suggests: a
-// confirmation with the one object found (Ref), a retry, or none.
-func (r *Reconciliation) Suggest(window time.Duration, say Surface, now time.Time) (string, Action) {
-	e := r.Effect
-	id := e.ID.String()
-	none := Action{}
-	switch n := len(r.Found); {
-	case e.Provider != "stripe" && e.Provider != "sendgrid":
-		return "check the receiver's log for webhook-id " + e.IdempotencyKey + "; if it acted: " + say(Action{Act: ActConfirm, ID: id}), none
-	case n > 1:
-		return fmt.Sprintf("%d objects carry the key: the request was applied more than once; check them and undo the extra ones; do not retry", n), none
-	case n == 1 && e.State == StateConfirmed:
-		if e.ProviderRef != nil && *e.ProviderRef != "" && r.Found[0].ID != "" && *e.ProviderRef != r.Found[0].ID {
-			return fmt.Sprintf("confirmed with ref %s, but the provider holds %s: check both", *e.ProviderRef, r.Found[0].ID), none
-		}
-		return "confirmed, and the provider agrees: nothing to do", none
-	case n == 1 && e.State == StateCancelled:
-		return fmt.Sprintf("cancelled, but the provider acted (%s): undo it there if it must not stand", r.Found[0].ID), none
-	case n == 1 && r.Found[0].ID != "":
-		act := Action{Act: ActConfirm, ID: id, Ref: r.Found[0].ID}
-		return "the provider acted: " + say(act), act
-	case e.Provider == "sendgrid":
-		return "no SendGrid event recorded for this mail: look the key up in the Activity Feed (custom arg outboxd_idempotency_key); " +
-			"found: " + say(Action{Act: ActConfirm, ID: id}) + "; not found: " + say(Action{Act: ActRetryAllowDuplicate, ID: id}) +
-			" risks nothing only if it was truly not sent", none
-	case e.State == StateConfirmed:
-		return "confirmed, but the provider holds no object for the key: check the provider by hand", none
-	case e.State == StatePending || e.State == StateCancelled:
-		return "nothing at the provider, as expected", none
-	}
-	if window > 0 && e.KeyWindowFrom != nil && now.Sub(*e.KeyWindowFrom) > window {
-		act := Action{Act: ActRetryForce, ID: id}
-		return "nothing at the provider, but the key window has passed: a re-fire is a new request; " + say(act) + " after making sure", act
-	}
-	act := Action{Act: ActRetry, ID: id}
-	return "nothing at the provider: a retry is safe within the key window (" + say(act) + "; for at_most_once kinds " +
-		say(Action{Act: ActRetryAllowDuplicate, ID: id}) + ")", act
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 // smsProvider is an application's own provider: it validates its payload
@@ -141,7 +142,7 @@ func Example_operator() {
 		log.Fatal(err)
 	}
 	for _, s := range stuck {
-		fmt.Printf("%s %s %s: %s\n", s.ID, s.Kind, s.State, s.Diagnosis(time.Now(), sideeffects.DefaultRescueAfter+time.Minute, 0))
+		fmt.Printf("%s %s %s: %s\n", s.ID, s.Kind, s.State, oncall.Diagnosis(s, time.Now(), sideeffects.DefaultRescueAfter+time.Minute, 0))
 	}
 	id := uuid.MustParse("0190c3a0-7b1e-7c3d-9f00-000000000001")
 	changes, err := op.Retry(ctx, []uuid.UUID{id}, sideeffects.ActionOpts{Actor: "oncall@example.com", Reason: "receiver fixed"})

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 func newEditCmd(a *app) *cobra.Command {
@@ -97,7 +98,7 @@ a conflict. Fix it there too.
 			if a.JSON {
 				return printJSON(out, ch)
 			}
-			for _, d := range outboxtype.PayloadDiff(e.Payload, json.RawMessage(payload)) {
+			for _, d := range oncall.PayloadDiff(e.Payload, json.RawMessage(payload)) {
 				fmt.Fprintf(out, "  %s\n", d)
 			}
 			switch {

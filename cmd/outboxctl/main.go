@@ -34,6 +34,7 @@ import (
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 func main() { cli.Main("outboxctl", newRootCmd(os.Stdin)) }
@@ -89,15 +90,15 @@ func (a *app) keyWindow(provider string) time.Duration {
 }
 
 // situation is what stuck's diagnoses know of the dispatchers
-// (outboxtype.SituationOf): how many reported in the last minute, what
+// (oncall.SituationOf): how many reported in the last minute, what
 // their gates hold back and, unless the operator gave --fired-bound
 // (bound, set), the crash-recovery bound their own settings give.
-func (a *app) situation(ctx context.Context, now time.Time, bound time.Duration, set bool) (outboxtype.Situation, error) {
+func (a *app) situation(ctx context.Context, now time.Time, bound time.Duration, set bool) (oncall.Situation, error) {
 	ds, err := a.op.Dispatchers(ctx, 100)
 	if err != nil {
-		return outboxtype.Situation{Now: now, FiredBound: bound}, err
+		return oncall.Situation{Now: now, FiredBound: bound}, err
 	}
-	sit := outboxtype.SituationOf(now, bound, ds)
+	sit := oncall.SituationOf(now, bound, ds)
 	if set {
 		sit.FiredBound, sit.BoundFrom = bound, "--fired-bound"
 	}
@@ -106,11 +107,11 @@ func (a *app) situation(ctx context.Context, now time.Time, bound time.Duration,
 
 // holderState and destinationText are outboxtype's, for the tables.
 func holderState(d outboxtype.DispatcherRecord, now time.Time) string {
-	return outboxtype.HolderState(d, now)
+	return oncall.HolderState(d, now)
 }
 
 func destinationText(d providers.DestinationState, now time.Time) string {
-	return outboxtype.DestinationText(d, now)
+	return oncall.DestinationText(d, now)
 }
 
 // open connects and checks that the schema is migrated.
@@ -210,7 +211,7 @@ func printJSON(w io.Writer, v any) error {
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
-func ago(t time.Time) string { return outboxtype.Ago(t, time.Now()) }
+func ago(t time.Time) string { return oncall.Ago(t, time.Now()) }
 
 func short(s *string, n int) string {
 	if s == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 func newStuckCmd(a *app) *cobra.Command {
@@ -60,11 +61,11 @@ between attempts (a hanging receiver) reads as retrying.`,
 				outboxtype.StuckEffect
 				Diagnosis string `json:"diagnosis"`
 			}
-			stuck = outboxtype.ChainsUnderHeads(stuck)
+			stuck = oncall.ChainsUnderHeads(stuck)
 			rows := make([]row, len(stuck))
 			for i, s := range stuck {
 				sit.KeyWindow = a.keyWindow(s.Provider)
-				rows[i] = row{s, s.Explain(sit)}
+				rows[i] = row{s, oncall.Explain(s, sit)}
 			}
 			out := cmd.OutOrStdout()
 			if a.JSON {
@@ -305,7 +306,7 @@ func newShowCmd(a *app) *cobra.Command {
 				return err
 			}
 			sit.KeyWindow = a.keyWindow(e.Provider)
-			whatNow := outboxtype.WhatNow(e, jobs, audit, blocked, sit)
+			whatNow := oncall.WhatNow(e, jobs, audit, blocked, sit)
 			out := cmd.OutOrStdout()
 			if a.JSON {
 				return printJSON(out, map[string]any{"effect": e, "event": ev, "attempts": attempts, "jobs": jobs, "audit": audit,
@@ -341,7 +342,7 @@ func newShowCmd(a *app) *cobra.Command {
 			fmt.Fprintf(out, "\nTimeline (%d attempts in all):\n", e.TotalAttempts)
 			tw = table(out)
 			fmt.Fprintln(tw, "AT\tWHAT\tOUTCOME\tDETAIL")
-			for _, t := range outboxtype.Timeline(e, attempts, audit, delivery, drift) {
+			for _, t := range oncall.Timeline(e, attempts, audit, delivery, drift) {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ts(t.At), t.What, t.Outcome, t.Detail)
 			}
 			if err := tw.Flush(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/stripe"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 func newReconcileCmd(a *app) *cobra.Command {
@@ -64,7 +65,7 @@ than one: the request was applied more than once; check them, do not retry.`,
 			if err != nil {
 				return err
 			}
-			rec.Suggestion, _ = rec.Suggest(a.keyWindow(e.Provider), cliSuggest, time.Now())
+			rec.Suggestion, _ = oncall.Suggest(rec, a.keyWindow(e.Provider), cliSuggest, time.Now())
 			if apply {
 				if len(rec.Found) != 1 || rec.Found[0].ID == "" || e.State == outboxtype.StateConfirmed || e.State == outboxtype.StateCancelled {
 					return fmt.Errorf("--apply confirms only a pending, fired or failed effect for which exactly one object was found: %s", rec.Suggestion)
@@ -94,9 +95,9 @@ than one: the request was applied more than once; check them, do not retry.`,
 
 // cliSuggest is outboxctl's surface for reconcile's suggestion: a
 // confirmation it found names --apply too.
-func cliSuggest(x outboxtype.Action) string {
-	s := outboxtype.CLI(x)
-	if x.Act == outboxtype.ActConfirm && x.Ref != "" {
+func cliSuggest(x oncall.Action) string {
+	s := oncall.CLI(x)
+	if x.Act == oncall.ActConfirm && x.Ref != "" {
 		s = strings.TrimSuffix(s, "`") + " --reason \"found by reconcile\"` (or rerun with --apply)"
 	}
 	return s

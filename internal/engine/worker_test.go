@@ -26,6 +26,7 @@ import (
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -593,7 +594,7 @@ func TestProvenFailuresAreNotInDoubt(t *testing.T) {
 		require.NoError(t, err)
 		for _, s := range stuck {
 			if s.ID == c.id {
-				require.Contains(t, s.Diagnosis(time.Now(), time.Hour, 0), c.advice)
+				require.Contains(t, oncall.Diagnosis(s, time.Now(), time.Hour, 0), c.advice)
 			}
 		}
 	}

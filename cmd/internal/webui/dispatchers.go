@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 // Dispatchers (outboxctl dispatchers): the outboxd processes that ran
@@ -45,10 +46,10 @@ func (u *ui) dispatchers(w http.ResponseWriter, r *http.Request) {
 	}
 	d := &dispatchersData{}
 	for _, rec := range ds {
-		row := dispatcherRow{DispatcherRecord: rec, State: outboxtype.HolderState(rec, now), RunningJobs: held[rec.ID].Jobs}
-		if outboxtype.Alive(rec, now) {
+		row := dispatcherRow{DispatcherRecord: rec, State: oncall.HolderState(rec, now), RunningJobs: held[rec.ID].Jobs}
+		if oncall.Alive(rec, now) {
 			for _, dest := range rec.Destinations {
-				if text := outboxtype.DestinationText(dest, now); text != "" {
+				if text := oncall.DestinationText(dest, now); text != "" {
 					row.HeldBack = append(row.HeldBack, strings.Join(append([]string{dest.Host}, dest.Names...), ", ")+": "+text)
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 // Edit payload and retry (sideeffects.Operator.EditPayload): for a failed
@@ -68,7 +69,7 @@ func (u *ui) showEdit(w http.ResponseWriter, r *http.Request, d *editData, actor
 	default:
 		d.DryRun = "Would be refused: " + ch.Skipped
 	}
-	d.Diff = outboxtype.PayloadDiff(d.Effect.Payload, json.RawMessage(d.Payload))
+	d.Diff = oncall.PayloadDiff(d.Effect.Payload, json.RawMessage(d.Payload))
 	d.Reviewed = effectVersion(d.Effect) + ":" + hashOf(d.Payload)
 	u.render(w, r, status, "edit", "Edit payload of "+d.Effect.ID.String(), d)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 type overviewData struct {
@@ -40,7 +41,7 @@ type overviewData struct {
 	// HeldBack are the webhook destinations a running outboxd's gate holds
 	// back (breaker open, at its cap, not answering): the first thing to
 	// know when a partner stops answering.
-	HeldBack []outboxtype.HeldDestination
+	HeldBack []oncall.HeldDestination
 	// Drift is the newest drift records nobody reviewed, of DriftCount.
 	Drift      []driftRow
 	DriftCount int64
@@ -108,9 +109,9 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 			d.Drift = append(d.Drift, driftRowOf(rec))
 		}
 	}
-	for _, s := range outboxtype.ChainsUnderHeads(stuck) {
+	for _, s := range oncall.ChainsUnderHeads(stuck) {
 		sit.KeyWindow = u.cfg.KeyWindow(s.Provider)
-		d.Stuck = append(d.Stuck, stuckRow{s, s.Explain(sit)})
+		d.Stuck = append(d.Stuck, stuckRow{s, oncall.Explain(s, sit)})
 	}
 	for _, g := range d.Gauges {
 		if g.State == outboxtype.StateFailed {
@@ -488,7 +489,7 @@ type effectData struct {
 	Event     *outboxtype.Event
 	Siblings  []*outboxtype.Effect
 	Attempts  []outboxtype.Attempt
-	Timeline  []outboxtype.TimelineEntry
+	Timeline  []oncall.TimelineEntry
 	Diagnosis string
 	Jobs      []outboxtype.Job
 	Audit     []outboxtype.AuditEntry
@@ -578,7 +579,7 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 	if n := r.URL.Query().Get("acked"); n != "" && d.Flash == "" {
 		d.Flash = "drift acknowledged: see the review below"
 	}
-	d.Timeline = outboxtype.Timeline(e, d.Attempts, d.Audit, d.Delivery, d.Drift)
+	d.Timeline = oncall.Timeline(e, d.Attempts, d.Audit, d.Delivery, d.Drift)
 	ts := func(t *time.Time) string {
 		if t == nil {
 			return "-"
@@ -636,22 +637,22 @@ func (u *ui) effect(w http.ResponseWriter, r *http.Request) {
 
 // actionsFor lists the actions an effect's state allows.
 // diagnose says, at the top of an effect's page, what its state means
-// and what to do (outboxtype.WhatNow).
-func (u *ui) diagnose(e *outboxtype.Effect, jobs []outboxtype.Job, audit []outboxtype.AuditEntry, blocked *uuid.UUID, sit outboxtype.Situation) string {
+// and what to do (oncall.WhatNow).
+func (u *ui) diagnose(e *outboxtype.Effect, jobs []outboxtype.Job, audit []outboxtype.AuditEntry, blocked *uuid.UUID, sit oncall.Situation) string {
 	sit.KeyWindow = u.cfg.KeyWindow(e.Provider)
-	return outboxtype.WhatNow(e, jobs, audit, blocked, sit)
+	return oncall.WhatNow(e, jobs, audit, blocked, sit)
 }
 
 // situation is what the diagnoses know of the running dispatchers: their
 // crash-recovery bound, the processes holding jobs, what their gates hold
-// back (outboxtype.SituationOf).
-func (u *ui) situation(r *http.Request, now time.Time) (outboxtype.Situation, error) {
+// back (oncall.SituationOf).
+func (u *ui) situation(r *http.Request, now time.Time) (oncall.Situation, error) {
 	ds, err := u.op.Dispatchers(r.Context(), 100)
 	if err != nil {
-		return outboxtype.Situation{}, err
+		return oncall.Situation{}, err
 	}
-	sit := outboxtype.SituationOf(now, u.cfg.FiredBound, ds)
-	sit.Say = outboxtype.Web
+	sit := oncall.SituationOf(now, u.cfg.FiredBound, ds)
+	sit.Say = oncall.Web
 	return sit, nil
 }
 

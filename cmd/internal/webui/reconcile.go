@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 // "Ask the provider" (outboxctl reconcile): what the provider holds for an
@@ -41,21 +42,21 @@ func (u *ui) reconcile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Rec = rec
-	var act outboxtype.Action
-	d.Suggestion, act = rec.Suggest(u.cfg.KeyWindow(e.Provider), outboxtype.Web, time.Now())
+	var act oncall.Action
+	d.Suggestion, act = oncall.Suggest(rec, u.cfg.KeyWindow(e.Provider), oncall.Web, time.Now())
 	if d.CannotAsk != "" {
-		act = outboxtype.Action{}
+		act = oncall.Action{}
 		d.Suggestion = d.CannotAsk
 	}
 	base := u.cfg.Prefix + "effects/" + e.ID.String() + "/actions/"
 	switch act.Act {
-	case outboxtype.ActConfirm:
+	case oncall.ActConfirm:
 		q := url.Values{"ref": {act.Ref}, "reason": {fmt.Sprintf("asked %s: %s %s found (%s)", e.Provider, rec.Found[0].Object, act.Ref, rec.Asked)}}
 		d.Next, d.NextLabel = base+"confirm?"+q.Encode(), "confirm with reference "+act.Ref+"…"
-	case outboxtype.ActRetry:
+	case oncall.ActRetry:
 		q := url.Values{"reason": {fmt.Sprintf("asked %s: nothing found for the key (%s)", e.Provider, rec.Asked)}}
 		d.Next, d.NextLabel = base+"retry?"+q.Encode(), "retry…"
-	case outboxtype.ActRetryForce:
+	case oncall.ActRetryForce:
 		q := url.Values{"force": {"1"}, "reason": {fmt.Sprintf("asked %s: nothing found for the key, key window passed (%s)", e.Provider, rec.Asked)}}
 		d.Next, d.NextLabel = base+"retry?"+q.Encode(), "retry with force…"
 	}

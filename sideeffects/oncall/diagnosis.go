@@ -1,4 +1,4 @@
-package outboxtype
+package oncall
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
 
@@ -66,21 +67,21 @@ type HeldDestination struct {
 // Diagnosis explains why a stuck effect is not progressing and what to do.
 // firedBound is the crash-recovery bound; window the provider's key window
 // minus margin (zero: none). Explain says more when it knows more.
-func (s StuckEffect) Diagnosis(now time.Time, firedBound, window time.Duration) string {
-	return s.Explain(Situation{Now: now, FiredBound: firedBound, KeyWindow: window, Dispatchers: -1})
+func Diagnosis(s outboxtype.StuckEffect, now time.Time, firedBound, window time.Duration) string {
+	return Explain(s, Situation{Now: now, FiredBound: firedBound, KeyWindow: window, Dispatchers: -1})
 }
 
 // Explain is Diagnosis with what is known of the dispatchers.
-func (s StuckEffect) Explain(sit Situation) string {
+func Explain(s outboxtype.StuckEffect, sit Situation) string {
 	e, now := s.Effect, sit.Now
 	lastErr := ""
 	if e.LastError != nil {
 		lastErr = *e.LastError
 	}
-	if e.State == StateFailed {
+	if e.State == outboxtype.StateFailed {
 		return "failed: " + strings.TrimRight(lastErr, ". ") + ". " + failedAdvice(e, lastErr, sit)
 	}
-	if tenant, ok := strings.CutPrefix(deref(e.WaitingFor), "turn:"); ok && e.State == StatePending {
+	if tenant, ok := strings.CutPrefix(deref(e.WaitingFor), "turn:"); ok && e.State == outboxtype.StatePending {
 		why := fmt.Sprintf("waiting for its tenant's turn (tenant %s)", tenant)
 		if e.WaitingSince != nil {
 			why += " since " + relative(*e.WaitingSince, now)
@@ -88,7 +89,7 @@ func (s StuckEffect) Explain(sit Situation) string {
 		return why + ": each tenant has a window of effects with a dispatch job at once, and this one gets its job when one of " +
 			"the tenant's ends (fair shares; waiting is not an attempt). " + sit.say(ActTenants, "") + " shows each tenant's queue"
 	}
-	if e.WaitingFor != nil && e.State == StatePending {
+	if e.WaitingFor != nil && e.State == outboxtype.StatePending {
 		why := fmt.Sprintf("waiting for limit %s", *e.WaitingFor)
 		if e.WaitingSince != nil {
 			why += " since " + relative(*e.WaitingSince, now)
@@ -116,7 +117,7 @@ func (s StuckEffect) Explain(sit Situation) string {
 		return fmt.Sprintf("blocked behind %s on ordering key %q: it fires once that effect ends (confirmed, cancelled or released). "+
 			"Act on %s; if it will never complete, %s lets this chain go on", s.BlockedBehind, *e.OrderingKey, s.BlockedBehind, sit.say(ActRelease, s.BlockedBehind.String()))
 	}
-	if d := sit.Destinations[webhookHost(e)]; d != "" && e.State != StateFailed {
+	if d := sit.Destinations[webhookHost(e)]; d != "" && e.State != outboxtype.StateFailed {
 		// Never "confirm --kind": a partner that processed some of them
 		// and then hung would have the others confirmed unsent.
 		this := ""
@@ -138,12 +139,12 @@ func (s StuckEffect) Explain(sit Situation) string {
 			next = relative(*s.JobScheduledAt, now)
 		}
 		why := fmt.Sprintf("retrying: %d attempts, last error: %s; next attempt %s", e.Attempts, lastErr, next)
-		if e.InDoubt || e.State == StateFired {
+		if e.InDoubt || e.State == outboxtype.StateFired {
 			why += " with the same key (the last attempt's outcome is unknown, so the provider may have acted: its key makes a repeat harmless)"
 		}
 		return why
 	}
-	if e.State == StateFired && e.FiredAt != nil && running && now.Sub(*e.FiredAt) > sit.FiredBound {
+	if e.State == outboxtype.StateFired && e.FiredAt != nil && running && now.Sub(*e.FiredAt) > sit.FiredBound {
 		from := sit.BoundFrom
 		if from == "" {
 			from = "default settings"
@@ -169,7 +170,7 @@ func (s StuckEffect) Explain(sit Situation) string {
 		return head + who + fmt.Sprintf("re-fires it with the same key (at_least_once) or parks it for review (at_most_once). "+
 			"To resolve it yourself: %s, then %s if done, or let it re-fire", lookUp(e, sit), sit.say(ActConfirm, ""))
 	}
-	if running && e.State == StateFired && e.FiredAt != nil {
+	if running && e.State == outboxtype.StateFired && e.FiredAt != nil {
 		from := sit.BoundFrom
 		if from == "" {
 			from = "default settings"
@@ -203,7 +204,7 @@ func (s StuckEffect) Explain(sit Situation) string {
 
 // webhookHost is a webhook effect's destination host[:port] as written in
 // its URL, lowercase ("" for other effects).
-func webhookHost(e *Effect) string {
+func webhookHost(e *outboxtype.Effect) string {
 	if e.Provider != "webhook" {
 		return ""
 	}
@@ -222,7 +223,7 @@ func webhookHost(e *Effect) string {
 
 // lookUp says how to find out, at e's provider, whether its key was acted
 // on: each provider offers something else.
-func lookUp(e *Effect, sit Situation) string {
+func lookUp(e *outboxtype.Effect, sit Situation) string {
 	switch e.Provider {
 	case "stripe":
 		return fmt.Sprintf("%s asks Stripe for the objects carrying key %s", sit.say(ActReconcile, ""), e.IdempotencyKey)
@@ -243,8 +244,8 @@ func lookUp(e *Effect, sit Situation) string {
 //
 // audit is the effect's audit trail, oldest first: an ended effect says
 // who ended it (an operator's confirmation is not the provider's answer).
-func WhatNow(e *Effect, jobs []Job, audit []AuditEntry, blockedBehind *uuid.UUID, sit Situation) string {
-	var last *AuditEntry
+func WhatNow(e *outboxtype.Effect, jobs []outboxtype.Job, audit []outboxtype.AuditEntry, blockedBehind *uuid.UUID, sit Situation) string {
+	var last *outboxtype.AuditEntry
 	for i := len(audit) - 1; i >= 0; i-- {
 		if audit[i].ToState == string(e.State) && audit[i].FromState != audit[i].ToState {
 			last = &audit[i]
@@ -252,8 +253,8 @@ func WhatNow(e *Effect, jobs []Job, audit []AuditEntry, blockedBehind *uuid.UUID
 		}
 	}
 	switch e.State {
-	case StateConfirmed:
-		if last != nil && last.Action == ActionConfirm {
+	case outboxtype.StateConfirmed:
+		if last != nil && last.Action == outboxtype.ActionConfirm {
 			s := fmt.Sprintf("Confirmed by %s %s, not by the provider's answer: an operator recorded that the provider did it (%s)",
 				last.Actor, relative(last.CreatedAt, sit.Now), last.Reason)
 			if e.ProviderRef != nil {
@@ -262,7 +263,7 @@ func WhatNow(e *Effect, jobs []Job, audit []AuditEntry, blockedBehind *uuid.UUID
 			return s + ". Nothing to do; if that was wrong, check the provider."
 		}
 		s := "Done: the provider acknowledged it"
-		if last != nil && last.Action == ActionEventConfirm {
+		if last != nil && last.Action == outboxtype.ActionEventConfirm {
 			s = "Done: the provider's event (" + last.Actor + ") confirmed it"
 		}
 		if e.ConfirmedAt != nil {
@@ -272,14 +273,14 @@ func WhatNow(e *Effect, jobs []Job, audit []AuditEntry, blockedBehind *uuid.UUID
 			s += ", reference " + *e.ProviderRef
 		}
 		return s + ". Nothing to do; a late River job finds it confirmed and does nothing."
-	case StateCancelled:
+	case outboxtype.StateCancelled:
 		by := ""
 		if last != nil {
 			by = fmt.Sprintf(" by %s %s (%s)", last.Actor, relative(last.CreatedAt, sit.Now), last.Reason)
 		}
 		return "Cancelled" + by + ": no worker fires it again. " + sit.say(ActRetry, "") + " sends it after all (same key)."
 	}
-	st := StuckEffect{Effect: e, BlockedBehind: blockedBehind}
+	st := outboxtype.StuckEffect{Effect: e, BlockedBehind: blockedBehind}
 	for i := len(jobs) - 1; i >= 0 && st.JobID == nil; i-- {
 		switch jobs[i].State {
 		case "available", "pending", "retryable", "running", "scheduled":
@@ -287,24 +288,24 @@ func WhatNow(e *Effect, jobs []Job, audit []AuditEntry, blockedBehind *uuid.UUID
 			st.JobID, st.JobState, st.JobScheduledAt, st.JobHeldBy = &j.ID, &j.State, &j.ScheduledAt, j.HeldBy
 		}
 	}
-	return st.Explain(sit)
+	return Explain(st, sit)
 }
 
 // failedAdvice says, per failure class, which actions are safe for a
 // failed effect and which one could cause a second real-world effect.
-func failedAdvice(e *Effect, lastErr string, sit Situation) string {
+func failedAdvice(e *outboxtype.Effect, lastErr string, sit Situation) string {
 	retry, cancel, confirm := sit.say(ActRetry, ""), sit.say(ActCancel, ""), sit.say(ActConfirm, "")
 	switch {
 	case e.AcknowledgedAt != nil:
 		return fmt.Sprintf("Acknowledged %s: an operator reviewed it and keeps it failed; nothing to do. %s sends it after all (same key).",
 			relative(*e.AcknowledgedAt, sit.Now), retry)
-	case strings.HasPrefix(lastErr, ReasonUnqueueable):
+	case strings.HasPrefix(lastErr, outboxtype.ReasonUnqueueable):
 		return "Fix the row's provider, then " + retry + "; or " + cancel + "."
 	case strings.HasPrefix(lastErr, providers.RefusedPrefix):
 		return "outboxd refused it before making any request: no provider saw it, so nothing was done and its key was never used. " +
 			"Its payload must change: whoever enqueued it fixes the field named above and enqueues it again, or " + sit.say(ActEditPayload, "") +
 			" (audited, same key); if it should not happen, " + cancel + "."
-	case strings.HasPrefix(lastErr, ReasonInDoubt) || e.InDoubt && !strings.HasPrefix(lastErr, ReasonKeyWindow):
+	case strings.HasPrefix(lastErr, outboxtype.ReasonInDoubt) || e.InDoubt && !strings.HasPrefix(lastErr, outboxtype.ReasonKeyWindow):
 		events := ""
 		if e.Provider == "stripe" || e.Provider == "sendgrid" {
 			events = " (with provider events on, outboxd confirms it by itself when the provider's event arrives)"
@@ -312,7 +313,7 @@ func failedAdvice(e *Effect, lastErr string, sit Situation) string {
 		return fmt.Sprintf("An earlier request may have been delivered: %s%s. "+
 			"Done: %s. Not done: %s (for at_most_once kinds %s: "+
 			"a second delivery if it was done after all). Not wanted: %s.", lookUp(e, sit), events, confirm, retry, sit.say(ActRetryAllowDuplicate, ""), cancel)
-	case strings.HasPrefix(lastErr, ReasonKeyWindow):
+	case strings.HasPrefix(lastErr, outboxtype.ReasonKeyWindow):
 		return fmt.Sprintf("The provider may have forgotten key %s, so a re-fire could act twice: check at the provider. "+
 			"Done: %s. Not done: %s (a new key window). Not wanted: %s.", e.IdempotencyKey, confirm, sit.say(ActRetryForce, ""), cancel)
 	case strings.HasPrefix(lastErr, "retries exhausted"):

@@ -1,10 +1,12 @@
-package outboxtype
+package oncall
 
 import (
 	"fmt"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // TimelineEntry is one thing that happened to an effect, in outboxd's
@@ -29,10 +31,10 @@ type TimelineEntry struct {
 // the numbers with neither, the one in flight or one interrupted), the
 // audit trail (operator actions, provider events, late acknowledgements),
 // the delivery status and drift, oldest first.
-func Timeline(e *Effect, attempts []Attempt, audit []AuditEntry, delivery *Delivery, drift []DriftRecord) []TimelineEntry {
+func Timeline(e *outboxtype.Effect, attempts []outboxtype.Attempt, audit []outboxtype.AuditEntry, delivery *outboxtype.Delivery, drift []outboxtype.DriftRecord) []TimelineEntry {
 	created := e.CreatedAt
-	out := []TimelineEntry{{At: &created, What: "enqueued", Outcome: string(StatePending), Detail: enqueuedDetail(e)}}
-	byN := make(map[int]Attempt, len(attempts))
+	out := []TimelineEntry{{At: &created, What: "enqueued", Outcome: string(outboxtype.StatePending), Detail: enqueuedDetail(e)}}
+	byN := make(map[int]outboxtype.Attempt, len(attempts))
 	for _, a := range attempts {
 		byN[a.Attempt] = a
 	}
@@ -50,11 +52,11 @@ func Timeline(e *Effect, attempts []Attempt, audit []AuditEntry, delivery *Deliv
 			continue
 		}
 		switch {
-		case last && e.State == StateConfirmed && confirmedBy(audit) != "":
+		case last && e.State == outboxtype.StateConfirmed && confirmedBy(audit) != "":
 			at := e.FiredAt
 			out = append(out, TimelineEntry{At: at, What: what, Outcome: "no answer recorded",
 				Detail: "confirmed by " + confirmedBy(audit) + ", not by the provider's answer (see the operator action)"})
-		case last && e.State == StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil && e.ConfirmedAt.After(*e.FiredAt):
+		case last && e.State == outboxtype.StateConfirmed && e.FiredAt != nil && e.ConfirmedAt != nil && e.ConfirmedAt.After(*e.FiredAt):
 			at := *e.FiredAt
 			detail := "the provider acknowledged it"
 			if e.ProviderRef != nil {
@@ -64,7 +66,7 @@ func Timeline(e *Effect, attempts []Attempt, audit []AuditEntry, delivery *Deliv
 				detail += " (a replay of an earlier request with the key)"
 			}
 			out = append(out, TimelineEntry{At: &at, What: what, Outcome: "confirmed after " + e.ConfirmedAt.Sub(*e.FiredAt).Round(time.Millisecond).String(), Detail: detail})
-		case last && e.State == StateFired && e.FiredAt != nil:
+		case last && e.State == outboxtype.StateFired && e.FiredAt != nil:
 			at := *e.FiredAt
 			out = append(out, TimelineEntry{At: &at, What: what, Outcome: "no answer yet", Detail: "in flight, or its process died mid-call"})
 		default:
@@ -106,7 +108,7 @@ func Timeline(e *Effect, attempts []Attempt, audit []AuditEntry, delivery *Deliv
 	return out
 }
 
-func maxAttempt(as []Attempt) int {
+func maxAttempt(as []outboxtype.Attempt) int {
 	n := 0
 	for _, a := range as {
 		n = max(n, a.Attempt)
@@ -114,7 +116,7 @@ func maxAttempt(as []Attempt) int {
 	return n
 }
 
-func enqueuedDetail(e *Effect) string {
+func enqueuedDetail(e *outboxtype.Effect) string {
 	var parts []string
 	if e.NotBefore != nil {
 		parts = append(parts, "due "+e.NotBefore.UTC().Format(time.RFC3339))
@@ -127,10 +129,10 @@ func enqueuedDetail(e *Effect) string {
 
 // confirmedBy is the operator whose confirmation ended the effect, or ""
 // when its last confirmation was not an operator's.
-func confirmedBy(audit []AuditEntry) string {
+func confirmedBy(audit []outboxtype.AuditEntry) string {
 	for i := len(audit) - 1; i >= 0; i-- {
-		if audit[i].ToState == string(StateConfirmed) && audit[i].FromState != audit[i].ToState {
-			if audit[i].Action == ActionConfirm {
+		if audit[i].ToState == string(outboxtype.StateConfirmed) && audit[i].FromState != audit[i].ToState {
+			if audit[i].Action == outboxtype.ActionConfirm {
 				return audit[i].Actor
 			}
 			return ""

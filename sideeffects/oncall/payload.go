@@ -1,4 +1,4 @@
-package outboxtype
+package oncall
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package outboxtype_test
+package oncall_test
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 // TestAdviceForAHangingPartnerCannotOverConfirm: a webhook waiting behind
@@ -26,8 +27,8 @@ func TestAdviceForAHangingPartnerCannotOverConfirm(t *testing.T) {
 	}
 	jobID, state := int64(7), "available"
 	s := outboxtype.StuckEffect{Effect: e, JobID: &jobID, JobState: &state}
-	sit := outboxtype.Situation{Now: now, Dispatchers: 1, Destinations: map[string]string{"hooks.partner.example": "not answering (breaker open)"}}
-	got := s.Explain(sit)
+	sit := oncall.Situation{Now: now, Dispatchers: 1, Destinations: map[string]string{"hooks.partner.example": "not answering (breaker open)"}}
+	got := oncall.Explain(s, sit)
 	require.Contains(t, got, "hooks.partner.example: not answering")
 	require.Contains(t, got, "only those the receiver's own log shows processed")
 	require.Contains(t, got, "outboxctl confirm <webhook-id>")
@@ -64,7 +65,7 @@ func TestAdviceSpeaksTheSurfacesLanguage(t *testing.T) {
 	blocked.OrderingKey = ptr("order:1")
 	cases := map[string]struct {
 		s   outboxtype.StuckEffect
-		sit outboxtype.Situation
+		sit oncall.Situation
 	}{
 		"unqueueable": {s: outboxtype.StuckEffect{Effect: effect("twilio", outboxtype.StateFailed, outboxtype.ReasonUnqueueable+": no provider")}},
 		"in doubt":    {s: outboxtype.StuckEffect{Effect: inDoubt}},
@@ -76,16 +77,16 @@ func TestAdviceSpeaksTheSurfacesLanguage(t *testing.T) {
 		"tenant":      {s: outboxtype.StuckEffect{Effect: tenant}},
 		"blocked":     {s: outboxtype.StuckEffect{Effect: blocked, BlockedBehind: &head, JobID: &job, JobState: &available}},
 		"held back": {s: outboxtype.StuckEffect{Effect: effect("webhook", outboxtype.StatePending, ""), JobID: &job, JobState: &available},
-			sit: outboxtype.Situation{Destinations: map[string]string{"hooks.partner.example": "breaker open"}}},
-		"dead worker, no outboxd": {s: outboxtype.StuckEffect{Effect: fired, JobID: &job, JobState: &running}, sit: outboxtype.Situation{Dispatchers: 0}},
-		"dead worker, unknown":    {s: outboxtype.StuckEffect{Effect: fired, JobID: &job, JobState: &running}, sit: outboxtype.Situation{Dispatchers: -1}},
+			sit: oncall.Situation{Destinations: map[string]string{"hooks.partner.example": "breaker open"}}},
+		"dead worker, no outboxd": {s: outboxtype.StuckEffect{Effect: fired, JobID: &job, JobState: &running}, sit: oncall.Situation{Dispatchers: 0}},
+		"dead worker, unknown":    {s: outboxtype.StuckEffect{Effect: fired, JobID: &job, JobState: &running}, sit: oncall.Situation{Dispatchers: -1}},
 	}
 	for name, c := range cases {
 		c.sit.Now, c.sit.FiredBound = now, 10*time.Minute
-		cli := c.s.Explain(c.sit)
+		cli := oncall.Explain(c.s, c.sit)
 		require.Contains(t, cli, "`outboxctl ", name)
-		c.sit.Say = outboxtype.Web
-		web := c.s.Explain(c.sit)
+		c.sit.Say = oncall.Web
+		web := oncall.Explain(c.s, c.sit)
 		require.NotContains(t, web, "outboxctl", name)
 		require.NotContains(t, web, "`", name)
 		require.NotEqual(t, cli, web, name)
@@ -108,48 +109,48 @@ func TestStatesSayWhatIsTrue(t *testing.T) {
 	settings := json.RawMessage(`{"rescue_after": "6h0m0s", "retry_base_delay": "1s", "stripe": {"timeout": "10s"}}`)
 	alive := outboxtype.DispatcherRecord{ID: holder, StartedAt: now.Add(-2 * time.Hour), SeenAt: now.Add(-10 * time.Second), Settings: settings}
 
-	sit := outboxtype.SituationOf(now, 3*time.Minute, []outboxtype.DispatcherRecord{alive})
+	sit := oncall.SituationOf(now, 3*time.Minute, []outboxtype.DispatcherRecord{alive})
 	require.Equal(t, 10*time.Second, sit.CallTimeouts["stripe"])
-	got := s.Explain(sit)
+	got := oncall.Explain(s, sit)
 	require.Contains(t, got, "not in flight: attempt 1 fired 30m0s ago under job 7, but stripe calls time out after 10s, so no call lasts this long")
 	require.Contains(t, got, "WARNING: --rescue-after 6h0m0s is far above its default 2m")
 
 	dead, other := alive, alive
 	dead.SeenAt, other.ID = now.Add(-25*time.Minute), "outboxd-b"
-	got = s.Explain(outboxtype.SituationOf(now, 3*time.Minute, []outboxtype.DispatcherRecord{dead, other}))
+	got = oncall.Explain(s, oncall.SituationOf(now, 3*time.Minute, []outboxtype.DispatcherRecord{dead, other}))
 	require.Contains(t, got, "not in flight: attempt 1 fired 30m0s ago under job 7 by outboxd-a, which is silent since 25m0s ago: killed?: the call ended with its process")
 	require.False(t, strings.HasPrefix(got, "in flight"))
 
 	fresh := *fired
 	fresh.FiredAt = at(-2 * time.Second)
-	got = outboxtype.StuckEffect{Effect: &fresh, JobID: &job, JobState: &running, JobHeldBy: &holder}.Explain(sit)
+	got = oncall.Explain(outboxtype.StuckEffect{Effect: &fresh, JobID: &job, JobState: &running, JobHeldBy: &holder}, sit)
 	require.Contains(t, got, "in flight: attempt 1 fired 2s ago")
 
 	confirmed := *fired
 	confirmed.State, confirmed.ConfirmedAt, confirmed.ProviderRef = outboxtype.StateConfirmed, at(-time.Minute), ptr("pi_1")
 	byOperator := []outboxtype.AuditEntry{{Action: outboxtype.ActionConfirm, Actor: "web:ada", Reason: "seen in the dashboard",
 		FromState: "fired", ToState: "confirmed", CreatedAt: now.Add(-time.Minute)}}
-	got = outboxtype.WhatNow(&confirmed, nil, byOperator, nil, sit)
+	got = oncall.WhatNow(&confirmed, nil, byOperator, nil, sit)
 	require.Contains(t, got, "Confirmed by web:ada 1m0s ago, not by the provider's answer")
 	require.NotContains(t, got, "the provider acknowledged it")
-	tl := outboxtype.Timeline(&confirmed, nil, byOperator, nil, nil)
+	tl := oncall.Timeline(&confirmed, nil, byOperator, nil, nil)
 	require.NotContains(t, tl[1].Detail, "the provider acknowledged it")
-	require.Contains(t, outboxtype.WhatNow(&confirmed, nil, nil, nil, sit), "the provider acknowledged it")
+	require.Contains(t, oncall.WhatNow(&confirmed, nil, nil, nil, sit), "the provider acknowledged it")
 
 	refused := &outboxtype.Effect{ID: uuid.New(), Kind: "stripe.refund", Provider: "stripe", State: outboxtype.StateFailed, Attempts: 1,
 		LastError: ptr("refused before sending (no request made): params.reason: \"oops\" is not one of duplicate, fraudulent, requested_by_customer"),
 		CreatedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-time.Hour)}
-	got = outboxtype.StuckEffect{Effect: refused}.Explain(sit)
+	got = oncall.Explain(outboxtype.StuckEffect{Effect: refused}, sit)
 	require.Contains(t, got, "outboxd refused it before making any request: no provider saw it")
 	require.NotContains(t, got, "The provider refused it")
 
 	acked := *refused
 	acked.AcknowledgedAt = at(-time.Minute)
-	require.Contains(t, outboxtype.StuckEffect{Effect: &acked}.Explain(sit), "Acknowledged 1m0s ago: an operator reviewed it and keeps it failed; nothing to do")
+	require.Contains(t, oncall.Explain(outboxtype.StuckEffect{Effect: &acked}, sit), "Acknowledged 1m0s ago: an operator reviewed it and keeps it failed; nothing to do")
 }
 
 func TestPayloadDiffNamesEachChangedField(t *testing.T) {
-	got := outboxtype.PayloadDiff(json.RawMessage(`{"operation": "refund.create", "params": {"reason": "oops", "amount": 100, "metadata": {"a": "1"}}}`),
+	got := oncall.PayloadDiff(json.RawMessage(`{"operation": "refund.create", "params": {"reason": "oops", "amount": 100, "metadata": {"a": "1"}}}`),
 		json.RawMessage(`{"operation": "refund.create", "params": {"reason": "requested_by_customer", "amount": 100, "items": [1]}}`))
 	require.Equal(t, []string{`params.items[0]: (added) 1`, `params.metadata.a: "1" -> (removed)`, `params.reason: "oops" -> "requested_by_customer"`}, got)
 }

@@ -1,4 +1,4 @@
-package outboxtype
+package oncall
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
 
@@ -22,7 +23,7 @@ const heartbeatSlack = 30 * time.Second
 // the crash-recovery bound their own settings give — the longest
 // --rescue-after among them, River's rescuer interval and the first retry
 // delay — or bound when none recorded one.
-func SituationOf(now time.Time, bound time.Duration, ds []DispatcherRecord) Situation {
+func SituationOf(now time.Time, bound time.Duration, ds []outboxtype.DispatcherRecord) Situation {
 	sit := Situation{Now: now, FiredBound: bound, Holders: make(map[string]string, len(ds)), Destinations: map[string]string{}}
 	var rescue, retry time.Duration
 	for _, d := range ds {
@@ -87,13 +88,13 @@ func SituationOf(now time.Time, bound time.Duration, ds []DispatcherRecord) Situ
 
 // Alive is whether dispatcher d reported in the last minute and has not
 // stopped.
-func Alive(d DispatcherRecord, now time.Time) bool {
+func Alive(d outboxtype.DispatcherRecord, now time.Time) bool {
 	return d.StoppedAt == nil && now.Sub(d.SeenAt) <= time.Minute+heartbeatSlack
 }
 
 // HolderState says what is known of dispatcher d: running, stopped, or
 // gone silent (killed).
-func HolderState(d DispatcherRecord, now time.Time) string {
+func HolderState(d outboxtype.DispatcherRecord, now time.Time) string {
 	switch {
 	case d.StoppedAt != nil:
 		return "stopped " + Ago(*d.StoppedAt, now) + " ago"
