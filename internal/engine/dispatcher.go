@@ -427,6 +427,15 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 
 // Start begins fetching and working dispatch jobs.
 func (d *Dispatcher) Start(ctx context.Context) error {
+	provs := make([]providers.Provider, 0, len(d.worker.providerNames))
+	for _, name := range d.worker.providerNames {
+		provs = append(provs, d.worker.providers[name])
+	}
+	if err := d.store.RecordGuarantees(ctx, d.pool, d.record, provs); err != nil {
+		// Operators then apply their own settings, and refuse an unforced
+		// retry of a provider they do not know.
+		d.logger.Warn("could not record the providers' guarantees for operators", "error", err)
+	}
 	d.worker.startBatchers()
 	d.worker.limits.start(ctx)
 	if err := d.client.Start(ctx); err != nil {

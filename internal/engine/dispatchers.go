@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,6 +22,39 @@ func (s *Store) RecordDispatcher(ctx context.Context, db DB, id, host string, pi
 		return fmt.Errorf("record dispatcher: %w", err)
 	}
 	return nil
+}
+
+// RecordGuarantees records what each of provs promises about repeated
+// requests, as dispatcher id runs it: an operator reads it for a provider
+// its own settings do not know (ProviderGuarantees).
+func (s *Store) RecordGuarantees(ctx context.Context, db DB, id string, provs []providers.Provider) error {
+	names := make([]string, len(provs))
+	windows, margins := make([]int64, len(provs)), make([]int64, len(provs))
+	inDoubt := make([]string, len(provs))
+	for i, p := range provs {
+		g := p.Guarantees()
+		names[i], windows[i], margins[i], inDoubt[i] = p.Name(), g.KeyWindow.Milliseconds(), g.KeyWindowMargin.Milliseconds(), string(g.InDoubt)
+	}
+	if _, err := db.Exec(ctx, s.sql(sqlRecordGuarantees), names, windows, margins, inDoubt, id); err != nil {
+		return fmt.Errorf("record provider guarantees: %w", err)
+	}
+	return nil
+}
+
+// ProviderGuarantees returns provider's guarantees as a dispatcher last
+// recorded them, and false when none did.
+func (s *Store) ProviderGuarantees(ctx context.Context, db DB, provider string) (providers.Guarantees, bool, error) {
+	var window, margin int64
+	var inDoubt string
+	err := db.QueryRow(ctx, s.sql(sqlProviderGuarantees), provider).Scan(&window, &margin, &inDoubt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return providers.Guarantees{}, false, nil
+	}
+	if err != nil {
+		return providers.Guarantees{}, false, fmt.Errorf("provider guarantees: %w", err)
+	}
+	return providers.Guarantees{KeyWindow: time.Duration(window) * time.Millisecond, KeyWindowMargin: time.Duration(margin) * time.Millisecond,
+		InDoubt: providers.InDoubtPolicy(inDoubt)}, true, nil
 }
 
 // DispatcherSeen refreshes a dispatcher's seen_at, or with stopped set, marks

@@ -68,15 +68,34 @@ func (o *Operator) Pool() *pgxpool.Pool { return o.pool }
 // Store is the operator's store, for reads.
 func (o *Operator) Store() *Store { return o.store }
 
-// Policy is the in-doubt policy that applies to effects of kind at provider.
+// Policy is the in-doubt policy that applies to effects of kind at provider,
+// as this operator's settings know it (at_most_once for a provider they do
+// not name).
 func (o *Operator) Policy(provider, kind string) providers.InDoubtPolicy {
-	if p, ok := o.cfg.InDoubt[kind]; ok {
+	return policyOf(o.cfg.InDoubt, o.cfg.Guarantees[provider], kind)
+}
+
+// policyOf is the in-doubt policy of kind at a provider with guarantees g:
+// the kind's own, else the provider's, else at_most_once.
+func policyOf(inDoubt map[string]providers.InDoubtPolicy, g providers.Guarantees, kind string) providers.InDoubtPolicy {
+	if p, ok := inDoubt[kind]; ok {
 		return p
 	}
-	if g, ok := o.cfg.Guarantees[provider]; ok && g.InDoubt != "" {
+	if g.InDoubt != "" {
 		return g.InDoubt
 	}
 	return providers.AtMostOnce
+}
+
+// guarantees are provider's guarantees as this operator's settings give
+// them, or else as a dispatcher running the provider last reported them
+// (a provider an application built into its own dispatcher); known is
+// false when neither has them.
+func (o *Operator) guarantees(ctx context.Context, db DB, provider string) (g providers.Guarantees, known bool, err error) {
+	if g, ok := o.cfg.Guarantees[provider]; ok {
+		return g, true, nil
+	}
+	return o.store.ProviderGuarantees(ctx, db, provider)
 }
 
 // Retry moves failed or cancelled effects (and, with Force, fired ones) back
@@ -120,7 +139,21 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change,
 		return fmt.Sprintf("River job %d is running for it: a call may be in flight. Wait for it to end (or for River to rescue it after --rescue-after), then look again", job), nil
 	}
 	var warnings []string
-	if e.InDoubt && o.Policy(e.Provider, e.Kind) == providers.AtMostOnce {
+	g, known, err := o.guarantees(ctx, db, e.Provider)
+	if err != nil {
+		return "", err
+	}
+	if !known {
+		if !opts.Force {
+			return fmt.Sprintf("outboxd does not know how long %s remembers an idempotency key: these settings do not name the provider, "+
+				"and no dispatcher running it has reported its key window. A re-fire after the provider forgot key %s could act twice. "+
+				"Check at the provider whether it was done; if so, confirm it; if not, a forced retry "+
+				"(retry --force; \"force\" ticked in the web view) fires it again",
+				e.Provider, e.IdempotencyKey), nil
+		}
+		warnings = append(warnings, "the provider's key window is unknown: forced, fired again without a window check")
+	}
+	if e.InDoubt && policyOf(o.cfg.InDoubt, g, e.Kind) == providers.AtMostOnce {
 		if !opts.AllowDuplicate {
 			return fmt.Sprintf("in doubt and at_most_once: an earlier request may have been delivered, and %s has no idempotency key to stop a second one. "+
 				"Check the provider for key %s; if it was done, confirm it with the provider's reference; to re-send anyway, accepting a possible duplicate, "+
@@ -130,7 +163,6 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change,
 		ch.ClearsDoubt = true
 		warnings = append(warnings, "re-sent although an earlier request may have been delivered: the recipient may get it twice")
 	}
-	g := o.cfg.Guarantees[e.Provider]
 	if window := g.KeyWindow - g.KeyWindowMargin; g.KeyWindow > 0 && e.KeyWindowFrom != nil {
 		closes := e.KeyWindowFrom.Add(window)
 		left := time.Until(closes)

@@ -3,6 +3,8 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -245,4 +247,67 @@ func TestConfirmWithoutAReference(t *testing.T) {
 	got, err = b.store.Get(ctx, b.db.Pool, mail.ID)
 	require.NoError(t, err)
 	require.Equal(t, engine.StateFailed, got.State)
+}
+
+// smsProvider is a provider an application builds into its own dispatcher:
+// outboxctl's and the web view's settings do not name it.
+type smsProvider struct{}
+
+func (smsProvider) Name() string                                  { return "sms" }
+func (smsProvider) ValidatePayload(string, json.RawMessage) error { return nil }
+func (smsProvider) Guarantees() providers.Guarantees {
+	return providers.Guarantees{KeyWindow: time.Hour, KeyWindowMargin: 5 * time.Minute, InDoubt: providers.AtLeastOnce}
+}
+func (smsProvider) Send(context.Context, providers.Request) (providers.Result, error) {
+	return providers.Result{}, providers.Permanent(errors.New("HTTP 400"))
+}
+
+// TestARetryOfAProviderTheOperatorDoesNotKnow: an operator whose settings
+// do not name an effect's provider applies the key window a dispatcher
+// running the provider reported; with no report it refuses a retry unless
+// forced, instead of retrying as if the provider had no key window.
+func TestARetryOfAProviderTheOperatorDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	op := b.operator(t) // webhook and SendGrid only
+	opts := engine.ActionOpts{Actor: "oncall", Reason: "receiver fixed"}
+	failedSMS := func(firstFired time.Duration) uuid.UUID {
+		e := b.enqueue(t, "/sms")
+		_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET provider = 'sms', state = 'failed',
+			last_error = 'permanent: HTTP 400', attempts = 1, total_attempts = 1, first_fired_at = now() - $2::interval,
+			key_window_from = now() - $2::interval WHERE id = $1`, e.ID, firstFired.String())
+		require.NoError(t, err)
+		// Its webhook job is gone, as a failed effect's is.
+		_, err = b.db.Pool.Exec(ctx, `DELETE FROM `+b.db.Schema+`.river_job WHERE args @> $1`, fmt.Sprintf(`{"effect_id": %q}`, e.ID))
+		require.NoError(t, err)
+		return e.ID
+	}
+
+	unknown := failedSMS(10 * time.Minute)
+	chs, err := op.Retry(ctx, []uuid.UUID{unknown}, opts)
+	require.NoError(t, err)
+	require.False(t, chs[0].Applied)
+	require.Contains(t, chs[0].Skipped, "outboxd does not know how long sms remembers an idempotency key")
+	require.Equal(t, engine.StateFailed, b.effect(t, unknown).State)
+
+	// A dispatcher running the provider reports its guarantees at start.
+	b.cfg.Providers = append(b.cfg.Providers, smsProvider{})
+	b.start(t)
+	chs, err = op.Retry(ctx, []uuid.UUID{unknown}, opts)
+	require.NoError(t, err)
+	require.True(t, chs[0].Applied, chs[0].Skipped)
+
+	// Its window applies: 1h minus 5m, the first request 58 minutes ago.
+	late := failedSMS(58 * time.Minute)
+	chs, err = op.Retry(ctx, []uuid.UUID{late}, opts)
+	require.NoError(t, err)
+	require.False(t, chs[0].Applied)
+	require.Contains(t, chs[0].Skipped, "key window closed")
+	forced := opts
+	forced.Force = true
+	chs, err = op.Retry(ctx, []uuid.UUID{late}, forced)
+	require.NoError(t, err)
+	require.True(t, chs[0].Applied, chs[0].Skipped)
+	require.Contains(t, chs[0].Warning, "forced, the next request starts a new key window")
 }

@@ -904,6 +904,17 @@ WHERE effect_id = $1 ORDER BY attempt, started_at`
 INSERT INTO /*schema*/outboxd_dispatchers (id, host, pid, settings) VALUES ($1, $2, $3, $4)
 ON CONFLICT (id) DO UPDATE SET settings = EXCLUDED.settings, seen_at = now(), stopped_at = NULL`
 
+	// A dispatcher's providers' guarantees ($1 names, $2 windows, $3
+	// margins in ms, $4 in-doubt policies, $5 the dispatcher).
+	sqlRecordGuarantees = `
+INSERT INTO /*schema*/outboxd_provider_guarantees AS g (provider, key_window_ms, key_window_margin_ms, in_doubt, reported_by)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]), (SELECT $5::text) d
+ON CONFLICT (provider) DO UPDATE SET key_window_ms = EXCLUDED.key_window_ms, key_window_margin_ms = EXCLUDED.key_window_margin_ms,
+	in_doubt = EXCLUDED.in_doubt, reported_by = EXCLUDED.reported_by, reported_at = now()`
+
+	sqlProviderGuarantees = `
+SELECT key_window_ms, key_window_margin_ms, in_doubt FROM /*schema*/outboxd_provider_guarantees WHERE provider = $1`
+
 	sqlDispatcherSeen = `
 UPDATE /*schema*/outboxd_dispatchers SET seen_at = now(), stopped_at = CASE WHEN $2 THEN now() END,
 	destinations = CASE WHEN $2 THEN '[]' ELSE coalesce($3, destinations) END
