@@ -461,3 +461,107 @@ func waitForALockWaiter(t *testing.T, b *testBundle) {
 		return err == nil && n > 0
 	}, 10*time.Second, 5*time.Millisecond)
 }
+
+// TestGoAndSQLEnqueueAgreeOnEveryLimit holds outbox.Enqueue and the SQL
+// function outboxd_enqueue to one table of limits: at each limit both
+// accept, one past it both refuse and name the same field. It fails when
+// either side's limit changes alone.
+func TestGoAndSQLEnqueueAgreeOnEveryLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// input is one enqueue, given to both paths. Payloads are written as
+	// Postgres prints jsonb (", " and ": "), so that both count the same
+	// bytes.
+	type input struct {
+		evType, aggType, aggID, evKey, evPayload string
+		kinds                                    []string
+		key, tenant, payload                     string
+	}
+	base := func() input {
+		return input{evType: "order.paid", evPayload: `{}`, kinds: []string{"webhook.order_paid"},
+			payload: `{"url": "https://hooks.example.com/in", "body": {}}`}
+	}
+	// sized returns a JSON object of exactly n bytes around s's prefix.
+	sized := func(prefix, suffix string, n int) string {
+		return prefix + strings.Repeat("x", n-len(prefix)-len(suffix)) + suffix
+	}
+	cases := []struct {
+		name  string
+		limit int
+		field string
+		at    func(n int) input
+	}{
+		{"effects per event", outbox.MaxEffects, "effects", func(n int) input {
+			in := base()
+			in.kinds = nil
+			for i := range n {
+				in.kinds = append(in.kinds, fmt.Sprintf("webhook.n%d", i))
+			}
+			return in
+		}},
+		{"kind length", outbox.MaxKindLength, "effects[0].kind", func(n int) input {
+			in := base()
+			in.kinds = []string{sized("k", "", n)}
+			return in
+		}},
+		{"event type bytes", 512, "event.type", func(n int) input { in := base(); in.evType = sized("t", "", n); return in }},
+		{"aggregate type bytes", 512, "event.aggregate_type", func(n int) input { in := base(); in.aggType = sized("o", "", n); return in }},
+		{"aggregate id bytes", 512, "event.aggregate_id", func(n int) input { in := base(); in.aggID = sized("o", "", n); return in }},
+		{"event payload bytes", outbox.DefaultMaxPayloadBytes, "event.payload", func(n int) input {
+			in := base()
+			in.evPayload = sized(`{"x": "`, `"}`, n)
+			return in
+		}},
+		{"effect payload bytes", outbox.DefaultMaxPayloadBytes, "effects[0].payload", func(n int) input {
+			in := base()
+			in.payload = sized(`{"url": "https://hooks.example.com/in", "body": {"x": "`, `"}}`, n)
+			return in
+		}},
+		{"ordering key bytes", outbox.MaxOrderingKeyLength, "effects[0].ordering_key", func(n int) input { in := base(); in.key = sized("k", "", n); return in }},
+		{"event ordering key bytes", outbox.MaxOrderingKeyLength, "event.ordering_key", func(n int) input { in := base(); in.evKey = sized("k", "", n); return in }},
+		{"tenant length", 128, "effects[0].tenant", func(n int) input { in := base(); in.tenant = sized("t", "", n); return in }},
+	}
+	goPath := func(in input) error {
+		ev := outbox.Event{ID: uuid.New(), Type: in.evType, AggregateType: in.aggType, AggregateID: in.aggID,
+			Payload: json.RawMessage(in.evPayload), OrderingKey: in.evKey}
+		var effects []outbox.Effect
+		for _, k := range in.kinds {
+			effects = append(effects, outbox.Effect{Kind: k, Provider: "webhook", Payload: json.RawMessage(in.payload), OrderingKey: in.key, Tenant: in.tenant})
+		}
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		_, err = b.ob.Enqueue(ctx, tx, ev, effects...)
+		return err
+	}
+	sqlPath := func(in input) error {
+		ev := map[string]any{"id": uuid.New(), "type": in.evType, "aggregate_type": in.aggType, "aggregate_id": in.aggID,
+			"payload": json.RawMessage(in.evPayload), "ordering_key": in.evKey}
+		var effects []map[string]any
+		for _, k := range in.kinds {
+			e := map[string]any{"kind": k, "provider": "webhook", "payload": json.RawMessage(in.payload), "ordering_key": in.key}
+			if in.tenant != "" {
+				e["tenant"] = in.tenant
+			}
+			effects = append(effects, e)
+		}
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		_, err = sqlEnqueue(ctx, tx, b.db.Schema, ev, effects)
+		return err
+	}
+	for _, c := range cases {
+		require.NoError(t, goPath(c.at(c.limit)), "%s: Go at the limit (%d)", c.name, c.limit)
+		require.NoError(t, sqlPath(c.at(c.limit)), "%s: SQL at the limit (%d)", c.name, c.limit)
+
+		var verr *outbox.ValidationError
+		require.ErrorAs(t, goPath(c.at(c.limit+1)), &verr, "%s: Go one past the limit", c.name)
+		require.Equal(t, c.field, verr.Field, c.name)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, sqlPath(c.at(c.limit+1)), &pgErr, "%s: SQL one past the limit", c.name)
+		require.Equal(t, "OB400", pgErr.Code, "%s: %s", c.name, pgErr.Message)
+		require.Equal(t, c.field, pgErr.ColumnName, c.name)
+	}
+}
