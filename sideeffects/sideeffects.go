@@ -410,7 +410,7 @@ func (o *Operator) Reconcile(ctx context.Context, e *EffectRow, asker providers.
 		if rec.Found, rec.Asked, err = asker.Lookup(lctx, e.Payload, e.IdempotencyKey); err != nil {
 			return nil, fmt.Errorf("asking %s: %w", e.Provider, err)
 		}
-	case e.Provider == "sendgrid":
+	case profileOf(e.Provider).Answers == providers.AnswersEvents:
 		if rec.Delivery, err = o.Delivery(ctx, e.ID); err != nil {
 			return nil, err
 		}
@@ -642,4 +642,9 @@ func (o *Operator) ExplainReads(ctx context.Context, notSince, since time.Time) 
 // Config.SweepInterval).
 func JobParams(id uuid.UUID, provider string, notBefore *time.Time) river.InsertManyParams {
 	return engine.JobParams(id, provider, notBefore)
+}
+
+func profileOf(provider string) providers.Profile {
+	p, _ := providers.ProfileOf(provider)
+	return p
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 )
 
 // actFlags are shared by retry and cancel.
@@ -326,8 +327,8 @@ fired").`,
 				if err != nil {
 					return err
 				}
-				if ref == "" && e.Provider != "webhook" {
-					return cli.Usagef("--ref is required for %s effect %s: the provider's id for what it did (%s)", e.Provider, e.ID, refExample(e.Provider))
+				if p, _ := providers.ProfileOf(e.Provider); ref == "" && p.Refs {
+					return cli.Usagef("--ref is required for %s effect %s: the provider's id for what it did (%s)", e.Provider, e.ID, p.RefExample)
 				}
 				effects = append(effects, e)
 			}
@@ -353,18 +354,6 @@ fired").`,
 	addActFlags(cmd, &f)
 	cmd.Flags().StringVar(&ref, "ref", "", "the provider's reference, e.g. re_3Pabc or a SendGrid message id (webhooks: none needed)")
 	return cmd
-}
-
-// refExample says what a provider's reference looks like.
-func refExample(provider string) string {
-	switch provider {
-	case "stripe":
-		return "re_…, pi_…, cus_…, tr_…: `outboxctl reconcile` finds it"
-	case "sendgrid":
-		return "the X-Message-Id SendGrid returned, as in its Email Activity"
-	default:
-		return "as the provider names it"
-	}
 }
 
 // MinPurgeAge keeps purges from deleting effects whose key a provider may

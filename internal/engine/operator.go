@@ -305,15 +305,10 @@ func unsentProof(e *Effect, attempts []Attempt) string {
 
 // validationRefusal is whether a provider's permanent answer says it
 // refused the request's fields without acting and keeps no result for
-// its key.
+// its key (its profile's rule; never, for a provider with none).
 func validationRefusal(provider, text string) bool {
-	switch provider {
-	case "stripe":
-		return strings.Contains(text, "invalid_request_error") && strings.Contains(text, "(HTTP 400)")
-	case "webhook", "sendgrid":
-		return strings.Contains(text, "HTTP 400") || strings.Contains(text, "HTTP 422")
-	}
-	return false
+	p, _ := providers.ProfileOf(provider)
+	return p.RefusedWithoutActing(text)
 }
 
 // Acknowledge records that failed effects were reviewed and are correctly
@@ -371,14 +366,15 @@ func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts ActionOpts)
 }
 
 // Confirm records that effect id was performed, as checked at the provider,
-// with the provider's reference. A webhook has none: without opts.Ref it is
-// recorded with WebhookRef (the webhook-id the receiver saw and logged);
-// any other effect without opts.Ref is skipped, saying so.
+// with the provider's reference. A provider whose profile has no
+// references (webhooks) needs none: without opts.Ref the effect is recorded
+// with WebhookRef (the webhook-id the receiver saw and logged); any other
+// effect without opts.Ref is skipped, saying so.
 func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts ActionOpts) (Change, error) {
 	chs, err := o.each(ctx, []uuid.UUID{id}, opts, ActionConfirm, StateConfirmed,
 		[]State{StatePending, StateFired, StateFailed, StateCancelled},
 		func(_ context.Context, _ DB, e *Effect, _ *Change) (string, error) {
-			if opts.Ref == "" && e.Provider != "webhook" {
+			if p, _ := providers.ProfileOf(e.Provider); opts.Ref == "" && p.Refs {
 				return fmt.Sprintf("a %s effect is confirmed with its provider's reference (the provider's id for what it did)", e.Provider), nil
 			}
 			return "", nil

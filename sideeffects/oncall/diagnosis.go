@@ -1,9 +1,7 @@
 package oncall
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
@@ -117,7 +115,7 @@ func Explain(s outboxtype.StuckEffect, sit Situation) string {
 		return fmt.Sprintf("blocked behind %s on ordering key %q: it fires once that effect ends (confirmed, cancelled or released). "+
 			"Act on %s; if it will never complete, %s lets this chain go on", s.BlockedBehind, *e.OrderingKey, s.BlockedBehind, sit.say(ActRelease, s.BlockedBehind.String()))
 	}
-	if d := sit.Destinations[webhookHost(e)]; d != "" && e.State != outboxtype.StateFailed {
+	if d := sit.Destinations[destination(e)]; d != "" && e.State != outboxtype.StateFailed {
 		// Never "confirm --kind": a partner that processed some of them
 		// and then hung would have the others confirmed unsent.
 		this := ""
@@ -126,7 +124,7 @@ func Explain(s outboxtype.StuckEffect, sit Situation) string {
 		}
 		return fmt.Sprintf("destination %s: %s. Its effects wait without an attempt being counted; they go on when it answers again "+
 			"(or cancel them; or confirm only those the receiver's own log shows processed, by the webhook-id it logged: "+
-			"%s%s)", webhookHost(e), d, sit.say(ActConfirmLogged, ""), this)
+			"%s%s)", destination(e), d, sit.say(ActConfirmLogged, ""), this)
 	}
 	if s.JobID == nil {
 		return "no live River job: nothing will fire it. " + sit.say(ActRequeue, "") + " gives it one (the sweeper would, within --sweep-interval)"
@@ -202,39 +200,18 @@ func Explain(s outboxtype.StuckEffect, sit Situation) string {
 	return fmt.Sprintf("job %d %s", *s.JobID, *s.JobState)
 }
 
-// webhookHost is a webhook effect's destination host[:port] as written in
-// its URL, lowercase ("" for other effects).
-func webhookHost(e *outboxtype.Effect) string {
-	if e.Provider != "webhook" {
-		return ""
-	}
-	var p struct {
-		URL string `json:"url"`
-	}
-	if json.Unmarshal(e.Payload, &p) != nil {
-		return ""
-	}
-	u, err := url.Parse(p.URL)
-	if err != nil {
-		return ""
-	}
-	return strings.ToLower(u.Host)
+// destination is e's destination host[:port] as its payload writes it,
+// lower case ("" for a provider whose profile names none).
+func destination(e *outboxtype.Effect) string {
+	p, _ := providers.ProfileOf(e.Provider)
+	return p.Host(e.Payload)
 }
 
 // lookUp says how to find out, at e's provider, whether its key was acted
-// on: each provider offers something else.
+// on: each provider offers something else (its profile's LookUp).
 func lookUp(e *outboxtype.Effect, sit Situation) string {
-	switch e.Provider {
-	case "stripe":
-		return fmt.Sprintf("%s asks Stripe for the objects carrying key %s", sit.say(ActReconcile, ""), e.IdempotencyKey)
-	case "sendgrid":
-		return fmt.Sprintf("find the message with custom argument outboxd_idempotency_key=%s in SendGrid's Email Activity "+
-			"(%s shows what SendGrid's events told outboxd)", e.IdempotencyKey, sit.say(ActReconcile, ""))
-	case "webhook":
-		return fmt.Sprintf("ask the receiver whether it processed webhook-id %s (its Idempotency-Key)", e.IdempotencyKey)
-	default:
-		return fmt.Sprintf("look up key %s at the provider", e.IdempotencyKey)
-	}
+	p, _ := providers.ProfileOf(e.Provider)
+	return p.LookUp(e.IdempotencyKey, sit.say(ActReconcile, ""))
 }
 
 // WhatNow says what an effect's state means and what to do, for its page
@@ -307,7 +284,7 @@ func failedAdvice(e *outboxtype.Effect, lastErr string, sit Situation) string {
 			" (audited, same key); if it should not happen, " + cancel + "."
 	case strings.HasPrefix(lastErr, outboxtype.ReasonInDoubt) || e.InDoubt && !strings.HasPrefix(lastErr, outboxtype.ReasonKeyWindow):
 		events := ""
-		if e.Provider == "stripe" || e.Provider == "sendgrid" {
+		if p, _ := providers.ProfileOf(e.Provider); p.Events {
 			events = " (with provider events on, outboxd confirms it by itself when the provider's event arrives)"
 		}
 		return fmt.Sprintf("An earlier request may have been delivered: %s%s. "+

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 )
 
 // Suggest says what to do about the effect given what the provider holds
@@ -15,9 +16,10 @@ func Suggest(r *outboxtype.Reconciliation, window time.Duration, say Surface, no
 	e := r.Effect
 	id := e.ID.String()
 	none := Action{}
+	p, _ := providers.ProfileOf(e.Provider)
 	switch n := len(r.Found); {
-	case e.Provider != "stripe" && e.Provider != "sendgrid":
-		return "check the receiver's log for webhook-id " + e.IdempotencyKey + "; if it acted: " + say(Action{Act: ActConfirm, ID: id}), none
+	case p.Answers == providers.AnswersNothing:
+		return p.LookUp(e.IdempotencyKey, "") + "; if it acted: " + say(Action{Act: ActConfirm, ID: id}), none
 	case n > 1:
 		return fmt.Sprintf("%d objects carry the key: the request was applied more than once; check them and undo the extra ones; do not retry", n), none
 	case n == 1 && e.State == outboxtype.StateConfirmed:
@@ -30,8 +32,8 @@ func Suggest(r *outboxtype.Reconciliation, window time.Duration, say Surface, no
 	case n == 1 && r.Found[0].ID != "":
 		act := Action{Act: ActConfirm, ID: id, Ref: r.Found[0].ID}
 		return "the provider acted: " + say(act), act
-	case e.Provider == "sendgrid":
-		return "no SendGrid event recorded for this mail: look the key up in the Activity Feed (custom arg outboxd_idempotency_key); " +
+	case p.Answers == providers.AnswersEvents:
+		return "no event of " + e.Provider + " recorded for it: " + p.LookUp(e.IdempotencyKey, "") + "; " +
 			"found: " + say(Action{Act: ActConfirm, ID: id}) + "; not found: " + say(Action{Act: ActRetryAllowDuplicate, ID: id}) +
 			" risks nothing only if it was truly not sent", none
 	case e.State == outboxtype.StateConfirmed:

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/sideeffects"
 	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
@@ -803,7 +804,7 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case d.Reason == "":
 		d.Error = "a reason is required: say why, for the audit trail"
-	case d.Action == "confirm" && d.Ref == "" && e.Provider != "webhook":
+	case d.Action == "confirm" && d.Ref == "" && needsRef(e.Provider):
 		d.Error = "confirm needs the provider's reference for what it did"
 	}
 	if d.Error != "" {
@@ -860,7 +861,7 @@ func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) 
 	case "requeue":
 		chs, err = op.Requeue(ctx, ids, opts)
 	case "confirm":
-		if dryRun && opts.Ref == "" && d.Effect.Provider != "webhook" {
+		if dryRun && opts.Ref == "" && needsRef(d.Effect.Provider) {
 			opts.Ref = "(reference)"
 		}
 		var ch outboxtype.Change
@@ -1095,4 +1096,11 @@ func (u *ui) performMany(r *http.Request, d *bulkData, ids []uuid.UUID, actor st
 	default:
 		return op.Release(ctx, ids, opts)
 	}
+}
+
+// needsRef says a confirmation of provider's effects takes the provider's
+// reference (its profile; a provider without one takes it too).
+func needsRef(provider string) bool {
+	p, _ := providers.ProfileOf(provider)
+	return p.Refs
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
@@ -33,8 +34,8 @@ func (u *ui) reconcile(w http.ResponseWriter, r *http.Request) {
 	}
 	d := &reconcileData{}
 	asker := u.cfg.Reconcilers[e.Provider]
-	if asker == nil && e.Provider == "stripe" {
-		d.CannotAsk = "this outboxd does not dispatch for Stripe, so it holds no Stripe key to ask with: ask from a process that does, or use outboxctl reconcile with STRIPE_API_KEY"
+	if p, _ := providers.ProfileOf(e.Provider); asker == nil && p.Answers == providers.AnswersObjects {
+		d.CannotAsk = "this outboxd does not dispatch for " + e.Provider + ", so it holds no key to ask it with: ask from a process that does, or use outboxctl reconcile with the provider's API key"
 	}
 	rec, err := u.op.Reconcile(r.Context(), e, asker)
 	if err != nil {

@@ -97,7 +97,7 @@ func TestAskTheProviderFromTheWebView(t *testing.T) {
 	// A webhook: nothing to ask but its receiver.
 	gone := s.effect(t, "gone")
 	br.do(chromedp.Navigate(srv.URL+"/ui/effects/"+gone.ID.String()+"/reconcile"), chromedp.WaitVisible(chromedp.CSS("#suggestion")))
-	require.Contains(t, br.text("#suggestion"), "check the receiver's log for webhook-id "+gone.IdempotencyKey)
+	require.Contains(t, br.text("#suggestion"), "ask the receiver whether it processed webhook-id "+gone.IdempotencyKey)
 	require.Zero(t, br.count("#next"))
 }
 

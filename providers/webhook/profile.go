@@ -1,0 +1,42 @@
+package webhook
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/outboxd/outboxd/providers"
+)
+
+func init() {
+	providers.Register(providers.Profile{
+		Name: Name,
+		// A receiver's 2xx carries no id of its own: a confirmed webhook is
+		// recorded with its webhook-id.
+		Refs: false,
+		LookUp: func(key, _ string) string {
+			return fmt.Sprintf("ask the receiver whether it processed webhook-id %s (its Idempotency-Key)", key)
+		},
+		Answers: providers.AnswersNothing,
+		RefusedWithoutActing: func(text string) bool {
+			return strings.Contains(text, "HTTP 400") || strings.Contains(text, "HTTP 422")
+		},
+		Host: payloadHost,
+	})
+}
+
+// payloadHost is the host[:port] of a payload's URL as written, lower case.
+func payloadHost(payload json.RawMessage) string {
+	var p struct {
+		URL string `json:"url"`
+	}
+	if json.Unmarshal(payload, &p) != nil {
+		return ""
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(u.Host)
+}
