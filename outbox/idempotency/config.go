@@ -113,7 +113,9 @@ type Config struct {
 	// back like a 5xx. 5xx responses are never stored.
 	StoreStatus func(status int) bool
 	// InFlightWait is how long a request waits for another with the same key
-	// to finish before answering 409. Default 0: answer at once.
+	// to finish before answering 409. Default 0: answer as soon as the key
+	// is seen held for 50 ms (the moment a connection that just died takes
+	// to let go of its key).
 	InFlightWait time.Duration
 	// RetryAfter is sent with a 409 for a key in flight. Default 1s.
 	RetryAfter time.Duration

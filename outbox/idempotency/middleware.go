@@ -261,10 +261,10 @@ func (m *Middleware) commitFailed(w http.ResponseWriter, err error) {
 }
 
 // isHeld reports a key held by a request still running: its advisory
-// lock taken (errHeld) or not released within InFlightWait (55P03).
+// lock not released within the wait (55P03).
 func isHeld(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.Is(err, errHeld) || errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
 }
 
 // Key states.
@@ -286,8 +286,8 @@ type row struct {
 // passed its lock deadline; the unique constraint decides between
 // concurrent requests. A request holding the key uncommitted holds the
 // key's transaction-level advisory lock too: a second request waits for it
-// up to InFlightWait (lock_timeout) and then fails with 55P03, or, with no
-// wait, finds it taken (errHeld). Only that wait is bounded: any other lock
+// up to InFlightWait, or heldGrace if longer (lock_timeout), and then fails
+// with 55P03. Only that wait is bounded: any other lock
 // the insert meets (the table's extension, a VACUUM truncating it, a
 // migration) is waited out, so a new key is never answered 409.
 // Unclaimed, it returns the row that holds the key.
@@ -363,27 +363,18 @@ func (m *Middleware) claimKey(ctx context.Context, tx pgx.Tx, req *request, lock
 	return false, existing, err
 }
 
-// errHeld is a key whose advisory lock another request's transaction
-// holds, found with no wait (InFlightWait 0).
-var errHeld = errors.New("the key is held by a request still running")
+// heldGrace is how long a request waits for a key's lock when
+// InFlightWait is shorter: a connection that just died (a crash before the
+// commit) lets go of its key a moment after its client saw the error, and
+// the client's retry must not be told the key is still in use.
+const heldGrace = 50 * time.Millisecond
 
 // lockKey takes the key's transaction-level advisory lock, waiting for it
-// at most InFlightWait (sqlKeyLockID).
+// at most InFlightWait, or heldGrace if that is longer (sqlKeyLockID).
 func (m *Middleware) lockKey(ctx context.Context, tx pgx.Tx, req *request) error {
-	args := []any{m.table, req.scope, req.method, req.route, req.key}
-	if m.cfg.InFlightWait <= 0 {
-		var got bool
-		if err := tx.QueryRow(ctx, sqlTryLockKey, args...).Scan(&got); err != nil {
-			return err
-		}
-		if !got {
-			return errHeld
-		}
-		return nil
-	}
 	b := &pgx.Batch{}
-	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", max(1, m.cfg.InFlightWait.Milliseconds())))
-	b.Queue(sqlLockKey, args...)
+	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", max(heldGrace, m.cfg.InFlightWait).Milliseconds()))
+	b.Queue(sqlLockKey, m.table, req.scope, req.method, req.route, req.key)
 	b.Queue("SET LOCAL lock_timeout = DEFAULT")
 	return tx.SendBatch(ctx, b).Close()
 }
@@ -459,15 +450,14 @@ func newQueries(table string) queries {
 const reclaimableCond = `(k.expires_at <= now() OR k.state = 'failed' OR (k.state = 'in_progress' AND k.locked_until < now()))`
 
 const (
-	// sqlLockKey and sqlTryLockKey lock a key for its transaction, on a
+	// sqlLockKey locks a key for its transaction, on a
 	// 64-bit hash of the table ($1: two schemas' middlewares never wait
 	// for each other) and the key's scope, method, route and key,
 	// separated by 0x1f so that ("a", "bc") and ("ab", "c") differ; the
 	// prefix sets them apart from the ordering keys' locks and from an
 	// application's own.
-	sqlLockKey    = `SELECT pg_advisory_xact_lock(` + sqlKeyLockID + `)`
-	sqlTryLockKey = `SELECT pg_try_advisory_xact_lock(` + sqlKeyLockID + `)`
-	sqlKeyLockID  = `hashtextextended('outboxd idempotency ' || $1 || E'\x1f' || $2 || E'\x1f' || $3 || E'\x1f' || $4 || E'\x1f' || $5, 0)`
+	sqlLockKey   = `SELECT pg_advisory_xact_lock(` + sqlKeyLockID + `)`
+	sqlKeyLockID = `hashtextextended('outboxd idempotency ' || $1 || E'\x1f' || $2 || E'\x1f' || $3 || E'\x1f' || $4 || E'\x1f' || $5, 0)`
 
 	sqlInsert = `
 INSERT INTO /*table*/ (scope, method, route, key, state, fingerprint, fingerprint_parts, claim_token, locked_until, expires_at)
