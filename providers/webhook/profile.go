@@ -1,9 +1,7 @@
 package webhook
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 
 	"github.com/outboxd/outboxd/providers"
@@ -22,21 +20,6 @@ func init() {
 		RefusedWithoutActing: func(text string) bool {
 			return strings.Contains(text, "HTTP 400") || strings.Contains(text, "HTTP 422")
 		},
-		Host: payloadHost,
+		Host: hostOf,
 	})
-}
-
-// payloadHost is the host[:port] of a payload's URL as written, lower case.
-func payloadHost(payload json.RawMessage) string {
-	var p struct {
-		URL string `json:"url"`
-	}
-	if json.Unmarshal(payload, &p) != nil {
-		return ""
-	}
-	u, err := url.Parse(p.URL)
-	if err != nil {
-		return ""
-	}
-	return strings.ToLower(u.Host)
 }
