@@ -326,16 +326,20 @@ func (m *Middleware) claimKey(ctx context.Context, tx pgx.Tx, req *request, lock
 	if err != nil {
 		return false, nil, err
 	}
-	if err := m.lockKey(ctx, tx, req); err != nil {
-		return false, nil, err
-	}
 	args := []any{req.scope, req.method, req.route, req.key, req.fingerprint, parts, token, until, retention}
-	for range 2 {
-		tag, err := tx.Exec(ctx, m.q.insert, args...)
+	for i := range 2 {
+		var inserted int64
+		if i == 0 {
+			inserted, err = m.lockAndInsert(ctx, tx, req, args)
+		} else {
+			var tag pgconn.CommandTag
+			tag, err = tx.Exec(ctx, m.q.insert, args...)
+			inserted = tag.RowsAffected()
+		}
 		if err != nil {
 			return false, nil, err
 		}
-		if tag.RowsAffected() == 1 {
+		if inserted == 1 {
 			return true, nil, nil
 		}
 		existing, reclaimable, err := m.load(ctx, tx, req)
@@ -348,7 +352,8 @@ func (m *Middleware) claimKey(ctx context.Context, tx pgx.Tx, req *request, lock
 		if !reclaimable {
 			return false, existing, nil
 		}
-		if tag, err = tx.Exec(ctx, m.q.reclaim, args...); err != nil {
+		tag, err := tx.Exec(ctx, m.q.reclaim, args...)
+		if err != nil {
 			return false, nil, err
 		}
 		if tag.RowsAffected() == 1 {
@@ -369,14 +374,19 @@ func (m *Middleware) claimKey(ctx context.Context, tx pgx.Tx, req *request, lock
 // the client's retry must not be told the key is still in use.
 const heldGrace = 50 * time.Millisecond
 
-// lockKey takes the key's transaction-level advisory lock, waiting for it
-// at most InFlightWait, or heldGrace if that is longer (sqlKeyLockID).
-func (m *Middleware) lockKey(ctx context.Context, tx pgx.Tx, req *request) error {
+// lockAndInsert takes the key's transaction-level advisory lock, waiting
+// for it at most InFlightWait, or heldGrace if that is longer
+// (sqlKeyLockID), and inserts the key, in one round trip; it returns the
+// rows inserted (0: the key exists). A lock not granted in time fails the
+// batch with 55P03 before the insert runs.
+func (m *Middleware) lockAndInsert(ctx context.Context, tx pgx.Tx, req *request, args []any) (int64, error) {
 	b := &pgx.Batch{}
 	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", max(heldGrace, m.cfg.InFlightWait).Milliseconds()))
 	b.Queue(sqlLockKey, m.table, req.scope, req.method, req.route, req.key)
 	b.Queue("SET LOCAL lock_timeout = DEFAULT")
-	return tx.SendBatch(ctx, b).Close()
+	var inserted int64
+	b.Queue(m.q.insert, args...).Exec(func(tag pgconn.CommandTag) error { inserted = tag.RowsAffected(); return nil })
+	return inserted, tx.SendBatch(ctx, b).Close()
 }
 
 func (m *Middleware) load(ctx context.Context, tx pgx.Tx, req *request) (*row, bool, error) {
