@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -61,10 +62,13 @@ type limiter struct {
 type keyState struct {
 	// limited: tokens must be leased (a rate, or a pause); from the last
 	// lease, throttle or refresh.
-	limited     bool
-	rate        float64
-	configured  *float64
-	pausedUntil time.Time
+	limited bool
+	rate    float64
+	// climb and ceiling: how fast rate climbs back after 429s, per
+	// second, and to what (0 and rate when it does not).
+	climb, ceiling float64
+	configured     *float64
+	pausedUntil    time.Time
 	// pausedAt is when a 429 here last paused the key.
 	pausedAt time.Time
 	// slots request times leased and not yet taken: the next at slotAt,
@@ -310,6 +314,7 @@ func (l *limiter) takeDue(ctx context.Context, key string, maxWait time.Duration
 		}
 		now = time.Now()
 		st.limited, st.rate = lease.Limited, lease.Rate
+		st.climb, st.ceiling = lease.Climb, lease.Ceiling
 		if lease.PausedFor > 0 {
 			st.pausedUntil = latest(st.pausedUntil, now.Add(lease.PausedFor))
 		}
@@ -365,15 +370,33 @@ func (st *keyState) share(now time.Time) float64 {
 // spread is how long after those ahead of it in this process a request
 // turned away comes back: at random within three quarters of the time the
 // whole line (every replica's effects waiting for the key) takes at the
-// key's rate, so that the jobs turned away come back a little faster than
-// the key serves them (a time with no worker waiting for it is lost), not
-// all together again (at least 100 ms); l.mu is held.
+// key's rate, climbing back as it does after 429s, so that the jobs turned
+// away come back a little faster than the key serves them (a time with no
+// worker waiting for it is lost), not all together again (at least
+// 100 ms); l.mu is held.
 func (st *keyState) spread() time.Duration {
 	d := 100 * time.Millisecond
 	if st.rate > 0 && st.line > 0 {
-		d = max(d, time.Duration(0.75*float64(st.line)/st.rate*float64(time.Second)))
+		d = max(d, time.Duration(0.75*serveTime(float64(st.line), st.rate, st.climb, st.ceiling)*float64(time.Second)))
 	}
 	return jitterUpTo(d)
+}
+
+// serveTime is how many seconds n requests take at rate, climbing by
+// climb a second up to ceiling (climb 0: at rate throughout). A key at
+// 1/s after 429s, with no rate of its own, serves 1,500 in 54 s, not in
+// 1,500 s.
+func serveTime(n, rate, climb, ceiling float64) float64 {
+	if climb <= 0 || rate >= ceiling {
+		return n / rate
+	}
+	// Until the ceiling: n = rate t + climb t²/2.
+	reach := (ceiling - rate) / climb
+	served := rate*reach + climb*reach*reach/2
+	if math.IsInf(ceiling, 1) || n <= served {
+		return (math.Sqrt(rate*rate+2*climb*n) - rate) / climb
+	}
+	return reach + (n-served)/ceiling
 }
 
 // behind is how long the waiters ahead of a new one take at this
@@ -461,6 +484,7 @@ func (l *limiter) refresh(ctx context.Context) error {
 		st.limited = eff > 0 || r.Paused()
 		if eff > 0 {
 			st.rate = eff
+			st.climb, st.ceiling = r.Climb()
 		}
 		switch {
 		case r.Paused():

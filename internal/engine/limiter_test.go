@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -198,5 +199,23 @@ func TestTurnedAwayJobsComeBackSpreadOverTheLine(t *testing.T) {
 	st.line = 0
 	for range 50 {
 		require.LessOrEqual(t, st.spread(), 100*time.Millisecond, "no line known: a jitter")
+	}
+}
+
+// TestALineAtAClimbingRateIsSpreadOverItsClimb: after 429s brought a key
+// with no rate of its own to 1/s, its rate climbs back by 1/s each second;
+// 1,500 effects waiting then take about 54 s, and a job turned away comes
+// back within three quarters of that, not within three quarters of the
+// 1,500 s the line would take at 1/s (which left a drain at about 1/s for
+// minutes after the provider stopped throttling).
+func TestALineAtAClimbingRateIsSpreadOverItsClimb(t *testing.T) {
+	require.InDelta(t, 53.8, serveTime(1500, 1, 1, math.Inf(1)), 0.1)
+	require.InDelta(t, 150, serveTime(1500, 10, 0, 10), 1e-9, "no climb: the line at the rate")
+	// A key with a rate of its own (50/s) climbs by 5/s from 12.5/s: the
+	// ceiling after 7.5 s (234 served), the rest at 50/s.
+	require.InDelta(t, 7.5+(1500-234.375)/50, serveTime(1500, 12.5, 5, 50), 1e-9)
+	st := &keyState{rate: 1, climb: 1, ceiling: math.Inf(1), line: 1500}
+	for range 200 {
+		require.LessOrEqual(t, st.spread(), time.Duration(0.75*53.9*float64(time.Second)))
 	}
 }

@@ -114,6 +114,25 @@ func (r *LimitRow) Effective() float64 {
 	return min(ceiling, *r.CurrentRate+step*max(0, r.Now.Sub(r.CurrentAt).Seconds()))
 }
 
+// Climb is how fast the key's rate climbs back after its 429s, per second,
+// and the rate it climbs to (+Inf for a key with no rate of its own): 0
+// and its rate when it does not climb.
+func (r *LimitRow) Climb() (step, ceiling float64) {
+	eff := r.Effective()
+	ceiling = math.Inf(1)
+	if r.Rate != nil {
+		ceiling = *r.Rate
+	}
+	if r.CurrentRate == nil || eff <= 0 || eff >= ceiling {
+		return 0, eff
+	}
+	step = max(1, *r.CurrentRate/10)
+	if r.Rate != nil {
+		step = max(1, *r.Rate/10)
+	}
+	return step, ceiling
+}
+
 // Paused reports whether the key is paused at the row's Now.
 func (r *LimitRow) Paused() bool { return r.PausedUntil != nil && r.Now.Before(*r.PausedUntil) }
 
@@ -188,8 +207,11 @@ type Lease struct {
 	Limited bool
 	Granted int
 	Rate    float64
-	Start   time.Duration
-	Every   time.Duration
+	// Climb and Ceiling are how fast Rate climbs back after 429s, per
+	// second, and to what (LimitRow.Climb).
+	Climb, Ceiling float64
+	Start          time.Duration
+	Every          time.Duration
 	// PausedFor is how long a 429's pause on the key still lasts.
 	PausedFor time.Duration
 	// NextIn is how long until the key has a time to lease again, when it
@@ -218,6 +240,7 @@ func (s *Store) LeaseTokens(ctx context.Context, db TxDB, key string, want int, 
 			return nil
 		}
 		out.Limited, out.Rate = true, rate
+		out.Climb, out.Ceiling = r.Climb()
 		if r.Paused() {
 			out.PausedFor = r.PausedUntil.Sub(r.Now)
 			return nil
