@@ -105,13 +105,24 @@ func (r *LimitRow) Effective() float64 {
 	if r.Rate == nil && (r.LastThrottleAt == nil || r.Now.Sub(*r.LastThrottleAt) > adaptiveForget) {
 		return 0
 	}
-	ceiling := math.Inf(1)
-	step := max(1, *r.CurrentRate/10)
+	return min(r.ceiling(), *r.CurrentRate+r.step()*max(0, r.Now.Sub(r.CurrentAt).Seconds()))
+}
+
+// ceiling is the rate a key climbs back to after 429s: its own, or none.
+func (r *LimitRow) ceiling() float64 {
 	if r.Rate != nil {
-		ceiling = *r.Rate
-		step = max(1, *r.Rate/10)
+		return *r.Rate
 	}
-	return min(ceiling, *r.CurrentRate+step*max(0, r.Now.Sub(r.CurrentAt).Seconds()))
+	return math.Inf(1)
+}
+
+// step is how much a key's lowered rate climbs back each second: a tenth
+// of its own rate, or of its current one, at least 1/s. CurrentRate is set.
+func (r *LimitRow) step() float64 {
+	if r.Rate != nil {
+		return max(1, *r.Rate/10)
+	}
+	return max(1, *r.CurrentRate/10)
 }
 
 // Climb is how fast the key's rate climbs back after its 429s, per second,
@@ -119,18 +130,10 @@ func (r *LimitRow) Effective() float64 {
 // and its rate when it does not climb.
 func (r *LimitRow) Climb() (step, ceiling float64) {
 	eff := r.Effective()
-	ceiling = math.Inf(1)
-	if r.Rate != nil {
-		ceiling = *r.Rate
-	}
-	if r.CurrentRate == nil || eff <= 0 || eff >= ceiling {
+	if r.CurrentRate == nil || eff <= 0 || eff >= r.ceiling() {
 		return 0, eff
 	}
-	step = max(1, *r.CurrentRate/10)
-	if r.Rate != nil {
-		step = max(1, *r.Rate/10)
-	}
-	return step, ceiling
+	return r.step(), r.ceiling()
 }
 
 // Paused reports whether the key is paused at the row's Now.
