@@ -367,6 +367,13 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if err := river.AddWorkerSafely(workers, w); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
+	batches := &batchWorker{w: w, slots: make(map[string]chan struct{}, len(cfg.Providers))}
+	for name, q := range queues {
+		batches.slots[name] = make(chan struct{}, q.MaxWorkers)
+	}
+	if err := river.AddWorkerSafely[BatchArgs](workers, batches); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
 	replays := &replayWorker{pool: pool, store: store, op: replayOp, logger: cfg.Logger}
 	if err := river.AddWorkerSafely[ReplayArgs](workers, replays); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)

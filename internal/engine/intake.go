@@ -187,21 +187,35 @@ func (in *intake) drain(ctx context.Context) (int, error) {
 			return err
 		}
 		var params []river.InsertManyParams
+		// Effects due now share batch jobs, by provider.
+		due := map[string][]uuid.UUID{}
+		var providers []string
 		var id uuid.UUID
 		var provider string
 		var notBefore *time.Time
 		var ordered bool
+		now := time.Now()
 		_, err = pgx.ForEachRow(rows, []any{&id, &provider, &notBefore, &ordered}, func() error {
 			n++
-			// An effect with an ordering key gets its job when it is
-			// first in its chain: see the wakes below.
-			if !ordered {
+			switch {
+			case ordered:
+				// An effect with an ordering key gets its job when it is
+				// first in its chain: see the wakes below.
+			case notBefore != nil && notBefore.After(now):
 				params = append(params, JobParams(id, provider, notBefore))
+			default:
+				if _, ok := due[provider]; !ok {
+					providers = append(providers, provider)
+				}
+				due[provider] = append(due[provider], id)
 			}
 			return nil
 		})
 		if err != nil {
 			return err
+		}
+		for _, p := range providers {
+			params = append(params, dispatchParams(p, due[p])...)
 		}
 		if len(params) > 0 {
 			if _, err := in.client.InsertManyTx(ctx, tx, params); err != nil {

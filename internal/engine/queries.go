@@ -268,7 +268,7 @@ ORDER BY u.ord`
 	// the effect has none; the args index finds its few jobs at once.
 	sqlJobIn = `
 SELECT coalesce(max(id + 0), 0) FROM /*schema*/river_job
-WHERE kind = 'outboxd.dispatch' AND state::text = ANY($2) AND args @> jsonb_build_object('effect_id', $1::uuid)`
+WHERE state::text = ANY($2) AND ` + jobOfEffectParam
 
 	// The effect whose key is $1: by its derived id $2 (KeyEffectID), or,
 	// for a row whose id is not a version 8 UUID (written before ids were
@@ -584,7 +584,7 @@ LEFT JOIN LATERAL (
 	SELECT id, state::text, scheduled_at,
 		CASE WHEN state = 'running' THEN attempted_by[array_length(attempted_by, 1)] END AS held_by
 	FROM /*schema*/river_job
-	WHERE kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', e.id)
+	WHERE ` + jobOfEffectE + `
 		-- state as text: not ANDed with River's state index, which reads every
 		-- live job for each effect
 		AND state::text IN ('available', 'pending', 'retryable', 'running', 'scheduled')
@@ -709,7 +709,7 @@ LIMIT $2`
 SELECT id, state::text, queue, attempt, max_attempts, created_at, scheduled_at, finalized_at, errors,
 	CASE WHEN state = 'running' THEN attempted_by[array_length(attempted_by, 1)] END
 FROM /*schema*/river_job
-WHERE kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', $1::uuid)
+WHERE ` + jobOfEffectParam + `
 ORDER BY id`
 
 	// Counts of live and failed effects come from the partial indexes (live
@@ -929,7 +929,7 @@ ORDER BY seen_at DESC LIMIT $1`
 	// oldest attempt's time.
 	sqlRunningJobs = `
 SELECT coalesce(attempted_by[array_length(attempted_by, 1)], ''), count(*), min(attempted_at)
-FROM /*schema*/river_job WHERE state = 'running' AND kind = 'outboxd.dispatch'
+FROM /*schema*/river_job WHERE state = 'running' AND kind IN ('outboxd.dispatch', 'outboxd.dispatch_batch')
 GROUP BY 1 ORDER BY 1`
 )
 
@@ -950,6 +950,9 @@ WHERE e.phase = 'live' AND e.updated_at < $1 AND NOT ` + blockedInChain + `
 		SELECT 1 FROM /*schema*/river_job j
 		WHERE j.kind = 'outboxd.dispatch' AND j.args->>'effect_id' = e.id::text
 			AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+	AND e.id NOT IN (
+		SELECT jsonb_array_elements_text(j.args->'effect_ids')::uuid FROM /*schema*/river_job j
+		WHERE j.kind = 'outboxd.dispatch_batch' AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
 ORDER BY e.updated_at
 LIMIT $2`
 
@@ -1005,3 +1008,17 @@ func mustReplace(s, old, new string) string {
 	}
 	return strings.Replace(s, old, new, 1)
 }
+
+// jobOfEffectParam is the predicate on river_job of the dispatch jobs of
+// effect $1: its own jobs, and the batch jobs it is in (BatchJobKind).
+// Both are found through River's index on args.
+const jobOfEffectParam = `((kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', $1::uuid))
+	OR (kind = 'outboxd.dispatch_batch' AND args @> jsonb_build_object('effect_ids', jsonb_build_array($1::uuid))))`
+
+// jobOfEffectE is jobOfEffectParam for effect e.id.
+const jobOfEffectE = `((kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', e.id))
+	OR (kind = 'outboxd.dispatch_batch' AND args @> jsonb_build_object('effect_ids', jsonb_build_array(e.id))))`
+
+// The effects of $1 that have not ended, for a batch that hands them to
+// jobs of their own.
+const sqlUnended = `SELECT id, provider, not_before FROM /*schema*/side_effects WHERE id = ANY($1) AND phase = 'live'`

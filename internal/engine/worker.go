@@ -49,8 +49,10 @@ type Worker struct {
 	client *river.Client[pgx.Tx]
 
 	// retryAt hands the time chosen in Work to NextRetry, which River calls
-	// right after Work returns an error for the same job.
-	retryAt sync.Map // job id -> time.Time
+	// right after Work returns an error for the same job (or to the batch
+	// that hands the effect to a job of its own). Keyed by effect: an
+	// effect has one live job at a time.
+	retryAt sync.Map // effect id -> time.Time
 
 	// claims and confirms group the first claims and the confirmations of
 	// concurrent workers into one statement and commit each.
@@ -187,6 +189,18 @@ func (w *Worker) nextInChains(ctx context.Context, tx pgx.Tx, reqs []confirmReq,
 
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
+	return w.work(ctx, job, false)
+}
+
+// errNotFirst is what work returns, in a batch, for an effect that was not
+// due its first attempt: it is handed to a job of its own (batchWorker).
+var errNotFirst = errors.New("not due a first attempt")
+
+// work makes the attempt job's effect is due. In a batch (firstOnly) it
+// makes only a first attempt, and returns errNotFirst for an effect that
+// is not due one: every other claim is a job of the effect's own, so that
+// no two jobs ever work one effect.
+func (w *Worker) work(ctx context.Context, job *river.Job[DispatchArgs], firstOnly bool) error {
 	id := job.Args.EffectID
 	// A provider's account limit is taken before the claim: a worker that
 	// waits for a token holds no effect (the queue is the provider's own,
@@ -213,6 +227,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	}
 	// before is the effect as it was before the claim, to undo it.
 	before := &Effect{ID: id, State: StatePending}
+	if claimed == nil && firstOnly {
+		return errNotFirst
+	}
 	if claimed == nil {
 		if claimed, before, err = w.claimAgain(ctx, id); claimed == nil {
 			return err
@@ -420,7 +437,7 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 		log.Error("recording attempt failed", "record_error", err)
 	}
 	log.Warn("attempt failed; will retry", "next_attempt_at", next)
-	w.retryAt.Store(job.ID, next)
+	w.retryAt.Store(id, next)
 	return sendErr
 }
 
@@ -619,10 +636,7 @@ func (w *Worker) failed(log *slog.Logger, e *Effect, reason string, cause error,
 // rescued from a crashed worker, the first step of the schedule so that the
 // in-doubt effect is re-fired promptly.
 func (w *Worker) NextRetry(job *river.Job[DispatchArgs]) time.Time {
-	if t, ok := w.retryAt.LoadAndDelete(job.ID); ok {
-		return t.(time.Time)
-	}
-	return time.Now().Add(w.retry.Delay(1))
+	return w.retryTime(job.Args.EffectID)
 }
 
 // unclassified is err's text without its class prefix ("in_doubt: …"),

@@ -531,10 +531,8 @@ func TestDispatcherInsertsJobsFromTheIntake(t *testing.T) {
 	}
 	for _, e := range append(effects, early) {
 		b.waitFor(t, e.ID, engine.StateConfirmed)
-		var jobs int
-		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+b.db.Schema+`.river_job
-			WHERE args->>'effect_id' = $1`, e.ID.String()).Scan(&jobs))
-		require.Equal(t, 1, jobs, "one job per effect")
+		own, batches := b.jobs(t, e.ID)
+		require.Equal(t, 1, own+batches, "one job for each effect: its own or a batch")
 		require.Len(t, b.recv.ByID()[e.Key], 1, "delivered once")
 	}
 	var left int

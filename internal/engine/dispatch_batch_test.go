@@ -1,0 +1,176 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/webhook"
+)
+
+// byDispatcher makes b's outbox leave the jobs to the dispatchers (the
+// intake), whose effects due now share batch jobs.
+func (b *workerBundle) byDispatcher(t *testing.T) {
+	t.Helper()
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.JobsByDispatcher,
+		Providers: []providers.Validator{webhook.Schema{AllowedNetworks: loopback}}})
+	require.NoError(t, err)
+	b.ob = ob
+}
+
+// jobs counts effect id's dispatch jobs: its own, and the batches it is in.
+func (b *workerBundle) jobs(t *testing.T, id uuid.UUID) (own, batches int) {
+	t.Helper()
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `
+SELECT count(*) FILTER (WHERE kind = 'outboxd.dispatch' AND args->>'effect_id' = $1),
+	count(*) FILTER (WHERE kind = 'outboxd.dispatch_batch' AND args->'effect_ids' ? $1)
+FROM `+b.db.Schema+`.river_job`, id.String()).Scan(&own, &batches))
+	return own, batches
+}
+
+// Effects the dispatcher finds in the intake share batch jobs: River
+// inserts, fetches and completes one job for many effects, and each effect
+// is delivered once with its own key.
+func TestEffectsDueTogetherShareABatchJob(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.byDispatcher(t)
+	// Committed before any dispatcher runs: its first look takes them all.
+	var effects []outbox.EffectResult
+	for range 30 {
+		effects = append(effects, b.enqueue(t, "/orders"))
+	}
+	b.start(t)
+	for _, e := range effects {
+		b.waitFor(t, e.ID, engine.StateConfirmed)
+		require.Len(t, b.recv.ByID()[e.Key], 1, "delivered once, with its key")
+		own, batches := b.jobs(t, e.ID)
+		require.Equal(t, 0, own, "no job of its own")
+		require.Equal(t, 1, batches, "in one batch job")
+	}
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+b.db.Schema+`.river_job
+		WHERE kind = 'outboxd.dispatch_batch'`).Scan(&n))
+	require.Equal(t, 1, n, "30 effects, one River job")
+	require.Len(t, b.recv.Deliveries(), 30)
+}
+
+// An effect of a batch whose attempt must be retried goes on in a job of
+// its own, with its attempts and key, while the rest of its batch is done.
+func TestABatchHandsARetryToAJobOfItsOwn(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.byDispatcher(t)
+	b.recv.Respond("/flaky", fakes.Status(503))
+	flaky := b.enqueue(t, "/flaky")
+	var fine []outbox.EffectResult
+	for range 4 {
+		fine = append(fine, b.enqueue(t, "/orders"))
+	}
+	b.start(t)
+	got := b.waitFor(t, flaky.ID, engine.StateConfirmed)
+	require.Equal(t, 2, got.Attempts)
+	ds := b.recv.ByID()[flaky.Key]
+	require.Len(t, ds, 2)
+	require.Equal(t, []int{503, 204}, []int{ds[0].Status, ds[1].Status}, "the retry carries the same key")
+	own, batches := b.jobs(t, flaky.ID)
+	require.Equal(t, 1, own, "the retry is a job of its own")
+	require.Equal(t, 1, batches)
+	for _, e := range fine {
+		b.waitFor(t, e.ID, engine.StateConfirmed)
+		require.Len(t, b.recv.ByID()[e.Key], 1)
+		own, _ := b.jobs(t, e.ID)
+		require.Zero(t, own)
+	}
+}
+
+// A batch River runs a second time (its process died mid-batch and River
+// rescued it) fires nothing itself: every effect of it that has not ended
+// goes to a job of its own, where an effect left fired is re-fired with its
+// key as any rescued effect is, and a confirmed one is never sent again.
+func TestARescuedBatchHandsItsEffectsToJobsOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.byDispatcher(t)
+	ctx := context.Background()
+	confirmed, fired, pending := b.enqueue(t, "/orders"), b.enqueue(t, "/orders"), b.enqueue(t, "/orders")
+	ids := []uuid.UUID{confirmed.ID, fired.ID, pending.ID}
+	// What the dead process left: the intake taken into a batch job that
+	// River had started (attempt 1) and the process's claims of two
+	// effects, one confirmed.
+	_, err := b.db.Pool.Exec(ctx, `DELETE FROM `+b.db.Schema+`.outbox_intake`)
+	require.NoError(t, err)
+	claimed, err := b.store.ClaimFirstMany(ctx, b.db.Pool, ids[:2], []string{webhook.Name})
+	require.NoError(t, err)
+	require.Len(t, claimed, 2)
+	_, err = b.store.ConfirmMany(ctx, b.db.Pool, []engine.Ack{{ID: confirmed.ID, Ref: ""}}, false)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `
+INSERT INTO `+b.db.Schema+`.river_job (state, attempt, max_attempts, attempted_at, scheduled_at, args, kind, queue)
+VALUES ('retryable', 1, 100, now() - interval '5 minutes', now(), jsonb_build_object('effect_ids', $1::uuid[]), 'outboxd.dispatch_batch', 'webhook')`,
+		ids)
+	require.NoError(t, err)
+
+	b.start(t)
+	b.waitFor(t, fired.ID, engine.StateConfirmed)
+	b.waitFor(t, pending.ID, engine.StateConfirmed)
+	require.Empty(t, b.recv.ByID()[confirmed.Key], "a confirmed effect is never sent again")
+	require.Len(t, b.recv.ByID()[fired.Key], 1, "re-fired once, with its key")
+	require.Len(t, b.recv.ByID()[pending.Key], 1)
+	for id, want := range map[uuid.UUID]int{confirmed.ID: 0, fired.ID: 1, pending.ID: 1} {
+		own, _ := b.jobs(t, id)
+		require.Equal(t, want, own, "jobs of its own of %s", id)
+	}
+	e, err := b.store.Get(ctx, b.db.Pool, fired.ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, e.Attempts, "the crashed claim counts as an attempt")
+}
+
+// An effect in a live batch job has a job: the sweeper leaves it alone
+// and an operator's requeue says so, so no second job ever works it.
+func TestAnEffectInALiveBatchHasAJob(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.byDispatcher(t)
+	ctx := context.Background()
+	e := b.enqueue(t, "/orders")
+	_, err := b.db.Pool.Exec(ctx, `DELETE FROM `+b.db.Schema+`.outbox_intake`)
+	require.NoError(t, err)
+	var job int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+INSERT INTO `+b.db.Schema+`.river_job (state, attempt, max_attempts, scheduled_at, args, kind, queue)
+VALUES ('available', 0, 100, now(), jsonb_build_object('effect_ids', ARRAY[gen_random_uuid(), $1::uuid]), 'outboxd.dispatch_batch', 'webhook')
+RETURNING id`, e.ID).Scan(&job))
+
+	swept := func() []uuid.UUID {
+		rows, err := b.db.Pool.Query(ctx, engine.SweepStatement(b.store), time.Now().Add(time.Hour), 100)
+		require.NoError(t, err)
+		var out []uuid.UUID
+		for rows.Next() {
+			var id uuid.UUID
+			var provider string
+			var nb *time.Time
+			require.NoError(t, rows.Scan(&id, &provider, &nb))
+			out = append(out, id)
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	require.NotContains(t, swept(), e.ID, "the sweeper leaves an effect in a live batch alone")
+	chs, err := b.operator(t).Requeue(ctx, []uuid.UUID{e.ID}, engine.ActionOpts{Actor: "alice", Reason: "stuck?"})
+	require.NoError(t, err)
+	require.False(t, chs[0].Applied)
+	require.Contains(t, chs[0].Skipped, "live for it already")
+
+	// Once the batch is over, an effect it left is the sweeper's.
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, job)
+	require.NoError(t, err)
+	require.Contains(t, swept(), e.ID)
+}
