@@ -423,11 +423,21 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: river client: %w", err)
 	}
-	w.client = client
 	replayOp.river = client
+	// The intake, the chains and the batches insert jobs up to a thousand
+	// times a second, and River notifies the fetching workers at most once
+	// per FetchCooldown per queue and inserting client: a job inserted
+	// just after another waits for the next notified insert or for the
+	// fetch poll. Their own insert client notifies every millisecond at
+	// most, as the applications' do (outbox.New).
+	inserts, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: cfg.Schema, FetchCooldown: time.Millisecond, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: river insert client: %w", err)
+	}
+	w.client = inserts
 	return &Dispatcher{record: record, settings: cfg.Settings, heartbeat: make(chan struct{}), pool: pool, store: store, logger: cfg.Logger,
 		client: client, worker: w, replays: replays, intake: &intake{
-			pool: pool, store: store, schema: cfg.Schema, poll: cfg.FetchPollInterval, logger: cfg.Logger, client: client,
+			pool: pool, store: store, schema: cfg.Schema, poll: cfg.FetchPollInterval, logger: cfg.Logger, client: inserts,
 			tenants: w.tenants,
 		}}, nil
 }
