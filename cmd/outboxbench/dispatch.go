@@ -120,13 +120,24 @@ func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dis
 		return nil, fmt.Errorf("river baseline: %w", err)
 	}
 	same.VsRiver = same.PerSecond / fast.PerSecond
+	out := []dispatchResult{fast, same}
+	if b.s.IntakeOnly {
+		// Only the row of effects found in the intake, against River's.
+		noop := &noopProvider{}
+		r, err := b.burnDownWith(ctx, "outboxd, no-op provider, jobs by dispatcher", n, noop, func() int { return int(noop.calls.Load()) },
+			func(ctx context.Context) error { return b.seedIntake(ctx, n, noop.Name(), `{}`) })
+		if err != nil {
+			return nil, err
+		}
+		r.VsRiver, r.VsRiverSame = r.PerSecond/fast.PerSecond, r.PerSecond/same.PerSecond
+		return append(out, r), nil
+	}
 	noop := &noopProvider{}
 	ours, err := b.burnDown(ctx, "outboxd, no-op provider", n, noop, `{}`, func() int { return int(noop.calls.Load()) })
 	if err != nil {
 		return nil, err
 	}
 	ours.VsRiver, ours.VsRiverSame = ours.PerSecond/fast.PerSecond, ours.PerSecond/same.PerSecond
-	out := []dispatchResult{fast, same}
 	traced, err := b.tracedBurnDown(ctx, n)
 	if err != nil {
 		return nil, err

@@ -84,6 +84,7 @@ type settings struct {
 	Out        string        `json:"-"`
 	CPUProfile string        `json:"-"`
 	Skip       string        `json:"-"`
+	IntakeOnly bool          `json:"intake_only,omitempty"`
 }
 
 // report is everything measured, as written to JSON.
@@ -156,6 +157,7 @@ func main() {
 	flag.IntVar(&s.LimitsEffects, "limits-effects", 3000, "Stripe effects in the limits phase's backlog (at 100/s; the webhook backlog is half, at 50/s)")
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
+	flag.BoolVar(&s.IntakeOnly, "intake-only", false, "in the dispatch phase, burn down only -effects effects found in the intake (outbox.JobsByDispatcher), beside River's baselines")
 	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,replicas,latency,history,purge,admin,limits, and watermill (the peer in bench/watermill)")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
