@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -173,4 +174,99 @@ RETURNING id`, e.ID).Scan(&job))
 	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, job)
 	require.NoError(t, err)
 	require.Contains(t, swept(), e.ID)
+}
+
+// insertBatch queues ids in one batch job by hand, as the intake would,
+// once the intake's rows are gone.
+func (b *workerBundle) insertBatch(t *testing.T, ids ...uuid.UUID) int64 {
+	t.Helper()
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `DELETE FROM `+b.db.Schema+`.outbox_intake`)
+	require.NoError(t, err)
+	var job int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+INSERT INTO `+b.db.Schema+`.river_job (state, attempt, max_attempts, scheduled_at, args, kind, queue)
+VALUES ('available', 0, 100, now(), jsonb_build_object('effect_ids', $1::uuid[]), 'outboxd.dispatch_batch', 'webhook')
+RETURNING id`, ids).Scan(&job))
+	return job
+}
+
+// An effect an operator cancelled and sent back while it waited in a batch
+// is fired by its own job only, once: the batch it was in leaves it, so no
+// two jobs ever work it (the second would take its call in flight for a
+// crashed one and fire it again).
+func TestAnEffectSentBackWhileInABatchIsFiredByItsOwnJobOnce(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.byDispatcher(t)
+	ctx := context.Background()
+	arrived, release := make(chan struct{}), make(chan struct{})
+	b.recv.Respond("/slow", func(w http.ResponseWriter, _ *http.Request) int {
+		close(arrived)
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	x, y := b.enqueue(t, "/slow"), b.enqueue(t, "/orders")
+	b.insertBatch(t, x.ID, y.ID)
+	op := b.operator(t)
+	opts := engine.ActionOpts{Actor: "alice", Reason: "wrong order"}
+	_, err := op.Cancel(ctx, []uuid.UUID{x.ID}, opts)
+	require.NoError(t, err)
+	chs, err := op.Retry(ctx, []uuid.UUID{x.ID}, opts)
+	require.NoError(t, err)
+	require.True(t, chs[0].Applied, chs[0].Skipped)
+	// Its own job runs a moment after the batch.
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.river_job SET state = 'scheduled', scheduled_at = now() + interval '1 second'
+		WHERE kind = 'outboxd.dispatch' AND args->>'effect_id' = $1`, x.ID.String())
+	require.NoError(t, err)
+
+	b.start(t)
+	b.waitFor(t, y.ID, engine.StateConfirmed)
+	<-arrived
+	var ownState string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT state FROM `+b.db.Schema+`.river_job
+		WHERE kind = 'outboxd.dispatch' AND args->>'effect_id' = $1`, x.ID.String()).Scan(&ownState))
+	require.Equal(t, "running", ownState, "the effect sent back is fired by its own job, not by the batch it was in")
+	close(release)
+	b.waitFor(t, x.ID, engine.StateConfirmed)
+	require.Len(t, b.recv.ByID()[x.Key], 1, "delivered once")
+}
+
+// An effect a batch failed can be retried by an operator at once, while
+// the batch still works its other effects: the batch never fires it again.
+func TestAFailedEffectOfARunningBatchCanBeRetried(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.byDispatcher(t)
+	ctx := context.Background()
+	arrived, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	b.recv.Respond("/slow", func(w http.ResponseWriter, _ *http.Request) int {
+		close(arrived)
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	b.recv.Respond("/gone", fakes.Status(http.StatusGone))
+	slow, gone := b.enqueue(t, "/slow"), b.enqueue(t, "/gone")
+	job := b.insertBatch(t, slow.ID, gone.ID)
+	b.start(t)
+	b.waitFor(t, gone.ID, engine.StateFailed)
+	<-arrived
+	var state string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT state FROM `+b.db.Schema+`.river_job WHERE id = $1`, job).Scan(&state))
+	require.Equal(t, "running", state, "the batch still works the slow effect")
+
+	op := b.operator(t)
+	chs, err := op.Retry(ctx, []uuid.UUID{gone.ID}, engine.ActionOpts{Actor: "alice", Reason: "receiver fixed"})
+	require.NoError(t, err)
+	require.True(t, chs[0].Applied, chs[0].Skipped)
+	// The slow effect's call is in flight: a forced retry of it is refused.
+	chs, err = op.Retry(ctx, []uuid.UUID{slow.ID}, engine.ActionOpts{Actor: "alice", Reason: "stuck?", Force: true})
+	require.NoError(t, err)
+	require.False(t, chs[0].Applied)
+	require.True(t, chs[0].Transient)
+	require.Contains(t, chs[0].Skipped, "is running for it")
+	b.waitFor(t, gone.ID, engine.StateConfirmed)
 }

@@ -266,9 +266,15 @@ ORDER BY u.ord`
 	// max(id + 0), not max(id): Postgres would read max(id) backwards
 	// along river_job's primary key, filtering every finished job, when
 	// the effect has none; the args index finds its few jobs at once.
+	//
+	// A batch job counts only while the effect has not ended: a batch
+	// makes first attempts only, so it never fires again an effect that
+	// ended, nor one an operator sent back (sqlClaimFirstMany).
 	sqlJobIn = `
 SELECT coalesce(max(id + 0), 0) FROM /*schema*/river_job
-WHERE state::text = ANY($2) AND ` + jobOfEffectParam
+WHERE state::text = ANY($2) AND ((kind = 'outboxd.dispatch' AND args @> jsonb_build_object('effect_id', $1::uuid))
+	OR (kind = 'outboxd.dispatch_batch' AND args @> jsonb_build_object('effect_ids', jsonb_build_array($1::uuid))
+		AND EXISTS (SELECT 1 FROM /*schema*/side_effects WHERE id = $1 AND phase = 'live')))`
 
 	// The effect whose key is $1: by its derived id $2 (KeyEffectID), or,
 	// for a row whose id is not a version 8 UUID (written before ids were
@@ -299,13 +305,15 @@ RETURNING ` + effectColumns
 	// provider this process has ($2): the common first attempt, which needs
 	// no in-doubt or key-window decision, for many effects in one statement.
 	// Neither claim fires an effect before its not_before, nor one with
-	// an earlier effect of its ordering key that has not ended.
+	// an earlier effect of its ordering key that has not ended. An effect
+	// an operator sent back (redrives) is claimed by its own job
+	// (sqlClaim), never by a batch job it was in before (batchWorker).
 	sqlClaimFirstMany = `
 UPDATE /*schema*/side_effects
 SET state = 'fired', attempts = attempts + 1, total_attempts = total_attempts + 1, in_doubt = true,
 	fired_at = now(), first_fired_at = now(), key_window_from = coalesce(key_window_from, now()),
 	next_attempt_at = NULL, waiting_for = NULL, waiting_since = NULL, updated_at = now()
-WHERE id = ANY($1) AND state = 'pending' AND first_fired_at IS NULL AND NOT in_doubt AND provider = ANY($2)
+WHERE id = ANY($1) AND state = 'pending' AND first_fired_at IS NULL AND NOT in_doubt AND redrives = 0 AND provider = ANY($2)
 	AND (not_before IS NULL OR not_before <= now()) AND NOT ` + blockedInChainUnaliased + `
 RETURNING ` + effectColumns
 
