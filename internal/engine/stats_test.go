@@ -62,8 +62,10 @@ func TestStatsReadTheMinuteSummary(t *testing.T) {
 	}
 
 	// An effect that ends now, after the summary: read from side_effects.
-	exec(`UPDATE ` + s + `.side_effects SET state = 'cancelled', updated_at = now()
-		WHERE id = (SELECT id FROM ` + s + `.side_effects WHERE state = 'confirmed' AND kind = 'webhook.a' LIMIT 1)`)
+	// (One confirmed in a summarized minute: one confirmed in this minute
+	// is read from side_effects too.)
+	exec(`UPDATE `+s+`.side_effects SET state = 'cancelled', updated_at = now()
+		WHERE id = (SELECT id FROM `+s+`.side_effects WHERE state = 'confirmed' AND kind = 'webhook.a' AND updated_at < $1 LIMIT 1)`, upTo)
 	sum, err := b.store.Stats(ctx, b.db.Pool, 3*time.Hour)
 	require.NoError(t, err)
 	count := func(st *engine.Stats, state engine.State, kind string) int64 {
