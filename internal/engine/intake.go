@@ -23,10 +23,13 @@ const IntakeChannel = "outboxd_intake"
 const intakeBatch = 1000
 
 // intakeFastPoll is how often the intake is read while effects arrive, and
-// intakeActive how long after the last one they are expected to go on.
+// intakeActive how long after the last one they are expected to go on;
+// intakeIdlePoll how often at most it is read when none do (the intake is
+// where applications' effects arrive by default: outbox.JobsByDispatcher).
 const (
 	intakeFastPoll = time.Millisecond
 	intakeActive   = 100 * time.Millisecond
+	intakeIdlePoll = 10 * time.Millisecond
 )
 
 // intake gives River jobs to the effects applications queued in
@@ -112,13 +115,14 @@ func (in *intake) listen(ctx context.Context) error {
 		// Applications need not wake the dispatchers (a NOTIFY in their
 		// transaction serialises their commits): while effects arrive
 		// (one found in the last intakeActive), poll every
-		// intakeFastPoll; when none come, back off to the poll interval.
-		// A notification wakes it at once either way.
+		// intakeFastPoll; when none come, back off to intakeIdlePoll (or
+		// the poll interval, if shorter). A notification wakes it at once
+		// either way.
 		switch {
 		case n > 0:
 			wait, lastFound = intakeFastPoll, time.Now()
 		case time.Since(lastFound) > intakeActive:
-			wait = min(2*wait, max(in.poll, intakeFastPoll))
+			wait = min(2*wait, max(min(in.poll, intakeIdlePoll), intakeFastPoll))
 		}
 		if queued {
 			// Tenants' effects wait for places in their windows: an end
