@@ -20,6 +20,20 @@ const BatchJobKind = "outboxd.dispatch_batch"
 // batchJobSize bounds how many effects one batch job carries.
 var batchJobSize = 100
 
+// batchWait is how long an effect's own job waits, before it looks again,
+// while a batch job that fired the effect still runs.
+const batchWait = 5 * time.Second
+
+// runningBatchOf returns the id of a running batch job that holds effect
+// id, or 0.
+func (s *Store) runningBatchOf(ctx context.Context, db DB, id uuid.UUID) (int64, error) {
+	var job int64
+	if err := db.QueryRow(ctx, s.sql(sqlRunningBatchOf), id).Scan(&job); err != nil {
+		return 0, fmt.Errorf("batch job of effect %s: %w", id, err)
+	}
+	return job, nil
+}
+
 // BatchArgs are the arguments of a batch job: the effects it makes the
 // first attempt of, all of its queue's provider.
 type BatchArgs struct {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
@@ -269,4 +271,49 @@ func TestAFailedEffectOfARunningBatchCanBeRetried(t *testing.T) {
 	require.True(t, chs[0].Transient)
 	require.Contains(t, chs[0].Skipped, "is running for it")
 	b.waitFor(t, gone.ID, engine.StateConfirmed)
+}
+
+// A job of its own that finds its effect fired by a batch still running
+// waits for the batch instead of firing it again: the batch's call may be
+// in flight. (The two meet only when an operator's requeue races the
+// intake; nothing else gives an effect in a live batch a job.)
+func TestAnOwnJobWaitsForABatchInFlight(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.byDispatcher(t)
+	ctx := context.Background()
+	arrived, release := make(chan struct{}), make(chan struct{})
+	b.recv.Respond("/slow", func(w http.ResponseWriter, _ *http.Request) int {
+		close(arrived)
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	x, y := b.enqueue(t, "/slow"), b.enqueue(t, "/orders")
+	b.insertBatch(t, x.ID, y.ID)
+	b.start(t)
+	<-arrived
+	client, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{Schema: b.db.Schema})
+	require.NoError(t, err)
+	res, err := client.InsertMany(ctx, []river.InsertManyParams{engine.JobParams(x.ID, webhook.Name, nil)})
+	require.NoError(t, err)
+	own := res[0].Job.ID
+	deadline := time.Now().Add(30 * time.Second)
+	var state string
+	for {
+		// Snoozed: waiting again (River keeps a short snooze available),
+		// due later than it was inserted for.
+		var later bool
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT state, scheduled_at > created_at + interval '1 second' FROM `+b.db.Schema+`.river_job WHERE id = $1`,
+			own).Scan(&state, &later))
+		if (later && (state == "scheduled" || state == "available")) || state == "completed" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NotEqual(t, "completed", state, "its own job waits for the batch")
+	require.Empty(t, b.recv.ByID()[x.Key], "its one request is still in flight (a delivery is recorded when answered)")
+	close(release)
+	b.waitFor(t, x.ID, engine.StateConfirmed)
+	require.Len(t, b.recv.ByID()[x.Key], 1, "delivered once")
 }

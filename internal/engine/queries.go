@@ -1030,3 +1030,8 @@ const jobOfEffectE = `((kind = 'outboxd.dispatch' AND args @> jsonb_build_object
 // The effects of $1 that have not ended, for a batch that hands them to
 // jobs of their own.
 const sqlUnended = `SELECT id, provider, not_before FROM /*schema*/side_effects WHERE id = ANY($1) AND phase = 'live'`
+
+// The newest running batch job that holds effect $1, or 0.
+const sqlRunningBatchOf = `
+SELECT coalesce(max(id + 0), 0) FROM /*schema*/river_job
+WHERE kind = 'outboxd.dispatch_batch' AND state::text = 'running' AND args @> jsonb_build_object('effect_ids', jsonb_build_array($1::uuid))`

@@ -517,6 +517,22 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 		w.logger.Info("effect already "+string(e.State)+", not fired", "effect_id", id, "kind", e.Kind, "provider", e.Provider)
 		return nil, nil, nil
 	}
+	if e.State == StateFired {
+		// Fired by a batch that is still running: its call may be in
+		// flight. The batch hands the effect over if it dies (a rescued
+		// batch gives its effects jobs of their own); until then this job
+		// waits. No job of its own and a batch work one effect together
+		// otherwise, but this keeps a race between an operator's requeue
+		// and the intake from firing an effect twice at once.
+		batch, err := w.store.runningBatchOf(ctx, w.pool, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if batch != 0 {
+			w.logger.Info("effect fired by a batch job still running: its own job waits", "effect_id", id, "batch_job", batch)
+			return nil, nil, river.JobSnooze(batchWait)
+		}
+	}
 	p, ok := w.providers[e.Provider]
 	if !ok {
 		return nil, nil, fmt.Errorf("effect %s: provider %q is not configured on this outboxd", id, e.Provider)
