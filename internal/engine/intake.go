@@ -259,7 +259,7 @@ func (s *Store) WakeChains(ctx context.Context, tx pgx.Tx, client *river.Client[
 		return 0, fmt.Errorf("wake chains: %w", err)
 	}
 	var held []string
-	queues, err := s.insertChainJobs(ctx, tx, client, rows, &held)
+	read, err := s.insertChainJobs(ctx, tx, client, rows, &held)
 	if err != nil {
 		return 0, err
 	}
@@ -270,17 +270,16 @@ func (s *Store) WakeChains(ctx context.Context, tx pgx.Tx, client *river.Client[
 			return 0, fmt.Errorf("wake chains: %w", err)
 		}
 	}
-	return len(queues), nil
+	return read, nil
 }
 
-// insertChainJobs inserts a dispatch job for each row (id, provider,
-// not_before[, held key]) with an id, collects the held keys in held when
-// given, and returns the queues of the jobs it inserted
-// (one entry per row read, "" for a row without a job or for a job that
-// existed). Jobs are
-// unique per effect while live: an effect that has one keeps it, and a job
-// waiting behind its predecessor (see Worker) is made available now.
-func (s *Store) insertChainJobs(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], rows pgx.Rows, held *[]string) ([]string, error) {
+// insertChainJobs gives each row (id, provider, not_before[, held key])
+// with an id a dispatch job, collects the held keys in held when given,
+// and returns how many rows it read. The rows due now share batch jobs;
+// the others get jobs of their own, which are unique per effect while
+// live: an effect that has one keeps it, and a job waiting behind its
+// predecessor (see Worker) is made available now.
+func (s *Store) insertChainJobs(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], rows pgx.Rows, held *[]string) (int, error) {
 	var params []river.InsertManyParams
 	var id *uuid.UUID
 	var provider *string
@@ -292,10 +291,23 @@ func (s *Store) insertChainJobs(ctx context.Context, tx pgx.Tx, client *river.Cl
 		scan = append(scan, &heldKey)
 	}
 	read := 0
+	// The heads due now share batch jobs, by provider (a batch claims an
+	// effect only while it is first in its chain, and only for its first
+	// attempt); the others get jobs of their own.
+	due := map[string][]uuid.UUID{}
+	var providers []string
+	now := time.Now()
 	_, err := pgx.ForEachRow(rows, scan, func() error {
 		read++
-		if id != nil {
+		switch {
+		case id == nil:
+		case notBefore != nil && notBefore.After(now):
 			params = append(params, JobParams(*id, *provider, notBefore))
+		default:
+			if _, ok := due[*provider]; !ok {
+				providers = append(providers, *provider)
+			}
+			due[*provider] = append(due[*provider], *id)
 		}
 		if heldKey != nil {
 			*held = append(*held, *heldKey)
@@ -303,21 +315,33 @@ func (s *Store) insertChainJobs(ctx context.Context, tx pgx.Tx, client *river.Cl
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("wake chains: %w", err)
+		return 0, fmt.Errorf("wake chains: %w", err)
 	}
-	queues := make([]string, read)
+	var batches []river.InsertManyParams
+	for _, p := range providers {
+		for _, jp := range dispatchParams(p, due[p]) {
+			if _, ok := jp.Args.(BatchArgs); ok {
+				batches = append(batches, jp)
+			} else {
+				params = append(params, jp)
+			}
+		}
+	}
+	if len(batches) > 0 {
+		if _, err := client.InsertManyTx(ctx, tx, batches); err != nil {
+			return 0, fmt.Errorf("wake chains: insert batch jobs: %w", err)
+		}
+	}
 	if len(params) == 0 {
-		return queues, nil
+		return read, nil
 	}
 	res, err := client.InsertManyTx(ctx, tx, params)
 	if err != nil {
-		return nil, fmt.Errorf("wake chains: insert jobs: %w", err)
+		return 0, fmt.Errorf("wake chains: insert jobs: %w", err)
 	}
-	now := time.Now()
 	for i, r := range res {
 		st := r.Job.State
 		if !r.UniqueSkippedAsDuplicate {
-			queues[i] = r.Job.Queue
 			continue
 		}
 		// A job that found its effect blocked snoozed (River keeps a short
@@ -328,10 +352,9 @@ func (s *Store) insertChainJobs(ctx context.Context, tx pgx.Tx, client *river.Cl
 				continue
 			}
 			if _, err := client.JobRetryTx(ctx, tx, r.Job.ID); err != nil {
-				return nil, fmt.Errorf("wake chains: make job %d available: %w", r.Job.ID, err)
+				return 0, fmt.Errorf("wake chains: make job %d available: %w", r.Job.ID, err)
 			}
-			queues[i] = r.Job.Queue
 		}
 	}
-	return queues, nil
+	return read, nil
 }
