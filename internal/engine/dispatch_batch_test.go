@@ -317,3 +317,19 @@ func TestAnOwnJobWaitsForABatchInFlight(t *testing.T) {
 	b.waitFor(t, x.ID, engine.StateConfirmed)
 	require.Len(t, b.recv.ByID()[x.Key], 1, "delivered once")
 }
+
+// Two workers of one process that ask to claim the same effect in one
+// shared statement (its own job and a batch it is in) do not both get it:
+// only one of them fires it.
+func TestAnEffectAskedForTwiceInOneClaimIsClaimedOnce(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	e := b.enqueue(t, "/orders")
+	d, err := engine.NewDispatcher(b.db.Pool, b.cfg)
+	require.NoError(t, err)
+	got, err := engine.ClaimFirstMany(context.Background(), d, []uuid.UUID{e.ID, e.ID})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.NotNil(t, got[0], "the first asking claims it")
+	require.Nil(t, got[1], "the second does not: it would fire it a second time")
+}

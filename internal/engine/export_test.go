@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // SetBeforeConfirm injects a failure point between the provider's
@@ -38,4 +40,10 @@ func JobInStatement(s *Store) string { return s.sql(sqlJobIn) }
 // a page of effects' jobs.
 func FewJobsPlan(ctx context.Context, db DB, fn func(DB) error) error {
 	return fewJobsPlan(ctx, db, fn)
+}
+
+// ClaimFirstMany runs d's shared first claim of ids, as its workers' claims
+// do when they meet in one statement.
+func ClaimFirstMany(ctx context.Context, d *Dispatcher, ids []uuid.UUID) ([]*Effect, error) {
+	return d.worker.claimFirstMany(ctx, ids)
 }

@@ -118,9 +118,15 @@ func (w *Worker) claimFirstMany(ctx context.Context, ids []uuid.UUID) ([]*Effect
 	if err != nil {
 		return nil, err
 	}
+	// An effect asked for twice in one statement (its own job and a batch
+	// it is in, in this process) is claimed once: only the first asking
+	// gets it, so only one of them fires it.
 	out := make([]*Effect, len(ids))
 	for i, id := range ids {
-		out[i] = claimed[id]
+		if e, ok := claimed[id]; ok {
+			out[i] = e
+			delete(claimed, id)
+		}
 	}
 	return out, nil
 }
