@@ -15,6 +15,11 @@ type Change struct {
 	// still running for the effect, a concurrent change): look again
 	// later.
 	Transient bool `json:"transient,omitempty"`
+	// Override, on a refusal, is the option of ActionOpts that lets the
+	// action go ahead once the operator checked what Skipped says ("" when
+	// none does). Each surface names it its own way (outboxctl's flag, the
+	// web view's box).
+	Override Override `json:"override,omitempty"`
 	// Warning is something the operator must know about an applied change.
 	Warning string `json:"warning,omitempty"`
 	// JobInserted is true when retry inserted a new River job (false when a
@@ -30,6 +35,18 @@ type Change struct {
 	PayloadBefore json.RawMessage `json:"payload_before,omitempty"`
 	PayloadAfter  json.RawMessage `json:"payload_after,omitempty"`
 }
+
+// Override names an option of ActionOpts that lets a refused action go
+// ahead.
+type Override string
+
+// The options a refusal may name.
+const (
+	// OverrideForce is ActionOpts.Force.
+	OverrideForce Override = "force"
+	// OverrideAllowDuplicate is ActionOpts.AllowDuplicate.
+	OverrideAllowDuplicate Override = "allow_duplicate"
+)
 
 // ActionOpts describe who acts and why.
 type ActionOpts struct {

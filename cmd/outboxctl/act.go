@@ -12,6 +12,7 @@ import (
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 // actFlags are shared by retry and cancel.
@@ -265,7 +266,7 @@ func (a *app) report(out io.Writer, changes []outboxtype.Change, dryRun, strict 
 			result := "done"
 			switch {
 			case !c.Applied:
-				result = "skipped: " + c.Skipped
+				result = "skipped: " + oncall.Refusal(c, oncall.CLI)
 			case dryRun:
 				result = "would change (dry run)"
 			}

@@ -156,7 +156,7 @@ taken over by the next retry anyway; release it to record why.`,
 			o.Actor = a.actor()
 			k, err := ks.Release(cmd.Context(), id, o)
 			if err != nil {
-				return err
+				return keyFlagError(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "released key %s (%s): in_progress -> failed; the next request with it runs again\n", k.ID, routeLabel(k))
 			return nil
@@ -229,7 +229,7 @@ belong to a request still running: it needs --force.
 			o.Actor = a.actor()
 			k, err := ks.Complete(cmd.Context(), id, o)
 			if err != nil {
-				return err
+				return keyFlagError(err)
 			}
 			kept := "kept forever"
 			if k.ExpiresAt != nil {
@@ -303,4 +303,19 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// keyFlags are the key store's options (idempotency.OptionError) as this
+// command's flags.
+var keyFlags = map[string]string{"Reason": "--reason", "Actor": "--actor", "Force": "pass --force", "RenewFor": "--renew-for 24h"}
+
+// keyFlagError says a refusal of the key store with the flag that answers it.
+func keyFlagError(err error) error {
+	var oe *idempotency.OptionError
+	if errors.As(err, &oe) {
+		if flag, ok := keyFlags[oe.Option]; ok {
+			return fmt.Errorf("%s (%s)", oe.Msg, flag)
+		}
+	}
+	return err
 }

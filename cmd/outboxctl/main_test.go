@@ -598,7 +598,7 @@ func TestRetry(t *testing.T) {
 		require.Equal(t, 1, cli.ExitCode(err))
 		require.Contains(t, out, "key window closed")
 		require.Contains(t, out, before.IdempotencyKey, "names the key to look up at the provider")
-		require.Contains(t, out, "retry --force")
+		require.Contains(t, out, "`outboxctl retry "+id+" --force`", "names the flag that overrides the refusal")
 		require.Equal(t, engine.StateFailed, b.effect(t, "failed_old_window").State)
 		require.Equal(t, before.KeyWindowFrom, b.effect(t, "failed_old_window").KeyWindowFrom, "a refused retry changes nothing")
 
@@ -663,7 +663,8 @@ func TestRetry(t *testing.T) {
 		id := b.ids["fired_stale"].String()
 		out, err := b.run(t, "", "retry", id, "--reason", "r")
 		require.Equal(t, 1, cli.ExitCode(err))
-		require.Contains(t, out, "without --force")
+		require.Contains(t, out, "cannot be retried unless forced")
+		require.Contains(t, out, "`outboxctl retry "+id+" --force`")
 		require.Equal(t, engine.StateFired, b.effect(t, "fired_stale").State)
 		// Its River job is running: a call may be in flight.
 		out, err = b.run(t, "", "retry", id, "--reason", "worker host lost", "--force")

@@ -210,10 +210,10 @@ func (s *Store) Drift(ctx context.Context, db DB, f DriftFilter) ([]DriftRecord,
 // do not exist).
 func (s *Store) AckDrift(ctx context.Context, db DB, ids []int64, actor, reason string) ([]int64, error) {
 	if strings.TrimSpace(reason) == "" {
-		return nil, errors.New("a reason is required: say what you checked (--reason)")
+		return nil, errors.New("a reason is required: say what you checked")
 	}
 	if actor == "" {
-		return nil, errors.New("an actor is required (--actor)")
+		return nil, errors.New("an actor is required for the audit trail")
 	}
 	rows, err := db.Query(ctx, s.sql(sqlAckDrift), ids, actor, reason)
 	if err != nil {

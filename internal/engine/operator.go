@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxd/outboxd/pgschema"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
 
@@ -136,7 +137,7 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change,
 	}
 	if job != 0 {
 		ch.Transient = true
-		return fmt.Sprintf("River job %d is running for it: a call may be in flight. Wait for it to end (or for River to rescue it after --rescue-after), then look again", job), nil
+		return fmt.Sprintf("River job %d is running for it: a call may be in flight. Wait for it to end (or for River to rescue it after the dispatchers' rescue-after), then look again", job), nil
 	}
 	var warnings []string
 	g, known, err := o.guarantees(ctx, db, e.Provider)
@@ -145,19 +146,20 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change,
 	}
 	if !known {
 		if !opts.Force {
+			ch.Override = outboxtype.OverrideForce
 			return fmt.Sprintf("outboxd does not know how long %s remembers an idempotency key: these settings do not name the provider, "+
 				"and no dispatcher running it has reported its key window. A re-fire after the provider forgot key %s could act twice. "+
-				"Check at the provider whether it was done; if so, confirm it; if not, a forced retry "+
-				"(retry --force; \"force\" ticked in the web view) fires it again",
+				"Check at the provider whether it was done; if so, confirm it; if not, a forced retry fires it again",
 				e.Provider, e.IdempotencyKey), nil
 		}
 		warnings = append(warnings, "the provider's key window is unknown: forced, fired again without a window check")
 	}
 	if e.InDoubt && policyOf(o.cfg.InDoubt, g, e.Kind) == providers.AtMostOnce {
 		if !opts.AllowDuplicate {
+			ch.Override = outboxtype.OverrideAllowDuplicate
 			return fmt.Sprintf("in doubt and at_most_once: an earlier request may have been delivered, and %s has no idempotency key to stop a second one. "+
 				"Check the provider for key %s; if it was done, confirm it with the provider's reference; to re-send anyway, accepting a possible duplicate, "+
-				"retry allowing a duplicate (retry --allow-duplicate; \"allow a duplicate\" ticked in the web view)",
+				"retry allowing a duplicate",
 				e.Provider, e.IdempotencyKey), nil
 		}
 		ch.ClearsDoubt = true
@@ -172,9 +174,10 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change,
 				state = "closed " + (-left).Round(time.Minute).String() + " ago"
 			}
 			if !opts.Force {
+				ch.Override = outboxtype.OverrideForce
 				return fmt.Sprintf("key window %s (first request with the key at %s): %s may forget key %s before a new round of attempts ends, and a re-fire could then act twice. "+
 					"Check at the provider whether it was done; if so, confirm it with the provider's reference; if not, a forced retry "+
-					"(retry --force; \"force\" ticked in the web view) fires it again under a new key window",
+					"fires it again under a new key window",
 					state, e.KeyWindowFrom.UTC().Format(time.RFC3339), e.Provider, e.IdempotencyKey), nil
 			}
 			ch.RestartsKeyWindow = true
@@ -416,7 +419,8 @@ func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts ActionOpts, a
 		if !stateIn(e.State, allowed) {
 			ch.Skipped = fmt.Sprintf("%s effects cannot be %s", e.State, pastTense(action))
 			if action == ActionRetry && e.State == StateFired {
-				ch.Skipped += " without --force (a call may be in flight; River re-fires it by itself)"
+				ch.Skipped += " unless forced (a call may be in flight; River re-fires it by itself)"
+				ch.Override = outboxtype.OverrideForce
 			}
 			out = append(out, ch)
 			continue

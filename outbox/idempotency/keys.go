@@ -158,6 +158,17 @@ var replayRefused = []string{"Set-Cookie", "Set-Cookie2", "Connection", "Keep-Al
 // MaxCompleteBody bounds the response body Complete stores.
 const MaxCompleteBody = 1 << 20
 
+// OptionError is a request to the key store refused until one of its
+// options is given or changed: Option names the field of CompleteOpts or
+// ReleaseOpts (Reason, Actor, Force, RenewFor), for the caller to name it
+// as its users set it (a flag, a form's field).
+type OptionError struct {
+	Option string
+	Msg    string
+}
+
+func (e *OptionError) Error() string { return e.Msg + " (" + e.Option + ")" }
+
 // Complete records, for an in_progress or failed key, the response of a
 // request that did succeed although the middleware never stored it (a
 // crash between the handler's commit and the response's, in three-phase
@@ -167,9 +178,9 @@ const MaxCompleteBody = 1 << 20
 func (k *Keys) Complete(ctx context.Context, id uuid.UUID, o CompleteOpts) (*Key, error) {
 	switch {
 	case strings.TrimSpace(o.Reason) == "":
-		return nil, errors.New("a reason is required: say how you know the request succeeded (--reason)")
+		return nil, &OptionError{Option: "Reason", Msg: "a reason is required: say how you know the request succeeded"}
 	case o.Actor == "":
-		return nil, errors.New("an actor is required (--actor)")
+		return nil, &OptionError{Option: "Actor", Msg: "an actor is required"}
 	case o.Status < 100 || o.Status >= 500:
 		return nil, fmt.Errorf("status %d: give the status the request answered, 100 to 499 (a 5xx is never stored: retries run again)", o.Status)
 	case len(o.Body) > MaxCompleteBody:
@@ -201,12 +212,12 @@ func (k *Keys) Complete(ctx context.Context, id uuid.UUID, o CompleteOpts) (*Key
 			return fmt.Errorf("key %s is completed already: its stored response (%s) is what retries get", id, statusText(key.Status))
 		}
 		if !o.Force && key.LockedUntil != nil && key.LockedUntil.After(time.Now()) {
-			return fmt.Errorf("key %s is locked until %s: its request may still be running and store its own response; wait, or pass --force",
-				id, key.LockedUntil.UTC().Format(time.RFC3339))
+			return &OptionError{Option: "Force", Msg: fmt.Sprintf("key %s is locked until %s: its request may still be running and store its own response; wait, or force it",
+				id, key.LockedUntil.UTC().Format(time.RFC3339))}
 		}
 		if o.RenewFor == 0 && key.ExpiresAt != nil && !key.ExpiresAt.After(time.Now()) {
-			return fmt.Errorf("key %s is past its retention (it expired at %s): it is removed at the next cleanup, and a retry then runs the handler again; "+
-				"to keep the response for retries, renew it (--renew-for 24h)", id, key.ExpiresAt.UTC().Format(time.RFC3339))
+			return &OptionError{Option: "RenewFor", Msg: fmt.Sprintf("key %s is past its retention (it expired at %s): it is removed at the next cleanup, and a retry then runs the handler again; "+
+				"to keep the response for retries, renew it for a while (24h, say)", id, key.ExpiresAt.UTC().Format(time.RFC3339))}
 		}
 		var renew *time.Time
 		if o.RenewFor > 0 {
@@ -250,10 +261,10 @@ type ReleaseOpts struct {
 // it refuses a key whose lock deadline has not passed.
 func (k *Keys) Release(ctx context.Context, id uuid.UUID, o ReleaseOpts) (*Key, error) {
 	if strings.TrimSpace(o.Reason) == "" {
-		return nil, errors.New("a reason is required: say why the key is released (--reason)")
+		return nil, &OptionError{Option: "Reason", Msg: "a reason is required: say why the key is released"}
 	}
 	if o.Actor == "" {
-		return nil, errors.New("an actor is required (--actor)")
+		return nil, &OptionError{Option: "Actor", Msg: "an actor is required"}
 	}
 	var out *Key
 	err := pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
@@ -268,8 +279,8 @@ func (k *Keys) Release(ctx context.Context, id uuid.UUID, o ReleaseOpts) (*Key, 
 			return fmt.Errorf("key %s is %s, not in_progress: only a stuck claim can be released", id, key.State)
 		}
 		if !o.Force && key.LockedUntil != nil && key.LockedUntil.After(time.Now()) {
-			return fmt.Errorf("key %s is locked until %s: its request may still be running, and releasing it lets a retry run the handler again; wait, or pass --force",
-				id, key.LockedUntil.UTC().Format(time.RFC3339))
+			return &OptionError{Option: "Force", Msg: fmt.Sprintf("key %s is locked until %s: its request may still be running, and releasing it lets a retry run the handler again; wait, or force it",
+				id, key.LockedUntil.UTC().Format(time.RFC3339))}
 		}
 		msg := fmt.Sprintf("released by %s: %s", o.Actor, o.Reason)
 		if _, err := tx.Exec(ctx, `UPDATE `+k.table+` SET state = 'failed', locked_until = NULL, error = $2, updated_at = now() WHERE id = $1`, id, msg); err != nil {

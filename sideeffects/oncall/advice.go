@@ -1,6 +1,10 @@
 package oncall
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/outboxd/outboxd/outboxtype"
+)
 
 // Act is an operator action that advice names. Advice is written once
 // (Explain, WhatNow) and says each action the way the surface it is shown
@@ -144,4 +148,24 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// Refusal is why an action was not applied to ch's effect (ch.Skipped),
+// with, when an option lets it go ahead once the operator checked what
+// the refusal says, that option as surface offers it.
+func Refusal(ch outboxtype.Change, surface Surface) string {
+	var act Act
+	switch ch.Override {
+	case outboxtype.OverrideForce:
+		act = ActRetryForce
+	case outboxtype.OverrideAllowDuplicate:
+		act = ActRetryAllowDuplicate
+	default:
+		return ch.Skipped
+	}
+	id := ""
+	if ch.Effect != nil {
+		id = ch.Effect.ID.String()
+	}
+	return ch.Skipped + " (" + surface(Action{Act: act, ID: id}) + ")"
 }

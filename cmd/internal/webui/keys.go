@@ -176,7 +176,7 @@ func (u *ui) releaseKey(w http.ResponseWriter, r *http.Request) {
 	}
 	o := idempotency.ReleaseOpts{Actor: actor, Reason: strings.TrimSpace(r.PostFormValue("reason")), Force: r.PostFormValue("force") == "1"}
 	if _, err := u.cfg.Keys.Release(r.Context(), id, o); err != nil {
-		u.showKey(w, r, &keyData{Error: "not released: " + webWords(err.Error())}, http.StatusConflict)
+		u.showKey(w, r, &keyData{Error: "not released: " + webWords(err)}, http.StatusConflict)
 		return
 	}
 	u.cfg.Logger.Info("web key release", "key_id", id, "actor", actor)
@@ -224,7 +224,7 @@ func (u *ui) completeKey(w http.ResponseWriter, r *http.Request) {
 	}
 	if d.Error == "" {
 		if _, err := u.cfg.Keys.Complete(r.Context(), id, o); err != nil {
-			d.Error = "not completed: " + webWords(err.Error())
+			d.Error = "not completed: " + webWords(err)
 		}
 	}
 	if d.Error != "" {
@@ -235,7 +235,18 @@ func (u *ui) completeKey(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, u.cfg.Prefix+"keys/"+id.String()+"?done=complete", http.StatusSeeOther)
 }
 
-// webWords says the key store's flag names as the form's fields.
-func webWords(s string) string {
-	return strings.NewReplacer("pass --force", `tick "force"`, "(--reason)", "(the reason field)", "(--renew-for 24h)", `("keep for" 24h)`).Replace(s)
+// keyFields are the key store's options (idempotency.OptionError) as the
+// key page's form offers them.
+var keyFields = map[string]string{"Reason": "the reason field", "Actor": "sign in with an admin credential", "Force": `tick "force"`, "RenewFor": `"keep for" 24h`}
+
+// webWords says a refusal of the key store with the form's field that
+// answers it.
+func webWords(err error) string {
+	var oe *idempotency.OptionError
+	if errors.As(err, &oe) {
+		if field, ok := keyFields[oe.Option]; ok {
+			return oe.Msg + " (" + field + ")"
+		}
+	}
+	return err.Error()
 }

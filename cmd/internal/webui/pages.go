@@ -830,7 +830,7 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 	}
 	ch, err := u.perform(r, d, actor, false)
 	if err == nil && !ch.Applied {
-		err = errors.New(cmpOr(ch.Skipped, "not applied"))
+		err = errors.New(cmpOr(oncall.Refusal(ch, oncall.Web), "not applied"))
 	}
 	if err != nil {
 		d.Error = "not done: " + err.Error()
@@ -879,7 +879,7 @@ func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) 
 
 func describe(ch outboxtype.Change) string {
 	if !ch.Applied {
-		return "Would be refused: " + ch.Skipped
+		return "Would be refused: " + oncall.Refusal(ch, oncall.Web)
 	}
 	s := fmt.Sprintf("The effect would move %s -> %s, with an audit row naming you and your reason.", ch.From, ch.To)
 	if ch.From == ch.To && ch.Effect != nil && ch.Effect.OrderingKey != nil {
@@ -995,7 +995,7 @@ func bulkRows(chs []outboxtype.Change, dryRun bool) ([]bulkRow, int) {
 		}
 		switch {
 		case !c.Applied:
-			row.Result = "skipped: " + c.Skipped
+			row.Result = "skipped: " + oncall.Refusal(c, oncall.Web)
 		case dryRun:
 			row.Result = "would change"
 			n++
