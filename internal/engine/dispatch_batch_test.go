@@ -178,6 +178,19 @@ RETURNING id`, e.ID).Scan(&job))
 	require.Contains(t, swept(), e.ID)
 }
 
+// holdFirst makes the receiver hold the next request to path: arrived is
+// closed when it comes, and closing release answers it (204).
+func (b *workerBundle) holdFirst(path string) (arrived, release chan struct{}) {
+	arrived, release = make(chan struct{}), make(chan struct{})
+	b.recv.Respond(path, func(w http.ResponseWriter, _ *http.Request) int {
+		close(arrived)
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	})
+	return arrived, release
+}
+
 // insertBatch queues ids in one batch job by hand, as the intake would,
 // once the intake's rows are gone.
 func (b *workerBundle) insertBatch(t *testing.T, ids ...uuid.UUID) int64 {
@@ -202,13 +215,7 @@ func TestAnEffectSentBackWhileInABatchIsFiredByItsOwnJobOnce(t *testing.T) {
 	b := setupWorker(t, workerOpts{})
 	b.byDispatcher(t)
 	ctx := context.Background()
-	arrived, release := make(chan struct{}), make(chan struct{})
-	b.recv.Respond("/slow", func(w http.ResponseWriter, _ *http.Request) int {
-		close(arrived)
-		<-release
-		w.WriteHeader(http.StatusNoContent)
-		return http.StatusNoContent
-	})
+	arrived, release := b.holdFirst("/slow")
 	x, y := b.enqueue(t, "/slow"), b.enqueue(t, "/orders")
 	b.insertBatch(t, x.ID, y.ID)
 	op := b.operator(t)
@@ -242,14 +249,8 @@ func TestAFailedEffectOfARunningBatchCanBeRetried(t *testing.T) {
 	b := setupWorker(t, workerOpts{})
 	b.byDispatcher(t)
 	ctx := context.Background()
-	arrived, release := make(chan struct{}), make(chan struct{})
+	arrived, release := b.holdFirst("/slow")
 	defer close(release)
-	b.recv.Respond("/slow", func(w http.ResponseWriter, _ *http.Request) int {
-		close(arrived)
-		<-release
-		w.WriteHeader(http.StatusNoContent)
-		return http.StatusNoContent
-	})
 	b.recv.Respond("/gone", fakes.Status(http.StatusGone))
 	slow, gone := b.enqueue(t, "/slow"), b.enqueue(t, "/gone")
 	job := b.insertBatch(t, slow.ID, gone.ID)
@@ -275,20 +276,14 @@ func TestAFailedEffectOfARunningBatchCanBeRetried(t *testing.T) {
 
 // A job of its own that finds its effect fired by a batch still running
 // waits for the batch instead of firing it again: the batch's call may be
-// in flight. (The two meet only when an operator's requeue races the
-// intake; nothing else gives an effect in a live batch a job.)
+// in flight. (The two meet when two wakes of one ordering key are taken
+// at once, or when an operator's requeue races the intake.)
 func TestAnOwnJobWaitsForABatchInFlight(t *testing.T) {
 	t.Parallel()
 	b := setupWorker(t, workerOpts{})
 	b.byDispatcher(t)
 	ctx := context.Background()
-	arrived, release := make(chan struct{}), make(chan struct{})
-	b.recv.Respond("/slow", func(w http.ResponseWriter, _ *http.Request) int {
-		close(arrived)
-		<-release
-		w.WriteHeader(http.StatusNoContent)
-		return http.StatusNoContent
-	})
+	arrived, release := b.holdFirst("/slow")
 	x, y := b.enqueue(t, "/slow"), b.enqueue(t, "/orders")
 	b.insertBatch(t, x.ID, y.ID)
 	b.start(t)
