@@ -121,9 +121,6 @@ const (
 	JobsByDispatcher
 )
 
-// IntakeChannel is the Postgres notification channel on which Enqueue
-// wakes the dispatchers under JobsByDispatcher; the payload is the schema.
-const IntakeChannel = engine.IntakeChannel
 
 // Outbox enqueues events and side effects. It is safe for concurrent use.
 type Outbox struct {
@@ -534,7 +531,7 @@ func (o *Outbox) insertJobs(ctx context.Context, tx pgx.Tx, id uuid.UUID, effect
 		if last := o.lastNotify.Load(); now-last < int64(time.Millisecond) || !o.lastNotify.CompareAndSwap(last, now) {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", IntakeChannel, o.schema); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", engine.IntakeChannel, o.schema); err != nil {
 			return fmt.Errorf("outbox: wake dispatchers: %w", err)
 		}
 		return nil

@@ -1,0 +1,7 @@
+package outbox
+
+import "github.com/outboxd/outboxd/internal/engine"
+
+// IntakeChannel is the notification channel on which Enqueue wakes the
+// dispatchers (NotifyDispatchers); the payload is the schema.
+const IntakeChannel = engine.IntakeChannel
