@@ -625,7 +625,7 @@ func TestJobsByDispatcherNotifiesOnlyWhenAsked(t *testing.T) {
 			listener, err := b.db.Pool.Acquire(ctx)
 			require.NoError(t, err)
 			defer listener.Release()
-			_, err = listener.Exec(ctx, "LISTEN "+outbox.IntakeChannel+"; LISTEN test_marker")
+			_, err = listener.Exec(ctx, "LISTEN "+outbox.IntakeChannelForTests+"; LISTEN test_marker")
 			require.NoError(t, err)
 			defer listener.Exec(ctx, "UNLISTEN *") //nolint:errcheck // the pool resets it
 
@@ -643,12 +643,12 @@ func TestJobsByDispatcherNotifiesOnlyWhenAsked(t *testing.T) {
 			// The other subtest's schema wakes the same channel: only this
 			// schema's notifications (the payload) count.
 			first, err := listener.Conn().WaitForNotification(wctx)
-			for err == nil && first.Channel == outbox.IntakeChannel && first.Payload != b.db.Schema {
+			for err == nil && first.Channel == outbox.IntakeChannelForTests && first.Payload != b.db.Schema {
 				first, err = listener.Conn().WaitForNotification(wctx)
 			}
 			require.NoError(t, err)
 			if notify {
-				require.Equal(t, outbox.IntakeChannel, first.Channel, "the dispatchers are woken at commit")
+				require.Equal(t, outbox.IntakeChannelForTests, first.Channel, "the dispatchers are woken at commit")
 			} else {
 				require.Equal(t, "test_marker", first.Channel, "no NOTIFY in the application's transaction")
 			}
