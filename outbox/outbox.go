@@ -121,7 +121,6 @@ const (
 	JobsByDispatcher
 )
 
-
 // IntakeChannel is the Postgres notification channel on which Enqueue
 // wakes the dispatchers under NotifyDispatchers; the payload is the schema.
 //
