@@ -68,6 +68,31 @@ func dispatchParams(provider string, ids []uuid.UUID) []river.InsertManyParams {
 	return params
 }
 
+// dueNow collects effects due now by provider, for dispatchParams.
+type dueNow struct {
+	ids       map[string][]uuid.UUID
+	providers []string // in the order they came
+}
+
+func (d *dueNow) add(provider string, id uuid.UUID) {
+	if d.ids == nil {
+		d.ids = map[string][]uuid.UUID{}
+	}
+	if _, ok := d.ids[provider]; !ok {
+		d.providers = append(d.providers, provider)
+	}
+	d.ids[provider] = append(d.ids[provider], id)
+}
+
+// params are the jobs that dispatch the effects collected.
+func (d *dueNow) params() []river.InsertManyParams {
+	var params []river.InsertManyParams
+	for _, p := range d.providers {
+		params = append(params, dispatchParams(p, d.ids[p])...)
+	}
+	return params
+}
+
 // batchWorker works batch jobs. River's cost is paid once per batch: its
 // insert, fetch and completion. Each effect of the batch goes through the
 // same steps as a job of its own (limits, claim, call, confirmation, the

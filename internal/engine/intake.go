@@ -192,8 +192,7 @@ func (in *intake) drain(ctx context.Context) (int, error) {
 		}
 		var params []river.InsertManyParams
 		// Effects due now share batch jobs, by provider.
-		due := map[string][]uuid.UUID{}
-		var providers []string
+		var due dueNow
 		var id uuid.UUID
 		var provider string
 		var notBefore *time.Time
@@ -208,19 +207,14 @@ func (in *intake) drain(ctx context.Context) (int, error) {
 			case notBefore != nil && notBefore.After(now):
 				params = append(params, JobParams(id, provider, notBefore))
 			default:
-				if _, ok := due[provider]; !ok {
-					providers = append(providers, provider)
-				}
-				due[provider] = append(due[provider], id)
+				due.add(provider, id)
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, p := range providers {
-			params = append(params, dispatchParams(p, due[p])...)
-		}
+		params = append(params, due.params()...)
 		if len(params) > 0 {
 			if _, err := in.client.InsertManyTx(ctx, tx, params); err != nil {
 				return err
@@ -294,8 +288,7 @@ func (s *Store) insertChainJobs(ctx context.Context, tx pgx.Tx, client *river.Cl
 	// The heads due now share batch jobs, by provider (a batch claims an
 	// effect only while it is first in its chain, and only for its first
 	// attempt); the others get jobs of their own.
-	due := map[string][]uuid.UUID{}
-	var providers []string
+	var due dueNow
 	now := time.Now()
 	_, err := pgx.ForEachRow(rows, scan, func() error {
 		read++
@@ -304,10 +297,7 @@ func (s *Store) insertChainJobs(ctx context.Context, tx pgx.Tx, client *river.Cl
 		case notBefore != nil && notBefore.After(now):
 			params = append(params, JobParams(*id, *provider, notBefore))
 		default:
-			if _, ok := due[*provider]; !ok {
-				providers = append(providers, *provider)
-			}
-			due[*provider] = append(due[*provider], *id)
+			due.add(*provider, *id)
 		}
 		if heldKey != nil {
 			*held = append(*held, *heldKey)
@@ -318,13 +308,11 @@ func (s *Store) insertChainJobs(ctx context.Context, tx pgx.Tx, client *river.Cl
 		return 0, fmt.Errorf("wake chains: %w", err)
 	}
 	var batches []river.InsertManyParams
-	for _, p := range providers {
-		for _, jp := range dispatchParams(p, due[p]) {
-			if _, ok := jp.Args.(BatchArgs); ok {
-				batches = append(batches, jp)
-			} else {
-				params = append(params, jp)
-			}
+	for _, jp := range due.params() {
+		if _, ok := jp.Args.(BatchArgs); ok {
+			batches = append(batches, jp)
+		} else {
+			params = append(params, jp)
 		}
 	}
 	if len(batches) > 0 {
