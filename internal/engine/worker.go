@@ -204,8 +204,7 @@ var errNotFirst = errors.New("not due a first attempt")
 
 // work makes the attempt job's effect is due. In a batch (firstOnly) it
 // makes only a first attempt, and returns errNotFirst for an effect that
-// is not due one: every other claim is a job of the effect's own, so that
-// no two jobs ever work one effect.
+// is not due one: every other claim is made by the effect's own job.
 func (w *Worker) work(ctx context.Context, job *river.Job[DispatchArgs], firstOnly bool) error {
 	id := job.Args.EffectID
 	// A provider's account limit is taken before the claim: a worker that
@@ -527,9 +526,9 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 		// Fired by a batch that is still running: its call may be in
 		// flight. The batch hands the effect over if it dies (a rescued
 		// batch gives its effects jobs of their own); until then this job
-		// waits. No job of its own and a batch work one effect together
-		// otherwise, but this keeps a race between an operator's requeue
-		// and the intake from firing an effect twice at once.
+		// waits. An effect's own job and a batch meet when two wakes of
+		// its ordering key are taken at once, or when an operator's
+		// requeue races the intake.
 		batch, err := w.store.runningBatchOf(ctx, w.pool, id)
 		if err != nil {
 			return nil, nil, err
