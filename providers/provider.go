@@ -31,6 +31,28 @@ type Request struct {
 	Payload json.RawMessage
 	// Attempt counts fires of this effect, starting at 1.
 	Attempt int
+	// EventID is the id of the effect's event (its source_id).
+	EventID string
+	// Event is the effect's event, read for providers that publish it
+	// (EventPublisher); nil for the others.
+	Event *SourceEvent
+}
+
+// SourceEvent is the domain event an effect belongs to, as the
+// application enqueued it.
+type SourceEvent struct {
+	ID            string
+	Type          string
+	AggregateType string
+	AggregateID   string
+	Payload       json.RawMessage
+}
+
+// EventPublisher is implemented by providers that relay the effect's
+// event itself (brokers): the dispatcher reads the event before each
+// attempt and passes it in Request.Event.
+type EventPublisher interface {
+	PublishesEvents() bool
 }
 
 // Result is what a provider reports on acknowledgement.
@@ -68,6 +90,12 @@ type Guarantees struct {
 	KeyWindowMargin time.Duration
 	// InDoubt is the default policy for attempts whose outcome is unknown.
 	InDoubt InDoubtPolicy
+	// WindowCoversRetries asks the dispatcher to refuse to start when its
+	// retry schedule could outlast KeyWindow minus KeyWindowMargin: for a
+	// provider whose window is configured by its operator (a JetStream
+	// stream's duplicate window), where a short one is a mistake to report
+	// at start, not effects to fail one by one later.
+	WindowCoversRetries bool
 }
 
 // Validator checks an effect's payload. Enqueue calls it before writing, so

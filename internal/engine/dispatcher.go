@@ -237,6 +237,9 @@ func (cfg Config) validate() error {
 		if g.KeyWindow < 0 || g.KeyWindowMargin < 0 || (g.KeyWindow > 0 && g.KeyWindow <= g.KeyWindowMargin) {
 			return fmt.Errorf("dispatcher: the %s key window (%s) must exceed its margin (%s): no retry could ever be made", name, g.KeyWindow, g.KeyWindowMargin)
 		}
+		if span := retrySpan(cfg.Retry, cfg.JobTimeout); g.WindowCoversRetries && g.KeyWindow > 0 && g.KeyWindow-g.KeyWindowMargin < span {
+			return fmt.Errorf("dispatcher: the %s key window (%s, less its %s margin) is shorter than the retry schedule (%d attempts, up to %s with calls): make the window at least %s, or retry less", name, g.KeyWindow, g.KeyWindowMargin, cfg.Retry.WithDefaults().MaxAttempts, span, span+g.KeyWindowMargin)
+		}
 		if cfg.Retention > 0 && g.KeyWindow > 0 && cfg.Retention <= g.KeyWindow {
 			return fmt.Errorf("dispatcher: retention (%s) must exceed the %s key window (%s): a purged effect no longer deduplicates", cfg.Retention, name, g.KeyWindow)
 		}
@@ -560,3 +563,21 @@ func (d *Dispatcher) Stopped() <-chan struct{} { return d.client.Stopped() }
 // Limits is what this process knows of the rate limits now: each key's
 // rate (as lowered by 429s), pause, and the workers waiting for it here.
 func (d *Dispatcher) Limits() []KeyState { return d.worker.limits.states() }
+
+// retrySpan is the longest an effect's attempts can last from its first
+// fire to its last: every delay of the schedule at its longest, and every
+// call but the last taking the whole job timeout.
+func retrySpan(p RetryPolicy, jobTimeout time.Duration) time.Duration {
+	p = p.WithDefaults()
+	var span time.Duration
+	for a := 1; a < p.MaxAttempts; a++ {
+		d := p.MaxDelay
+		if a-1 < 40 {
+			if exp := p.BaseDelay << (a - 1); exp > 0 && exp < d {
+				d = exp
+			}
+		}
+		span += d + jobTimeout
+	}
+	return span
+}

@@ -271,6 +271,19 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 	// wait: the claim is undone (no request was made, no attempt counts)
 	// and the job tried again later.
 	release := func(error) {}
+	// A provider that relays the event itself (a broker) is given it: read
+	// now, and on failure the claim is undone, as no request was made.
+	var event *providers.SourceEvent
+	if ep, ok := p.(providers.EventPublisher); ok && ep.PublishesEvents() {
+		ev, err := w.store.Event(ctx, w.pool, claimed.SourceID)
+		if err != nil {
+			if _, uerr := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); uerr != nil {
+				return uerr
+			}
+			return err
+		}
+		event = &providers.SourceEvent{ID: ev.ID.String(), Type: ev.Type, AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, Payload: ev.Payload}
+	}
 	if gate, ok := p.(providers.Gate); ok {
 		r, wait, ok := gate.Admit(ctx, claimed.Payload)
 		if !ok {
@@ -334,6 +347,8 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 		Key:      claimed.IdempotencyKey,
 		Payload:  claimed.Payload,
 		Attempt:  claimed.Attempts,
+		EventID:  claimed.SourceID.String(),
+		Event:    event,
 	})
 	sendErr = providers.Redact(sendErr, w.secrets)
 	if call != nil {
