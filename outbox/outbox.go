@@ -25,9 +25,7 @@ import (
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
-	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
-	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
-	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/providers/bundled"
 )
 
 // Limits on what one Enqueue accepts.
@@ -49,7 +47,7 @@ type Config struct {
 	// must be the schema outboxd migrate and outboxd run use.
 	Schema string
 	// Providers validate effect payloads of your own providers, by name,
-	// in addition to the built-in schemas (webhook, stripe, sendgrid); one
+	// in addition to the built-in schemas (package providers/bundled); one
 	// with a built-in name replaces that schema.
 	Providers []providers.Validator
 	// WebhookAllowedNetworks are non-public networks webhook effects may
@@ -148,7 +146,7 @@ func New(cfg Config) (*Outbox, error) {
 	if err := pgschema.Check(cfg.Schema); err != nil {
 		return nil, fmt.Errorf("outbox: Config.Schema: %w", err)
 	}
-	builtin := []providers.Validator{webhook.Schema{AllowedNetworks: cfg.WebhookAllowedNetworks}, stripeschema.Schema{}, sendgridschema.Schema{}}
+	builtin := bundled.Schemas(cfg.WebhookAllowedNetworks)
 	// Providers add to the built-in schemas, or replace one of the same
 	// name: leaving one out never makes it unknown.
 	cfg.Providers = append(builtin, cfg.Providers...)

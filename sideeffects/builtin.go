@@ -4,8 +4,4 @@ package sideeffects
 // their packages load: the operator's rules for their effects (a webhook
 // is confirmed without a reference; which refusals prove nothing was
 // done) never depend on what else a program imports.
-import (
-	_ "github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
-	_ "github.com/outboxd/outboxd/providers/stripe/stripeschema"
-	_ "github.com/outboxd/outboxd/providers/webhook"
-)
+import _ "github.com/outboxd/outboxd/providers/bundled"

@@ -12,9 +12,7 @@ import (
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
-	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
-	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
-	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/providers/bundled"
 	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
@@ -81,13 +79,13 @@ a conflict. Fix it there too.
 				return err
 			}
 			var v providers.Validator
-			for _, s := range []providers.Validator{webhook.Schema{AllowedNetworks: networks}, stripeschema.Schema{}, sendgridschema.Schema{}} {
+			for _, s := range bundled.Schemas(networks) {
 				if s.Name() == e.Provider {
 					v = s
 				}
 			}
 			if v == nil {
-				return fmt.Errorf("effect %s is %s's: outboxctl checks payloads of webhook, stripe and sendgrid effects only", e.ID, e.Provider)
+				return fmt.Errorf("effect %s is %s's: outboxctl checks the payloads of the built-in providers' effects only", e.ID, e.Provider)
 			}
 			ch, err := a.op.EditPayload(ctx, e.ID, json.RawMessage(payload), v,
 				outboxtype.ActionOpts{Actor: a.actor(), Reason: cmpOr(reason, "(dry run)"), DryRun: dryRun})

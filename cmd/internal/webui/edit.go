@@ -11,9 +11,7 @@ import (
 
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
-	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
-	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
-	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/providers/bundled"
 	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
@@ -39,7 +37,7 @@ func (u *ui) validator(provider string) providers.Validator {
 	if v, ok := u.cfg.Validators[provider]; ok {
 		return v
 	}
-	for _, v := range []providers.Validator{webhook.Schema{}, stripeschema.Schema{}, sendgridschema.Schema{}} {
+	for _, v := range bundled.Schemas(nil) {
 		if v.Name() == provider {
 			return v
 		}

@@ -1,0 +1,30 @@
+// Package bundled is the one list of outboxd's built-in providers' schemas:
+// what package outbox validates payloads with and what an operator's
+// payload edit is checked against. Importing it also registers each
+// provider's providers.Profile, so that the operators' rules for their
+// effects never depend on what else a program imports.
+//
+// A new built-in provider adds its schema here; nothing else outside its
+// own package lists it.
+package bundled
+
+import (
+	"net/netip"
+
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/nats/natsschema"
+	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
+	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
+	"github.com/outboxd/outboxd/providers/webhook"
+)
+
+// Schemas returns the built-in providers' payload schemas; networks are
+// the non-public networks webhook effects may point at.
+func Schemas(networks []netip.Prefix) []providers.Validator {
+	return []providers.Validator{
+		webhook.Schema{AllowedNetworks: networks},
+		stripeschema.Schema{},
+		sendgridschema.Schema{},
+		natsschema.Schema{},
+	}
+}

@@ -1,0 +1,211 @@
+// Package nats publishes effects to NATS JetStream with nats.go.
+//
+// Each message carries the effect's idempotency key as Nats-Msg-Id, so
+// JetStream itself drops a re-publish of the same effect within the
+// stream's duplicate window and answers it with the sequence it stored
+// first (recorded as a replay). That window is the provider's key window:
+// New reads it from the streams the effects publish to, and outboxd run
+// refuses to start when its retry schedule could outlast it. An attempt
+// whose outcome is unknown (a timeout, a connection lost after the
+// publish) is re-published with the same id: at least once, deduplicated
+// by the server.
+//
+// The message body is the payload's data or, by default, the effect's
+// event payload; its headers name the event, the effect and the key
+// (natsschema's Header constants), so a consumer can apply each message
+// once with the inbox package (dedup by Outboxd-Idempotency-Key).
+//
+// Outcomes: an acknowledgement confirms, with "<stream>/<sequence>" as the
+// provider reference; no stream listening on the subject, or JetStream
+// answering with an error, is retried (the message was not stored); a
+// message over the stream's size limit or a bad request is refused.
+package nats
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/nats/natsschema"
+)
+
+// Name is the provider name used in side_effects.provider and as River queue.
+const Name = natsschema.Name
+
+// Defaults for Config's zero values.
+const (
+	DefaultTimeout         = 10 * time.Second
+	DefaultKeyWindowMargin = 10 * time.Second
+)
+
+// Config configures the NATS JetStream provider.
+type Config struct {
+	// URL is the NATS server, or several comma-separated. Required.
+	URL string
+	// Streams names every JetStream stream the effects publish to.
+	// Required: the shortest of their duplicate windows is the key window.
+	Streams []string
+	// Timeout bounds one publish, until its acknowledgement. Default 10s.
+	Timeout time.Duration
+	// KeyWindowMargin is kept back from the duplicate window for clock
+	// skew and in-flight time. Default 10s.
+	KeyWindowMargin time.Duration
+	// Options are passed to nats.Connect (credentials, TLS, a name).
+	Options []natsgo.Option
+}
+
+// Schema validates NATS payloads; it is what the enqueue side needs, and
+// lives in natsschema so that enqueueing does not compile nats.go.
+type Schema = natsschema.Schema
+
+// Provider publishes to JetStream. It is safe for concurrent use.
+type Provider struct {
+	Schema
+	cfg     Config
+	nc      *natsgo.Conn
+	js      jetstream.JetStream
+	window  time.Duration
+	streams []string
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New checks cfg, connects and reads the streams' duplicate windows.
+func New(ctx context.Context, cfg Config) (*Provider, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("URL is required, for example nats://127.0.0.1:4222")
+	}
+	if len(cfg.Streams) == 0 {
+		return nil, errors.New("name the streams the effects publish to: their duplicate window is the key window")
+	}
+	if cfg.Timeout < 0 || cfg.KeyWindowMargin < 0 {
+		return nil, errors.New("timeout and key window margin must not be negative")
+	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.KeyWindowMargin = cmp.Or(cfg.KeyWindowMargin, DefaultKeyWindowMargin)
+	opts := append([]natsgo.Option{natsgo.Name("outboxd")}, cfg.Options...)
+	nc, err := natsgo.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", cfg.URL, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	p := &Provider{cfg: cfg, nc: nc, js: js}
+	for _, name := range cfg.Streams {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("stream %q: %w", name, err)
+		}
+		w := s.CachedInfo().Config.Duplicates
+		if w <= 0 {
+			nc.Close()
+			return nil, fmt.Errorf("stream %q keeps no duplicate window: JetStream could not deduplicate a re-publish", name)
+		}
+		if p.window == 0 || w < p.window {
+			p.window = w
+		}
+		p.streams = append(p.streams, name)
+	}
+	if p.window <= cfg.KeyWindowMargin {
+		nc.Close()
+		return nil, fmt.Errorf("the streams' duplicate window (%s) must exceed the key window margin (%s)", p.window, cfg.KeyWindowMargin)
+	}
+	return p, nil
+}
+
+// Close drains and closes the connection.
+func (p *Provider) Close() error { return p.nc.Drain() }
+
+// Guarantees implements providers.Provider: the shortest duplicate window
+// of the streams, which outboxd run holds the retry schedule to.
+func (p *Provider) Guarantees() providers.Guarantees {
+	return providers.Guarantees{KeyWindow: p.window, KeyWindowMargin: p.cfg.KeyWindowMargin, InDoubt: providers.AtLeastOnce, WindowCoversRetries: true}
+}
+
+// Timeout implements providers.Timed.
+func (p *Provider) Timeout() time.Duration { return p.cfg.Timeout }
+
+// PublishesEvents implements providers.EventPublisher: a message's body
+// is its event's payload unless the effect gives data.
+func (p *Provider) PublishesEvents() bool { return true }
+
+// Host implements providers.Hoster: the server connected to.
+func (p *Provider) Host(json.RawMessage) string { return p.nc.ConnectedAddr() }
+
+// Send implements providers.Provider.
+func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
+	pub, err := natsschema.Parse(req.Payload)
+	if err != nil {
+		return providers.Result{}, providers.Refused(err)
+	}
+	msg := natsgo.NewMsg(pub.Subject)
+	msg.Data = pub.Data
+	for k, v := range pub.Headers {
+		msg.Header.Set(k, v)
+	}
+	msg.Header.Set(natsschema.HeaderKey, req.Key)
+	msg.Header.Set(natsschema.HeaderEffectID, req.EffectID)
+	msg.Header.Set(natsschema.HeaderKind, req.Kind)
+	msg.Header.Set(natsschema.HeaderEventID, req.EventID)
+	if ev := req.Event; ev != nil {
+		msg.Header.Set(natsschema.HeaderEventType, ev.Type)
+		msg.Header.Set(natsschema.HeaderAggregateType, ev.AggregateType)
+		msg.Header.Set(natsschema.HeaderAggregateID, ev.AggregateID)
+		if len(msg.Data) == 0 {
+			msg.Data = ev.Payload
+		}
+	}
+	if len(msg.Data) == 0 {
+		return providers.Result{}, providers.Refused(errors.New("payload.data: no data and no event payload to publish"))
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	// One request per attempt: a "no responders" is retried by outboxd's
+	// schedule, not within the call.
+	ack, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(req.Key), jetstream.WithRetryAttempts(0))
+	if err != nil {
+		return providers.Result{}, classify(err)
+	}
+	if !slices.Contains(p.streams, ack.Stream) {
+		// Stored, and deduplicated by a window outboxd did not read: say
+		// so in the reference rather than pretend to know it.
+		return providers.Result{Ref: ack.Stream + "/" + strconv.FormatUint(ack.Sequence, 10) + " (not in --nats-streams)", Replayed: ack.Duplicate}, nil
+	}
+	return providers.Result{Ref: ack.Stream + "/" + strconv.FormatUint(ack.Sequence, 10), Replayed: ack.Duplicate}, nil
+}
+
+// classify sorts a publish's failure: a message JetStream did not store is
+// retried, one it cannot store is refused, and anything else (a timeout,
+// a connection lost after the publish) is in doubt.
+func classify(err error) error {
+	var api *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, natsgo.ErrNoResponders):
+		return providers.Retryable(fmt.Errorf("no JetStream stream answered for the subject (is one capturing it?): %w", err), 5*time.Second)
+	case errors.As(err, &api):
+		if api.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum || api.Code == 400 {
+			return providers.Refused(fmt.Errorf("JetStream refused the message: %w", err))
+		}
+		return providers.Retryable(fmt.Errorf("JetStream did not store the message: %w", err), 5*time.Second)
+	case errors.Is(err, natsgo.ErrConnectionClosed), errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, natsgo.ErrBadSubject):
+		// Refused by the client before anything was written.
+		if errors.Is(err, natsgo.ErrConnectionClosed) {
+			return providers.Retryable(err, 5*time.Second)
+		}
+		return providers.Refused(fmt.Errorf("JetStream refused the message: %w", err))
+	}
+	return providers.InDoubt(err)
+}

@@ -1,0 +1,169 @@
+package nats_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/nats"
+	"github.com/outboxd/outboxd/providers/nats/natsschema"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+// startJetStream runs a real NATS server with JetStream in the test's
+// process and creates stream ORDERS on orders.> with the given duplicate
+// window.
+func startJetStream(t *testing.T, window time.Duration) (string, jetstream.JetStream) {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	require.NoError(t, err)
+	go s.Start()
+	t.Cleanup(s.Shutdown)
+	require.True(t, s.ReadyForConnections(10*time.Second), "the NATS server did not start")
+	nc, err := natsgo.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: window, MaxMsgSize: 4096})
+	require.NoError(t, err)
+	return s.ClientURL(), js
+}
+
+func newProvider(t *testing.T, url string) *nats.Provider {
+	t.Helper()
+	p, err := nats.New(context.Background(), nats.Config{URL: url, Streams: []string{"ORDERS"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func request(key, payload string) providers.Request {
+	return providers.Request{
+		EffectID: "0190c3a0-7b1e-8c3d-9f00-0000000000e1", Kind: "nats.order_paid", Key: key, Attempt: 1,
+		Payload: json.RawMessage(payload), EventID: "0190c3a0-7b1e-7c3d-9f00-000000000001",
+		Event: &providers.SourceEvent{ID: "0190c3a0-7b1e-7c3d-9f00-000000000001", Type: "order.paid", AggregateType: "order", AggregateID: "o_42", Payload: json.RawMessage(`{"order":"o_42","amount":500}`)},
+	}
+}
+
+func TestAPublishIsStoredOnceWithItsKeyAndEvent(t *testing.T) {
+	t.Parallel()
+	url, js := startJetStream(t, time.Hour)
+	p := newProvider(t, url)
+	require.Equal(t, time.Hour, p.Guarantees().KeyWindow, "the stream's duplicate window is the key window")
+	require.True(t, p.Guarantees().WindowCoversRetries)
+
+	key := strings.Repeat("ab", 32)
+	res, err := p.Send(context.Background(), request(key, `{"subject":"orders.paid","headers":{"Tenant":"acme"}}`))
+	require.NoError(t, err)
+	require.Equal(t, "ORDERS/1", res.Ref)
+	require.False(t, res.Replayed)
+
+	// An in-doubt re-publish of the same effect: JetStream answers with
+	// the sequence it stored first, and stores nothing.
+	again, err := p.Send(context.Background(), request(key, `{"subject":"orders.paid","headers":{"Tenant":"acme"}}`))
+	require.NoError(t, err)
+	require.Equal(t, "ORDERS/1", again.Ref)
+	require.True(t, again.Replayed)
+
+	stream, err := js.Stream(context.Background(), "ORDERS")
+	require.NoError(t, err)
+	info, err := stream.Info(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, info.State.Msgs)
+	msg, err := stream.GetMsg(context.Background(), 1)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"order":"o_42","amount":500}`, string(msg.Data), "the event's payload is the body by default")
+	require.Equal(t, key, msg.Header.Get(natsschema.HeaderMsgID))
+	require.Equal(t, key, msg.Header.Get(natsschema.HeaderKey))
+	require.Equal(t, "0190c3a0-7b1e-7c3d-9f00-000000000001", msg.Header.Get(natsschema.HeaderEventID))
+	require.Equal(t, "order.paid", msg.Header.Get(natsschema.HeaderEventType))
+	require.Equal(t, "o_42", msg.Header.Get(natsschema.HeaderAggregateID))
+	require.Equal(t, "nats.order_paid", msg.Header.Get(natsschema.HeaderKind))
+	require.Equal(t, "acme", msg.Header.Get("Tenant"))
+
+	// Another effect's key is another message; data given is the body.
+	other, err := p.Send(context.Background(), request(strings.Repeat("cd", 32), `{"subject":"orders.paid","data":{"custom":true}}`))
+	require.NoError(t, err)
+	require.Equal(t, "ORDERS/2", other.Ref)
+	msg, err = stream.GetMsg(context.Background(), 2)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"custom":true}`, string(msg.Data))
+}
+
+func TestAPublishNoStreamTakesIsRetriedAndOneTooLargeRefused(t *testing.T) {
+	t.Parallel()
+	url, _ := startJetStream(t, time.Hour)
+	p := newProvider(t, url)
+
+	_, err := p.Send(context.Background(), request(strings.Repeat("ab", 32), `{"subject":"invoices.sent"}`))
+	class, _ := providers.Classify(err)
+	require.Equal(t, providers.ClassRetryable, class, "nothing was stored: %v", err)
+	require.ErrorContains(t, err, "no JetStream stream answered")
+
+	big := `{"subject":"orders.paid","data":"` + strings.Repeat("x", 5000) + `"}`
+	_, err = p.Send(context.Background(), request(strings.Repeat("cd", 32), big))
+	require.True(t, providers.IsRefused(err), "over the stream's max message size: %v", err)
+	prof, _ := providers.ProfileOf(nats.Name)
+	require.True(t, prof.RefusedWithoutActing(err.Error()), "an operator's edit may follow a refusal: %v", err)
+}
+
+func TestNewNamesWhatIsWrongWithTheStreams(t *testing.T) {
+	t.Parallel()
+	url, js := startJetStream(t, time.Hour)
+	ctx := context.Background()
+	_, err := nats.New(ctx, nats.Config{URL: url})
+	require.ErrorContains(t, err, "name the streams")
+	_, err = nats.New(ctx, nats.Config{URL: url, Streams: []string{"NOPE"}})
+	require.ErrorContains(t, err, `stream "NOPE"`)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "SHORT", Subjects: []string{"short.>"}, Duplicates: 5 * time.Second})
+	require.NoError(t, err)
+	_, err = nats.New(ctx, nats.Config{URL: url, Streams: []string{"ORDERS", "SHORT"}})
+	require.ErrorContains(t, err, "duplicate window (5s) must exceed the key window margin")
+	p, err := nats.New(ctx, nats.Config{URL: url, Streams: []string{"ORDERS", "SHORT"}, KeyWindowMargin: time.Second})
+	require.NoError(t, err)
+	defer p.Close()
+	require.Equal(t, 5*time.Second, p.Guarantees().KeyWindow, "the shortest window of the streams")
+}
+
+func TestThePayloadNamesTheFieldAtFault(t *testing.T) {
+	t.Parallel()
+	for payload, want := range map[string]string{
+		`{}`:                                             "payload.subject: required",
+		`{"subject":"orders.*"}`:                         "wildcards",
+		`{"subject":"orders..paid"}`:                     "empty token",
+		`{"subject":"orders paid"}`:                      "no whitespace",
+		`{"subject":"orders.paid","x":1}`:                "unknown field",
+		`{"subject":"o","headers":{"Nats-Msg-Id":"k"}}`:  "payload.headers.Nats-Msg-Id",
+		`{"subject":"o","headers":{"outboxd-kind":"k"}}`: "set by outboxd",
+	} {
+		err := natsschema.Schema{}.ValidatePayload("nats.x", json.RawMessage(payload))
+		require.ErrorContains(t, err, want, payload)
+	}
+	require.NoError(t, natsschema.Schema{}.ValidatePayload("nats.x", json.RawMessage(`{"subject":"orders.paid","data":[1,2]}`)))
+}
+
+// TestADispatcherRefusesAWindowShorterThanItsRetries: JetStream's default
+// duplicate window (2 minutes) cannot cover outboxd's default retries (20
+// attempts over hours): a re-publish after it would be a second message,
+// so the dispatcher refuses to start and says what to change.
+func TestADispatcherRefusesAWindowShorterThanItsRetries(t *testing.T) {
+	t.Parallel()
+	url, _ := startJetStream(t, 2*time.Minute)
+	p := newProvider(t, url)
+	db := testdb.New(t)
+	_, err := sideeffects.NewDispatcher(db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{p}})
+	require.ErrorContains(t, err, "the nats key window (2m0s, less its 10s margin) is shorter than the retry schedule")
+	_, err = sideeffects.NewDispatcher(db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{p},
+		Retry: sideeffects.RetryPolicy{MaxAttempts: 5, BaseDelay: time.Second, MaxDelay: 10 * time.Second}, JobTimeout: 15 * time.Second})
+	require.NoError(t, err, "5 attempts: at most 15s of delays and 4 calls of 15s fit in 2 minutes")
+}
