@@ -12,6 +12,7 @@ import (
 	"net/netip"
 
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/kafka/kafkaschema"
 	"github.com/outboxd/outboxd/providers/nats/natsschema"
 	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
@@ -26,5 +27,6 @@ func Schemas(networks []netip.Prefix) []providers.Validator {
 		stripeschema.Schema{},
 		sendgridschema.Schema{},
 		natsschema.Schema{},
+		kafkaschema.Schema{},
 	}
 }

@@ -1,0 +1,149 @@
+package kafka_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/kafka"
+	"github.com/outboxd/outboxd/providers/kafka/kafkaschema"
+)
+
+// startKafka runs an in-process Kafka cluster (franz-go's kfake) with
+// topic orders in three partitions.
+func startKafka(t *testing.T) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+func newProvider(t *testing.T, brokers []string, opts ...kgo.Opt) *kafka.Provider {
+	t.Helper()
+	p, err := kafka.New(context.Background(), kafka.Config{Brokers: brokers, Timeout: 5 * time.Second, Options: opts})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
+}
+
+func request(key, payload string) providers.Request {
+	return providers.Request{
+		EffectID: "0190c3a0-7b1e-8c3d-9f00-0000000000e1", Kind: "kafka.order_paid", Key: key, Attempt: 1,
+		Payload: json.RawMessage(payload), EventID: "0190c3a0-7b1e-7c3d-9f00-000000000001",
+		Event: &providers.SourceEvent{ID: "0190c3a0-7b1e-7c3d-9f00-000000000001", Type: "order.paid", AggregateType: "order", AggregateID: "o_42", Payload: json.RawMessage(`{"order":"o_42","amount":500}`)},
+	}
+}
+
+// consume reads every record of topic from the start.
+func consume(t *testing.T, brokers []string, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "only %d of %d records arrived", len(out), n)
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+func header(r *kgo.Record, k string) string {
+	for _, h := range r.Headers {
+		if h.Key == k {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func TestARecordCarriesItsKeyEventAndAggregate(t *testing.T) {
+	t.Parallel()
+	brokers := startKafka(t)
+	p := newProvider(t, brokers)
+	require.Zero(t, p.Guarantees().KeyWindow, "Kafka does not deduplicate across producer sessions")
+	require.Equal(t, providers.AtLeastOnce, p.Guarantees().InDoubt)
+
+	key := strings.Repeat("ab", 32)
+	res, err := p.Send(context.Background(), request(key, `{"topic":"orders","headers":{"tenant":"acme"}}`))
+	require.NoError(t, err)
+	require.Regexp(t, `^orders/[0-2]/0$`, res.Ref)
+	// The same effect again (an attempt in doubt): a second record with
+	// the same key header, in the same partition.
+	again, err := p.Send(context.Background(), request(key, `{"topic":"orders","headers":{"tenant":"acme"}}`))
+	require.NoError(t, err)
+	require.Equal(t, strings.TrimSuffix(res.Ref, "/0")+"/1", again.Ref, "one aggregate, one partition")
+	_, err = p.Send(context.Background(), request(strings.Repeat("cd", 32), `{"topic":"orders","key":"k_1","value":[1,2]}`))
+	require.NoError(t, err)
+
+	recs := consume(t, brokers, "orders", 3)
+	byKey := map[string][]*kgo.Record{}
+	for _, r := range recs {
+		byKey[string(r.Key)] = append(byKey[string(r.Key)], r)
+	}
+	require.Len(t, byKey["o_42"], 2, "the aggregate id is the default record key")
+	for _, r := range byKey["o_42"] {
+		require.JSONEq(t, `{"order":"o_42","amount":500}`, string(r.Value), "the event's payload is the default value")
+		require.Equal(t, key, header(r, kafkaschema.HeaderKey))
+		require.Equal(t, "0190c3a0-7b1e-7c3d-9f00-000000000001", header(r, kafkaschema.HeaderEventID))
+		require.Equal(t, "order.paid", header(r, kafkaschema.HeaderEventType))
+		require.Equal(t, "o_42", header(r, kafkaschema.HeaderAggregateID))
+		require.Equal(t, "kafka.order_paid", header(r, kafkaschema.HeaderKind))
+		require.Equal(t, "acme", header(r, "tenant"))
+	}
+	require.Len(t, byKey["k_1"], 1)
+	require.JSONEq(t, `[1,2]`, string(byKey["k_1"][0].Value))
+}
+
+func TestAMissingTopicIsRetriedAndATooLargeRecordRefused(t *testing.T) {
+	t.Parallel()
+	brokers := startKafka(t)
+	p := newProvider(t, brokers, kgo.ProducerBatchMaxBytes(2000), kgo.UnknownTopicRetries(1))
+
+	_, err := p.Send(context.Background(), request(strings.Repeat("ab", 32), `{"topic":"invoices"}`))
+	class, _ := providers.Classify(err)
+	require.Equal(t, providers.ClassRetryable, class, "nothing was written: %v", err)
+	require.ErrorContains(t, err, "no such topic")
+
+	big := `{"topic":"orders","value":"` + strings.Repeat("x", 5000) + `"}`
+	_, err = p.Send(context.Background(), request(strings.Repeat("cd", 32), big))
+	require.True(t, providers.IsRefused(err), "over the size limit: %v", err)
+	prof, _ := providers.ProfileOf(kafka.Name)
+	require.True(t, prof.RefusedWithoutActing(err.Error()), "an operator's edit may follow a refusal: %v", err)
+}
+
+func TestNewNamesWhatIsMissing(t *testing.T) {
+	t.Parallel()
+	_, err := kafka.New(context.Background(), kafka.Config{})
+	require.ErrorContains(t, err, "brokers are required")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = kafka.New(ctx, kafka.Config{Brokers: []string{"127.0.0.1:1"}})
+	require.ErrorContains(t, err, "reach the brokers 127.0.0.1:1")
+}
+
+func TestThePayloadNamesTheFieldAtFault(t *testing.T) {
+	t.Parallel()
+	for payload, want := range map[string]string{
+		`{}`:                       "payload.topic: required",
+		`{"topic":"a b"}`:          "letters, digits",
+		`{"topic":".."}`:           "not a topic name",
+		`{"topic":"orders","x":1}`: "unknown field",
+		`{"topic":"o","headers":{"Outboxd-Kind":"k"}}`: "payload.headers.Outboxd-Kind",
+	} {
+		err := kafkaschema.Schema{}.ValidatePayload("kafka.x", json.RawMessage(payload))
+		require.ErrorContains(t, err, want, payload)
+	}
+	require.NoError(t, kafkaschema.Schema{}.ValidatePayload("kafka.x", json.RawMessage(`{"topic":"orders","key":"k","value":{"a":1}}`)))
+}

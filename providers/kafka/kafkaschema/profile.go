@@ -1,0 +1,23 @@
+package kafkaschema
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/outboxd/outboxd/providers"
+)
+
+func init() {
+	providers.Register(providers.Profile{
+		Name:       Name,
+		Refs:       true,
+		RefExample: "the topic, partition and offset the broker acknowledged, for example orders/3/1042",
+		LookUp: func(key, _ string) string {
+			return fmt.Sprintf("look in the topic for a record with header %s: %s (Kafka keeps no index of it: a consumer that deduplicates by it, as the inbox package does, has it in its own table)", HeaderKey, key)
+		},
+		Answers: providers.AnswersNothing,
+		RefusedWithoutActing: func(text string) bool {
+			return strings.Contains(text, "Kafka refused the record")
+		},
+	})
+}
