@@ -115,6 +115,13 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-trusted-user-header", "X-Forwarded-User", "--web-trusted-proxies", "0.0.0.0/0"}, nil, "--web-trust-wide-proxies"},
 		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-trusted-user-header", "X-Forwarded-User", "--web-trusted-proxies", "10.0.0.0/8"}, nil, "wider than a /16"},
 		{[]string{"run", "--webhook-secret", testSecret, "--web-addr", "127.0.0.1:0", "--web-trusted-user-header", "X-Forwarded-User", "--web-trusted-proxies", "::/0"}, nil, "wider than a /48"},
+		// Brokers: what can be told without reaching them.
+		{[]string{"run", "--nats-url", "nats://127.0.0.1:4222"}, nil, "--nats-streams"},
+		{[]string{"run", "--nats-streams", "ORDERS"}, nil, "--nats-url"},
+		{[]string{"run", "--kafka-brokers", "127.0.0.1:9092", "--kafka-sasl-mechanism", "gssapi"}, nil, "OUTBOXD_KAFKA_SASL_MECHANISM"},
+		{[]string{"run", "--kafka-brokers", "127.0.0.1:9092", "--kafka-sasl-mechanism", "plain"}, nil, "--kafka-sasl-user"},
+		{[]string{"run", "--kafka-brokers", "127.0.0.1:9092", "--kafka-timeout", "0s"}, nil, "--kafka-timeout"},
+		{[]string{"run", "--kafka-brokers", "127.0.0.1:9092", "--kafka-timeout", "2m"}, nil, "must exceed --kafka-timeout"},
 		// Limits name a provider and a rate.
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:api.partner.example=fast"}, nil, "--limit (OUTBOXD_LIMITS)"},
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "twilio=5"}, nil, `no provider "twilio"`},

@@ -35,6 +35,7 @@ import (
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outbox/outboxtrace"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/bundled"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
@@ -82,6 +83,8 @@ type runConfig struct {
 	SendGridAPIKey  string
 	SendGridAPIHost string
 	SendGridTimeout time.Duration
+
+	Brokers brokerConfig
 
 	EventsAddr             string
 	WebAddr                string
@@ -179,6 +182,7 @@ already older than --rescue-after and re-fires it within seconds.
 	envflag.Bind(f, "sendgrid-api-host", "SENDGRID_API_HOST")
 	f.DurationVar(&c.SendGridTimeout, "sendgrid-timeout", sendgrid.DefaultTimeout, "timeout of one SendGrid request")
 	envflag.Bind(f, "sendgrid-timeout", "OUTBOXD_SENDGRID_TIMEOUT")
+	c.Brokers.bind(f)
 	f.StringVar(&c.EventsAddr, "events-addr", ":8081", "address of the provider event endpoints, POST /events/stripe and /events/sendgrid (served when a secret below is set)")
 	envflag.Bind(f, "events-addr", "OUTBOXD_EVENTS_ADDR")
 	f.StringVar(&c.StripeWebhookSecret, "stripe-webhook-secret", "", "Stripe webhook signing secret, whsec_…; enables POST /events/stripe")
@@ -212,23 +216,26 @@ already older than --rescue-after and re-fires it within seconds.
 	return cmd
 }
 
-// providers builds the configured providers, naming the setting at fault.
-// A provider is enabled by its credential.
-func (c *runConfig) providers() ([]providers.Provider, error) {
-	var provs []providers.Provider
+// providerTimeout is a provider's timeout setting, checked against
+// --job-timeout.
+type providerTimeout struct {
+	flag string
+	t    time.Duration
+}
+
+// providers builds the configured providers, naming the setting at fault;
+// close closes the brokers' connections. A provider is enabled by its
+// credential, a broker by its address.
+func (c *runConfig) providers(ctx context.Context) (provs []providers.Provider, close func(), err error) {
 	// Checked against --job-timeout in this order, so that the error names
 	// the same flag on every start.
-	type providerTimeout struct {
-		flag string
-		t    time.Duration
-	}
 	var timeouts []providerTimeout
 	if c.WebhookSecret != "" {
 		var allowed []netip.Prefix
 		for _, s := range c.WebhookAllowCIDRs {
 			p, err := netip.ParsePrefix(s)
 			if err != nil {
-				return nil, cli.Usagef("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", s)
+				return nil, nil, cli.Usagef("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", s)
 			}
 			allowed = append(allowed, p.Masked())
 		}
@@ -240,7 +247,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 			MaxPerHost:      c.WebhookMaxPerHost,
 		}))
 		if err != nil {
-			return nil, cli.Usagef("webhook settings (--webhook-secret, --webhook-max-per-host, --webhook-key-window; OUTBOXD_WEBHOOK_*): %w", err)
+			return nil, nil, cli.Usagef("webhook settings (--webhook-secret, --webhook-max-per-host, --webhook-key-window; OUTBOXD_WEBHOOK_*): %w", err)
 		}
 		provs = append(provs, wh)
 		timeouts = append(timeouts, providerTimeout{"--webhook-timeout", c.WebhookTimeout})
@@ -248,7 +255,7 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 	if c.StripeAPIKey != "" {
 		st, err := stripe.New(c.Policies.StripeConfig(stripe.Config{APIKey: c.StripeAPIKey, APIBase: c.StripeAPIBase, Timeout: c.StripeTimeout}))
 		if err != nil {
-			return nil, cli.Usagef("Stripe settings (--stripe-api-key, --stripe-api-base; STRIPE_API_KEY, STRIPE_API_BASE): %w", err)
+			return nil, nil, cli.Usagef("Stripe settings (--stripe-api-key, --stripe-api-base; STRIPE_API_KEY, STRIPE_API_BASE): %w", err)
 		}
 		provs = append(provs, st)
 		timeouts = append(timeouts, providerTimeout{"--stripe-timeout", c.StripeTimeout})
@@ -256,20 +263,24 @@ func (c *runConfig) providers() ([]providers.Provider, error) {
 	if c.SendGridAPIKey != "" {
 		sg, err := sendgrid.New(sendgrid.Config{APIKey: c.SendGridAPIKey, APIHost: c.SendGridAPIHost, Timeout: c.SendGridTimeout})
 		if err != nil {
-			return nil, cli.Usagef("SendGrid settings (--sendgrid-api-key, --sendgrid-api-host; SENDGRID_API_KEY, SENDGRID_API_HOST): %w", err)
+			return nil, nil, cli.Usagef("SendGrid settings (--sendgrid-api-key, --sendgrid-api-host; SENDGRID_API_KEY, SENDGRID_API_HOST): %w", err)
 		}
 		provs = append(provs, sg)
 		timeouts = append(timeouts, providerTimeout{"--sendgrid-timeout", c.SendGridTimeout})
 	}
-	if len(provs) == 0 {
-		return nil, cli.UsageError{Err: errors.New("no provider configured: set OUTBOXD_WEBHOOK_SECRET, STRIPE_API_KEY or SENDGRID_API_KEY")}
-	}
 	for _, pt := range timeouts {
 		if pt.t >= c.JobTimeout {
-			return nil, cli.Usagef("--job-timeout (%s) must exceed %s (%s)", c.JobTimeout, pt.flag, pt.t)
+			return nil, nil, cli.Usagef("--job-timeout (%s) must exceed %s (%s)", c.JobTimeout, pt.flag, pt.t)
 		}
 	}
-	return provs, nil
+	if len(provs) == 0 && c.Brokers.NATSURL == "" && len(c.Brokers.KafkaBrokers) == 0 {
+		return nil, nil, cli.UsageError{Err: errors.New("no provider configured: set OUTBOXD_WEBHOOK_SECRET, STRIPE_API_KEY, SENDGRID_API_KEY, OUTBOXD_NATS_URL or OUTBOXD_KAFKA_BROKERS")}
+	}
+	brokers, close, err := c.Brokers.build(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(provs, brokers...), close, nil
 }
 
 // settings are what this process dispatches with, as outboxctl
@@ -302,6 +313,7 @@ func (c *runConfig) settings(names []string, provs []providers.Provider) map[str
 			s["sendgrid"] = map[string]any{"api_host": c.SendGridAPIHost, "timeout": c.SendGridTimeout.String()}
 		}
 	}
+	c.Brokers.settings(s, provs)
 	return s
 }
 
@@ -346,6 +358,9 @@ func (c *runConfig) concurrency(provs []providers.Provider) map[string]int {
 // or the dispatcher checks, naming the setting at fault.
 func (c *runConfig) validate() error {
 	if err := c.Policies.Validate(); err != nil {
+		return err
+	}
+	if err := c.Brokers.validate(c.JobTimeout); err != nil {
 		return err
 	}
 	for _, d := range []struct {
@@ -439,8 +454,8 @@ func (c *runConfig) validate() error {
 			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: the rate must be a positive number of requests a second, e.g. %s=50", key, v, key)
 		}
 		name, _, _ := strings.Cut(key, ":")
-		if name != webhook.Name && name != stripe.Name && name != sendgrid.Name && name+":" != sideeffects.TenantLimitPrefix {
-			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: no provider %q: name stripe, sendgrid, webhook:<host> or tenant:<tenant>", key, v, name)
+		if !slices.Contains(builtinNames(), name) && name+":" != sideeffects.TenantLimitPrefix {
+			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: no provider %q: name one of %s (webhook:<host> for one destination) or tenant:<tenant>", key, v, name, strings.Join(builtinNames(), ", "))
 		}
 	}
 	if c.TenantWindow < 1 {
@@ -452,8 +467,8 @@ func (c *runConfig) validate() error {
 		}
 	}
 	for name, n := range c.Concurrency {
-		if name != webhook.Name && name != stripe.Name && name != sendgrid.Name {
-			return cli.Usagef("--concurrency (OUTBOXD_CONCURRENCY) %s=%d: no provider %q: use webhook, stripe or sendgrid", name, n, name)
+		if !slices.Contains(builtinNames(), name) {
+			return cli.Usagef("--concurrency (OUTBOXD_CONCURRENCY) %s=%d: no provider %q: use %s", name, n, name, strings.Join(builtinNames(), ", "))
 		}
 		if n < 1 {
 			return cli.Usagef("--concurrency (OUTBOXD_CONCURRENCY) %s=%d: it must be at least 1", name, n)
@@ -486,10 +501,11 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		// carry trace_id and span_id.
 		log = slog.New(outboxtrace.LogHandler(log.Handler()))
 	}
-	provs, err := c.providers()
+	provs, closeProviders, err := c.providers(ctx)
 	if err != nil {
 		return err
 	}
+	defer closeProviders()
 	inDoubt, err := c.Policies.InDoubtPolicies()
 	if err != nil {
 		return err
@@ -882,4 +898,13 @@ func serve(addr, setting, what string, h http.Handler, log *slog.Logger, t timeo
 		}
 	}()
 	return srv, ln.Addr(), nil
+}
+
+// builtinNames are the providers outboxd run can build, in their order.
+func builtinNames() []string {
+	var names []string
+	for _, v := range bundled.Schemas(nil) {
+		names = append(names, v.Name())
+	}
+	return names
 }

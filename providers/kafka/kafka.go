@@ -165,7 +165,7 @@ func classify(err error) error {
 		return providers.Retryable(fmt.Errorf("not authorized to produce: %w", err), time.Minute)
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge), errors.Is(err, kerr.InvalidTopicException),
 		errors.Is(err, kerr.InvalidRecord):
-		return providers.Refused(fmt.Errorf("Kafka refused the record: %w", err))
+		return providers.Refused(fmt.Errorf("kafka refused the record: %w", err))
 	}
 	return providers.InDoubt(err)
 }

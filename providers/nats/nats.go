@@ -27,8 +27,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -95,7 +97,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	opts := append([]natsgo.Option{natsgo.Name("outboxd")}, cfg.Options...)
 	nc, err := natsgo.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", cfg.URL, err)
+		return nil, fmt.Errorf("connect to %s: %w", redacted(cfg.URL), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -208,4 +210,16 @@ func classify(err error) error {
 		return providers.Refused(fmt.Errorf("JetStream refused the message: %w", err))
 	}
 	return providers.InDoubt(err)
+}
+
+// redacted is urls with the user information of each hidden.
+func redacted(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, raw := range parts {
+		if u, err := url.Parse(strings.TrimSpace(raw)); err == nil && u.User != nil {
+			u.User = url.User("redacted")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }

@@ -17,7 +17,7 @@ func init() {
 		},
 		Answers: providers.AnswersNothing,
 		RefusedWithoutActing: func(text string) bool {
-			return strings.Contains(text, "Kafka refused the record")
+			return strings.Contains(text, "kafka refused the record")
 		},
 	})
 }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers/kafka/kafkaschema"
+	"github.com/outboxd/outboxd/providers/nats/natsschema"
+)
+
+// startJetStream runs a NATS server with JetStream in the test's process,
+// with stream ORDERS on orders.> keeping message ids for window.
+func startJetStream(t *testing.T, window time.Duration) string {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	require.NoError(t, err)
+	go s.Start()
+	t.Cleanup(s.Shutdown)
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	nc, err := natsgo.Connect(s.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: window})
+	require.NoError(t, err)
+	return s.ClientURL()
+}
+
+func TestRunRelaysEventsToJetStreamAndKafka(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	natsURL := startJetStream(t, 6*time.Hour)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	var effects []outbox.EffectResult
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("orders", "o_42", "paid"), Type: "order.paid", AggregateType: "order", AggregateID: "o_42",
+			Payload: []byte(`{"order":"o_42"}`)},
+			outbox.EffectOf("nats.order_paid", natsschema.Publish{Subject: "orders.paid"}),
+			outbox.EffectOf("kafka.order_paid", kafkaschema.Record{Topic: "orders"}))
+		effects = res.Effects
+		return err
+	})
+	require.NoError(t, err)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	var logs lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		cmd := newRootCmd()
+		cmd.SetOut(&logs)
+		cmd.SetErr(&logs)
+		cmd.SetArgs([]string{"run", "--database-url", testdb.URL(), "--schema", db.Schema, "--http-addr", "",
+			"--nats-url", natsURL, "--nats-streams", "ORDERS", "--kafka-brokers", strings.Join(cluster.ListenAddrs(), ",")})
+		done <- cmd.ExecuteContext(runCtx)
+	}()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done, logs.String())
+	}()
+
+	store := engine.NewStore(db.Schema)
+	refs := map[string]string{}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, e := range effects {
+		for {
+			got, err := store.Get(ctx, db.Pool, e.ID)
+			require.NoError(t, err)
+			if got.State == engine.StateConfirmed {
+				refs[e.Kind] = deref(got.ProviderRef)
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "%s is %s: %s", e.Kind, got.State, logs.String())
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	require.Equal(t, "ORDERS/1", refs["nats.order_paid"], "the stream and sequence JetStream acknowledged")
+	require.Equal(t, "orders/0/0", refs["kafka.order_paid"], "the topic, partition and offset Kafka acknowledged")
+}
+
+// TestRunRefusesAStreamWindowShorterThanTheRetries: JetStream's default
+// duplicate window (2 minutes) would let a late re-publish through as a
+// second message; outboxd run says so at start, with the fix.
+func TestRunRefusesAStreamWindowShorterThanTheRetries(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	natsURL := startJetStream(t, 2*time.Minute)
+	_, err := execute(context.Background(), "run", "--database-url", testdb.URL(), "--schema", db.Schema, "--http-addr", "",
+		"--nats-url", natsURL, "--nats-streams", "ORDERS")
+	require.Error(t, err)
+	require.Equal(t, 2, cli.ExitCode(err), "a usage error: %v", err)
+	require.ErrorContains(t, err, "nats key window (2m0s, less its 10s margin) is shorter than the retry schedule")
+
+	_, err = execute(context.Background(), "run", "--database-url", testdb.URL(), "--schema", db.Schema, "--http-addr", "",
+		"--nats-url", natsURL, "--nats-streams", "INVOICES")
+	require.Equal(t, 2, cli.ExitCode(err), "a usage error: %v", err)
+	require.ErrorContains(t, err, `--nats-streams`)
+	require.ErrorContains(t, err, `stream "INVOICES"`)
+}
