@@ -104,6 +104,16 @@ func (w *world) enqueue(t *testing.T, n int) {
 	}
 }
 
+// startOnly runs outboxd as a process with args alone.
+func (w *world) startOnly(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(w.bin, append([]string{"run",
+		"--database-url", testdb.URL(), "--schema", w.db.Schema, "--http-addr", "", "--log-level", "error"}, args...)...)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	return cmd
+}
+
 // start runs outboxd as a process with short crash-recovery settings, and
 // extra flags.
 func (w *world) start(t *testing.T, extra ...string) *exec.Cmd {
