@@ -189,6 +189,67 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	return providers.Result{Ref: ack.Stream + "/" + strconv.FormatUint(ack.Sequence, 10), Replayed: ack.Duplicate}, nil
 }
 
+// maxScan bounds the messages Lookup reads.
+const maxScan = 100_000
+
+// Lookup implements providers.Reconciler: it reads the messages of the
+// payload's subject stored within the stream's duplicate window (the only
+// ones a re-publish would be deduplicated against), headers only, and
+// returns the one whose Nats-Msg-Id is key. JetStream has no index by
+// message id: the read is bounded (100,000 messages), and says so when it
+// stops short.
+func (p *Provider) Lookup(ctx context.Context, payload json.RawMessage, key string) ([]providers.Found, string, error) {
+	pub, err := natsschema.Parse(payload)
+	if err != nil {
+		return nil, "", err
+	}
+	name, err := p.js.StreamNameBySubject(ctx, pub.Subject)
+	if err != nil {
+		return nil, "", fmt.Errorf("no stream captures %q: %w", pub.Subject, err)
+	}
+	s, err := p.js.Stream(ctx, name)
+	if err != nil {
+		return nil, "", err
+	}
+	window := s.CachedInfo().Config.Duplicates
+	since := time.Now().Add(-window)
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{pub.Subject},
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since, HeadersOnly: true})
+	if err != nil {
+		return nil, "", err
+	}
+	how := fmt.Sprintf("read stream %s's messages on %s stored in its %s duplicate window, for %s: %s", name, pub.Subject, window, jetstream.MsgIDHeader, key)
+	scanned := 0
+	for scanned < maxScan {
+		batch, err := c.Fetch(500, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return nil, how, err
+		}
+		got := 0
+		var pending uint64
+		for msg := range batch.Messages() {
+			got++
+			meta, err := msg.Metadata()
+			if err != nil {
+				return nil, how, err
+			}
+			pending = meta.NumPending
+			if msg.Headers().Get(jetstream.MsgIDHeader) == key {
+				ref := name + "/" + strconv.FormatUint(meta.Sequence.Stream, 10)
+				return []providers.Found{{ID: ref, Object: "message", Status: "stored", Created: meta.Timestamp}}, how, nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, natsgo.ErrTimeout) {
+			return nil, how, err
+		}
+		scanned += got
+		if got == 0 || pending == 0 {
+			return nil, how + fmt.Sprintf(" (%d read, none carries it)", scanned), nil
+		}
+	}
+	return nil, how + fmt.Sprintf(" (stopped after %d messages: not found among them)", scanned), nil
+}
+
 // classify sorts a publish's failure: a message JetStream did not store is
 // retried, one it cannot store is refused, and anything else (a timeout,
 // a connection lost after the publish) is in doubt.

@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -166,4 +167,28 @@ func TestADispatcherRefusesAWindowShorterThanItsRetries(t *testing.T) {
 	_, err = sideeffects.NewDispatcher(db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{p},
 		Retry: sideeffects.RetryPolicy{MaxAttempts: 5, BaseDelay: time.Second, MaxDelay: 10 * time.Second}, JobTimeout: 15 * time.Second})
 	require.NoError(t, err, "5 attempts: at most 15s of delays and 4 calls of 15s fit in 2 minutes")
+}
+
+// TestLookupFindsAPublishByItsKeyWithinTheWindow: an operator asking
+// JetStream whether an effect was stored (the web view's "Ask the
+// provider") gets the message's stream and sequence, or a clear "none".
+func TestLookupFindsAPublishByItsKeyWithinTheWindow(t *testing.T) {
+	t.Parallel()
+	url, _ := startJetStream(t, time.Hour)
+	p := newProvider(t, url)
+	ctx := context.Background()
+	for i := range 1200 {
+		_, err := p.Send(ctx, request(fmt.Sprintf("%064x", i), `{"subject":"orders.paid"}`))
+		require.NoError(t, err)
+	}
+	found, how, err := p.Lookup(ctx, json.RawMessage(`{"subject":"orders.paid"}`), fmt.Sprintf("%064x", 1100))
+	require.NoError(t, err)
+	require.Len(t, found, 1, how)
+	require.Equal(t, "ORDERS/1101", found[0].ID)
+	require.Contains(t, how, "duplicate window")
+
+	found, how, err = p.Lookup(ctx, json.RawMessage(`{"subject":"orders.paid"}`), strings.Repeat("f", 64))
+	require.NoError(t, err)
+	require.Empty(t, found)
+	require.Contains(t, how, "1200 read, none carries it")
 }
