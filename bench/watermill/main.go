@@ -7,6 +7,8 @@
 //
 //	watermill -database-url URL -schema S -mode publish -concurrency 8 -duration 3s
 //	watermill -database-url URL -schema S -mode forward -messages 50000
+//	watermill -database-url URL -schema S -mode forward -messages 50000 -to nats=nats://127.0.0.1:4222
+//	watermill -database-url URL -schema S -mode forward -messages 50000 -to kafka=127.0.0.1:9092
 //
 // It prints one JSON object on stdout: for publish, the order transactions
 // per second and their p50/p99; for forward, the messages forwarded per
@@ -22,11 +24,15 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -54,7 +60,7 @@ type Result struct {
 
 func main() {
 	var (
-		url, schema, mode string
+		url, schema, mode, to string
 		conc, messages    int
 		duration          time.Duration
 	)
@@ -64,6 +70,7 @@ func main() {
 	flag.IntVar(&conc, "concurrency", 1, "publish: concurrent transactions")
 	flag.DurationVar(&duration, "duration", 3*time.Second, "publish: how long to run")
 	flag.IntVar(&messages, "messages", 50000, "forward: messages to burn down")
+	flag.StringVar(&to, "to", "count", "forward: where to: count (a publisher that only counts), nats=URL (JetStream, stream capturing subject orders) or kafka=brokers (topic orders)")
 	flag.Parse()
 	if url == "" || schema == "" {
 		fail(errors.New("-database-url and -schema are required"))
@@ -84,7 +91,11 @@ func main() {
 	case "publish":
 		res, err = publish(ctx, pool, schema, conc, duration)
 	case "forward":
-		res, err = forward(ctx, pool, schema, messages)
+		var out destination
+		if out, err = destinationOf(to, int64(messages)); err == nil {
+			res, err = forward(ctx, pool, schema, messages, out)
+			_ = out.Close()
+		}
 	default:
 		err = fmt.Errorf("-mode %q: want publish or forward", mode)
 	}
@@ -237,9 +248,65 @@ func (c *counter) Publish(_ string, msgs ...*message.Message) error {
 
 func (c *counter) Close() error { return nil }
 
+func (c *counter) Done() <-chan struct{} { return c.done }
+
+func (c *counter) Count() int64 { return c.n.Load() }
+
+// destination is where the forwarder moves the messages, counting them.
+type destination interface {
+	message.Publisher
+	Done() <-chan struct{}
+	Count() int64
+}
+
+// counted publishes through pub, then counts.
+type counted struct {
+	pub message.Publisher
+	counter
+}
+
+func (c *counted) Publish(topic string, msgs ...*message.Message) error {
+	if err := c.pub.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	return c.counter.Publish(topic, msgs...)
+}
+
+func (c *counted) Close() error { return c.pub.Close() }
+
+// destinationOf reads -to: Watermill's own publishers for NATS JetStream
+// (watermill-nats, synchronous publish with the message's UUID as
+// Nats-Msg-Id) and Kafka (watermill-kafka's synchronous sarama producer,
+// acks from all in-sync replicas).
+func destinationOf(to string, want int64) (destination, error) {
+	kind, addr, _ := strings.Cut(to, "=")
+	switch kind {
+	case "count":
+		return &counter{want: want, done: make(chan struct{})}, nil
+	case "nats":
+		pub, err := wmnats.NewPublisher(wmnats.PublisherConfig{URL: addr, Marshaler: &wmnats.NATSMarshaler{},
+			JetStream: wmnats.JetStreamConfig{TrackMsgId: true}}, watermill.NopLogger{})
+		if err != nil {
+			return nil, err
+		}
+		return &counted{pub: pub, counter: counter{want: want, done: make(chan struct{})}}, nil
+	case "kafka":
+		cfg := wmkafka.DefaultSaramaSyncPublisherConfig()
+		cfg.Version = sarama.V2_8_0_0
+		cfg.Producer.RequiredAcks = sarama.WaitForAll
+		pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{Brokers: strings.Split(addr, ","), Marshaler: wmkafka.DefaultMarshaler{},
+			OverwriteSaramaConfig: cfg}, watermill.NopLogger{})
+		if err != nil {
+			return nil, err
+		}
+		return &counted{pub: pub, counter: counter{want: want, done: make(chan struct{})}}, nil
+	}
+	return nil, fmt.Errorf("-to %q: want count, nats=URL or kafka=brokers", to)
+}
+
 // forward writes n messages as the publisher does, then times the
 // forwarder moving them all to a publisher that only counts.
-func forward(ctx context.Context, pool *pgxpool.Pool, schema string, n int) (Result, error) {
+func forward(ctx context.Context, pool *pgxpool.Pool, schema string, n int, out destination) (Result, error) {
 	if err := initialize(ctx, pool, schema); err != nil {
 		return Result{}, fmt.Errorf("create Watermill's table: %w", err)
 	}
@@ -268,7 +335,6 @@ func forward(ctx context.Context, pool *pgxpool.Pool, schema string, n int) (Res
 	if err != nil {
 		return Result{}, err
 	}
-	out := &counter{want: int64(n), done: make(chan struct{})}
 	fwd, err := forwarder.NewForwarder(sub, out, watermill.NopLogger{}, forwarder.Config{ForwarderTopic: forwarderTopic})
 	if err != nil {
 		return Result{}, err
@@ -279,11 +345,11 @@ func forward(ctx context.Context, pool *pgxpool.Pool, schema string, n int) (Res
 	start := time.Now()
 	go func() { errc <- fwd.Run(runCtx) }()
 	select {
-	case <-out.done:
+	case <-out.Done():
 	case err := <-errc:
-		return Result{}, fmt.Errorf("forwarder stopped after %d of %d: %v", out.n.Load(), n, err)
+		return Result{}, fmt.Errorf("forwarder stopped after %d of %d: %v", out.Count(), n, err)
 	case <-time.After(10 * time.Minute):
-		return Result{}, fmt.Errorf("forwarder moved %d of %d in 10 minutes", out.n.Load(), n)
+		return Result{}, fmt.Errorf("forwarder moved %d of %d in 10 minutes", out.Count(), n)
 	}
 	elapsed := time.Since(start)
 	_ = fwd.Close()

@@ -53,6 +53,8 @@ type dispatchResult struct {
 	// reference, over the same row's with the provider-reference index
 	// dropped: what the search by reference costs dispatch.
 	VsNoRefIndex float64 `json:"vs_no_provider_ref_index,omitempty"`
+	// VsNoop is this rate over the no-op provider's in the same phase.
+	VsNoop float64 `json:"vs_noop_provider,omitempty"`
 }
 
 // River's no-op floor with fast settings, as a tuned job queue would run.

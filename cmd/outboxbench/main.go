@@ -43,6 +43,7 @@ type settings struct {
 	WebhookMaxPerHost int           `json:"webhook_max_per_host"`
 	Effects           int           `json:"effects"`
 	WebhookEffects    int           `json:"webhook_effects"`
+	BrokerEffects     int           `json:"broker_effects"`
 	OrderedKeys       int           `json:"ordered_keys"`
 	OrderedPerKey     int           `json:"ordered_per_key"`
 	HotKeyEffects     int           `json:"hot_key_effects"`
@@ -95,6 +96,8 @@ type report struct {
 	// Idempotency is the Idempotency-Key middleware's cost per request.
 	Idempotency []enqueueResult  `json:"idempotency,omitempty"`
 	Dispatch    []dispatchResult `json:"dispatch,omitempty"`
+	// Brokers is the relay to NATS JetStream and Kafka.
+	Brokers []dispatchResult `json:"brokers,omitempty"`
 	Latency     []latencyResult  `json:"latency,omitempty"`
 	Admin       []adminResult    `json:"admin,omitempty"`
 	// Replicas is no-op dispatch with 1, 2 and 3 dispatchers.
@@ -131,6 +134,7 @@ func main() {
 	flag.DurationVar(&s.EnqueueDuration, "enqueue-duration", 3*time.Second, "duration of each enqueue-cost run (4 runs)")
 	flag.IntVar(&s.Effects, "effects", 50000, "effects (and River jobs) burnt down in the dispatch comparison")
 	flag.IntVar(&s.WebhookEffects, "webhook-effects", 20000, "effects burnt down through the webhook provider")
+	flag.IntVar(&s.BrokerEffects, "broker-effects", 20000, "effects relayed to NATS JetStream and to Kafka in the brokers phase (0: skip it)")
 	flag.IntVar(&s.OrderedKeys, "ordered-keys", 1000, "ordering keys in the ordered dispatch row (0: skip the ordered rows)")
 	flag.IntVar(&s.OrderedPerKey, "ordered-per-key", 20, "effects per ordering key in the ordered dispatch row")
 	flag.IntVar(&s.HotKeyEffects, "hot-key-effects", 1000, "effects on one ordering key in the hot-key row")
@@ -158,7 +162,7 @@ func main() {
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
 	flag.BoolVar(&s.IntakeOnly, "intake-only", false, "in the dispatch phase, burn down only -effects effects found in the intake (outbox.JobsByDispatcher), beside River's baselines")
-	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,replicas,latency,history,purge,admin,limits, and watermill (the peer in bench/watermill)")
+	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,brokers,replicas,latency,history,purge,admin,limits, and watermill (the peer in bench/watermill)")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
 		var n int
@@ -287,6 +291,11 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 	if !skip["dispatch"] {
 		if rep.Dispatch, err = bn.dispatchThroughput(ctx, !skip["webhook"]); err != nil {
 			return fmt.Errorf("dispatch: %w", err)
+		}
+	}
+	if !skip["brokers"] && s.BrokerEffects > 0 {
+		if rep.Brokers, err = bn.brokerRelay(ctx); err != nil {
+			return fmt.Errorf("brokers: %w", err)
 		}
 	}
 	if !skip["replicas"] {
@@ -459,6 +468,18 @@ func printReport(out io.Writer, rep report) {
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.N, r.PerSecond, r.Seconds,
 				ratioStr(r.VsRiver, "target >= 0.5"), ratioStr(r.VsRiverSame, ""), wm, unordered, hot)
+		}
+	}
+	if len(rep.Brokers) > 0 {
+		fmt.Fprintln(tw, "\nBROKERS (EVENT PAYLOAD AS BODY)\tN\tPER SECOND\tSECONDS\tVS NO-OP PROVIDER\tVS WATERMILL, SAME BROKER")
+		for _, r := range rep.Brokers {
+			ratio := func(r float64) string {
+				if r == 0 {
+					return ""
+				}
+				return fmt.Sprintf("%.2fx", r)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%s\t%s\n", r.Name, r.N, r.PerSecond, r.Seconds, ratio(r.VsNoop), ratio(r.VsWatermill))
 		}
 	}
 	if len(rep.Replicas) > 0 {

@@ -27,7 +27,7 @@ func TestBenchRuns(t *testing.T) {
 		Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
 		Rates: []int{100}, RateDuration: 500 * time.Millisecond, AdminRows: 5000, Out: out,
 		History: []int{0, 900}, HistoryEffects: 100, PurgeEffects: 300, ReadsSettle: 50 * time.Millisecond,
-		LimitsEffects: 100, NoisyBacklog: 300, NoisyDuration: time.Second,
+		LimitsEffects: 100, NoisyBacklog: 300, NoisyDuration: time.Second, BrokerEffects: 100,
 	})
 	require.NoError(t, err, buf.String())
 	raw, err := os.ReadFile(out)
@@ -47,6 +47,11 @@ func TestBenchRuns(t *testing.T) {
 	for _, i := range []int{5, 12} {
 		require.Contains(t, rep.Enqueue[i].Name, "from SQL")
 		require.Positive(t, rep.Enqueue[i].Txs, "the SQL function enqueued")
+	}
+	require.Len(t, rep.Brokers, 5, "the no-op provider, outboxd to NATS and Kafka, Watermill's forwarder to each")
+	for _, i := range []int{1, 2} {
+		require.Positive(t, rep.Brokers[i].VsNoop, rep.Brokers[i].Name)
+		require.Positive(t, rep.Brokers[i].VsWatermill, rep.Brokers[i].Name)
 	}
 	require.Len(t, rep.LimitCost, 2, "two alternating pairs")
 	require.Positive(t, rep.LimitCost[1].OnVsOff)
