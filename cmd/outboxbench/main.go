@@ -98,8 +98,8 @@ type report struct {
 	Dispatch    []dispatchResult `json:"dispatch,omitempty"`
 	// Brokers is the relay to NATS JetStream and Kafka.
 	Brokers []dispatchResult `json:"brokers,omitempty"`
-	Latency     []latencyResult  `json:"latency,omitempty"`
-	Admin       []adminResult    `json:"admin,omitempty"`
+	Latency []latencyResult  `json:"latency,omitempty"`
+	Admin   []adminResult    `json:"admin,omitempty"`
 	// Replicas is no-op dispatch with 1, 2 and 3 dispatchers.
 	Replicas []replicaResult `json:"replicas,omitempty"`
 	// History is the cost-versus-history phase, one row per size.
