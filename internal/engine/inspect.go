@@ -192,6 +192,26 @@ func (s *Store) Event(ctx context.Context, db DB, id uuid.UUID) (*Event, error) 
 	return &ev, nil
 }
 
+// EventsByID returns the events with the given ids, by id, in one
+// statement; an id with no event is missing from the map.
+func (s *Store) EventsByID(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.UUID]*Event, error) {
+	rows, err := db.Query(ctx, s.sql(sqlEventsOf), ids)
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	out := make(map[uuid.UUID]*Event, len(ids))
+	var ev Event
+	_, err = pgx.ForEachRow(rows, []any{&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &ev.Payload, &ev.CreatedAt}, func() error {
+		e := ev
+		out[e.ID] = &e
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	return out, nil
+}
+
 // Events lists events, newest first, with their effects.
 func (s *Store) Events(ctx context.Context, db DB, f EventFilter) ([]EventEffects, error) {
 	if f.Limit <= 0 {

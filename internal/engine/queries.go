@@ -642,6 +642,11 @@ LIMIT $2`
 SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at
 FROM /*schema*/outbox_events WHERE id = $1`
 
+	// The events of many effects, for providers that publish them.
+	sqlEventsOf = `
+SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at
+FROM /*schema*/outbox_events WHERE id = ANY($1)`
+
 	// Events, newest first, each with its effects' kinds and states. Filters
 	// are NULL when unset; $4 keeps events lacking an effect of that kind.
 	// outbox_events has no secondary index (enqueue pays for none): this

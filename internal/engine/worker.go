@@ -58,6 +58,8 @@ type Worker struct {
 	// concurrent workers into one statement and commit each.
 	claims   *batcher[uuid.UUID, *Effect]
 	confirms *batcher[confirmReq, State]
+	// events groups the reads of the events that brokers publish.
+	events *batcher[uuid.UUID, *Event]
 
 	// limits are the rate limits shared with every replica;
 	// accountLimits the limit key every request of a provider counts
@@ -87,15 +89,18 @@ func (w *Worker) startBatchers() {
 	if w.claims == nil {
 		w.claims = newBatcher(w.claimFirstMany)
 		w.confirms = newBatcher(w.confirmMany)
+		w.events = newBatcher(w.eventsMany)
 	}
 	w.claims.start()
 	w.confirms.start()
+	w.events.start()
 }
 
 func (w *Worker) stopBatchers() {
 	if w.claims != nil {
 		w.claims.stopBatcher()
 		w.confirms.stopBatcher()
+		w.events.stopBatcher()
 	}
 }
 
@@ -127,6 +132,20 @@ func (w *Worker) claimFirstMany(ctx context.Context, ids []uuid.UUID) ([]*Effect
 			out[i] = e
 			delete(claimed, id)
 		}
+	}
+	return out, nil
+}
+
+// eventsMany reads the events of many effects (by their source ids) in
+// one statement; nil for an id with none.
+func (w *Worker) eventsMany(ctx context.Context, ids []uuid.UUID) ([]*Event, error) {
+	byID, err := w.store.EventsByID(ctx, w.pool, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Event, len(ids))
+	for i, id := range ids {
+		out[i] = byID[id]
 	}
 	return out, nil
 }
@@ -275,7 +294,10 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 	// now, and on failure the claim is undone, as no request was made.
 	var event *providers.SourceEvent
 	if ep, ok := p.(providers.EventPublisher); ok && ep.PublishesEvents() {
-		ev, err := w.store.Event(ctx, w.pool, claimed.SourceID)
+		ev, err := w.events.do(ctx, claimed.SourceID)
+		if err == nil && ev == nil {
+			err = fmt.Errorf("event %s of effect %s: %w", claimed.SourceID, id, pgx.ErrNoRows)
+		}
 		if err != nil {
 			if _, uerr := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); uerr != nil {
 				return uerr
