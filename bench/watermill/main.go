@@ -61,8 +61,8 @@ type Result struct {
 func main() {
 	var (
 		url, schema, mode, to string
-		conc, messages    int
-		duration          time.Duration
+		conc, messages        int
+		duration              time.Duration
 	)
 	flag.StringVar(&url, "database-url", "", "Postgres URL")
 	flag.StringVar(&schema, "schema", "", "schema holding bench_orders; Watermill's tables are created there")
