@@ -11,13 +11,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -129,16 +127,11 @@ const IntakeChannel = engine.IntakeChannel
 // Outbox enqueues events and side effects. It is safe for concurrent use.
 type Outbox struct {
 	store      *engine.Store
+	enq        *engine.Enqueuer
 	validators map[string]providers.Validator
 	maxPayload int
-	river      *river.Client[pgx.Tx]
 	observer   Observer
 	tracer     outboxtype.Tracer
-	jobs       JobInsertion
-	notify     bool
-	schema     string
-	// lastNotify is when this process last woke the dispatchers (unix ns).
-	lastNotify atomic.Int64
 }
 
 // New builds an Outbox.
@@ -157,10 +150,6 @@ func New(cfg Config) (*Outbox, error) {
 		store:      engine.NewStore(cfg.Schema),
 		validators: make(map[string]providers.Validator, len(cfg.Providers)),
 		maxPayload: cfg.MaxPayloadBytes,
-		river:      cfg.River,
-		jobs:       cfg.Jobs,
-		notify:     cfg.NotifyDispatchers,
-		schema:     cfg.Schema,
 	}
 	if cfg.Jobs != JobsInTransaction && cfg.Jobs != JobsByDispatcher {
 		return nil, fmt.Errorf("outbox: Config.Jobs: unknown value %d: use JobsInTransaction or JobsByDispatcher", cfg.Jobs)
@@ -170,18 +159,22 @@ func New(cfg Config) (*Outbox, error) {
 	}
 	o.observer = cfg.Observer
 	o.tracer = cfg.Tracer
-	if o.river == nil {
+	rc := cfg.River
+	if rc == nil && cfg.Jobs == JobsInTransaction {
 		// River notifies waiting workers of inserts at most once per
 		// FetchCooldown per queue; 1ms keeps commit-to-fire latency low
 		// (measured: p99 7.8ms at 200/s, 10ms with 5ms) at the cost of at
 		// most 1,000 notifications a second per queue and application
 		// process.
-		rc, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: cfg.Schema, FetchCooldown: time.Millisecond})
-		if err != nil {
+		var err error
+		if rc, err = river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: cfg.Schema, FetchCooldown: time.Millisecond}); err != nil {
 			return nil, fmt.Errorf("outbox: river client: %w", err)
 		}
-		o.river = rc
 	}
+	if cfg.Jobs == JobsByDispatcher {
+		rc = nil // the effects go to the intake
+	}
+	o.enq = engine.NewEnqueuer(cfg.Schema, rc, cfg.NotifyDispatchers)
 	return o, nil
 }
 
@@ -379,183 +372,18 @@ func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Eff
 		return nil, err
 	}
 	newEvent.Traceparent = traceparent
-	if err := o.lockOrderingKeys(ctx, tx, newEffects); err != nil {
-		return nil, err
+	done, err := o.enq.Enqueue(ctx, tx, newEvent, newEffects)
+	if conflict, ok := errors.AsType[*engine.EnqueueConflict](err); ok {
+		return nil, &ConflictError{EventID: ev.ID, Kind: conflict.Kind, IDHeld: conflict.IDHeld}
 	}
-	res := &Result{EventID: ev.ID, Effects: make([]EffectResult, len(effects))}
-	for i, e := range effects {
-		res.Effects[i] = EffectResult{
-			ID:        engine.EffectID(ev.ID, e.Kind),
-			Kind:      e.Kind,
-			Key:       engine.Key(ev.ID, e.Kind),
-			Duplicate: true,
-		}
-	}
-	if len(effects) > 0 {
-		// The common case, a new event: event and effects in one statement.
-		inserted, err := o.store.InsertEventWithEffects(ctx, tx, newEvent, newEffects, o.jobs == JobsByDispatcher)
-		if err != nil {
-			if kind, ok := heldID(err, res.Effects); ok {
-				return nil, &ConflictError{EventID: ev.ID, Kind: kind, IDHeld: true}
-			}
-			return nil, fmt.Errorf("outbox: %w", err)
-		}
-		if inserted {
-			all := make(map[uuid.UUID]bool, len(effects))
-			for _, e := range res.Effects {
-				all[e.ID] = true
-			}
-			return res, o.insertJobs(ctx, tx, ev.ID, newEffects, all, res)
-		}
-	}
-	inserted, same, err := o.store.InsertEvent(ctx, tx, newEvent)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
-	if !inserted && !same {
-		return nil, &ConflictError{EventID: ev.ID}
-	}
-	res.EventExisted = !inserted
-	if len(effects) == 0 {
-		return res, nil
-	}
-
-	// A replayed event: compare before writing so a conflict writes nothing,
-	// inside a savepoint so a conflict found mid-way leaves tx as it was.
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: savepoint: %w", err)
-	}
-	defer sp.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	existing, err := o.store.CompareEffects(ctx, sp, ev.ID, newEffects)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: %w", err)
-	}
-	var missing []engine.NewEffect
-	for i, x := range existing {
-		if x.Exists && !x.Same {
-			return nil, &ConflictError{EventID: ev.ID, Kind: x.Kind}
-		}
-		if x.Exists {
-			// An effect enqueued before ids were derived from keys keeps
-			// its own id.
-			res.Effects[i].ID = x.ID
-		} else {
-			missing = append(missing, newEffects[i])
-		}
-	}
-	if err := o.insertEffects(ctx, sp, ev.ID, missing, res); err != nil {
-		return nil, err
-	}
-	if err := sp.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("outbox: release savepoint: %w", err)
+	res := &Result{EventID: ev.ID, EventExisted: done.EventExisted, Effects: make([]EffectResult, len(done.Effects))}
+	for i, e := range done.Effects {
+		res.Effects[i] = EffectResult(e)
 	}
 	return res, nil
-}
-
-// lockOrderingKeys takes the locks of the call's ordering keys in one
-// order when it has several, so that two calls naming the same keys in
-// different orders cannot deadlock. (The insert takes each key's lock
-// itself; with one key there is nothing to order.)
-func (o *Outbox) lockOrderingKeys(ctx context.Context, tx pgx.Tx, effects []engine.NewEffect) error {
-	var keys []string
-	for _, e := range effects {
-		if e.OrderingKey != "" && !slices.Contains(keys, e.OrderingKey) {
-			keys = append(keys, e.OrderingKey)
-		}
-	}
-	if len(keys) < 2 {
-		return nil
-	}
-	if err := o.store.LockOrderingKeys(ctx, tx, keys); err != nil {
-		return fmt.Errorf("outbox: %w", err)
-	}
-	return nil
-}
-
-// insertEffects inserts effects of event id and a dispatch job for each one
-// actually inserted, marking those in res as not duplicate.
-func (o *Outbox) insertEffects(ctx context.Context, tx pgx.Tx, id uuid.UUID, effects []engine.NewEffect, res *Result) error {
-	if len(effects) == 0 {
-		return nil
-	}
-	inserted, err := o.store.InsertEffects(ctx, tx, id, effects, o.jobs == JobsByDispatcher)
-	if err != nil {
-		return fmt.Errorf("outbox: %w", err)
-	}
-	if len(inserted) < len(effects) {
-		// Another transaction added some of these effects after our
-		// comparison; compare again so a difference is still a conflict.
-		existing, err := o.store.CompareEffects(ctx, tx, id, effects)
-		if err != nil {
-			return fmt.Errorf("outbox: %w", err)
-		}
-		for i, x := range existing {
-			if !inserted[engine.EffectID(id, effects[i].Kind)] && !x.Same {
-				return &ConflictError{EventID: id, Kind: x.Kind}
-			}
-		}
-	}
-	return o.insertJobs(ctx, tx, id, effects, inserted, res)
-}
-
-// heldID reports the kind of the effect whose id err (from inserting
-// effects) says another row already holds: a row of another event, since a
-// new event has none of its own.
-func heldID(err error, effects []EffectResult) (string, bool) {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "side_effects_pkey" {
-		return "", false
-	}
-	for _, e := range effects {
-		if strings.Contains(pgErr.Detail, e.ID.String()) {
-			return e.Kind, true
-		}
-	}
-	return "", true
-}
-
-// insertJobs inserts a dispatch job for each effect in inserted and marks it
-// not duplicate in res.
-func (o *Outbox) insertJobs(ctx context.Context, tx pgx.Tx, id uuid.UUID, effects []engine.NewEffect, inserted map[uuid.UUID]bool, res *Result) error {
-	params := make([]river.InsertManyParams, 0, len(inserted))
-	for i := range res.Effects {
-		if inserted[res.Effects[i].ID] {
-			res.Effects[i].Duplicate = false
-		}
-	}
-	if o.jobs == JobsByDispatcher {
-		// The effects are in the intake already; wake the dispatchers
-		// if asked to, at most every millisecond from this process (a
-		// notification is delivered on commit; the dispatchers poll).
-		if len(inserted) == 0 || !o.notify {
-			return nil
-		}
-		now := time.Now().UnixNano()
-		if last := o.lastNotify.Load(); now-last < int64(time.Millisecond) || !o.lastNotify.CompareAndSwap(last, now) {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", engine.IntakeChannel, o.schema); err != nil {
-			return fmt.Errorf("outbox: wake dispatchers: %w", err)
-		}
-		return nil
-	}
-	for _, e := range effects {
-		// An effect with an ordering key gets its job from a dispatcher
-		// when it is first in its chain.
-		// An effect with a tenant gets its job from a dispatcher when
-		// its tenant's turn comes (fair shares).
-		if eid := engine.EffectID(id, e.Kind); inserted[eid] && e.OrderingKey == "" && !e.Queued() {
-			params = append(params, engine.JobParams(eid, e.Provider, e.NotBefore))
-		}
-	}
-	if len(params) == 0 {
-		return nil
-	}
-	if _, err := o.river.InsertManyTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("outbox: insert dispatch jobs: %w", err)
-	}
-	return nil
 }
 
 // validate checks everything it can before the first write.

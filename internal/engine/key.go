@@ -27,6 +27,12 @@ func EffectID(eventID uuid.UUID, kind string) uuid.UUID {
 	return idOf(sum[:16])
 }
 
+// EffectIDAndKey returns EffectID and Key from one hash.
+func EffectIDAndKey(eventID uuid.UUID, kind string) (uuid.UUID, string) {
+	sum := sha256.Sum256([]byte(eventID.String() + ":" + kind))
+	return idOf(sum[:16]), hex.EncodeToString(sum[:])
+}
+
 // KeyEffectID returns the id of the effect whose idempotency key is key, or
 // false when key is not a key (64 lowercase hex digits). Effects written
 // before ids were derived from keys, or by hand with another id, have other

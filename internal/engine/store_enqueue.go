@@ -60,6 +60,11 @@ func (s *Store) InsertEvent(ctx context.Context, db DB, ev NewEvent) (inserted, 
 
 // NewEffect is a side_effects row to insert.
 type NewEffect struct {
+	// ID and Key are the effect's row id and idempotency key, derived from
+	// its event and kind (EffectIDAndKey): by Enqueuer.Enqueue when left
+	// empty.
+	ID       uuid.UUID
+	Key      string
 	Kind     string
 	Provider string
 	Payload  json.RawMessage
@@ -103,7 +108,11 @@ func columnsOf(sourceID uuid.UUID, effects []NewEffect) effectArrays {
 		tenants:   make([]*string, len(effects)),
 	}
 	for i, e := range effects {
-		c.ids[i], c.kinds[i], c.providers[i], c.payloads[i], c.notBefore[i] = EffectID(sourceID, e.Kind), e.Kind, e.Provider, e.Payload, e.NotBefore
+		id := e.ID
+		if id == uuid.Nil {
+			id = EffectID(sourceID, e.Kind)
+		}
+		c.ids[i], c.kinds[i], c.providers[i], c.payloads[i], c.notBefore[i] = id, e.Kind, e.Provider, e.Payload, e.NotBefore
 		if e.OrderingKey != "" {
 			c.okeys[i], c.oskip[i] = &e.OrderingKey, e.SkipFailed
 		}
