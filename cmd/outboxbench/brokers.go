@@ -9,11 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/twmb/franz-go/pkg/kfake"
-
+	"github.com/outboxd/outboxd/internal/testbrokers"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/kafka"
 	"github.com/outboxd/outboxd/providers/nats"
@@ -59,33 +55,12 @@ func (b *bench) brokerRelay(ctx context.Context) ([]dispatchResult, error) {
 	}
 	out := []dispatchResult{base}
 
-	dir, err := os.MkdirTemp("", "outboxbench-nats")
+	broker, err := testbrokers.StartJetStream(ctx, 6*time.Hour)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true})
-	if err != nil {
-		return nil, err
-	}
-	go srv.Start()
-	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		return nil, fmt.Errorf("nats-server did not start")
-	}
-	nc, err := natsgo.Connect(srv.ClientURL())
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders", "orders.>"}, Duplicates: 6 * time.Hour}); err != nil {
-		return nil, err
-	}
-	np, err := nats.New(ctx, nats.Config{URL: srv.ClientURL(), Streams: []string{"ORDERS"}})
+	defer broker.Close()
+	np, err := nats.New(ctx, nats.Config{URL: broker.URL, Streams: []string{testbrokers.Stream}})
 	if err != nil {
 		return nil, err
 	}
@@ -99,12 +74,11 @@ func (b *bench) brokerRelay(ctx context.Context) ([]dispatchResult, error) {
 	natsRow := len(out)
 	out = append(out, r)
 
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
+	cluster, brokers, err := testbrokers.StartKafka(3)
 	if err != nil {
 		return nil, err
 	}
 	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
 	kp, err := kafka.New(ctx, kafka.Config{Brokers: brokers})
 	if err != nil {
 		return nil, err
@@ -124,7 +98,7 @@ func (b *bench) brokerRelay(ctx context.Context) ([]dispatchResult, error) {
 			row      int
 			name, to string
 		}{
-			{natsRow, "Watermill SQL forwarder → NATS JetStream (watermill-nats)", "nats=" + srv.ClientURL()},
+			{natsRow, "Watermill SQL forwarder → NATS JetStream (watermill-nats)", "nats=" + broker.URL},
 			{kafkaRow, "Watermill SQL forwarder → Kafka (watermill-kafka, sarama)", "kafka=" + strings.Join(brokers, ",")},
 		} {
 			fmt.Fprintf(os.Stderr, "  %s: %d ...\n", peer.name, n)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"net/url"
-	"strings"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -148,23 +146,11 @@ func (b *brokerConfig) settings(s map[string]any, provs []providers.Provider) {
 	for _, p := range provs {
 		switch p := p.(type) {
 		case *nats.Provider:
-			s[p.Name()] = map[string]any{"url": redactURLs(b.NATSURL), "streams": b.NATSStreams, "timeout": b.NATSTimeout.String(),
+			s[p.Name()] = map[string]any{"url": p.URL(), "streams": b.NATSStreams, "timeout": b.NATSTimeout.String(),
 				"key_window": p.Guarantees().KeyWindow.String()}
 		case *kafka.Provider:
 			s[p.Name()] = map[string]any{"brokers": b.KafkaBrokers, "timeout": b.KafkaTimeout.String(), "tls": b.KafkaTLS,
 				"sasl_mechanism": b.KafkaSASLMechanism}
 		}
 	}
-}
-
-// redactURLs hides the passwords and tokens in comma-separated URLs.
-func redactURLs(s string) string {
-	parts := strings.Split(s, ",")
-	for i, raw := range parts {
-		if u, err := url.Parse(strings.TrimSpace(raw)); err == nil && u.User != nil {
-			u.User = url.User("redacted")
-			parts[i] = u.String()
-		}
-	}
-	return strings.Join(parts, ",")
 }

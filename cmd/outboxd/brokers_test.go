@@ -8,14 +8,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats-server/v2/server"
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/testbrokers"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers/kafka/kafkaschema"
@@ -26,19 +23,10 @@ import (
 // with stream ORDERS on orders.> keeping message ids for window.
 func startJetStream(t *testing.T, window time.Duration) string {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	j, err := testbrokers.StartJetStream(context.Background(), window)
 	require.NoError(t, err)
-	go s.Start()
-	t.Cleanup(s.Shutdown)
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	nc, err := natsgo.Connect(s.ClientURL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: window})
-	require.NoError(t, err)
-	return s.ClientURL()
+	t.Cleanup(j.Close)
+	return j.URL
 }
 
 func TestRunRelaysEventsToJetStreamAndKafka(t *testing.T) {
@@ -46,7 +34,7 @@ func TestRunRelaysEventsToJetStreamAndKafka(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	natsURL := startJetStream(t, 6*time.Hour)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	cluster, brokers, err := testbrokers.StartKafka(1)
 	require.NoError(t, err)
 	t.Cleanup(cluster.Close)
 
@@ -84,7 +72,7 @@ func TestRunRelaysEventsToJetStreamAndKafka(t *testing.T) {
 		cmd.SetOut(&logs)
 		cmd.SetErr(&logs)
 		cmd.SetArgs([]string{"run", "--database-url", testdb.URL(), "--schema", db.Schema, "--http-addr", "",
-			"--nats-url", natsURL, "--nats-streams", "ORDERS", "--kafka-brokers", strings.Join(cluster.ListenAddrs(), ",")})
+			"--nats-url", natsURL, "--nats-streams", "ORDERS", "--kafka-brokers", strings.Join(brokers, ",")})
 		done <- cmd.ExecuteContext(runCtx)
 	}()
 	defer func() {

@@ -12,14 +12,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats-server/v2/server"
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/inbox"
+	"github.com/outboxd/outboxd/internal/testbrokers"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers/kafka/kafkaschema"
 	"github.com/outboxd/outboxd/providers/nats/natsschema"
@@ -36,22 +33,13 @@ func TestChaosBrokers(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	broker, err := testbrokers.StartJetStream(ctx, time.Hour)
 	require.NoError(t, err)
-	go srv.Start()
-	t.Cleanup(srv.Shutdown)
-	require.True(t, srv.ReadyForConnections(10*time.Second))
-	nc, err := natsgo.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: time.Hour})
-	require.NoError(t, err)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
+	t.Cleanup(broker.Close)
+	stream := broker.Stream
+	cluster, brokers, err := testbrokers.StartKafka(3)
 	require.NoError(t, err)
 	t.Cleanup(cluster.Close)
-	brokers := cluster.ListenAddrs()
 
 	const n = 1000
 	ob, err := outbox.New(outbox.Config{Schema: w.db.Schema})
@@ -78,7 +66,7 @@ func TestChaosBrokers(t *testing.T) {
 	}
 
 	start := func() func() {
-		cmd := w.startOnly(t, "--nats-url", srv.ClientURL(), "--nats-streams", "ORDERS", "--kafka-brokers", strings.Join(brokers, ","),
+		cmd := w.startOnly(t, "--nats-url", broker.URL, "--nats-streams", "ORDERS", "--kafka-brokers", strings.Join(brokers, ","),
 			"--job-timeout", "5s", "--rescue-after", "8s", "--retry-base-delay", "100ms", "--retry-max-delay", "2s",
 			"--nats-timeout", "2s", "--kafka-timeout", "2s", "--concurrency", "nats=10,kafka=10", "--shutdown-timeout", "5s")
 		return func() { _ = cmd.Process.Signal(syscall.SIGKILL); _ = cmd.Wait() }

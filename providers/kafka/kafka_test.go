@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxd/outboxd/internal/testbrokers"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/kafka"
 	"github.com/outboxd/outboxd/providers/kafka/kafkaschema"
@@ -20,10 +20,10 @@ import (
 // topic orders in three partitions.
 func startKafka(t *testing.T) []string {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
+	c, brokers, err := testbrokers.StartKafka(3)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return brokers
 }
 
 func newProvider(t *testing.T, brokers []string, opts ...kgo.Opt) *kafka.Provider {

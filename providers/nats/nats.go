@@ -128,6 +128,9 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	return p, nil
 }
 
+// URL is the server URL(s) of the configuration, user information hidden.
+func (p *Provider) URL() string { return redacted(p.cfg.URL) }
+
 // Close drains and closes the connection.
 func (p *Provider) Close() error { return p.nc.Drain() }
 

@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/testbrokers"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/nats"
@@ -21,23 +20,18 @@ import (
 )
 
 // startJetStream runs a real NATS server with JetStream in the test's
-// process and creates stream ORDERS on orders.> with the given duplicate
-// window.
+// process, with stream ORDERS on orders.> (max message 4 KiB) keeping
+// message ids for window.
 func startJetStream(t *testing.T, window time.Duration) (string, jetstream.JetStream) {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	j, err := testbrokers.StartJetStream(context.Background(), window)
 	require.NoError(t, err)
-	go s.Start()
-	t.Cleanup(s.Shutdown)
-	require.True(t, s.ReadyForConnections(10*time.Second), "the NATS server did not start")
-	nc, err := natsgo.Connect(s.ClientURL())
+	t.Cleanup(j.Close)
+	cfg := j.Stream.CachedInfo().Config
+	cfg.MaxMsgSize = 4096
+	_, err = j.JS.UpdateStream(context.Background(), cfg)
 	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: window, MaxMsgSize: 4096})
-	require.NoError(t, err)
-	return s.ClientURL(), js
+	return j.URL, j.JS
 }
 
 func newProvider(t *testing.T, url string) *nats.Provider {
