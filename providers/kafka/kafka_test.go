@@ -3,17 +3,23 @@ package kafka_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/internal/testbrokers"
+	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/kafka"
 	"github.com/outboxd/outboxd/providers/kafka/kafkaschema"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // startKafka runs an in-process Kafka cluster (franz-go's kfake) with
@@ -146,4 +152,42 @@ func TestThePayloadNamesTheFieldAtFault(t *testing.T) {
 		require.ErrorContains(t, err, want, payload)
 	}
 	require.NoError(t, kafkaschema.Schema{}.ValidatePayload("kafka.x", json.RawMessage(`{"topic":"orders","key":"k","value":{"a":1}}`)))
+}
+
+// TestAnAggregatesEventsReachItsPartitionInCommitOrder: events of one
+// aggregate, enqueued in one order with the aggregate as ordering key and
+// dispatched by many workers at once, are produced one after the other:
+// a consumer of the partition reads them in the order they committed.
+// (Without the ordering key, concurrent workers produce them out of
+// order.)
+func TestAnAggregatesEventsReachItsPartitionInCommitOrder(t *testing.T) {
+	t.Parallel()
+	brokers := startKafka(t)
+	db := testdb.New(t)
+	ctx := context.Background()
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	const n = 30
+	for i := range n {
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("order-steps", "o_42", strconv.Itoa(i)), Type: "order.step",
+				AggregateType: "order", AggregateID: "o_42", OrderingKey: "order:o_42", Payload: []byte(fmt.Sprintf(`{"step": %d}`, i))},
+				outbox.EffectOf("kafka.order_step", kafkaschema.Record{Topic: "orders"}))
+			return err
+		})
+		require.NoError(t, err)
+	}
+	p := newProvider(t, brokers)
+	d, err := sideeffects.NewDispatcher(db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{p}, Concurrency: map[string]int{kafka.Name: 20}})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(ctx))
+	defer d.Stop(ctx)
+
+	recs := consume(t, brokers, "orders", n)
+	require.Len(t, recs, n, "no copies without a crash")
+	for i, r := range recs {
+		require.Equal(t, "o_42", string(r.Key))
+		require.Equal(t, recs[0].Partition, r.Partition, "one aggregate, one partition")
+		require.JSONEq(t, fmt.Sprintf(`{"step": %d}`, i), string(r.Value), "record %d is out of commit order", i)
+	}
 }
