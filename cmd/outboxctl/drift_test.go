@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
 
@@ -47,7 +47,7 @@ func TestShowAndDriftReportProviderEvents(t *testing.T) {
 	out, err = b.run(t, "", "show", cancelled.ID.String())
 	require.NoError(t, err, out)
 	require.Contains(t, out, "Drift found in provider events (1):")
-	out, err = b.run(t, "", "drift", "--reason", engine.DriftTwoObjects)
+	out, err = b.run(t, "", "drift", "--reason", outboxtype.DriftTwoObjects)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "no unacknowledged drift in the last 168h")
 	_, err = b.run(t, "", "drift", "--since", "yesterday")

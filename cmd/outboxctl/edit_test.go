@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // TestEditCorrectsAPayloadNoProviderSaw: outboxctl edit replaces the
@@ -25,7 +25,7 @@ func TestEditCorrectsAPayloadNoProviderSaw(t *testing.T) {
 	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET total_attempts = 1,
 		last_error = 'refused before sending (no request made): payload.url: scheme "ftp" not allowed' WHERE id = $1`, b.ids["failed"])
 	require.NoError(t, err)
-	require.NoError(t, b.store.RecordAttempt(ctx, b.db.Pool, engine.Attempt{EffectID: b.ids["failed"], Attempt: 1, StartedAt: time.Now(),
+	require.NoError(t, b.store.RecordAttempt(ctx, b.db.Pool, outboxtype.Attempt{EffectID: b.ids["failed"], Attempt: 1, StartedAt: time.Now(),
 		Outcome: "refused", Error: `refused before sending (no request made): payload.url: scheme "ftp" not allowed`}))
 	fixed := `{"url": "https://hooks.example.com/fixed", "body": {"n": 4}}`
 
@@ -53,26 +53,26 @@ func TestEditCorrectsAPayloadNoProviderSaw(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, `url: "https://hooks.example.com/o" -> "https://hooks.example.com/fixed"`)
 	require.Contains(t, out, "dry run: "+id+" would move failed -> pending")
-	require.Equal(t, engine.StateFailed, b.effect(t, "failed").State)
+	require.Equal(t, outboxtype.StateFailed, b.effect(t, "failed").State)
 
 	key := b.effect(t, "failed").IdempotencyKey
 	out, err = b.run(t, "", "edit", id, "--payload", fixed, "--reason", "scheme typo in the backfill; fixed there too")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "edited "+id+": failed -> pending with this payload and key "+key)
 	e := b.effect(t, "failed")
-	require.Equal(t, engine.StatePending, e.State)
+	require.Equal(t, outboxtype.StatePending, e.State)
 	require.JSONEq(t, fixed, string(e.Payload))
 	audit, err := b.store.Audit(ctx, b.db.Pool, e.ID)
 	require.NoError(t, err)
 	last := audit[len(audit)-1]
-	require.Equal(t, engine.ActionEditPayload, last.Action)
+	require.Equal(t, outboxtype.ActionEditPayload, last.Action)
 	require.Contains(t, string(last.Details), `"payload_after": {"url": "https://hooks.example.com/fixed"`)
 
 	// The receiver answered 410: it saw the request.
 	other := b.ids["failed_old_window"].String()
 	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET total_attempts = 1 WHERE id = $1`, b.ids["failed_old_window"])
 	require.NoError(t, err)
-	require.NoError(t, b.store.RecordAttempt(ctx, b.db.Pool, engine.Attempt{EffectID: b.ids["failed_old_window"], Attempt: 1, StartedAt: time.Now(),
+	require.NoError(t, b.store.RecordAttempt(ctx, b.db.Pool, outboxtype.Attempt{EffectID: b.ids["failed_old_window"], Attempt: 1, StartedAt: time.Now(),
 		Outcome: "permanent", Error: "permanent: HTTP 410 (endpoint gone)", Host: "hooks.example.com"}))
 	_, err = b.run(t, "", "edit", other, "--payload", fixed, "--reason", "r")
 	require.ErrorContains(t, err, "attempt 1 reached webhook (permanent: permanent: HTTP 410 (endpoint gone))")

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 type testBundle struct {
@@ -96,7 +97,7 @@ func (b *testBundle) run(t *testing.T, stdin string, args ...string) (string, er
 	return out.String(), err
 }
 
-func (b *testBundle) effect(t *testing.T, name string) *engine.Effect {
+func (b *testBundle) effect(t *testing.T, name string) *outboxtype.Effect {
 	t.Helper()
 	e, err := b.store.Get(context.Background(), b.db.Pool, b.ids[name])
 	require.NoError(t, err)
@@ -124,22 +125,22 @@ func TestList(t *testing.T) {
 
 	out, err = b.run(t, "", "list", "--state", "failed", "--json")
 	require.NoError(t, err)
-	var failed []engine.Effect
+	var failed []outboxtype.Effect
 	require.NoError(t, json.Unmarshal([]byte(out), &failed))
 	require.Len(t, failed, 2)
 	for _, e := range failed {
-		require.Equal(t, engine.StateFailed, e.State)
+		require.Equal(t, outboxtype.StateFailed, e.State)
 	}
 
 	out, err = b.run(t, "", "list", "--provider", "sendgrid", "--json")
 	require.NoError(t, err)
-	var mails []engine.Effect
+	var mails []outboxtype.Effect
 	require.NoError(t, json.Unmarshal([]byte(out), &mails))
 	require.Len(t, mails, 2)
 
 	out, err = b.run(t, "", "list", "--kind", "email.receipt", "--older-than", "720h", "--json")
 	require.NoError(t, err)
-	var old []engine.Effect
+	var old []outboxtype.Effect
 	require.NoError(t, json.Unmarshal([]byte(out), &old))
 	require.Len(t, old, 1)
 	require.Equal(t, b.ids["confirmed_old"], old[0].ID)
@@ -154,7 +155,7 @@ func TestList(t *testing.T) {
 		}
 		out, err := b.run(t, "", args...)
 		require.NoError(t, err)
-		var es []engine.Effect
+		var es []outboxtype.Effect
 		require.NoError(t, json.Unmarshal([]byte(out), &es))
 		for i, e := range es {
 			require.False(t, seen[e.ID], "effect %s on two pages", e.ID)
@@ -291,7 +292,7 @@ func TestConfirmSeveralWebhooksOfOneHangingPartner(t *testing.T) {
 	require.Equal(t, 3, strings.Count(out, "would change (dry run)"), out)
 	for _, n := range []string{"retrying", "fired_stale", "failed"} {
 		require.Contains(t, out, b.ids[n].String())
-		require.NotEqual(t, engine.StateConfirmed, b.effect(t, n).State, "a dry run changes nothing")
+		require.NotEqual(t, outboxtype.StateConfirmed, b.effect(t, n).State, "a dry run changes nothing")
 	}
 
 	_, err = b.run(t, "", "confirm", "--kind", "webhook.partner_acme", "--reason", "in acme's log")
@@ -300,7 +301,7 @@ func TestConfirmSeveralWebhooksOfOneHangingPartner(t *testing.T) {
 	require.NoError(t, err, out)
 	for _, n := range []string{"retrying", "fired_stale", "failed"} {
 		e := b.effect(t, n)
-		require.Equal(t, engine.StateConfirmed, e.State, n)
+		require.Equal(t, outboxtype.StateConfirmed, e.State, n)
 		require.Equal(t, "webhook-id "+e.IdempotencyKey, *e.ProviderRef, n)
 	}
 }
@@ -376,7 +377,7 @@ func TestAcknowledgeTakesAFailedEffectOutOfStuck(t *testing.T) {
 	out, err := b.run(t, "", "acknowledge", id, "--reason", "endpoint retired by the customer")
 	require.NoError(t, err, out)
 	e := b.effect(t, "failed")
-	require.Equal(t, engine.StateFailed, e.State, "still failed: nothing pretends it was done")
+	require.Equal(t, outboxtype.StateFailed, e.State, "still failed: nothing pretends it was done")
 	require.NotNil(t, e.AcknowledgedAt)
 
 	out, err = b.run(t, "", "stuck", "--json")
@@ -410,13 +411,13 @@ func TestEventsShowWhatEachEventProduced(t *testing.T) {
 
 	out, err := b.run(t, "", "events", "--aggregate", "order:failed", "--json")
 	require.NoError(t, err)
-	var evs []engine.EventEffects
+	var evs []outboxtype.EventEffects
 	require.NoError(t, json.Unmarshal([]byte(out), &evs))
 	require.Len(t, evs, 1)
 	require.Equal(t, eventID, evs[0].ID)
 	require.Len(t, evs[0].Effects, 1)
 	require.Equal(t, "webhook.order_paid", evs[0].Effects[0].Kind)
-	require.Equal(t, engine.StateFailed, evs[0].Effects[0].State)
+	require.Equal(t, outboxtype.StateFailed, evs[0].Effects[0].State)
 
 	// Events lacking an expected effect: every order without a receipt.
 	out, err = b.run(t, "", "events", "--type", "order.paid", "--missing-kind", "email.receipt", "--json")
@@ -444,7 +445,7 @@ func TestDispatchersShowsWhoDispatchedWithWhat(t *testing.T) {
 	out, err := b.run(t, "", "dispatchers", "--json")
 	require.NoError(t, err)
 	var ds []struct {
-		engine.DispatcherRecord
+		outboxtype.DispatcherRecord
 		State       string `json:"state"`
 		RunningJobs int    `json:"running_jobs"`
 	}
@@ -510,7 +511,7 @@ func TestRequeueGivesJoblessEffectsAJob(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Equal(t, 1, b.jobCount(t, "pending_nojob"))
 	e := b.effect(t, "pending_nojob")
-	require.Equal(t, engine.StatePending, e.State, "the state does not change")
+	require.Equal(t, outboxtype.StatePending, e.State, "the state does not change")
 
 	out, err = b.run(t, "", "requeue", id, "--reason", "again")
 	require.Equal(t, 1, cli.ExitCode(err))
@@ -550,7 +551,7 @@ func TestRetry(t *testing.T) {
 		require.NoError(t, err, out)
 		require.Contains(t, out, "done")
 		after := b.effect(t, "failed")
-		require.Equal(t, engine.StatePending, after.State)
+		require.Equal(t, outboxtype.StatePending, after.State)
 		require.Equal(t, before.IdempotencyKey, after.IdempotencyKey)
 		require.Zero(t, after.Attempts, "a fresh round of attempts")
 		require.Equal(t, jobs+1, b.jobCount(t, "failed"))
@@ -572,7 +573,7 @@ func TestRetry(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, strings.Count(out, "would change (dry run)"))
 		require.Contains(t, out, "skipped: key window closed", "the dry run shows what a retry would refuse")
-		require.Equal(t, engine.StateFailed, b.effect(t, "failed").State)
+		require.Equal(t, outboxtype.StateFailed, b.effect(t, "failed").State)
 		require.Equal(t, 1, b.jobCount(t, "failed"))
 	})
 
@@ -581,12 +582,12 @@ func TestRetry(t *testing.T) {
 		b := setup(t)
 		_, err := b.run(t, "", "retry", "--state", "failed", "--reason", "r")
 		require.Equal(t, 2, cli.ExitCode(err), "no answer: %v", err)
-		require.Equal(t, engine.StateFailed, b.effect(t, "failed").State)
+		require.Equal(t, outboxtype.StateFailed, b.effect(t, "failed").State)
 
 		out, err := b.run(t, "yes\n", "retry", "--state", "failed", "--reason", "r")
 		require.NoError(t, err, out)
-		require.Equal(t, engine.StatePending, b.effect(t, "failed").State)
-		require.Equal(t, engine.StateFailed, b.effect(t, "failed_old_window").State, "past its key window: needs --force")
+		require.Equal(t, outboxtype.StatePending, b.effect(t, "failed").State)
+		require.Equal(t, outboxtype.StateFailed, b.effect(t, "failed_old_window").State, "past its key window: needs --force")
 	})
 
 	t.Run("near or past the key window needs --force and starts a new window", func(t *testing.T) {
@@ -599,12 +600,12 @@ func TestRetry(t *testing.T) {
 		require.Contains(t, out, "key window closed")
 		require.Contains(t, out, before.IdempotencyKey, "names the key to look up at the provider")
 		require.Contains(t, out, "`outboxctl retry "+id+" --force`", "names the flag that overrides the refusal")
-		require.Equal(t, engine.StateFailed, b.effect(t, "failed_old_window").State)
+		require.Equal(t, outboxtype.StateFailed, b.effect(t, "failed_old_window").State)
 		require.Equal(t, before.KeyWindowFrom, b.effect(t, "failed_old_window").KeyWindowFrom, "a refused retry changes nothing")
 
 		out, err = b.run(t, "", "retry", id, "--reason", "checked at provider: never arrived", "--force", "--json")
 		require.NoError(t, err)
-		var chs []engine.Change
+		var chs []outboxtype.Change
 		require.NoError(t, json.Unmarshal([]byte(out), &chs))
 		require.True(t, chs[0].Applied)
 		require.True(t, chs[0].RestartsKeyWindow)
@@ -623,7 +624,7 @@ func TestRetry(t *testing.T) {
 		_, err = b.run(t, "", "retry", before.ID.String(), "--reason", "endpoint restored")
 		require.NoError(t, err)
 		after := b.effect(t, "failed")
-		require.Equal(t, engine.StatePending, after.State)
+		require.Equal(t, outboxtype.StatePending, after.State)
 		require.Equal(t, before.KeyWindowFrom, after.KeyWindowFrom, "the key window runs from the first request")
 		require.Zero(t, after.Attempts, "a fresh round of attempts")
 		require.Equal(t, 20, after.TotalAttempts)
@@ -644,13 +645,13 @@ func TestRetry(t *testing.T) {
 			out, err := b.run(t, "", append([]string{"retry", id, "--reason", "r"}, extra...)...)
 			require.Equal(t, 1, cli.ExitCode(err), "%v", extra)
 			require.Contains(t, out, "--allow-duplicate")
-			require.Equal(t, engine.StateFailed, b.effect(t, "failed").State)
+			require.Equal(t, outboxtype.StateFailed, b.effect(t, "failed").State)
 		}
 		out, err := b.run(t, "", "retry", id, "--reason", "customer asked for it again", "--allow-duplicate")
 		require.NoError(t, err, out)
 		require.Contains(t, out, "may get it twice")
 		after := b.effect(t, "failed")
-		require.Equal(t, engine.StatePending, after.State)
+		require.Equal(t, outboxtype.StatePending, after.State)
 		require.False(t, after.InDoubt, "the operator accepted the risk: the worker sends it")
 		out, err = b.run(t, "", "show", id, "--json")
 		require.NoError(t, err)
@@ -665,19 +666,19 @@ func TestRetry(t *testing.T) {
 		require.Equal(t, 1, cli.ExitCode(err))
 		require.Contains(t, out, "cannot be retried unless forced")
 		require.Contains(t, out, "`outboxctl retry "+id+" --force`")
-		require.Equal(t, engine.StateFired, b.effect(t, "fired_stale").State)
+		require.Equal(t, outboxtype.StateFired, b.effect(t, "fired_stale").State)
 		// Its River job is running: a call may be in flight.
 		out, err = b.run(t, "", "retry", id, "--reason", "worker host lost", "--force")
 		require.Equal(t, 1, cli.ExitCode(err))
 		require.Contains(t, out, "is running for it")
-		require.Equal(t, engine.StateFired, b.effect(t, "fired_stale").State)
+		require.Equal(t, outboxtype.StateFired, b.effect(t, "fired_stale").State)
 		// Once River has rescued the job, a forced retry goes through.
 		_, err = b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.river_job SET state = 'retryable' WHERE args->>'effect_id' = $1::text`, id)
 		require.NoError(t, err)
 		_, err = b.run(t, "", "retry", id, "--reason", "worker host lost", "--force")
 		require.NoError(t, err)
 		e := b.effect(t, "fired_stale")
-		require.Equal(t, engine.StatePending, e.State)
+		require.Equal(t, outboxtype.StatePending, e.State)
 		require.True(t, e.InDoubt, "the worker applies the in-doubt policy to the re-fire")
 	})
 }
@@ -687,7 +688,7 @@ func TestCancelAndConfirm(t *testing.T) {
 	b := setup(t)
 	_, err := b.run(t, "", "cancel", b.ids["pending"].String(), "--reason", "order refunded by hand")
 	require.NoError(t, err)
-	require.Equal(t, engine.StateCancelled, b.effect(t, "pending").State)
+	require.Equal(t, outboxtype.StateCancelled, b.effect(t, "pending").State)
 
 	_, err = b.run(t, "", "confirm", b.ids["confirmed"].String(), "--reason", "found in SendGrid's activity")
 	require.Equal(t, 2, cli.ExitCode(err), "--ref is required for an email")
@@ -695,16 +696,16 @@ func TestCancelAndConfirm(t *testing.T) {
 	out, err := b.run(t, "", "confirm", b.ids["failed"].String(), "--ref", "rcv-42", "--reason", "found in the receiver's log")
 	require.NoError(t, err, out)
 	e := b.effect(t, "failed")
-	require.Equal(t, engine.StateConfirmed, e.State)
+	require.Equal(t, outboxtype.StateConfirmed, e.State)
 	require.Equal(t, "rcv-42", *e.ProviderRef)
 
 	out, err = b.run(t, "", "show", e.ID.String(), "--json")
 	require.NoError(t, err)
 	var shown struct {
-		Effect engine.Effect       `json:"effect"`
-		Event  engine.Event        `json:"event"`
-		Jobs   []engine.Job        `json:"jobs"`
-		Audit  []engine.AuditEntry `json:"audit"`
+		Effect outboxtype.Effect   `json:"effect"`
+		Event  outboxtype.Event        `json:"event"`
+		Jobs   []outboxtype.Job        `json:"jobs"`
+		Audit  []outboxtype.AuditEntry `json:"audit"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &shown))
 	require.Equal(t, "failed", shown.Event.AggregateID)
@@ -721,7 +722,7 @@ func TestStats(t *testing.T) {
 	b := setup(t)
 	out, err := b.run(t, "", "stats", "--json", "--window", "24h")
 	require.NoError(t, err)
-	var st engine.Stats
+	var st outboxtype.Stats
 	require.NoError(t, json.Unmarshal([]byte(out), &st))
 	require.Equal(t, 86400.0, st.WindowSeconds, "the window in seconds, not nanoseconds")
 	counts := map[string]int64{}
@@ -748,7 +749,7 @@ func TestStats(t *testing.T) {
 	// --window all counts every row kept.
 	out, err = b.run(t, "", "stats", "--window", "all", "--json")
 	require.NoError(t, err)
-	st = engine.Stats{}
+	st = outboxtype.Stats{}
 	require.NoError(t, json.Unmarshal([]byte(out), &st))
 	require.Equal(t, int64(2), st.Confirmed, "the 40-day-old one too")
 	_, err = b.run(t, "", "stats", "--window", "forever")
@@ -759,7 +760,7 @@ func TestStats(t *testing.T) {
 	require.NoError(t, err)
 	out, err = b.run(t, "", "stats", "--window", "24h", "--json")
 	require.NoError(t, err)
-	st = engine.Stats{}
+	st = outboxtype.Stats{}
 	require.NoError(t, json.Unmarshal([]byte(out), &st))
 	require.Equal(t, int64(1), st.Confirmed, "by the dispatcher")
 	require.Equal(t, int64(1), st.ConfirmedByHand)
@@ -850,7 +851,7 @@ func TestReceiverTextCannotDriveTheTerminal(t *testing.T) {
 	out, err := b.run(t, "", "show", b.ids["failed"].String(), "--json")
 	require.NoError(t, err)
 	var shown struct {
-		Effect engine.Effect `json:"effect"`
+		Effect outboxtype.Effect `json:"effect"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &shown), "JSON output stays parseable")
 	require.Equal(t, hostile, deref(shown.Effect.LastError), "and carries the text exactly")
@@ -867,7 +868,7 @@ func TestShowListsEveryAttempt(t *testing.T) {
 	s := b.db.Schema
 	_, err := b.db.Pool.Exec(ctx, `UPDATE `+s+`.side_effects SET total_attempts = 3, attempts = 3 WHERE id = $1`, b.ids["fired_stale"])
 	require.NoError(t, err)
-	require.NoError(t, b.store.RecordAttempt(ctx, b.db.Pool, engine.Attempt{EffectID: b.ids["fired_stale"], Attempt: 2,
+	require.NoError(t, b.store.RecordAttempt(ctx, b.db.Pool, outboxtype.Attempt{EffectID: b.ids["fired_stale"], Attempt: 2,
 		StartedAt: time.Now().Add(-30 * time.Minute), Duration: 30 * time.Second, Outcome: "in_doubt", Error: "no response: timeout", Host: "hooks.example.com"}))
 	out, err := b.run(t, "", "show", b.ids["fired_stale"].String())
 	require.NoError(t, err, out)

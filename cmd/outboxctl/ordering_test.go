@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // TestStuckShowsABlockedChainUnderItsHead: effects waiting behind a failed
@@ -82,7 +83,7 @@ func TestStuckShowsABlockedChainUnderItsHead(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "done")
 	e := b.effect(t, "capture")
-	require.Equal(t, engine.StateFailed, e.State, "the head keeps its state")
+	require.Equal(t, outboxtype.StateFailed, e.State, "the head keeps its state")
 	require.NotNil(t, e.OrderingReleasedAt)
 	var blocked int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Schema+`.outbox_order_wake WHERE ordering_key = 'pay_7'`).Scan(&blocked))

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // stripeList answers a Stripe search or list request with objects.
@@ -36,7 +37,7 @@ func TestReconcileAsksStripeAndSuggests(t *testing.T) {
 	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
 	require.NoError(t, err)
 	ctx := context.Background()
-	enqueue := func(name, payload string) *engine.Effect {
+	enqueue := func(name, payload string) *outboxtype.Effect {
 		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"},
 				outbox.Effect{Kind: "stripe." + name, Provider: "stripe", Payload: json.RawMessage(payload)})
@@ -70,7 +71,7 @@ func TestReconcileAsksStripeAndSuggests(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "applied: failed -> confirmed with ref cus_found (audited)")
 	got := b.effect(t, "customer")
-	require.Equal(t, engine.StateConfirmed, got.State)
+	require.Equal(t, outboxtype.StateConfirmed, got.State)
 	require.Equal(t, "cus_found", *got.ProviderRef)
 	audit, err := b.store.Audit(ctx, db.Pool, got.ID)
 	require.NoError(t, err)
@@ -98,7 +99,7 @@ func TestReconcileAsksStripeAndSuggests(t *testing.T) {
 	require.Contains(t, out, "a retry is safe within the key window")
 	_, err = run("reconcile", none.ID.String(), "--apply")
 	require.Error(t, err)
-	require.Equal(t, engine.StateFailed, b.effect(t, "customer2").State)
+	require.Equal(t, outboxtype.StateFailed, b.effect(t, "customer2").State)
 
 	// Two objects for one key.
 	st.Respond("/v1/customers/search", stripeList("search_result",

@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // TestRetryFailedSinceStartsAPacedReplay: an operator replays what failed
@@ -57,7 +57,7 @@ func TestRetryFailedSinceStartsAPacedReplay(t *testing.T) {
 	// outboxd runs it.
 	wh, err := webhook.New(webhook.Config{Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
 	require.NoError(t, err)
-	testdispatch.Start(t, b.db, engine.Config{}, wh)
+	testdispatch.Start(t, b.db, sideeffects.Config{}, wh)
 	var r outboxtype.Replay
 	require.Eventually(t, func() bool {
 		out, err := b.run(t, "", "replays", "show", "1", "--json")
@@ -67,8 +67,8 @@ func TestRetryFailedSinceStartsAPacedReplay(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, 1, r.Retried)
 	require.Equal(t, 1, r.Skipped)
-	require.NotEqual(t, engine.StateFailed, b.effect(t, "failed").State, "retried")
-	require.Equal(t, engine.StateFailed, b.effect(t, "failed_old_window").State, "a replay never forces")
+	require.NotEqual(t, outboxtype.StateFailed, b.effect(t, "failed").State, "retried")
+	require.Equal(t, outboxtype.StateFailed, b.effect(t, "failed_old_window").State, "a replay never forces")
 
 	out, err = b.run(t, "", "replays", "show", "1")
 	require.NoError(t, err)

@@ -20,8 +20,10 @@ import (
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // The runbook in docs/outboxctl.md, performed: for each failure reason a
@@ -68,7 +70,7 @@ func (r *runbook) start(t *testing.T) {
 	require.NoError(t, err)
 	sgp, err := sendgrid.New(sendgrid.Config{APIKey: "SG.runbook", APIHost: r.sg.URL, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	testdispatch.Start(t, r.db, engine.Config{Retry: engine.RetryPolicy{MaxAttempts: 2}, SweepInterval: time.Second}, wh, sgp)
+	testdispatch.Start(t, r.db, sideeffects.Config{Retry: outboxtype.RetryPolicy{MaxAttempts: 2}, SweepInterval: time.Second}, wh, sgp)
 }
 
 func (r *runbook) enqueue(t *testing.T, name string, e outbox.Effect) uuid.UUID {
@@ -84,9 +86,9 @@ func (r *runbook) enqueue(t *testing.T, name string, e outbox.Effect) uuid.UUID 
 	return r.ids[name]
 }
 
-func (r *runbook) waitState(t *testing.T, name string, state engine.State) *engine.Effect {
+func (r *runbook) waitState(t *testing.T, name string, state outboxtype.State) *outboxtype.Effect {
 	t.Helper()
-	var e *engine.Effect
+	var e *outboxtype.Effect
 	require.Eventually(t, func() bool {
 		e = r.effect(t, name)
 		return e.State == state
@@ -122,13 +124,13 @@ func TestRunbook(t *testing.T) {
 		r := startRunbook(t)
 		r.sg.Respond(fakes.Status(500))
 		id := r.enqueue(t, "mail", mail()).String()
-		r.waitState(t, "mail", engine.StateFailed)
+		r.waitState(t, "mail", outboxtype.StateFailed)
 		r.settle(t, "mail")
 		out, err := r.run(t, "", "retry", id, "--reason", "customer says nothing arrived")
 		require.Equal(t, 1, cli.ExitCode(err), out)
 		out, err = r.run(t, "", "confirm", id, "--ref", "msg_from_activity_feed", "--reason", "in the Activity Feed")
 		require.NoError(t, err, out)
-		r.waitState(t, "mail", engine.StateConfirmed)
+		r.waitState(t, "mail", outboxtype.StateConfirmed)
 		r.settle(t, "mail")
 		require.Len(t, r.sg.Requests(), 1, "one mail")
 	})
@@ -141,7 +143,7 @@ func TestRunbook(t *testing.T) {
 			r := startRunbook(t)
 			r.recv.Respond("/gone", fakes.Status(410))
 			id := r.enqueue(t, "hook", outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: r.recv.URL + "/gone", Body: json.RawMessage(`{}`)})).String()
-			r.waitState(t, "hook", engine.StateFailed)
+			r.waitState(t, "hook", outboxtype.StateFailed)
 			r.settle(t, "hook")
 			out, err := r.run(t, "", action, id, "--reason", "endpoint retired")
 			require.NoError(t, err, out)
@@ -161,12 +163,12 @@ func TestRunbook(t *testing.T) {
 		r := startRunbook(t)
 		r.recv.Respond("/busy", fakes.Status(409), fakes.Status(409))
 		id := r.enqueue(t, "hook", outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: r.recv.URL + "/busy", Body: json.RawMessage(`{}`)})).String()
-		e := r.waitState(t, "hook", engine.StateFailed)
+		e := r.waitState(t, "hook", outboxtype.StateFailed)
 		require.Contains(t, deref(e.LastError), "retries exhausted")
 		r.settle(t, "hook")
 		out, err := r.run(t, "", "retry", id, "--reason", "receiver fixed")
 		require.NoError(t, err, out)
-		r.waitState(t, "hook", engine.StateConfirmed)
+		r.waitState(t, "hook", outboxtype.StateConfirmed)
 		ds := r.recv.Deliveries()
 		require.Len(t, ds, 3, "two refused, one accepted")
 		for _, d := range ds {
@@ -193,8 +195,8 @@ func TestRunbook(t *testing.T) {
 				WHERE args->>'effect_id' = $1 AND state = 'retryable'`, id)
 			return err == nil && tag.RowsAffected() == 1
 		}, 30*time.Second, 10*time.Millisecond)
-		e := r.waitState(t, "hook", engine.StateFailed)
-		require.Contains(t, deref(e.LastError), engine.ReasonKeyWindow)
+		e := r.waitState(t, "hook", outboxtype.StateFailed)
+		require.Contains(t, deref(e.LastError), outboxtype.ReasonKeyWindow)
 		r.settle(t, "hook")
 		out, err := r.run(t, "", "retry", id, "--reason", "try again")
 		require.Equal(t, 1, cli.ExitCode(err), out)
@@ -206,12 +208,12 @@ func TestRunbook(t *testing.T) {
 		// Not found at the receiver instead: a forced retry fires it again,
 		// with the same key, under a new key window.
 		_, err = r.db.Pool.Exec(context.Background(), `UPDATE `+r.db.Schema+`.side_effects
-			SET state = 'failed', last_error = $2 WHERE id = $1`, id, engine.ReasonKeyWindow)
+			SET state = 'failed', last_error = $2 WHERE id = $1`, id, outboxtype.ReasonKeyWindow)
 		require.NoError(t, err)
 		r.recv.Respond("/slow") // answers 2xx from now on
 		out, err = r.run(t, "", "retry", id, "--force", "--reason", "not in the receiver's log")
 		require.NoError(t, err, out)
-		r.waitState(t, "hook", engine.StateConfirmed)
+		r.waitState(t, "hook", outboxtype.StateConfirmed)
 		ds := r.recv.Deliveries()
 		require.Len(t, ds, 2)
 		require.Equal(t, ds[0].ID, ds[1].ID, "the same key")
@@ -244,7 +246,7 @@ func TestRunbook(t *testing.T) {
 		require.Contains(t, out, r.effect(t, "charge").IdempotencyKey, "names the key to look up")
 
 		r.start(t)
-		e := r.waitState(t, "charge", engine.StateConfirmed)
+		e := r.waitState(t, "charge", outboxtype.StateConfirmed)
 		r.settle(t, "charge")
 		ds := r.recv.Deliveries()
 		require.Len(t, ds, 1, "re-fired once")
@@ -258,7 +260,7 @@ func TestRunbook(t *testing.T) {
 		t.Parallel()
 		r := startRunbook(t)
 		good := r.enqueue(t, "template", outbox.EffectOf("webhook.template", webhook.Payload{URL: r.recv.URL + "/orders", Body: json.RawMessage(`{}`)}))
-		r.waitState(t, "template", engine.StateConfirmed)
+		r.waitState(t, "template", outboxtype.StateConfirmed)
 		s := r.db.Schema
 		bad := uuid.New()
 		r.ids["bad"] = bad
@@ -274,13 +276,13 @@ func TestRunbook(t *testing.T) {
 		n, err := r.store.Sweep(context.Background(), r.db.Pool, riverClient(t, r.db.Pool, s), time.Now())
 		require.NoError(t, err)
 		require.Zero(t, n)
-		e := r.waitState(t, "bad", engine.StateFailed)
-		require.Contains(t, deref(e.LastError), engine.ReasonUnqueueable)
+		e := r.waitState(t, "bad", outboxtype.StateFailed)
+		require.Contains(t, deref(e.LastError), outboxtype.ReasonUnqueueable)
 		_, err = r.db.Pool.Exec(context.Background(), `UPDATE `+s+`.side_effects SET provider = 'webhook' WHERE id = $1`, bad)
 		require.NoError(t, err)
 		out, err := r.run(t, "", "retry", bad.String(), "--reason", "provider name fixed")
 		require.NoError(t, err, out)
-		r.waitState(t, "bad", engine.StateConfirmed)
+		r.waitState(t, "bad", outboxtype.StateConfirmed)
 		r.settle(t, "bad")
 		require.Len(t, r.recv.ByID()[e.IdempotencyKey], 1, "delivered once")
 	})
@@ -303,7 +305,7 @@ func TestAnEffectIsFoundByItsProviderReference(t *testing.T) {
 	r := startRunbook(t)
 	r.enqueue(t, "first", mail())
 	r.enqueue(t, "second", mail())
-	first, second := r.waitState(t, "first", engine.StateConfirmed), r.waitState(t, "second", engine.StateConfirmed)
+	first, second := r.waitState(t, "first", outboxtype.StateConfirmed), r.waitState(t, "second", outboxtype.StateConfirmed)
 	require.NotNil(t, first.ProviderRef)
 	require.NotNil(t, second.ProviderRef)
 	require.NotEqual(t, *first.ProviderRef, *second.ProviderRef)
@@ -319,7 +321,7 @@ func TestAnEffectIsFoundByItsProviderReference(t *testing.T) {
 	// two effects carry it now, and a command naming it asks which.
 	r.sg.Respond(fakes.Status(500))
 	doubt := r.enqueue(t, "doubt", mail()).String()
-	r.waitState(t, "doubt", engine.StateFailed)
+	r.waitState(t, "doubt", outboxtype.StateFailed)
 	r.settle(t, "doubt")
 	out, err := r.run(t, "", "confirm", doubt, "--ref", *first.ProviderRef, "--reason", "in the Activity Feed")
 	require.NoError(t, err, out)

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testbrokers"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/kafka/kafkaschema"
 	"github.com/outboxd/outboxd/providers/nats/natsschema"
 )
@@ -87,7 +88,7 @@ func TestRunRelaysEventsToJetStreamAndKafka(t *testing.T) {
 		for {
 			got, err := store.Get(ctx, db.Pool, e.ID)
 			require.NoError(t, err)
-			if got.State == engine.StateConfirmed {
+			if got.State == outboxtype.StateConfirmed {
 				refs[e.Kind] = deref(got.ProviderRef)
 				break
 			}

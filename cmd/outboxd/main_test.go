@@ -23,6 +23,7 @@ import (
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
@@ -278,8 +279,8 @@ func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
 	}()
 
 	store := engine.NewStore(db.Schema)
-	want := map[string]engine.State{"webhook.order_paid": engine.StateConfirmed,
-		"stripe.refund": engine.StateFailed, "email.receipt": engine.StateFailed}
+	want := map[string]outboxtype.State{"webhook.order_paid": outboxtype.StateConfirmed,
+		"stripe.refund": outboxtype.StateFailed, "email.receipt": outboxtype.StateFailed}
 	secrets := []string{testSecret, strings.TrimPrefix(testSecret, "whsec_"), stripeKey, sendgridKey}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, e := range effects {
@@ -415,12 +416,12 @@ func TestRunConfirmsAnInDoubtEmailFromItsProviderEvent(t *testing.T) {
 		return err
 	}))
 	store := engine.NewStore(db.Schema)
-	state := func() *engine.Effect {
+	state := func() *outboxtype.Effect {
 		e, err := store.Get(context.Background(), db.Pool, eff.ID)
 		require.NoError(t, err)
 		return e
 	}
-	require.Eventually(t, func() bool { return state().State == engine.StateFailed }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return state().State == outboxtype.StateFailed }, 30*time.Second, 20*time.Millisecond)
 	require.Contains(t, *state().LastError, "in doubt: not re-sent")
 
 	body, err := json.Marshal([]map[string]any{fakes.SendGridEvent("sg_evt_1", "processed", eff.Key, "msg_accepted", time.Now())})
@@ -435,7 +436,7 @@ func TestRunConfirmsAnInDoubtEmailFromItsProviderEvent(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 	}
 	e := state()
-	require.Equal(t, engine.StateConfirmed, e.State)
+	require.Equal(t, outboxtype.StateConfirmed, e.State)
 	require.Equal(t, "msg_accepted", *e.ProviderRef)
 	require.Len(t, sg.Requests(), 1, "never re-sent")
 

@@ -27,6 +27,7 @@ import (
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 const stripeSecret = "whsec_test_events_secret"
@@ -40,7 +41,7 @@ type env struct {
 	obs   *observer
 }
 
-type observer struct{ events []engine.EventResult }
+type observer struct{ events []outboxtype.EventResult }
 
 func (o *observer) Observe(x outboxtype.Observation) {
 	if ev, ok := x.(outboxtype.ProviderEventApplied); ok {
@@ -67,7 +68,7 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) enqueue(t *testing.T, eff outbox.Effect) *engine.Effect {
+func (e *env) enqueue(t *testing.T, eff outbox.Effect) *outboxtype.Effect {
 	t.Helper()
 	ctx := context.Background()
 	var id uuid.UUID
@@ -81,7 +82,7 @@ func (e *env) enqueue(t *testing.T, eff outbox.Effect) *engine.Effect {
 	return e.get(t, id)
 }
 
-func (e *env) get(t *testing.T, id uuid.UUID) *engine.Effect {
+func (e *env) get(t *testing.T, id uuid.UUID) *outboxtype.Effect {
 	t.Helper()
 	got, err := e.store.Get(context.Background(), e.db.Pool, id)
 	require.NoError(t, err)
@@ -157,9 +158,9 @@ func TestInDoubtEmailIsConfirmedByItsEvent(t *testing.T) {
 	sg.Respond(fakes.Status(500))
 	sgp, err := sendgrid.New(sendgrid.Config{APIKey: "SG.events", APIHost: sg.URL, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	testdispatch.Start(t, e.db, engine.Config{Retry: engine.RetryPolicy{MaxAttempts: 3}}, sgp)
+	testdispatch.Start(t, e.db, sideeffects.Config{Retry: outboxtype.RetryPolicy{MaxAttempts: 3}}, sgp)
 	eff := e.enqueue(t, mail())
-	require.Eventually(t, func() bool { return e.get(t, eff.ID).State == engine.StateFailed }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return e.get(t, eff.ID).State == outboxtype.StateFailed }, 30*time.Second, 10*time.Millisecond)
 	require.Contains(t, *e.get(t, eff.ID).LastError, "in doubt: not re-sent")
 
 	processed := sgEvent("sg_evt_processed_1", "processed", eff.IdempotencyKey, "14c5d75ce93", time.Now().Add(-time.Minute))
@@ -168,7 +169,7 @@ func TestInDoubtEmailIsConfirmedByItsEvent(t *testing.T) {
 		require.Equal(t, http.StatusOK, status, body)
 	}
 	got := e.get(t, eff.ID)
-	require.Equal(t, engine.StateConfirmed, got.State)
+	require.Equal(t, outboxtype.StateConfirmed, got.State)
 	require.Equal(t, "14c5d75ce93", *got.ProviderRef)
 	require.Nil(t, got.LastError)
 	require.Equal(t, 1, e.count(t, "side_effect_audit WHERE effect_id = $1 AND action = 'event_confirm'", eff.ID), "five deliveries, applied once")
@@ -194,7 +195,7 @@ func TestDeliveryStatusHandlesOutOfOrderEvents(t *testing.T) {
 		sgEvent("sg_1", "processed", eff.IdempotencyKey, "m1", now.Add(-2*time.Minute)))
 	require.Equal(t, http.StatusOK, status, body)
 	require.Contains(t, body, `"processed": 2`)
-	require.Equal(t, engine.StateConfirmed, e.get(t, eff.ID).State, "confirmed by the first of them")
+	require.Equal(t, outboxtype.StateConfirmed, e.get(t, eff.ID).State, "confirmed by the first of them")
 	d, err := e.store.Delivery(context.Background(), e.db.Pool, eff.ID)
 	require.NoError(t, err)
 	require.Equal(t, "delivered", d.Status, "processed, older, does not overwrite delivered")
@@ -207,7 +208,7 @@ func TestDeliveryStatusHandlesOutOfOrderEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "bounce", d.Status)
 	require.Equal(t, "550 5.1.1 user unknown", d.Detail)
-	require.Equal(t, engine.StateConfirmed, e.get(t, eff.ID).State, "the request was accepted; the mail bounced")
+	require.Equal(t, outboxtype.StateConfirmed, e.get(t, eff.ID).State, "the request was accepted; the mail bounced")
 	require.Equal(t, 1, e.count(t, "side_effect_audit WHERE effect_id = $1", eff.ID))
 }
 
@@ -222,7 +223,7 @@ func TestStripeEventConfirmsAFiredEffect(t *testing.T) {
 		map[string]any{"id": "cus_123", "object": "customer", "metadata": map[string]any{"outboxd_idempotency_key": eff.IdempotencyKey}})
 	require.Equal(t, http.StatusOK, status, body)
 	got := e.get(t, eff.ID)
-	require.Equal(t, engine.StateConfirmed, got.State)
+	require.Equal(t, outboxtype.StateConfirmed, got.State)
 	require.Equal(t, "cus_123", *got.ProviderRef)
 	require.Zero(t, e.count(t, "provider_drift"))
 
@@ -259,7 +260,7 @@ func TestBadSignaturesAreRefusedAndNothingIsStored(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, status)
 
 	require.Zero(t, e.count(t, "inbox_messages"))
-	require.Equal(t, engine.StateFailed, e.get(t, eff.ID).State)
+	require.Equal(t, outboxtype.StateFailed, e.get(t, eff.ID).State)
 }
 
 // Each drift class is recorded with the effect, the event and what to check.
@@ -290,22 +291,22 @@ func TestDriftIsRecorded(t *testing.T) {
 	e.stripeEvent(t, "evt_refund_failed", "refund.failed", map[string]any{"id": "re_1", "object": "refund", "status": "failed",
 		"failure_reason": "expired_or_canceled_card", "metadata": md(refund.IdempotencyKey)})
 
-	drift, err := e.store.Drift(context.Background(), e.db.Pool, engine.DriftFilter{})
+	drift, err := e.store.Drift(context.Background(), e.db.Pool, outboxtype.DriftFilter{})
 	require.NoError(t, err)
-	byReason := map[string]engine.DriftRecord{}
+	byReason := map[string]outboxtype.DriftRecord{}
 	for _, d := range drift {
 		byReason[d.Reason] = d
 	}
 	require.Len(t, byReason, 5, "%+v", drift)
-	require.Nil(t, byReason[engine.DriftUnknownKey].EffectID)
-	require.Contains(t, byReason[engine.DriftUnknownKey].Check, "no effect has key f00d")
-	require.Equal(t, failed.ID, *byReason[engine.DriftActedWhileFailed].EffectID)
-	require.Contains(t, byReason[engine.DriftActedWhileFailed].Check, "confirm "+failed.ID.String()+" with reference cus_2")
-	require.Equal(t, cancelled.ID, *byReason[engine.DriftActedWhileCancelled].EffectID)
-	require.Contains(t, byReason[engine.DriftTwoObjects].Check, "cus_A (confirmed) and cus_B")
-	require.Contains(t, byReason[engine.DriftUndone].Check, "refund.failed (failed: expired_or_canceled_card)")
-	require.Equal(t, engine.StateFailed, e.get(t, failed.ID).State, "drift changes no state")
-	require.Equal(t, engine.StateCancelled, e.get(t, cancelled.ID).State)
+	require.Nil(t, byReason[outboxtype.DriftUnknownKey].EffectID)
+	require.Contains(t, byReason[outboxtype.DriftUnknownKey].Check, "no effect has key f00d")
+	require.Equal(t, failed.ID, *byReason[outboxtype.DriftActedWhileFailed].EffectID)
+	require.Contains(t, byReason[outboxtype.DriftActedWhileFailed].Check, "confirm "+failed.ID.String()+" with reference cus_2")
+	require.Equal(t, cancelled.ID, *byReason[outboxtype.DriftActedWhileCancelled].EffectID)
+	require.Contains(t, byReason[outboxtype.DriftTwoObjects].Check, "cus_A (confirmed) and cus_B")
+	require.Contains(t, byReason[outboxtype.DriftUndone].Check, "refund.failed (failed: expired_or_canceled_card)")
+	require.Equal(t, outboxtype.StateFailed, e.get(t, failed.ID).State, "drift changes no state")
+	require.Equal(t, outboxtype.StateCancelled, e.get(t, cancelled.ID).State)
 	require.Equal(t, "cus_A", *e.get(t, twice.ID).ProviderRef)
 }
 
@@ -335,24 +336,24 @@ func TestAnEventConfirmsOnlyWhatItCanProve(t *testing.T) {
 	// SendGrid "delivered" naming the capture's key.
 	status, body := e.sendgridEvents(t, sgEvent("sg_x1", "delivered", capture.IdempotencyKey, "msg_1.filter", time.Now()))
 	require.Equal(t, http.StatusOK, status, body)
-	require.Equal(t, engine.StateFired, e.get(t, capture.ID).State, "a SendGrid event cannot confirm a Stripe capture")
-	require.Equal(t, 1, e.count(t, "provider_drift WHERE reason = $1", engine.DriftOtherProvider))
+	require.Equal(t, outboxtype.StateFired, e.get(t, capture.ID).State, "a SendGrid event cannot confirm a Stripe capture")
+	require.Equal(t, 1, e.count(t, "provider_drift WHERE reason = $1", outboxtype.DriftOtherProvider))
 	require.Zero(t, e.count(t, "side_effect_deliveries"), "nor record a delivery for it")
 
 	// Stripe customer.updated naming the email's key.
 	status, body = e.stripeEvent(t, "evt_x2", "customer.updated",
 		map[string]any{"id": "cus_1", "object": "customer", "metadata": map[string]any{"outboxd_idempotency_key": email.IdempotencyKey}})
 	require.Equal(t, http.StatusOK, status, body)
-	require.Equal(t, engine.StateFailed, e.get(t, email.ID).State, "a Stripe event cannot confirm an email")
-	require.Equal(t, 2, e.count(t, "provider_drift WHERE reason = $1", engine.DriftOtherProvider))
+	require.Equal(t, outboxtype.StateFailed, e.get(t, email.ID).State, "a Stripe event cannot confirm an email")
+	require.Equal(t, 2, e.count(t, "provider_drift WHERE reason = $1", outboxtype.DriftOtherProvider))
 
 	// Stripe customer.created naming the capture's key: right provider,
 	// wrong object.
 	status, body = e.stripeEvent(t, "evt_x3", "customer.created",
 		map[string]any{"id": "cus_2", "object": "customer", "metadata": map[string]any{"outboxd_idempotency_key": capture.IdempotencyKey}})
 	require.Equal(t, http.StatusOK, status, body)
-	require.Equal(t, engine.StateFired, e.get(t, capture.ID).State, "a customer event cannot confirm a capture")
-	require.Equal(t, 1, e.count(t, "provider_drift WHERE reason = $1", engine.DriftOtherOperation))
+	require.Equal(t, outboxtype.StateFired, e.get(t, capture.ID).State, "a customer event cannot confirm a capture")
+	require.Equal(t, 1, e.count(t, "provider_drift WHERE reason = $1", outboxtype.DriftOtherOperation))
 
 	// A payment intent event naming the capture's key, about another
 	// payment intent (one a caller created with that metadata): right
@@ -360,14 +361,14 @@ func TestAnEventConfirmsOnlyWhatItCanProve(t *testing.T) {
 	status, body = e.stripeEvent(t, "evt_x5", "payment_intent.succeeded",
 		map[string]any{"id": "pi_attacker_own", "object": "payment_intent", "status": "succeeded", "metadata": map[string]any{"outboxd_idempotency_key": capture.IdempotencyKey}})
 	require.Equal(t, http.StatusOK, status, body)
-	require.Equal(t, engine.StateFired, e.get(t, capture.ID).State, "an event about another payment intent cannot confirm this one's capture")
-	require.Equal(t, 1, e.count(t, "provider_drift WHERE reason = $1", engine.DriftOtherObject))
+	require.Equal(t, outboxtype.StateFired, e.get(t, capture.ID).State, "an event about another payment intent cannot confirm this one's capture")
+	require.Equal(t, 1, e.count(t, "provider_drift WHERE reason = $1", outboxtype.DriftOtherObject))
 
 	// The payment intent's own event does.
 	status, body = e.stripeEvent(t, "evt_x4", "payment_intent.succeeded",
 		map[string]any{"id": "pi_123", "object": "payment_intent", "status": "succeeded", "metadata": map[string]any{"outboxd_idempotency_key": capture.IdempotencyKey}})
 	require.Equal(t, http.StatusOK, status, body)
-	require.Equal(t, engine.StateConfirmed, e.get(t, capture.ID).State)
+	require.Equal(t, outboxtype.StateConfirmed, e.get(t, capture.ID).State)
 }
 
 // TestOneDeliveryRecordsAndLogsBoundedDrift: one signed SendGrid batch of

@@ -73,7 +73,7 @@ func newSite(t *testing.T) *site {
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loop, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	testdispatch.Start(t, s.db, engine.Config{Retry: engine.RetryPolicy{MaxAttempts: 2}, Settings: map[string]any{"rescue_after": "2m0s"}}, wh)
+	testdispatch.Start(t, s.db, sideeffects.Config{Retry: outboxtype.RetryPolicy{MaxAttempts: 2}, Settings: map[string]any{"rescue_after": "2m0s"}}, wh)
 	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema,
 		Guarantees: map[string]providers.Guarantees{"webhook": wh.Guarantees()}})
 	require.NoError(t, err)
@@ -95,10 +95,10 @@ func newSite(t *testing.T) *site {
 			return err
 		}))
 	}
-	s.wait(t, "ok", engine.StateConfirmed)
-	s.wait(t, "gone", engine.StateFailed)
-	s.wait(t, "busy", engine.StateFailed)
-	s.wait(t, "nojob", engine.StateConfirmed)
+	s.wait(t, "ok", outboxtype.StateConfirmed)
+	s.wait(t, "gone", outboxtype.StateFailed)
+	s.wait(t, "busy", outboxtype.StateFailed)
+	s.wait(t, "nojob", outboxtype.StateConfirmed)
 	// A row an application wrote by SQL an hour ago, with no job: stuck.
 	s.ids["byhand"] = uuid.New()
 	_, err = s.db.Pool.Exec(context.Background(), `INSERT INTO `+s.db.Schema+`.side_effects (id, source_id, kind, provider, payload, created_at, updated_at)
@@ -108,7 +108,7 @@ func newSite(t *testing.T) *site {
 	return s
 }
 
-func (s *site) wait(t *testing.T, name string, state engine.State) {
+func (s *site) wait(t *testing.T, name string, state outboxtype.State) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		e, err := s.store.Get(context.Background(), s.db.Pool, s.ids[name])
@@ -251,7 +251,7 @@ func TestWebViewInABrowser(t *testing.T) {
 	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "rate limit raised"),
 		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "retry by web:ada: failed -> pending")
-	s.wait(t, "busy", engine.StateConfirmed)
+	s.wait(t, "busy", outboxtype.StateConfirmed)
 	audit, err := s.store.Audit(context.Background(), s.db.Pool, busy.ID)
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
@@ -280,7 +280,7 @@ func TestWebViewInABrowser(t *testing.T) {
 	require.Contains(t, br.text("body"), "refused")
 	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids["gone"])
 	require.NoError(t, err)
-	require.Equal(t, engine.StateFailed, e.State, "not cancelled")
+	require.Equal(t, outboxtype.StateFailed, e.State, "not cancelled")
 }
 
 // Without the credential an action is refused; with it but without the
@@ -313,7 +313,7 @@ func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
 		&http.Cookie{Name: "outboxd_csrf", Value: strings.Repeat("b", 64)}).StatusCode, "a token not this browser's")
 	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids["gone"])
 	require.NoError(t, err)
-	require.Equal(t, engine.StateFailed, e.State)
+	require.Equal(t, outboxtype.StateFailed, e.State)
 
 	// With both, and no reason: refused with the form again.
 	tok := strings.Repeat("c", 64)
@@ -323,7 +323,7 @@ func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "followed the redirect to the effect page")
 	e, err = s.store.Get(context.Background(), s.db.Pool, s.ids["gone"])
 	require.NoError(t, err)
-	require.Equal(t, engine.StateCancelled, e.State)
+	require.Equal(t, outboxtype.StateCancelled, e.State)
 
 	// A script with the bearer token needs no CSRF token: a browser never
 	// sends a bearer token by itself.
@@ -495,7 +495,7 @@ func TestABlockedChainInTheBrowser(t *testing.T) {
 			return err
 		}))
 	}
-	s.wait(t, "capture", engine.StateFailed)
+	s.wait(t, "capture", outboxtype.StateFailed)
 	// The chain has waited an hour.
 	_, err = s.db.Pool.Exec(ctx, `UPDATE `+s.db.Schema+`.side_effects SET updated_at = now() - interval '1 hour' WHERE ordering_key = 'pay_9'`)
 	require.NoError(t, err)
@@ -534,12 +534,12 @@ func TestABlockedChainInTheBrowser(t *testing.T) {
 	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "captured by phone"),
 		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "release by web:ada: failed -> failed")
-	s.wait(t, "refund", engine.StateConfirmed)
-	s.wait(t, "receipt", engine.StateConfirmed)
-	require.Equal(t, engine.StateFailed, s.effectState(t, "capture"))
+	s.wait(t, "refund", outboxtype.StateConfirmed)
+	s.wait(t, "receipt", outboxtype.StateConfirmed)
+	require.Equal(t, outboxtype.StateFailed, s.effectState(t, "capture"))
 }
 
-func (s *site) effectState(t *testing.T, name string) engine.State {
+func (s *site) effectState(t *testing.T, name string) outboxtype.State {
 	t.Helper()
 	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids[name])
 	require.NoError(t, err)
@@ -633,7 +633,7 @@ func TestTheDryRunIsWhatTheClickDoes(t *testing.T) {
 	require.Contains(t, br.text("#review"), "the options changed since the dry run")
 	require.Contains(t, br.text("h2"), "with force")
 	require.Contains(t, br.text("#dryrun"), "would move fired -> pending")
-	require.Equal(t, engine.StateFired, s.effectState(t, "busy"), "nothing done before its dry run was shown")
+	require.Equal(t, outboxtype.StateFired, s.effectState(t, "busy"), "nothing done before its dry run was shown")
 	br.shot("action-review-options")
 	br.do(chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "retry by web:ada: fired -> pending")
@@ -649,7 +649,7 @@ func TestTheDryRunIsWhatTheClickDoes(t *testing.T) {
 	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "not needed"),
 		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#review")))
 	require.Contains(t, br.text("#review"), "this effect changed since the page was opened")
-	require.Equal(t, engine.StateFailed, s.effectState(t, "gone"), "the stale click did nothing")
+	require.Equal(t, outboxtype.StateFailed, s.effectState(t, "gone"), "the stale click did nothing")
 	br.do(chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "cancel by web:ada: failed -> cancelled")
 }
@@ -929,14 +929,14 @@ func TestConfirmWebhooksInBulk(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "confirm by web:ada: 1 of 2 effects changed")
 	gone := s.effect(t, "gone")
-	require.Equal(t, engine.StateConfirmed, gone.State)
+	require.Equal(t, outboxtype.StateConfirmed, gone.State)
 	require.Equal(t, "webhook-id "+gone.IdempotencyKey, *gone.ProviderRef)
 	e, err := s.store.Get(context.Background(), s.db.Pool, mail)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateFailed, e.State, "the email waits for its reference")
+	require.Equal(t, outboxtype.StateFailed, e.State, "the email waits for its reference")
 }
 
-func (s *site) effect(t *testing.T, name string) *engine.Effect {
+func (s *site) effect(t *testing.T, name string) *outboxtype.Effect {
 	t.Helper()
 	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids[name])
 	require.NoError(t, err)

@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/cmd/internal/webui"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
@@ -49,7 +48,7 @@ func TestEditAPayloadNoProviderSaw(t *testing.T) {
 	require.NoError(t, err)
 	_, err = op.Requeue(ctx, []uuid.UUID{id}, outboxtype.ActionOpts{Actor: "test", Reason: "give it a job"})
 	require.NoError(t, err)
-	e := waitState(t, s, id, engine.StateFailed)
+	e := waitState(t, s, id, outboxtype.StateFailed)
 	require.Contains(t, *e.LastError, "refused before sending (no request made)")
 	key := e.IdempotencyKey
 
@@ -69,10 +68,10 @@ func TestEditAPayloadNoProviderSaw(t *testing.T) {
 	require.Contains(t, br.text("#dryrun"), "would move failed -> pending with this payload and the same key")
 	got, err := s.store.Get(ctx, s.db.Pool, id)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateFailed, got.State, "the first click shows the dry run")
+	require.Equal(t, outboxtype.StateFailed, got.State, "the first click shows the dry run")
 	br.do(chromedp.Click(chromedp.CSS("#edit-submit")), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "edit_payload by web:ada: failed -> pending")
-	got = waitState(t, s, id, engine.StateConfirmed)
+	got = waitState(t, s, id, outboxtype.StateConfirmed)
 	require.Equal(t, key, got.IdempotencyKey, "the same key")
 	require.JSONEq(t, fixed, string(got.Payload))
 	audit, err := s.store.Audit(ctx, s.db.Pool, id)
@@ -83,7 +82,7 @@ func TestEditAPayloadNoProviderSaw(t *testing.T) {
 	}
 	last := audit[len(audit)-2] // before the confirmation's own row, if any
 	for _, a := range audit {
-		if a.Action == engine.ActionEditPayload {
+		if a.Action == outboxtype.ActionEditPayload {
 			last = a
 		}
 	}
@@ -100,9 +99,9 @@ func TestEditAPayloadNoProviderSaw(t *testing.T) {
 	require.Contains(t, br.text("#dryrun"), "fix the payload where the effect was enqueued and enqueue it as a new event")
 }
 
-func waitState(t *testing.T, s *site, id uuid.UUID, state engine.State) *engine.Effect {
+func waitState(t *testing.T, s *site, id uuid.UUID, state outboxtype.State) *outboxtype.Effect {
 	t.Helper()
-	var e *engine.Effect
+	var e *outboxtype.Effect
 	require.Eventually(t, func() bool {
 		var err error
 		e, err = s.store.Get(context.Background(), s.db.Pool, id)

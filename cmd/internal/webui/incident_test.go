@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/cmd/internal/webui"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -101,7 +100,7 @@ func TestAnIncidentFromTheWebViewAlone(t *testing.T) {
 		s.ids["ok"], next, `{"url": "`+s.recv.URL+`/receipt", "body": {}}`)
 	_, err = op.Requeue(ctx, []uuid.UUID{head, next}, outboxtype.ActionOpts{Actor: "backfill", Reason: "written by SQL"})
 	require.NoError(t, err)
-	waitState(t, s, head, engine.StateFailed)
+	waitState(t, s, head, outboxtype.StateFailed)
 	// 5. A payout whose process died between its commit and its response.
 	var runs atomic.Int32
 	hang := make(chan struct{})
@@ -155,7 +154,7 @@ func TestAnIncidentFromTheWebViewAlone(t *testing.T) {
 	br.do(chromedp.SetValue(chromedp.CSS(`form[action$="drift/ack"] textarea[name="reason"]`), "confirmed: it stands"),
 		chromedp.Click(chromedp.CSS("#ack-drift")))
 	br.waitText("#flash", "drift acknowledged")
-	require.Equal(t, engine.StateConfirmed, s.effect(t, "gone").State)
+	require.Equal(t, outboxtype.StateConfirmed, s.effect(t, "gone").State)
 
 	// 2. The hanging partner: its log's webhook-ids, pasted, and only those confirmed.
 	br.do(chromedp.Navigate(ui("effects")), chromedp.SetValue(chromedp.CSS(`textarea[name="ids"]`), strings.Join(partnerLog, "\n")),
@@ -181,8 +180,8 @@ func TestAnIncidentFromTheWebViewAlone(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS(`textarea[name="reason"]`), "the backfill wrote ftp://; fixed there too"),
 		chromedp.Click(chromedp.CSS("#edit-submit")), chromedp.WaitVisible(chromedp.CSS("#diff")))
 	br.do(chromedp.Click(chromedp.CSS("#edit-submit")), chromedp.WaitVisible(chromedp.CSS("#flash")))
-	waitState(t, s, head, engine.StateConfirmed)
-	waitState(t, s, next, engine.StateConfirmed)
+	waitState(t, s, head, outboxtype.StateConfirmed)
+	waitState(t, s, next, outboxtype.StateConfirmed)
 
 	// 5. The payout: it was paid (the bank says so): complete the key.
 	br.do(chromedp.Navigate(ui("keys")), chromedp.WaitVisible(chromedp.CSS("#keys")), chromedp.Click(chromedp.CSS("#keys a")), chromedp.WaitVisible(chromedp.CSS("#stuck")),
@@ -198,16 +197,16 @@ func TestAnIncidentFromTheWebViewAlone(t *testing.T) {
 	act("the partner retired this endpoint")
 	br.do(chromedp.Navigate(ui("effects/"+s.ids["byhand"].String()+"/actions/requeue")), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
 	act("written by SQL without a job")
-	s.wait(t, "byhand", engine.StateConfirmed)
+	s.wait(t, "byhand", outboxtype.StateConfirmed)
 
 	require.Contains(t, overview(), "Nothing needs you")
 	for i, id := range partner {
 		e, err := s.store.Get(ctx, s.db.Pool, id)
 		require.NoError(t, err)
 		if i == 1 || i == 3 {
-			require.Equal(t, engine.StateConfirmed, e.State)
+			require.Equal(t, outboxtype.StateConfirmed, e.State)
 		} else {
-			require.Equal(t, engine.StatePending, e.State, "never processed: still to go")
+			require.Equal(t, outboxtype.StatePending, e.State, "never processed: still to go")
 		}
 	}
 	resp := payout()

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // TestConfirmOnlyWhatTheReceiverLogged: a partner processed some of its
@@ -29,7 +29,7 @@ func TestConfirmOnlyWhatTheReceiverLogged(t *testing.T) {
 	ctx := context.Background()
 	ob, err := outbox.New(outbox.Config{Schema: s.db.Schema, WebhookAllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	require.NoError(t, err)
-	var effects []*engine.Effect
+	var effects []*outboxtype.Effect
 	for range 5 {
 		var id uuid.UUID
 		require.NoError(t, pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
@@ -70,10 +70,10 @@ func TestConfirmOnlyWhatTheReceiverLogged(t *testing.T) {
 		got, err := s.store.Get(ctx, s.db.Pool, e.ID)
 		require.NoError(t, err)
 		if i == 0 || i == 2 {
-			require.Equal(t, engine.StateConfirmed, got.State, "effect %d was logged", i)
+			require.Equal(t, outboxtype.StateConfirmed, got.State, "effect %d was logged", i)
 			require.Equal(t, "webhook-id "+e.IdempotencyKey, *got.ProviderRef)
 		} else {
-			require.NotEqual(t, engine.StateConfirmed, got.State, "effect %d was never processed", i)
+			require.NotEqual(t, outboxtype.StateConfirmed, got.State, "effect %d was never processed", i)
 		}
 	}
 }

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/cmd/internal/webui"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/sideeffects"
@@ -80,14 +80,14 @@ func TestAskTheProviderFromTheWebView(t *testing.T) {
 	}
 	got, err := s.store.Get(ctx, s.db.Pool, id)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateFailed, got.State, "asking changes nothing")
+	require.Equal(t, outboxtype.StateFailed, got.State, "asking changes nothing")
 
 	br.do(chromedp.Click(chromedp.CSS("#next")), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
 	require.Contains(t, br.text("#dryrun"), "failed -> confirmed")
 	br.do(chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	got, err = s.store.Get(ctx, s.db.Pool, id)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateConfirmed, got.State)
+	require.Equal(t, outboxtype.StateConfirmed, got.State)
 	require.Equal(t, "cus_found", *got.ProviderRef)
 	audit, err := s.store.Audit(ctx, s.db.Pool, id)
 	require.NoError(t, err)

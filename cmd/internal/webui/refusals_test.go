@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/stretchr/testify/require"
-
-	"github.com/outboxd/outboxd/internal/engine"
 )
 
 // TestRefusalsSayWhatIsMissing: a click without a credential is told
@@ -47,5 +46,5 @@ func TestRefusalsSayWhatIsMissing(t *testing.T) {
 		require.Contains(t, page, "its reviewed field is missing or damaged", reviewed)
 		require.NotContains(t, page, "changed since the page was opened", reviewed)
 	}
-	require.Equal(t, engine.StateFailed, s.effect(t, "gone").State, "nothing done")
+	require.Equal(t, outboxtype.StateFailed, s.effect(t, "gone").State, "nothing done")
 }

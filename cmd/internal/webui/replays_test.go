@@ -7,9 +7,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/stretchr/testify/require"
-
-	"github.com/outboxd/outboxd/internal/engine"
 )
 
 // TestAReplayFromTheWebView: after an outage an admin replays what failed
@@ -36,7 +35,7 @@ func TestAReplayFromTheWebView(t *testing.T) {
 	br.do(chromedp.Click(chromedp.CSS("#replay-submit")), chromedp.WaitVisible(chromedp.CSS("#plan")))
 	require.Contains(t, br.text("#plan"), "Would replay 2 failed effects")
 	require.Contains(t, br.text("#plan"), "Nothing is started yet")
-	require.Equal(t, engine.StateFailed, s.effect(t, "gone").State, "a dry run changes nothing")
+	require.Equal(t, outboxtype.StateFailed, s.effect(t, "gone").State, "a dry run changes nothing")
 	br.do(chromedp.Click(chromedp.CSS("#replay-submit")), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "Started")
 	require.Eventually(t, func() bool {
@@ -44,8 +43,8 @@ func TestAReplayFromTheWebView(t *testing.T) {
 		return br.text("#replay-state") == "done"
 	}, 30*time.Second, 50*time.Millisecond)
 	require.Contains(t, br.text("#replay-progress"), "2 selected: 2 retried, 0 skipped, 0 left")
-	s.wait(t, "gone", engine.StateConfirmed)
-	s.wait(t, "busy", engine.StateConfirmed)
+	s.wait(t, "gone", outboxtype.StateConfirmed)
+	s.wait(t, "busy", outboxtype.StateConfirmed)
 	audit, err := s.store.Audit(context.Background(), s.db.Pool, s.ids["gone"])
 	require.NoError(t, err)
 	require.Equal(t, "web:ada (replay 1)", audit[len(audit)-1].Actor)

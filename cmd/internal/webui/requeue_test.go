@@ -4,9 +4,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/stretchr/testify/require"
-
-	"github.com/outboxd/outboxd/internal/engine"
 )
 
 // TestRequeueAndDispatchersFromTheWebView: an effect written by SQL with no
@@ -26,7 +25,7 @@ func TestRequeueAndDispatchersFromTheWebView(t *testing.T) {
 	br.do(chromedp.SetValue(chromedp.CSS(`textarea[name="reason"]`), "written by SQL without a job"),
 		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "requeue by web:ada")
-	s.wait(t, "byhand", engine.StateConfirmed)
+	s.wait(t, "byhand", outboxtype.StateConfirmed)
 
 	// Requeued twice: refused, a job is live or the effect is done.
 	br.do(chromedp.Navigate(s.url("effects/"+id+"/actions/requeue")), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
