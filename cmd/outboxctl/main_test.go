@@ -702,7 +702,7 @@ func TestCancelAndConfirm(t *testing.T) {
 	out, err = b.run(t, "", "show", e.ID.String(), "--json")
 	require.NoError(t, err)
 	var shown struct {
-		Effect outboxtype.Effect   `json:"effect"`
+		Effect outboxtype.Effect       `json:"effect"`
 		Event  outboxtype.Event        `json:"event"`
 		Jobs   []outboxtype.Job        `json:"jobs"`
 		Audit  []outboxtype.AuditEntry `json:"audit"`
