@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // CancelResult is what Cancel found.
@@ -54,7 +55,7 @@ func (o *Outbox) Cancel(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, kind,
 		return Unknown, nil
 	case err != nil:
 		return "", err
-	case cancelled, from == engine.StateCancelled && !fired:
+	case cancelled, from == outboxtype.StateCancelled && !fired:
 		return Cancelled, nil
 	default:
 		return AlreadyFired, nil

@@ -172,11 +172,11 @@ type Config struct {
 
 // The states of side_effects.state.
 const (
-	StatePending   = engine.StatePending
-	StateFired     = engine.StateFired
-	StateConfirmed = engine.StateConfirmed
-	StateFailed    = engine.StateFailed
-	StateCancelled = engine.StateCancelled
+	StatePending   = outboxtype.StatePending
+	StateFired     = outboxtype.StateFired
+	StateConfirmed = outboxtype.StateConfirmed
+	StateFailed    = outboxtype.StateFailed
+	StateCancelled = outboxtype.StateCancelled
 )
 
 // Defaults for Config's and RetryPolicy's zero values.
@@ -197,16 +197,16 @@ const (
 	// TenantLimitPrefix starts the limit key of a tenant's own rate:
 	// "tenant:acme" in Config.Limits or Operator.SetLimit.
 	TenantLimitPrefix  = engine.TenantLimitPrefix
-	DefaultMaxAttempts = engine.DefaultMaxAttempts
-	DefaultBaseDelay   = engine.DefaultBaseDelay
-	DefaultMaxDelay    = engine.DefaultMaxDelay
+	DefaultMaxAttempts = outboxtype.DefaultMaxAttempts
+	DefaultBaseDelay   = outboxtype.DefaultBaseDelay
+	DefaultMaxDelay    = outboxtype.DefaultMaxDelay
 )
 
 // Failure reasons an effect's last_error starts with.
 const (
-	ReasonInDoubt     = engine.ReasonInDoubt
-	ReasonKeyWindow   = engine.ReasonKeyWindow
-	ReasonUnqueueable = engine.ReasonUnqueueable
+	ReasonInDoubt     = outboxtype.ReasonInDoubt
+	ReasonKeyWindow   = outboxtype.ReasonKeyWindow
+	ReasonUnqueueable = outboxtype.ReasonUnqueueable
 )
 
 // JobKind is the River kind of dispatch jobs, for SQL over river_job.
