@@ -494,9 +494,9 @@ func (w *Worker) throttled(bctx context.Context, log *slog.Logger, p providers.P
 	}
 	w.metrics.Observe(outboxtype.Throttled{Effect: claimed, Key: key, Until: until})
 	if first {
-		log.Info("limit paused after the provider answered 429: every replica waits", "limit", key, "until", until, "error", providers.Summary(sendErr))
+		log.Info("limit paused on the provider's answer (a 429, or a broker out of reach): every replica waits", "limit", key, "until", until, "error", providers.Summary(sendErr))
 	} else {
-		log.Debug("429 during a pause of its limit", "limit", key, "error", providers.Summary(sendErr))
+		log.Debug("refused for rate during a pause of its limit", "limit", key, "error", providers.Summary(sendErr))
 	}
 	host := ""
 	if h, ok := p.(providers.Hoster); ok {

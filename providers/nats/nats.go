@@ -18,7 +18,9 @@
 // Outcomes: an acknowledgement confirms, with "<stream>/<sequence>" as the
 // provider reference; no stream listening on the subject, or JetStream
 // answering with an error, is retried (the message was not stored); a
-// message over the stream's size limit or a bad request is refused.
+// message over the stream's size limit or a bad request is refused. While
+// the connection is down nothing is published: the server's limit key
+// waits, as after a 429, and the effects spend no attempt.
 package nats
 
 import (
@@ -150,11 +152,27 @@ func (p *Provider) PublishesEvents() bool { return true }
 // Host implements providers.Hoster: the server connected to.
 func (p *Provider) Host(json.RawMessage) string { return p.nc.ConnectedAddr() }
 
+// Limit implements providers.Limited: every publish counts against one
+// key per server (no rate of its own unless --limit sets one), so that
+// while the server cannot be reached the whole key waits, for every
+// replica, and the effects spend none of their attempts.
+func (p *Provider) Limit(payload json.RawMessage) providers.Limit {
+	if payload != nil {
+		return providers.Limit{}
+	}
+	return providers.Limit{Key: Name + ":" + p.URL()}
+}
+
 // Send implements providers.Provider.
 func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
 	pub, err := natsschema.Parse(req.Payload)
 	if err != nil {
 		return providers.Result{}, providers.Refused(err)
+	}
+	if st := p.nc.Status(); st != natsgo.CONNECTED {
+		// A request made now would wait in the client's reconnect buffer,
+		// its outcome unknown: none is made, and the server's key waits.
+		return providers.Result{}, providers.Throttled(fmt.Errorf("not connected to NATS (%s): nothing was published", st), 5*time.Second)
 	}
 	msg := natsgo.NewMsg(pub.Subject)
 	msg.Data = pub.Data

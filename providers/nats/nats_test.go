@@ -4,15 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/testbrokers"
 	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/nats"
 	"github.com/outboxd/outboxd/providers/nats/natsschema"
@@ -186,3 +193,80 @@ func TestLookupFindsAPublishByItsKeyWithinTheWindow(t *testing.T) {
 	require.Empty(t, found)
 	require.Contains(t, how, "1200 read, none carries it")
 }
+
+// TestABrokerOutageSpendsNoAttempts: while the NATS server cannot be
+// reached, an effect is not published (no request waits in the client's
+// reconnect buffer, its outcome unknown): the server's limit key waits, as
+// after a 429, and when the server is back the effect is published once,
+// its first attempt counted alone.
+func TestABrokerOutageSpendsNoAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	dir := t.TempDir()
+	start := func() *server.Server {
+		s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoSigs: true})
+		require.NoError(t, err)
+		go s.Start()
+		require.True(t, s.ReadyForConnections(10*time.Second))
+		return s
+	}
+	srv := start()
+	nc, err := natsgo.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: 6 * time.Hour})
+	require.NoError(t, err)
+	nc.Close()
+	p, err := nats.New(ctx, nats.Config{URL: srv.ClientURL(), Streams: []string{"ORDERS"},
+		Options: []natsgo.Option{natsgo.ReconnectWait(50 * time.Millisecond), natsgo.MaxReconnects(-1)}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	require.Equal(t, "nats:"+srv.ClientURL(), p.Limit(nil).Key)
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	require.Eventually(t, func() bool {
+		_, err := p.Send(ctx, request(strings.Repeat("ab", 32), `{"subject":"orders.paid"}`))
+		return providers.IsThrottled(err)
+	}, 10*time.Second, 10*time.Millisecond, "a disconnected provider publishes nothing and says so as a refusal for rate")
+
+	db := testdb.New(t)
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	var res *outbox.Result
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		res, err = ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("outage", "o_1"), Type: "order.paid", Payload: []byte(`{"order": "o_1"}`)},
+			outbox.EffectOf("nats.order_paid", natsschema.Publish{Subject: "orders.paid"}))
+		return err
+	})
+	require.NoError(t, err)
+	id := res.Effects[0].ID
+	d, err := sideeffects.NewDispatcher(db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{p}, Logger: quiet()})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(ctx))
+	defer d.Stop(ctx)
+	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e, err := op.Get(ctx, id)
+		return err == nil && e.WaitingFor != nil && *e.WaitingFor == p.Limit(nil).Key
+	}, 20*time.Second, 20*time.Millisecond, "the effect waits for the server's key")
+
+	srv = start()
+	defer srv.Shutdown()
+	require.Eventually(t, func() bool {
+		e, err := op.Get(ctx, id)
+		return err == nil && e.State == sideeffects.StateConfirmed
+	}, 30*time.Second, 20*time.Millisecond, "published once the server is back")
+	e, err := op.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, 1, e.Attempts, "the outage spent no attempt")
+	require.Equal(t, "ORDERS/1", *e.ProviderRef)
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
