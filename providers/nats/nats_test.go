@@ -222,7 +222,9 @@ func TestABrokerOutageSpendsNoAttempts(t *testing.T) {
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: 6 * time.Hour})
 	require.NoError(t, err)
 	nc.Close()
-	p, err := nats.New(ctx, nats.Config{URL: srv.ClientURL(), Streams: []string{"ORDERS"},
+	// A short timeout: a publish made before the client notices the
+	// server is gone waits for no answer that long.
+	p, err := nats.New(ctx, nats.Config{URL: srv.ClientURL(), Streams: []string{"ORDERS"}, Timeout: 200 * time.Millisecond,
 		Options: []natsgo.Option{natsgo.ReconnectWait(50 * time.Millisecond), natsgo.MaxReconnects(-1)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
