@@ -17,9 +17,11 @@ import (
 
 	"github.com/outboxd/outboxd/cmd/internal/webui"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/testbrokers"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
+	natsprovider "github.com/outboxd/outboxd/providers/nats"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -109,4 +111,69 @@ func stripeList(object string, objects ...map[string]any) fakes.Response {
 		_, _ = w.Write(b)
 		return http.StatusOK
 	}
+}
+
+// TestAskJetStreamFromTheWebView: a nats effect whose publish reached the
+// stream but whose confirmation was lost: asking reads the stream for its
+// Nats-Msg-Id within the duplicate window, finds the message and suggests
+// confirming with its stream/sequence; for an effect never published it
+// finds nothing.
+func TestAskJetStreamFromTheWebView(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	ctx := context.Background()
+	broker, err := testbrokers.StartJetStream(ctx, time.Hour)
+	require.NoError(t, err)
+	t.Cleanup(broker.Close)
+	np, err := natsprovider.New(ctx, natsprovider.Config{URL: broker.URL, Streams: []string{testbrokers.Stream}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = np.Close() })
+	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema,
+		Guarantees: map[string]providers.Guarantees{np.Name(): np.Guarantees()}})
+	require.NoError(t, err)
+	h, err := webui.New(webui.Config{Schema: s.db.Schema, Operator: op, AdminToken: adminToken,
+		Reconcilers: map[string]providers.Reconciler{np.Name(): np}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	ob, err := outbox.New(outbox.Config{Schema: s.db.Schema})
+	require.NoError(t, err)
+	var res *outbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
+		res, err = ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid", Payload: json.RawMessage(`{"order": "o_1"}`)},
+			outbox.Effect{Kind: "nats.order_paid", Provider: np.Name(), NotBefore: time.Now().Add(time.Hour), Payload: json.RawMessage(`{"subject": "orders.paid"}`)},
+			outbox.Effect{Kind: "nats.order_paid_again", Provider: np.Name(), NotBefore: time.Now().Add(time.Hour), Payload: json.RawMessage(`{"subject": "orders.paid"}`)})
+		return err
+	}))
+	published, never := res.Effects[0], res.Effects[1]
+	// The publish of the first reached the stream; its confirmation did not.
+	_, err = np.Send(ctx, providers.Request{EffectID: published.ID.String(), Kind: published.Kind, Key: published.Key,
+		Payload: json.RawMessage(`{"subject": "orders.paid", "data": {"order": "o_1"}}`)})
+	require.NoError(t, err)
+	for _, e := range res.Effects {
+		_, err = s.db.Pool.Exec(ctx, `UPDATE `+s.db.Schema+`.side_effects SET state = 'fired', attempts = 1, in_doubt = true,
+			not_before = NULL, first_fired_at = now(), key_window_from = now(), fired_at = now() WHERE id = $1`, e.ID)
+		require.NoError(t, err)
+	}
+
+	ask := func(id uuid.UUID) string {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+"/ui/effects/"+id.String()+"/reconcile", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		return string(body)
+	}
+	page := ask(published.ID)
+	require.Contains(t, page, "ORDERS/1")
+	require.Contains(t, page, "duplicate window")
+	require.Contains(t, page, "with reference ORDERS/1")
+	page = ask(never.ID)
+	require.Contains(t, page, "none carries it")
+	require.NotContains(t, page, "with reference ORDERS/1")
 }
