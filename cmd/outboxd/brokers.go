@@ -63,8 +63,8 @@ func (b *brokerConfig) validate(jobTimeout time.Duration) error {
 	if b.NATSTimeout < time.Millisecond {
 		return cli.Usagef("--nats-timeout (OUTBOXD_NATS_TIMEOUT) is %s: it must be at least 1ms", b.NATSTimeout)
 	}
-	if b.KafkaTimeout < time.Millisecond {
-		return cli.Usagef("--kafka-timeout (OUTBOXD_KAFKA_TIMEOUT) is %s: it must be at least 1ms", b.KafkaTimeout)
+	if b.KafkaTimeout < time.Second {
+		return cli.Usagef("--kafka-timeout (OUTBOXD_KAFKA_TIMEOUT) is %s: it must be at least 1s", b.KafkaTimeout)
 	}
 	if b.NATSURL != "" && b.NATSTimeout >= jobTimeout {
 		return cli.Usagef("--job-timeout (%s) must exceed --nats-timeout (%s)", jobTimeout, b.NATSTimeout)

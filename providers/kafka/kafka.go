@@ -19,7 +19,10 @@
 // "<topic>/<partition>/<offset>" as the provider reference; a topic that
 // does not exist or a refused authorization is retried (nothing was
 // written); a record over the size limit or an invalid topic is refused;
-// anything else is in doubt and produced again.
+// anything else is in doubt and produced again. While no broker can be
+// reached (the last dial failed, no connection open, a ping unanswered),
+// nothing is produced: the cluster's limit key waits, as after a 429, and
+// the effects spend no attempt.
 package kafka
 
 import (
@@ -28,7 +31,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -62,9 +67,30 @@ type Schema = kafkaschema.Schema
 // Provider produces records. It is safe for concurrent use.
 type Provider struct {
 	Schema
-	cfg Config
-	cl  *kgo.Client
+	cfg    Config
+	cl     *kgo.Client
+	health *health
 }
+
+// health follows the client's connections to the brokers: the brokers are
+// out of reach when the last dial failed and no connection is open.
+type health struct {
+	open   atomic.Int64
+	failed atomic.Bool
+}
+
+func (h *health) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err != nil {
+		h.failed.Store(true)
+		return
+	}
+	h.open.Add(1)
+	h.failed.Store(false)
+}
+
+func (h *health) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { h.open.Add(-1) }
+
+func (h *health) down() bool { return h.failed.Load() && h.open.Load() <= 0 }
 
 var _ providers.Provider = (*Provider)(nil)
 
@@ -73,11 +99,13 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("brokers are required, for example 127.0.0.1:9092")
 	}
-	if cfg.Timeout < 0 {
-		return nil, errors.New("timeout must not be negative")
-	}
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	if cfg.Timeout < time.Second {
+		return nil, fmt.Errorf("timeout is %s: it must be at least 1s (franz-go's shortest record delivery timeout)", cfg.Timeout)
+	}
+	h := &health{}
 	opts := append([]kgo.Opt{
+		kgo.WithHooks(h),
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID("outboxd"),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -92,7 +120,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		cl.Close()
 		return nil, fmt.Errorf("reach the brokers %s: %w", strings.Join(cfg.Brokers, ","), err)
 	}
-	return &Provider{cfg: cfg, cl: cl}, nil
+	return &Provider{cfg: cfg, cl: cl, health: h}, nil
 }
 
 // Close flushes and closes the client.
@@ -114,11 +142,34 @@ func (p *Provider) PublishesEvents() bool { return true }
 // Host implements providers.Hoster: the seed brokers.
 func (p *Provider) Host(json.RawMessage) string { return strings.Join(p.cfg.Brokers, ",") }
 
+// Limit implements providers.Limited: every produce counts against one
+// key per cluster (no rate of its own unless --limit sets one), so that
+// while no broker can be reached the whole key waits, for every replica,
+// and the effects spend none of their attempts.
+func (p *Provider) Limit(payload json.RawMessage) providers.Limit {
+	if payload != nil {
+		return providers.Limit{}
+	}
+	return providers.Limit{Key: Name + ":" + strings.Join(p.cfg.Brokers, ",")}
+}
+
 // Send implements providers.Provider.
 func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
 	r, err := kafkaschema.Parse(req.Payload)
 	if err != nil {
 		return providers.Result{}, providers.Refused(err)
+	}
+	if p.health.down() {
+		// The last dial failed and no connection is open: a produce now
+		// would wait out its timeout, its outcome unknown. One ping tells
+		// whether a broker answers again; if none does, nothing is
+		// produced and the cluster's key waits.
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := p.cl.Ping(pctx)
+		cancel()
+		if err != nil {
+			return providers.Result{}, providers.Throttled(fmt.Errorf("no Kafka broker can be reached (%v): nothing was produced", err), 5*time.Second)
+		}
 	}
 	rec := &kgo.Record{Topic: r.Topic, Value: r.Value}
 	if r.Key != nil {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/internal/testbrokers"
@@ -190,4 +194,71 @@ func TestAnAggregatesEventsReachItsPartitionInCommitOrder(t *testing.T) {
 		require.Equal(t, recs[0].Partition, r.Partition, "one aggregate, one partition")
 		require.JSONEq(t, fmt.Sprintf(`{"step": %d}`, i), string(r.Value), "record %d is out of commit order", i)
 	}
+}
+
+// TestAClusterOutageSpendsNoAttempts: while no Kafka broker can be
+// reached, nothing is produced (a produce would wait out its timeout, its
+// outcome unknown): the cluster's limit key waits, as after a 429, and
+// when the cluster is back the effect is produced once, its first attempt
+// counted alone.
+func TestAClusterOutageSpendsNoAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	start := func() *kfake.Cluster {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(1, "orders"))
+		require.NoError(t, err)
+		return c
+	}
+	cluster := start()
+	brokers := cluster.ListenAddrs()
+	// A short timeout: a produce made before the client notices the
+	// cluster is gone waits for no answer that long.
+	p, err := kafka.New(ctx, kafka.Config{Brokers: brokers, Timeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	require.Equal(t, "kafka:"+brokers[0], p.Limit(nil).Key)
+
+	cluster.Close()
+	require.Eventually(t, func() bool {
+		_, err := p.Send(ctx, request(strings.Repeat("ab", 32), `{"topic":"orders"}`))
+		return providers.IsThrottled(err)
+	}, 20*time.Second, 10*time.Millisecond, "with no broker to reach, nothing is produced and it says so as a refusal for rate")
+
+	db := testdb.New(t)
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	var res *outbox.Result
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		res, err = ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("outage", "o_1"), Type: "order.paid", AggregateID: "o_1", Payload: []byte(`{"order": "o_1"}`)},
+			outbox.EffectOf("kafka.order_paid", kafkaschema.Record{Topic: "orders"}))
+		return err
+	})
+	require.NoError(t, err)
+	id := res.Effects[0].ID
+	d, err := sideeffects.NewDispatcher(db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{p},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(ctx))
+	defer d.Stop(ctx)
+	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e, err := op.Get(ctx, id)
+		return err == nil && e.WaitingFor != nil && *e.WaitingFor == p.Limit(nil).Key
+	}, 20*time.Second, 20*time.Millisecond, "the effect waits for the cluster's key")
+
+	cluster = start()
+	defer cluster.Close()
+	require.Eventually(t, func() bool {
+		e, err := op.Get(ctx, id)
+		return err == nil && e.State == sideeffects.StateConfirmed
+	}, 30*time.Second, 20*time.Millisecond, "produced once the cluster is back")
+	e, err := op.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, 1, e.Attempts, "the outage spent no attempt")
+	require.Equal(t, "orders/0/0", *e.ProviderRef)
 }
