@@ -7,11 +7,13 @@ import (
 	"strings"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/nats"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
@@ -21,6 +23,8 @@ func newReconcileCmd(a *app) *cobra.Command {
 		apply         bool
 		stripeKey     string
 		stripeAPIBase string
+		natsURL       string
+		natsCreds     string
 	)
 	cmd := &cobra.Command{
 		Use:   "reconcile <effect id | key | provider reference> [--apply]",
@@ -33,6 +37,9 @@ effect, with the action it suggests:
             listed by their payment intent or charge, transfers by their
             destination; for a capture or a cancel, the payment intent's status
             (needs STRIPE_API_KEY; reads only)
+  nats      the message of the effect's subject, stored within its stream's
+            duplicate window, whose Nats-Msg-Id is the key (needs
+            OUTBOXD_NATS_URL; reads only)
   sendgrid  what SendGrid's events recorded (delivery status, confirmations);
             SendGrid has no API to search sent mail by custom argument
   webhook   nothing to ask: check the receiver's log for webhook-id = the key
@@ -60,6 +67,21 @@ than one: the request was applied more than once; check them, do not retry.`,
 					return err
 				}
 				asker = p
+			}
+			if e.Provider == nats.Name {
+				if natsURL == "" {
+					return errors.New("reconciling a NATS effect reads its stream: set OUTBOXD_NATS_URL or --nats-url (and --nats-creds where the server needs them)")
+				}
+				var opts []natsgo.Option
+				if natsCreds != "" {
+					opts = append(opts, natsgo.UserCredentials(natsCreds))
+				}
+				n, err := nats.NewAsker(natsURL, opts...)
+				if err != nil {
+					return err
+				}
+				defer n.Close()
+				asker = n
 			}
 			rec, err := a.op.Reconcile(ctx, e, asker)
 			if err != nil {
@@ -90,6 +112,11 @@ than one: the request was applied more than once; check them, do not retry.`,
 	envflag.Secret(cmd.Flags(), "stripe-api-key")
 	cmd.Flags().StringVar(&stripeAPIBase, "stripe-api-base", stripe.DefaultAPIBase, "Stripe API URL")
 	envflag.Bind(cmd.Flags(), "stripe-api-base", "STRIPE_API_BASE")
+	cmd.Flags().StringVar(&natsURL, "nats-url", "", "NATS server to read a nats effect's stream from")
+	envflag.Bind(cmd.Flags(), "nats-url", "OUTBOXD_NATS_URL")
+	envflag.Secret(cmd.Flags(), "nats-url")
+	cmd.Flags().StringVar(&natsCreds, "nats-creds", "", "NATS credentials file")
+	envflag.Bind(cmd.Flags(), "nats-creds", "OUTBOXD_NATS_CREDS")
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -13,9 +14,12 @@ import (
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/testbrokers"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/nats"
 )
 
 // stripeList answers a Stripe search or list request with objects.
@@ -112,4 +116,52 @@ func TestReconcileAsksStripeAndSuggests(t *testing.T) {
 	out, err = b.run(t, "", "reconcile", none.ID.String())
 	require.Equal(t, 1, cli.ExitCode(err), out)
 	require.ErrorContains(t, err, "STRIPE_API_KEY")
+}
+
+// TestReconcileAsksJetStream: a nats effect in doubt whose publish reached
+// the stream is found there by its Nats-Msg-Id, and --apply confirms it
+// with the message's stream/sequence; one never published is not found.
+func TestReconcileAsksJetStream(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	b := &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+	ctx := context.Background()
+	broker, err := testbrokers.StartJetStream(ctx, time.Hour)
+	require.NoError(t, err)
+	t.Cleanup(broker.Close)
+	np, err := nats.New(ctx, nats.Config{URL: broker.URL, Streams: []string{testbrokers.Stream}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = np.Close() })
+	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	for _, name := range []string{"published", "lost"} {
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid", Payload: json.RawMessage(`{"order": "o_1"}`)},
+				outbox.Effect{Kind: "nats." + name, Provider: nats.Name, Payload: json.RawMessage(`{"subject": "orders.paid"}`)})
+			if err == nil {
+				b.ids[name] = res.Effects[0].ID
+			}
+			return err
+		}))
+		_, err := db.Pool.Exec(ctx, `UPDATE `+db.Schema+`.side_effects SET state = 'failed', in_doubt = true, attempts = 1,
+			first_fired_at = now(), key_window_from = now(), last_error = 'retries exhausted: no response: timeout' WHERE id = $1`, b.ids[name])
+		require.NoError(t, err)
+	}
+	pub := b.effect(t, "published")
+	_, err = np.Send(ctx, providers.Request{EffectID: pub.ID.String(), Kind: pub.Kind, Key: pub.IdempotencyKey,
+		Payload: json.RawMessage(`{"subject": "orders.paid", "data": {"order": "o_1"}}`)})
+	require.NoError(t, err)
+
+	_, err = b.run(t, "", "reconcile", pub.ID.String())
+	require.ErrorContains(t, err, "OUTBOXD_NATS_URL", "asking JetStream needs its address")
+	out, err := b.run(t, "", "reconcile", pub.ID.String(), "--nats-url", broker.URL, "--apply")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "Nats-Msg-Id: "+pub.IdempotencyKey)
+	require.Contains(t, out, "applied: failed -> confirmed with ref ORDERS/1 (audited)")
+	require.Equal(t, "ORDERS/1", *b.effect(t, "published").ProviderRef)
+
+	out, err = b.run(t, "", "reconcile", b.ids["lost"].String(), "--nats-url", broker.URL)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "none carries it")
+	require.Equal(t, outboxtype.StateFailed, b.effect(t, "lost").State, "asking changes nothing")
 }

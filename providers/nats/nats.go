@@ -220,15 +220,50 @@ const maxScan = 100_000
 // message id: the read is bounded (100,000 messages), and says so when it
 // stops short.
 func (p *Provider) Lookup(ctx context.Context, payload json.RawMessage, key string) ([]providers.Found, string, error) {
+	return lookup(ctx, p.js, payload, key)
+}
+
+// Asker asks JetStream what it holds for an effect's key, as
+// Provider.Lookup does, without publishing: what outboxctl reconcile uses.
+type Asker struct {
+	nc *natsgo.Conn
+	js jetstream.JetStream
+}
+
+var _ providers.Reconciler = (*Asker)(nil)
+
+// NewAsker connects to url (user information hidden in its errors).
+func NewAsker(url string, opts ...natsgo.Option) (*Asker, error) {
+	nc, err := natsgo.Connect(url, append([]natsgo.Option{natsgo.Name("outboxctl")}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", redacted(url), err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &Asker{nc: nc, js: js}, nil
+}
+
+// Close closes the connection.
+func (a *Asker) Close() { a.nc.Close() }
+
+// Lookup implements providers.Reconciler (see Provider.Lookup).
+func (a *Asker) Lookup(ctx context.Context, payload json.RawMessage, key string) ([]providers.Found, string, error) {
+	return lookup(ctx, a.js, payload, key)
+}
+
+func lookup(ctx context.Context, js jetstream.JetStream, payload json.RawMessage, key string) ([]providers.Found, string, error) {
 	pub, err := natsschema.Parse(payload)
 	if err != nil {
 		return nil, "", err
 	}
-	name, err := p.js.StreamNameBySubject(ctx, pub.Subject)
+	name, err := js.StreamNameBySubject(ctx, pub.Subject)
 	if err != nil {
 		return nil, "", fmt.Errorf("no stream captures %q: %w", pub.Subject, err)
 	}
-	s, err := p.js.Stream(ctx, name)
+	s, err := js.Stream(ctx, name)
 	if err != nil {
 		return nil, "", err
 	}
