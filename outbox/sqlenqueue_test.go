@@ -21,7 +21,6 @@ import (
 	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // sqlRow is one row outboxd_enqueue returns.
@@ -349,7 +348,7 @@ func TestSQLEnqueuedEffectsAreDispatched(t *testing.T) {
 	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	wh, err := webhook.New(webhook.Config{Secret: testSecret, AllowedNetworks: loopback, Timeout: 5 * time.Second})
 	require.NoError(t, err)
-	testdispatch.Start(t, b.db, sideeffects.Config{}, wh)
+	testdispatch.Start(t, b.db, engine.Config{}, wh)
 
 	id := uuid.New()
 	var effects []map[string]any

@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/webhook"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // TestRetryFailedSinceStartsAPacedReplay: an operator replays what failed
@@ -57,7 +57,7 @@ func TestRetryFailedSinceStartsAPacedReplay(t *testing.T) {
 	// outboxd runs it.
 	wh, err := webhook.New(webhook.Config{Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
 	require.NoError(t, err)
-	testdispatch.Start(t, b.db, sideeffects.Config{}, wh)
+	testdispatch.Start(t, b.db, engine.Config{}, wh)
 	var r outboxtype.Replay
 	require.Eventually(t, func() bool {
 		out, err := b.run(t, "", "replays", "show", "1", "--json")

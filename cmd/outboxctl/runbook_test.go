@@ -23,7 +23,6 @@ import (
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/webhook"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // The runbook in docs/outboxctl.md, performed: for each failure reason a
@@ -70,7 +69,7 @@ func (r *runbook) start(t *testing.T) {
 	require.NoError(t, err)
 	sgp, err := sendgrid.New(sendgrid.Config{APIKey: "SG.runbook", APIHost: r.sg.URL, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	testdispatch.Start(t, r.db, sideeffects.Config{Retry: outboxtype.RetryPolicy{MaxAttempts: 2}, SweepInterval: time.Second}, wh, sgp)
+	testdispatch.Start(t, r.db, engine.Config{Retry: outboxtype.RetryPolicy{MaxAttempts: 2}, SweepInterval: time.Second}, wh, sgp)
 }
 
 func (r *runbook) enqueue(t *testing.T, name string, e outbox.Effect) uuid.UUID {

@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/providers"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // Start runs a dispatcher for ps in db's schema until the test ends. cfg
 // may set anything else; its zero timings become fast ones (fetch every
 // 5ms, poll every 20ms, retries after 10 to 20ms), and logs are discarded.
-func Start(tb testing.TB, db *testdb.DB, cfg sideeffects.Config, ps ...providers.Provider) *sideeffects.Dispatcher {
+func Start(tb testing.TB, db *testdb.DB, cfg engine.Config, ps ...providers.Provider) *engine.Dispatcher {
 	tb.Helper()
 	cfg.Schema = db.Schema
 	cfg.Providers = append(cfg.Providers, ps...)
@@ -30,7 +30,7 @@ func Start(tb testing.TB, db *testdb.DB, cfg sideeffects.Config, ps ...providers
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	cfg.TestOnly = true
-	d, err := sideeffects.NewDispatcher(db.Pool, cfg)
+	d, err := engine.NewDispatcher(db.Pool, cfg)
 	if err != nil {
 		tb.Fatalf("testdispatch: %v", err)
 	}

@@ -30,7 +30,6 @@ import (
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outbox/outboxtrace"
 	"github.com/outboxd/outboxd/providers/webhook"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -160,7 +159,7 @@ func TestOneTraceFromRequestToProviderCall(t *testing.T) {
 
 	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loopback, Timeout: 10 * time.Second})
 	require.NoError(t, err)
-	d1 := testdispatch.Start(t, db, sideeffects.Config{Tracer: outboxtrace.New(first.tp), RiverMiddleware: []rivertype.Middleware{outboxtrace.RiverMiddleware(first.tp)}}, wh)
+	d1 := testdispatch.Start(t, db, engine.Config{Tracer: outboxtrace.New(first.tp), RiverMiddleware: []rivertype.Middleware{outboxtrace.RiverMiddleware(first.tp)}}, wh)
 	<-inFlight
 	killed, cancel := context.WithCancel(ctx)
 	cancel() // no grace: the call in flight is cut off, its outcome unknown
@@ -168,7 +167,7 @@ func TestOneTraceFromRequestToProviderCall(t *testing.T) {
 
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	testdispatch.Start(t, db, sideeffects.Config{Tracer: outboxtrace.New(second.tp), Logger: logger}, wh)
+	testdispatch.Start(t, db, engine.Config{Tracer: outboxtrace.New(second.tp), Logger: logger}, wh)
 	st := engine.NewStore(db.Schema)
 	require.Eventually(t, func() bool {
 		e, err := st.Get(ctx, db.Pool, res.Effects[0].ID)

@@ -73,7 +73,7 @@ func newSite(t *testing.T) *site {
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loop, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	testdispatch.Start(t, s.db, sideeffects.Config{Retry: outboxtype.RetryPolicy{MaxAttempts: 2}, Settings: map[string]any{"rescue_after": "2m0s"}}, wh)
+	testdispatch.Start(t, s.db, engine.Config{Retry: outboxtype.RetryPolicy{MaxAttempts: 2}, Settings: map[string]any{"rescue_after": "2m0s"}}, wh)
 	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema,
 		Guarantees: map[string]providers.Guarantees{"webhook": wh.Guarantees()}})
 	require.NoError(t, err)
