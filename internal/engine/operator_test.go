@@ -291,6 +291,10 @@ func TestARetryOfAProviderTheOperatorDoesNotKnow(t *testing.T) {
 	require.Contains(t, chs[0].Skipped, "outboxd does not know how long sms remembers an idempotency key")
 	require.Equal(t, engine.StateFailed, b.effect(t, unknown).State)
 
+	// Made before any dispatcher runs: one running could fire it between
+	// its enqueue and the update that fails it.
+	late := failedSMS(58 * time.Minute)
+
 	// A dispatcher running the provider reports its guarantees at start.
 	b.cfg.Providers = append(b.cfg.Providers, smsProvider{})
 	b.start(t)
@@ -299,7 +303,6 @@ func TestARetryOfAProviderTheOperatorDoesNotKnow(t *testing.T) {
 	require.True(t, chs[0].Applied, chs[0].Skipped)
 
 	// Its window applies: 1h minus 5m, the first request 58 minutes ago.
-	late := failedSMS(58 * time.Minute)
 	chs, err = op.Retry(ctx, []uuid.UUID{late}, opts)
 	require.NoError(t, err)
 	require.False(t, chs[0].Applied)
