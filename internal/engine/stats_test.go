@@ -32,8 +32,12 @@ func TestStatsReadTheMinuteSummary(t *testing.T) {
 		SELECT gen_random_uuid(), id, CASE WHEN n % 2 = 0 THEN 'webhook.a' ELSE 'webhook.b' END, 'webhook', '{}',
 			CASE WHEN n % 20 = 0 THEN 'cancelled' ELSE 'confirmed' END, 1 + n % 7,
 			ended - (0.05 + (n % 97) * 0.05) * interval '1 second', ended, ended, CASE WHEN n % 20 <> 0 THEN ended END
-		FROM (SELECT id, row_number() OVER () AS n FROM ` + s + `.outbox_events) e,
-			LATERAL (SELECT now() - interval '170 minutes' * random() AS ended) t`)
+		FROM (SELECT id, row_number() OVER () AS n,
+			-- each its own time, at least two minutes ago: in minutes the
+			-- summary will hold (an uncorrelated LATERAL is read once, and
+			-- could put every effect in the current minute)
+			now() - interval '2 minutes' - interval '168 minutes' * random() AS ended
+			FROM ` + s + `.outbox_events) e`)
 	exec(`INSERT INTO ` + s + `.side_effect_audit (effect_id, action, actor, reason, from_state, to_state)
 		SELECT id, 'confirm', 'ada', 'by hand', 'fired', 'confirmed' FROM ` + s + `.side_effects WHERE state = 'confirmed' LIMIT 3`)
 
