@@ -7,10 +7,10 @@
 // operator is told about it (diagnosis, advice, timeline) is package
 // sideeffects/oncall.
 //
-// Of outboxd it imports only package providers (a call's result, an
-// event's report, a destination's state, what a provider found), the way
-// River keeps its own shared types in rivertype: package outbox (enqueue),
-// package sideeffects (dispatch and operate) and the engine below them all
-// speak in these types, so that reading one never means importing the
-// others.
+// It imports nothing of outboxd, the way River keeps its own shared types
+// in rivertype: package outbox (enqueue), package sideeffects (dispatch
+// and operate), the providers (a call's Result, an EventReport, a
+// DestinationState, what a provider Found, which package providers names
+// for them) and the engine below them all speak in these types, so that
+// reading one never means importing the others.
 package outboxtype

@@ -2,8 +2,6 @@ package outboxtype
 
 import (
 	"time"
-
-	"github.com/outboxd/outboxd/providers"
 )
 
 // Observer is told what outboxd does, one Observation at a time: the
@@ -43,13 +41,13 @@ type ProviderCalled struct {
 	Effect   *Effect
 	Duration time.Duration
 	Err      error
-	Result   providers.Result
+	Result   Result
 }
 
 // ProviderEventApplied is a provider event, told after its delivery
 // committed, and what it did to the effect it names.
 type ProviderEventApplied struct {
-	Event  providers.EventReport
+	Event  EventReport
 	Result EventResult
 }
 

@@ -5,10 +5,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/riverqueue/river/rivertype"
-
-	"github.com/outboxd/outboxd/providers"
 )
 
 // Filter selects effects for listing and bulk actions. Zero fields match
@@ -106,18 +102,31 @@ type EventEffect struct {
 
 // Job is a River dispatch job of an effect.
 type Job struct {
-	ID          int64                    `json:"id"`
-	State       string                   `json:"state"`
-	Queue       string                   `json:"queue"`
-	Attempt     int                      `json:"attempt"`
-	MaxAttempts int                      `json:"max_attempts"`
-	CreatedAt   time.Time                `json:"created_at"`
-	ScheduledAt time.Time                `json:"scheduled_at"`
-	FinalizedAt *time.Time               `json:"finalized_at"`
-	Errors      []rivertype.AttemptError `json:"errors"`
+	ID          int64      `json:"id"`
+	State       string     `json:"state"`
+	Queue       string     `json:"queue"`
+	Attempt     int        `json:"attempt"`
+	MaxAttempts int        `json:"max_attempts"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ScheduledAt time.Time  `json:"scheduled_at"`
+	FinalizedAt *time.Time `json:"finalized_at"`
+	Errors      []JobError `json:"errors"`
 	// HeldBy is the dispatcher working a running job (outboxctl
 	// dispatchers' ID).
 	HeldBy *string `json:"held_by,omitempty"`
+}
+
+// JobError is one failed attempt of a River job, as River records it in
+// the job's errors (rivertype.AttemptError's fields and JSON).
+type JobError struct {
+	// At is when the attempt failed.
+	At time.Time `json:"at"`
+	// Attempt is the job's attempt it failed on.
+	Attempt int `json:"attempt"`
+	// Error is the error the attempt returned, or the panic's value.
+	Error string `json:"error"`
+	// Trace is the stack trace of a panic; empty otherwise.
+	Trace string `json:"trace"`
 }
 
 // AuditEntry is one recorded operator action.
@@ -168,5 +177,5 @@ type DispatcherRecord struct {
 	// Destinations are what its per-destination gates held back at its
 	// last heartbeat (every 30s): requests in flight and waiting, failures
 	// in a row, open breakers.
-	Destinations []providers.DestinationState `json:"destinations"`
+	Destinations []DestinationState `json:"destinations"`
 }

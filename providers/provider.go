@@ -2,9 +2,11 @@
 // Provider interface, the three error classes every provider must sort its
 // failures into, and the guarantees each provider declares about idempotency.
 //
-// Implementations live in sub-packages (webhook, stripe, sendgrid). They
-// import nothing else from outboxd, so a provider can be read, tested and
-// replaced on its own.
+// Implementations live in sub-packages (webhook, stripe, sendgrid, nats,
+// kafka). Of outboxd they import only this package (and the inbox, for
+// the providers whose events outboxd receives); the values a provider
+// reports (Result, EventReport, DestinationState, Found) are outboxtype's,
+// named here. A provider can be read, tested and replaced on its own.
 package providers
 
 import (
@@ -16,6 +18,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // Request is one attempt to perform a side effect.
@@ -55,15 +59,9 @@ type EventPublisher interface {
 	PublishesEvents() bool
 }
 
-// Result is what a provider reports on acknowledgement.
-type Result struct {
-	// Ref is the provider's id for what it did (a Stripe object id, a
-	// SendGrid message id); empty when the provider has none.
-	Ref string
-	// Replayed is true when the provider said it answered from its
-	// idempotency cache rather than acting again.
-	Replayed bool
-}
+// Result is what a provider reports on acknowledgement
+// (outboxtype.Result: the value outboxd's faces share).
+type Result = outboxtype.Result
 
 // InDoubtPolicy says what a worker does after an attempt whose outcome is
 // unknown (timeout, connection reset, crash).
@@ -143,21 +141,9 @@ type Gate interface {
 	Admit(ctx context.Context, payload json.RawMessage) (release func(sendErr error), wait time.Duration, ok bool)
 }
 
-// DestinationState is what a Gate knows of one destination now: requests
-// in flight and waiting for a slot, its cap, and its circuit breaker
-// (open: the host stopped answering, and is left alone until OpenUntil).
-type DestinationState struct {
-	// Host is the address the gate keys it by (the one dialled), Names
-	// the host names in payloads that reached it lately.
-	Host        string    `json:"host"`
-	Names       []string  `json:"names,omitempty"`
-	InFlight    int       `json:"in_flight"`
-	Waiting     int       `json:"waiting"`
-	Limit       int       `json:"limit"`
-	Failures    int       `json:"failures_in_a_row"`
-	BreakerOpen bool      `json:"breaker_open"`
-	OpenUntil   time.Time `json:"open_until,omitzero"`
-}
+// DestinationState is what a Gate knows of one destination now
+// (outboxtype.DestinationState).
+type DestinationState = outboxtype.DestinationState
 
 // DestinationReporter is implemented by Gates that can say what they hold
 // back: the destinations with requests in flight or waiting, failures, or

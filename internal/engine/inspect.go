@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river/rivertype"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 func nullable[T comparable](v T) *T {
@@ -257,7 +257,7 @@ func (s *Store) Jobs(ctx context.Context, db DB, id uuid.UUID) ([]Job, error) {
 			return j, err
 		}
 		for _, raw := range errs {
-			var ae rivertype.AttemptError
+			var ae outboxtype.JobError
 			if err := json.Unmarshal(raw, &ae); err == nil {
 				j.Errors = append(j.Errors, ae)
 			}
