@@ -11,12 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
-	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox/idempotency"
 )
 
@@ -141,8 +138,8 @@ type stuckKey struct {
 
 func newStuckKey(t *testing.T, route, key, body string) *stuckKey {
 	t.Helper()
-	db := testdb.New(t)
-	k := &stuckKey{b: &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}, runs: &atomic.Int32{}}
+	k := &stuckKey{b: newTestBundle(t), runs: &atomic.Int32{}}
+	db := k.b.db
 	mw, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, Unscoped: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	hang := make(chan struct{})

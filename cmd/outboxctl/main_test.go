@@ -27,11 +27,22 @@ type testBundle struct {
 	ids map[string]uuid.UUID
 }
 
+// newTestBundle is a migrated schema of its own, and the store the tests
+// seed it with.
+func newTestBundle(t *testing.T) *testBundle {
+	t.Helper()
+	return bundleOf(testdb.New(t))
+}
+
+func bundleOf(db *testdb.DB) *testBundle {
+	return &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+}
+
 // setup seeds one effect in each situation an operator meets.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	db := testdb.New(t)
-	b := &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+	b := newTestBundle(t)
+	db := b.db
 	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
 	require.NoError(t, err)
 	ctx := context.Background()

@@ -11,8 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
-	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 )
@@ -22,8 +20,8 @@ import (
 // release lets them go, with the operator's reason in the audit trail.
 func TestStuckShowsABlockedChainUnderItsHead(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	b := &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+	b := newTestBundle(t)
+	db := b.db
 	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
 	require.NoError(t, err)
 	ctx := context.Background()

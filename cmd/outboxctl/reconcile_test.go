@@ -12,10 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testbrokers"
-	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
@@ -34,8 +32,8 @@ func stripeList(object string, objects ...map[string]any) fakes.Response {
 
 func TestReconcileAsksStripeAndSuggests(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	b := &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+	b := newTestBundle(t)
+	db := b.db
 	st := fakes.NewFakeStripe()
 	t.Cleanup(st.Close)
 	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
@@ -123,8 +121,8 @@ func TestReconcileAsksStripeAndSuggests(t *testing.T) {
 // with the message's stream/sequence; one never published is not found.
 func TestReconcileAsksJetStream(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	b := &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+	b := newTestBundle(t)
+	db := b.db
 	ctx := context.Background()
 	broker, err := testbrokers.StartJetStream(ctx, time.Hour)
 	require.NoError(t, err)

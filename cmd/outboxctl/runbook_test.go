@@ -57,7 +57,7 @@ func newRunbook(t *testing.T) *runbook {
 	t.Cleanup(sg.Close)
 	ob, err := outbox.New(outbox.Config{Schema: db.Schema, WebhookAllowedNetworks: loopback})
 	require.NoError(t, err)
-	return &runbook{testBundle: &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}, recv: recv, sg: sg, ob: ob}
+	return &runbook{testBundle: bundleOf(db), recv: recv, sg: sg, ob: ob}
 }
 
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
