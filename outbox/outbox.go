@@ -239,7 +239,27 @@ type Effect struct {
 
 	// err is why EffectOf could not encode its payload; Enqueue reports it.
 	err error
+	// subscribers marks ToSubscribers' effect.
+	subscribers bool
 }
+
+// ToSubscribers is the effect that delivers the event to every endpoint
+// subscribed to its type (docs/endpoints.md): in the same transaction it
+// becomes one effect per enabled endpoint of the effect's tenant (or the
+// event's; none: the endpoints of no tenant) whose event types match,
+// kind "endpoint:<endpoint id>", so each endpoint has its own key,
+// sha256(event id + ":endpoint:" + endpoint id), and its own retries. The
+// Result lists those effects in its place. A replay of the event reaches
+// the endpoints the first call reached and no other: an endpoint created
+// since does not receive the older event.
+//
+// Set NotBefore, OrderingKey, OnFailure or Tenant on it as on any effect;
+// an ordering key orders each endpoint's deliveries apart
+// ("<key>@<endpoint id>"), so one endpoint's failure holds back only its
+// own. At most one per call.
+//
+//	o.Enqueue(ctx, tx, ev, outbox.ToSubscribers())
+func ToSubscribers() Effect { return Effect{subscribers: true} }
 
 // FailurePolicy is what an effect's failure does to the effects after it on
 // its ordering key.
@@ -431,8 +451,27 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (engine.NewEven
 	}
 	out := make([]engine.NewEffect, len(effects))
 	seen := make(map[string]int, len(effects))
+	subscribers := -1
 	for i, e := range effects {
 		field := fmt.Sprintf("effects[%d]", i)
+		if e.subscribers {
+			if subscribers >= 0 {
+				return ne, nil, invalid(field, "a second outbox.ToSubscribers() (effects[%d] is one): an event reaches each endpoint once", subscribers)
+			}
+			subscribers = i
+			if e.Kind != "" || e.Provider != "" || e.Payload != nil {
+				return ne, nil, invalid(field, "outbox.ToSubscribers() takes no kind, provider or payload: each endpoint's effect is made from the event")
+			}
+			if err := o.checkCommon(ev, e, field, &out[i]); err != nil {
+				return ne, nil, err
+			}
+			out[i].Subscribers = true
+			if len(out[i].OrderingKey) > MaxOrderingKeyLength-subscriberKeySuffix {
+				return ne, nil, invalid(field+".ordering_key", "%d bytes, over the limit of %d for outbox.ToSubscribers() (each endpoint's key adds @ and its id)",
+					len(out[i].OrderingKey), MaxOrderingKeyLength-subscriberKeySuffix)
+			}
+			continue
+		}
 		switch {
 		case e.Kind == "":
 			return ne, nil, invalid(field+".kind", "required, for example \"webhook.order_paid\"")
@@ -458,35 +497,48 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (engine.NewEven
 		if err := v.ValidatePayload(e.Kind, e.Payload); err != nil {
 			return ne, nil, invalid(field+".payload", "%s", err)
 		}
-		out[i] = engine.NewEffect{Kind: e.Kind, Provider: e.Provider, Payload: e.Payload,
-			OrderingKey: e.OrderingKey, SkipFailed: e.OnFailure == SkipFailed}
-		if out[i].OrderingKey == "" {
-			out[i].OrderingKey = ev.OrderingKey
-		}
-		if err := checkOrderingKey(out[i].OrderingKey); err != nil {
-			f := field + ".ordering_key"
-			if e.OrderingKey == "" {
-				f = "event.ordering_key"
-			}
-			return ne, nil, invalid(f, "%s", err)
-		}
-		out[i].Tenant = cmp.Or(e.Tenant, ev.Tenant)
-		if t := out[i].Tenant; t != "" && !tenantPattern.MatchString(t) {
-			f := field + ".tenant"
-			if e.Tenant == "" {
-				f = "event.tenant"
-			}
-			return ne, nil, invalid(f, "%q: a tenant is at most 128 letters, digits and . _ : @ -", t)
-		}
-		if e.OnFailure != BlockKey && e.OnFailure != SkipFailed {
-			return ne, nil, invalid(field+".on_failure", "unknown policy %d: use outbox.BlockKey or outbox.SkipFailed", e.OnFailure)
-		}
-		if !e.NotBefore.IsZero() {
-			nb := e.NotBefore
-			out[i].NotBefore = &nb
+		out[i] = engine.NewEffect{Kind: e.Kind, Provider: e.Provider, Payload: e.Payload}
+		if err := o.checkCommon(ev, e, field, &out[i]); err != nil {
+			return ne, nil, err
 		}
 	}
 	return ne, out, nil
+}
+
+// subscriberKeySuffix is what an endpoint's ordering key adds to its
+// subscribers effect's: "@" and the endpoint's id.
+const subscriberKeySuffix = 1 + 36
+
+// checkCommon checks and sets on out what every effect may carry besides
+// its content: ordering key, failure policy, tenant, not-before.
+func (o *Outbox) checkCommon(ev Event, e Effect, field string, out *engine.NewEffect) error {
+	invalid := func(field, problem string, args ...any) error {
+		return &ValidationError{Field: field, Problem: fmt.Sprintf(problem, args...)}
+	}
+	out.OrderingKey, out.SkipFailed = cmp.Or(e.OrderingKey, ev.OrderingKey), e.OnFailure == SkipFailed
+	if err := checkOrderingKey(out.OrderingKey); err != nil {
+		f := field + ".ordering_key"
+		if e.OrderingKey == "" {
+			f = "event.ordering_key"
+		}
+		return invalid(f, "%s", err)
+	}
+	out.Tenant = cmp.Or(e.Tenant, ev.Tenant)
+	if t := out.Tenant; t != "" && !tenantPattern.MatchString(t) {
+		f := field + ".tenant"
+		if e.Tenant == "" {
+			f = "event.tenant"
+		}
+		return invalid(f, "%q: a tenant is at most 128 letters, digits and . _ : @ -", t)
+	}
+	if e.OnFailure != BlockKey && e.OnFailure != SkipFailed {
+		return invalid(field+".on_failure", "unknown policy %d: use outbox.BlockKey or outbox.SkipFailed", e.OnFailure)
+	}
+	if !e.NotBefore.IsZero() {
+		nb := e.NotBefore
+		out.NotBefore = &nb
+	}
+	return nil
 }
 
 // tenantPattern is what a tenant may be (as outboxd_enqueue checks it).

@@ -50,6 +50,8 @@ type SourceEvent struct {
 	AggregateType string
 	AggregateID   string
 	Payload       json.RawMessage
+	// OccurredAt is when the event was recorded (its transaction's time).
+	OccurredAt time.Time
 }
 
 // EventPublisher is implemented by providers that relay the effect's

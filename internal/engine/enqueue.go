@@ -71,6 +71,10 @@ func (c *EnqueueConflict) Error() string {
 // Enqueue writes ev and effects (validated) through tx. Each effect's id
 // and key are derived here, once, when the caller left them empty.
 func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev NewEvent, effects []NewEffect) (*Enqueued, error) {
+	effects, err := q.fanOut(ctx, tx, ev, effects)
+	if err != nil {
+		return nil, err
+	}
 	res := &Enqueued{Effects: make([]EnqueuedEffect, len(effects))}
 	for i := range effects {
 		e := &effects[i]
@@ -142,6 +146,38 @@ func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev NewEvent, effects 
 		return nil, fmt.Errorf("release savepoint: %w", err)
 	}
 	return res, nil
+}
+
+// fanOut replaces the call's subscribers effect, if any, by one effect per
+// endpoint it reaches, in its place: the endpoints subscribed now for a
+// new event, the ones it reached then for a recorded one (the rule is
+// outboxd_subscribers', which outboxd_enqueue follows too).
+func (q *Enqueuer) fanOut(ctx context.Context, tx pgx.Tx, ev NewEvent, effects []NewEffect) ([]NewEffect, error) {
+	at := slices.IndexFunc(effects, func(e NewEffect) bool { return e.Subscribers })
+	if at < 0 {
+		return effects, nil
+	}
+	marker := effects[at]
+	rows, err := tx.Query(ctx, q.store.sql(sqlSubscribers), ev.ID, ev.Type, marker.Tenant)
+	if err != nil {
+		return nil, fmt.Errorf("subscribers: %w", err)
+	}
+	var subs []NewEffect
+	var endpoint uuid.UUID
+	var sub NewEffect
+	if _, err := pgx.ForEachRow(rows, []any{&endpoint, &sub.Kind, &sub.Provider, &sub.Payload}, func() error {
+		e := marker
+		e.Subscribers = false
+		e.Kind, e.Provider, e.Payload = sub.Kind, sub.Provider, slices.Clone(sub.Payload)
+		if e.OrderingKey != "" {
+			e.OrderingKey += "@" + endpoint.String()
+		}
+		subs = append(subs, e)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("subscribers: %w", err)
+	}
+	return slices.Concat(effects[:at], subs, effects[at+1:]), nil
 }
 
 // lockOrderingKeys takes the locks of the call's ordering keys in one

@@ -642,6 +642,11 @@ LIMIT $2`
 SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at
 FROM /*schema*/outbox_events WHERE id = $1`
 
+	// The effects an event's subscribers effect stands for (migration
+	// 00028).
+	sqlSubscribers = `
+SELECT endpoint_id, kind, provider, payload FROM /*schema*/outboxd_subscribers($1, $2, nullif($3, ''))`
+
 	// The events of many effects, for providers that publish them.
 	sqlEventsOf = `
 SELECT id, aggregate_type, aggregate_id, event_type, payload, created_at

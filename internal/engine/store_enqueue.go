@@ -78,6 +78,12 @@ type NewEffect struct {
 	// ordering key, it waits in its tenant's queue for a dispatcher to
 	// give it a job (migration 00025), instead of getting one here.
 	Tenant string
+	// Subscribers marks the call's subscribers effect: it stands for one
+	// effect per endpoint it reaches (outboxd_subscribers, migration
+	// 00028), each with its NotBefore, SkipFailed and Tenant and an
+	// ordering key of its own per endpoint; Kind, Provider and Payload
+	// are unset.
+	Subscribers bool
 }
 
 // Queued reports whether e gets its job from its tenant's queue.

@@ -304,7 +304,7 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 			}
 			return err
 		}
-		event = &providers.SourceEvent{ID: ev.ID.String(), Type: ev.Type, AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, Payload: ev.Payload}
+		event = &providers.SourceEvent{ID: ev.ID.String(), Type: ev.Type, AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, Payload: ev.Payload, OccurredAt: ev.CreatedAt}
 	}
 	if gate, ok := p.(providers.Gate); ok {
 		r, wait, ok := gate.Admit(ctx, claimed.Payload)

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/endpoint/endpointschema"
 	"github.com/outboxd/outboxd/providers/kafka/kafkaschema"
 	"github.com/outboxd/outboxd/providers/nats/natsschema"
 	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
@@ -28,5 +29,6 @@ func Schemas(networks []netip.Prefix) []providers.Validator {
 		sendgridschema.Schema{},
 		natsschema.Schema{},
 		kafkaschema.Schema{},
+		endpointschema.Schema{},
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -103,12 +104,21 @@ func (s Schema) ValidatePayload(_ string, payload json.RawMessage) error {
 // Provider sends signed webhooks. It is safe for concurrent use.
 type Provider struct {
 	Schema
-	cfg    Config
+	*Sender
 	signer *standardwebhooks.Webhook
 	// previous sign with Config.PreviousSecrets during a rotation.
 	previous []*standardwebhooks.Webhook
-	client   *http.Client
-	gate     *gate
+}
+
+// Sender is what delivers a signed POST: the HTTP client behind the
+// dial-time guard, and the per-destination cap and breaker. A Provider has
+// one; another provider that delivers webhooks with secrets of its own (a
+// registry of endpoints) shares it, so that a destination has one cap and
+// one breaker in a process whichever provider calls it.
+type Sender struct {
+	cfg    Config
+	client *http.Client
+	gate   *gate
 }
 
 var _ providers.Provider = (*Provider)(nil)
@@ -136,6 +146,16 @@ func New(cfg Config) (*Provider, error) {
 		}
 		previous = append(previous, w)
 	}
+	sender, err := NewSender(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Provider{Schema: Schema{AllowedNetworks: cfg.AllowedNetworks}, Sender: sender, signer: signer, previous: previous}, nil
+}
+
+// NewSender checks cfg, whose Secret and PreviousSecrets it ignores, and
+// builds a Sender.
+func NewSender(cfg Config) (*Sender, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
@@ -167,10 +187,8 @@ func New(cfg Config) (*Provider, error) {
 		TLSHandshakeTimeout:   min(cfg.Timeout, 10*time.Second),
 		ResponseHeaderTimeout: cfg.Timeout,
 	}
-	return &Provider{
-		Schema: Schema{AllowedNetworks: cfg.AllowedNetworks},
-		cfg:    cfg,
-		signer: signer, previous: previous,
+	return &Sender{
+		cfg:  cfg,
 		gate: newGate(cfg.MaxPerHost),
 		client: &http.Client{
 			Transport: transport,
@@ -185,22 +203,30 @@ func New(cfg Config) (*Provider, error) {
 // Admit implements providers.Gate: a slot for the effect's destination
 // host, unless it has MaxPerHost requests in flight or its breaker is open.
 func (p *Provider) Admit(ctx context.Context, payload json.RawMessage) (release func(sendErr error), wait time.Duration, ok bool) {
-	host := hostOf(payload)
+	return p.AdmitHost(ctx, hostOf(payload))
+}
+
+// AdmitHost is Admit for a destination host (host[:port]) known by other
+// means than a webhook payload; "" is always admitted.
+func (s *Sender) AdmitHost(ctx context.Context, host string) (release func(sendErr error), wait time.Duration, ok bool) {
 	if host == "" {
 		return func(error) {}, 0, true
 	}
 	// One receiver reached by several names shares one cap and breaker.
-	host = p.gate.destination(ctx, host)
-	if ok, wait := p.gate.admit(ctx, host); !ok {
+	host = s.gate.destination(ctx, host)
+	if ok, wait := s.gate.admit(ctx, host); !ok {
 		return nil, wait, false
 	}
-	return func(sendErr error) { p.gate.done(host, sendErr) }, 0, true
+	return func(sendErr error) { s.gate.done(host, sendErr) }, 0, true
 }
 
 // Destinations implements providers.DestinationReporter: each destination
 // the per-host cap or breaker holds anything for (requests in flight or
 // waiting, failures in a row, an open breaker).
-func (p *Provider) Destinations() []providers.DestinationState { return p.gate.states() }
+func (s *Sender) Destinations() []providers.DestinationState { return s.gate.states() }
+
+// Timeout is how long one delivery may take.
+func (s *Sender) Timeout() time.Duration { return s.cfg.Timeout }
 
 // Host implements providers.Hoster: the destination's host and port.
 func (p *Provider) Host(payload json.RawMessage) string { return hostOf(payload) }
@@ -232,9 +258,6 @@ func (p *Provider) Secrets() []string {
 // Guarantees implements providers.Provider.
 func (p *Provider) Guarantees() providers.Guarantees { return p.cfg.Guarantees() }
 
-// Timeout implements providers.Timed: how long one call may take.
-func (p *Provider) Timeout() time.Duration { return p.cfg.Timeout }
-
 // Guarantees are those of a provider built from c: receivers deduplicate
 // by webhook-id for KeyWindow (default 24h), so in-doubt attempts are
 // re-sent with the same id.
@@ -252,36 +275,58 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	if err != nil {
 		return providers.Result{}, providers.Refused(err)
 	}
-	body := []byte(pl.Body)
-	now := time.Now()
-	sig, err := p.signer.Sign(req.Key, now, body)
-	if err != nil {
-		return providers.Result{}, providers.Refused(fmt.Errorf("sign: %w", err))
+	return p.Deliver(ctx, Delivery{URL: u, Body: pl.Body, Headers: pl.Headers, Key: req.Key,
+		Signers: append([]*standardwebhooks.Webhook{p.signer}, p.previous...)})
+}
+
+// Delivery is one signed POST.
+type Delivery struct {
+	// URL is where to POST; the dial-time guard checks where it leads.
+	URL *url.URL
+	// Body is sent verbatim as application/json.
+	Body []byte
+	// Headers are added to the request; the signing, idempotency and
+	// content headers are set by Deliver and win over them.
+	Headers map[string]string
+	// Key is the effect's idempotency key: the webhook-id and the
+	// Idempotency-Key header.
+	Key string
+	// Signers sign the request, the current secret first; the
+	// webhook-signature header carries one signature by each.
+	Signers []*standardwebhooks.Webhook
+}
+
+// Deliver POSTs d once and classifies the answer as Send does.
+func (s *Sender) Deliver(ctx context.Context, d Delivery) (providers.Result, error) {
+	if len(d.Signers) == 0 {
+		return providers.Result{}, providers.Refused(errors.New("no signing secret"))
 	}
-	for _, old := range p.previous {
-		s, err := old.Sign(req.Key, now, body)
+	now := time.Now()
+	sigs := make([]string, len(d.Signers))
+	for i, w := range d.Signers {
+		sig, err := w.Sign(d.Key, now, d.Body)
 		if err != nil {
 			return providers.Result{}, providers.Refused(fmt.Errorf("sign: %w", err))
 		}
-		sig += " " + s
+		sigs[i] = sig
 	}
 
 	ctx, wrote := providers.WatchWrites(ctx)
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL.String(), bytes.NewReader(d.Body))
 	if err != nil {
 		return providers.Result{}, providers.Refused(fmt.Errorf("build request: %w", err))
 	}
-	for k, v := range pl.Headers {
+	for k, v := range d.Headers {
 		hr.Header.Set(k, v)
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("User-Agent", p.cfg.UserAgent)
-	hr.Header.Set(standardwebhooks.HeaderWebhookID, req.Key)
+	hr.Header.Set("User-Agent", s.cfg.UserAgent)
+	hr.Header.Set(standardwebhooks.HeaderWebhookID, d.Key)
 	hr.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
-	hr.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
-	hr.Header.Set("Idempotency-Key", req.Key)
+	hr.Header.Set(standardwebhooks.HeaderWebhookSignature, strings.Join(sigs, " "))
+	hr.Header.Set("Idempotency-Key", d.Key)
 
-	resp, err := p.client.Do(hr)
+	resp, err := s.client.Do(hr)
 	if err != nil {
 		var blocked *BlockedError
 		if errors.As(err, &blocked) {

@@ -1,0 +1,282 @@
+// Package endpoint delivers events to registered endpoints: webhook
+// destinations kept as data (outboxd_endpoints), each subscribed to event
+// types and signing with secrets of its own, so that no receiver can sign
+// what another receives.
+//
+// An application enqueues an event with a subscribers effect
+// (outbox.ToSubscribers, or {"subscribers": true} in outboxd_enqueue); in
+// the same transaction it becomes one effect per endpoint subscribed at
+// that moment (package endpointschema). The Provider here sends each one
+// as a Standard Webhooks request: the body is
+//
+//	{"type": "order.paid", "timestamp": "2026-11-27T10:00:00.123Z", "data": {…event payload…}}
+//
+// the webhook-id is the effect's key (one per event and endpoint), and the
+// webhook-signature carries one signature by the endpoint's current secret
+// and one by each rotated secret not yet expired. URL, headers and secrets
+// are read when the request is made. A disabled endpoint's deliveries wait
+// without spending attempts, as after a 429, until it is enabled.
+//
+// The Registry manages endpoints: create, edit, disable, enable, rotate,
+// each with its audit row.
+package endpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/outboxd/outboxd/pgschema"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/endpoint/endpointschema"
+	"github.com/outboxd/outboxd/providers/webhook"
+)
+
+// Name is the provider's name.
+const Name = endpointschema.Name
+
+// HeldRecheck is how often the deliveries of a disabled endpoint look
+// whether it was enabled.
+const HeldRecheck = time.Minute
+
+// Config configures the endpoint provider.
+type Config struct {
+	// DB reads the endpoints (a pool).
+	DB DB
+	// Schema holds outboxd's tables ("" uses search_path).
+	Schema string
+	// Key opens the endpoints' sealed secrets. Required.
+	Key *Key
+	// Sender delivers the requests: pass the webhook provider's
+	// (webhook.Provider.Sender) so that a destination has one cap and one
+	// breaker whichever provider calls it. Nil: a Sender of its own, built
+	// from Webhook.
+	Sender *webhook.Sender
+	// Webhook configures the Sender built when Sender is nil (timeouts,
+	// allowed networks, per-host cap), and the key window (default 24h):
+	// how long receivers are expected to remember a webhook-id.
+	Webhook webhook.Config
+}
+
+// Provider delivers endpoint effects. It is safe for concurrent use.
+type Provider struct {
+	endpointschema.Schema
+	db     DB
+	schema string
+	key    *Key
+	sender *webhook.Sender
+	// own is true when sender is the provider's own, not shared.
+	own bool
+	g   providers.Guarantees
+
+	mu    sync.Mutex
+	hosts map[uuid.UUID]cachedHost
+}
+
+type cachedHost struct {
+	host string
+	at   time.Time
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New checks cfg and builds a provider.
+func New(cfg Config) (*Provider, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("endpoint: Config.DB is required: the pool endpoints are read from")
+	}
+	if cfg.Key == nil {
+		return nil, errors.New("endpoint: Config.Key is required: the key that seals endpoint secrets (OUTBOXD_ENDPOINT_KEY)")
+	}
+	if err := pgschema.Check(cfg.Schema); err != nil {
+		return nil, fmt.Errorf("endpoint: Config.Schema: %w", err)
+	}
+	sender, own := cfg.Sender, cfg.Sender == nil
+	if own {
+		var err error
+		if sender, err = webhook.NewSender(cfg.Webhook); err != nil {
+			return nil, fmt.Errorf("endpoint: %w", err)
+		}
+	}
+	return &Provider{db: cfg.DB, schema: cfg.Schema, key: cfg.Key, sender: sender, own: own,
+		g: cfg.Webhook.Guarantees(), hosts: map[uuid.UUID]cachedHost{}}, nil
+}
+
+// Guarantees implements providers.Provider: a webhook's.
+func (p *Provider) Guarantees() providers.Guarantees { return p.g }
+
+// Timeout implements providers.Timed.
+func (p *Provider) Timeout() time.Duration { return p.sender.Timeout() }
+
+// PublishesEvents implements providers.EventPublisher: the body is the
+// effect's event.
+func (p *Provider) PublishesEvents() bool { return true }
+
+// Limit implements providers.Limited: each endpoint is its own limit key,
+// endpoint:<id> (outboxctl limits set endpoint:<id> 10), slowed by its
+// 429s and paused while it is disabled.
+func (p *Provider) Limit(payload json.RawMessage) providers.Limit {
+	if payload == nil {
+		return providers.Limit{}
+	}
+	pl, err := endpointschema.Parse("", payload)
+	if err != nil {
+		return providers.Limit{}
+	}
+	return providers.Limit{Key: LimitKey(pl.EndpointID)}
+}
+
+// LimitKey is the limit key of endpoint id.
+func LimitKey(id uuid.UUID) string { return Name + ":" + id.String() }
+
+// Admit implements providers.Gate: the webhook per-host cap and breaker,
+// for the host the endpoint's URL names.
+func (p *Provider) Admit(ctx context.Context, payload json.RawMessage) (release func(sendErr error), wait time.Duration, ok bool) {
+	pl, err := endpointschema.Parse("", payload)
+	if err != nil {
+		return func(error) {}, 0, true
+	}
+	host, ok := p.cachedHost(pl.EndpointID)
+	if !ok {
+		if ep, err := p.load(ctx, pl.EndpointID); err == nil && ep != nil {
+			host = ep.host
+		}
+	}
+	return p.sender.AdmitHost(ctx, host)
+}
+
+// Host implements providers.Hoster: the endpoint's host as last read.
+func (p *Provider) Host(payload json.RawMessage) string {
+	pl, err := endpointschema.Parse("", payload)
+	if err != nil {
+		return ""
+	}
+	host, _ := p.cachedHost(pl.EndpointID)
+	return host
+}
+
+// hostTTL bounds how long Admit trusts a host it read.
+const hostTTL = 5 * time.Second
+
+func (p *Provider) cachedHost(id uuid.UUID) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.hosts[id]
+	return c.host, ok && time.Since(c.at) < hostTTL
+}
+
+// loaded is an endpoint as a delivery needs it.
+type loaded struct {
+	url      *url.URL
+	host     string
+	headers  map[string]string
+	disabled bool
+	reason   string
+	signers  []*standardwebhooks.Webhook
+}
+
+// load reads endpoint id with its secrets still signing, current first;
+// nil when it does not exist.
+func (p *Provider) load(ctx context.Context, id uuid.UUID) (*loaded, error) {
+	var rawURL, reason string
+	var headers []byte
+	var disabled bool
+	var sealed [][]byte
+	err := p.db.QueryRow(ctx, `SELECT e.url, e.headers, e.disabled_at IS NOT NULL, coalesce(e.disabled_reason, ''),
+		coalesce((SELECT array_agg(s.sealed ORDER BY s.expires_at DESC NULLS FIRST, s.id DESC) FROM `+pgschema.Table(p.schema, "outboxd_endpoint_secrets")+` s
+			WHERE s.endpoint_id = e.id AND (s.expires_at IS NULL OR s.expires_at > now())), '{}')
+		FROM `+pgschema.Table(p.schema, "outboxd_endpoints")+` e WHERE e.id = $1`, id).Scan(&rawURL, &headers, &disabled, &reason, &sealed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read endpoint %s: %w", id, err)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %s url: %w", id, err)
+	}
+	ep := &loaded{url: u, host: strings.ToLower(u.Host), disabled: disabled, reason: reason}
+	if err := json.Unmarshal(headers, &ep.headers); err != nil {
+		return nil, fmt.Errorf("endpoint %s headers: %w", id, err)
+	}
+	for i, s := range sealed {
+		secret, err := p.key.open(id, s)
+		if err != nil {
+			return nil, &secretError{fmt.Errorf("endpoint %s secret %d: %w", id, i, err)}
+		}
+		w, err := standardwebhooks.NewWebhook(secret)
+		if err != nil {
+			return nil, &secretError{fmt.Errorf("endpoint %s secret %d: %w", id, i, err)}
+		}
+		ep.signers = append(ep.signers, w)
+	}
+	p.mu.Lock()
+	p.hosts[id] = cachedHost{host: ep.host, at: time.Now()}
+	p.mu.Unlock()
+	return ep, nil
+}
+
+// secretError is a sealed secret that does not open.
+type secretError struct{ error }
+
+func (e *secretError) Unwrap() error { return e.error }
+
+// Body is what an endpoint receives: the event, in the shape the Standard
+// Webhooks specification recommends.
+type Body struct {
+	Type      string          `json:"type"`
+	Timestamp time.Time       `json:"timestamp"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// Send implements providers.Provider.
+func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
+	pl, err := endpointschema.Parse(req.Kind, req.Payload)
+	if err != nil {
+		return providers.Result{}, providers.Refused(err)
+	}
+	if req.Event == nil {
+		return providers.Result{}, providers.Refused(errors.New("no event given: the dispatcher passes the effect's event to an endpoint delivery"))
+	}
+	ep, err := p.load(ctx, pl.EndpointID)
+	switch {
+	case errors.As(err, new(*secretError)):
+		// A secret that does not open is the operator's to mend (the key,
+		// or a rotation): nothing was sent, and retrying will not help
+		// until then.
+		return providers.Result{}, providers.Refused(err)
+	case err != nil:
+		return providers.Result{}, providers.Retryable(err, 0)
+	case ep == nil:
+		return providers.Result{}, providers.Refused(fmt.Errorf("endpoint %s is not registered (removed?): nothing was sent", pl.EndpointID))
+	case ep.disabled:
+		return providers.Result{}, providers.Throttled(fmt.Errorf("endpoint %s is disabled (%s): its deliveries wait, spending no attempt, until it is enabled", pl.EndpointID, ep.reason), HeldRecheck)
+	case len(ep.signers) == 0:
+		return providers.Result{}, providers.Refused(fmt.Errorf("endpoint %s has no signing secret: rotate it to give it one", pl.EndpointID))
+	}
+	body, err := json.Marshal(Body{Type: req.Event.Type, Timestamp: req.Event.OccurredAt.UTC(), Data: req.Event.Payload})
+	if err != nil {
+		return providers.Result{}, providers.Refused(fmt.Errorf("encode body: %w", err))
+	}
+	return p.sender.Deliver(ctx, webhook.Delivery{URL: ep.url, Body: body, Headers: ep.headers, Key: req.Key, Signers: ep.signers})
+}
+
+// Destinations implements providers.DestinationReporter, when the Sender
+// is the provider's own (a shared one is reported by the webhook
+// provider).
+func (p *Provider) Destinations() []providers.DestinationState {
+	if !p.own {
+		return nil
+	}
+	return p.sender.Destinations()
+}

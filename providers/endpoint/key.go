@@ -1,0 +1,111 @@
+package endpoint
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// Key seals endpoints' signing secrets in the database (AES-256-GCM, each
+// secret bound to its endpoint), so that a reader of the database alone
+// can neither sign nor move a secret to another endpoint. It is given to
+// outboxd run and outboxctl as OUTBOXD_ENDPOINT_KEY: 32 random bytes in
+// base64 (outboxctl endpoints new-key prints one). Keep it where the
+// other secrets of outboxd are; losing it means rotating every endpoint's
+// secret.
+type Key struct {
+	aead cipher.AEAD
+	// id is the first bytes of the key's SHA-256, stored with each sealed
+	// secret, so that a secret sealed under another key is named as such.
+	id [4]byte
+}
+
+// KeySize is the length of a Key, in bytes.
+const KeySize = 32
+
+// ParseKey reads a Key from its base64 form (standard or URL alphabet,
+// with or without padding).
+func ParseKey(s string) (*Key, error) {
+	s = strings.TrimSpace(s)
+	var raw []byte
+	var err error
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if raw, err = enc.DecodeString(s); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, errors.New("endpoint key: not base64: give 32 random bytes in base64 (outboxctl endpoints new-key prints one)")
+	}
+	if len(raw) != KeySize {
+		return nil, fmt.Errorf("endpoint key: %d bytes, want %d: give 32 random bytes in base64 (outboxctl endpoints new-key prints one)", len(raw), KeySize)
+	}
+	block, err := aes.NewCipher(raw)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint key: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint key: %w", err)
+	}
+	k := &Key{aead: aead}
+	sum := sha256.Sum256(raw)
+	copy(k.id[:], sum[:])
+	return k, nil
+}
+
+// NewKey returns a new random key in the form ParseKey reads.
+func NewKey() string {
+	return base64.StdEncoding.EncodeToString(randomBytes(KeySize))
+}
+
+// sealVersion starts every sealed secret: version, key id, nonce, sealed
+// text.
+const sealVersion = 1
+
+func (k *Key) seal(endpoint uuid.UUID, secret string) []byte {
+	out := append([]byte{sealVersion}, k.id[:]...)
+	nonce := randomBytes(k.aead.NonceSize())
+	out = append(out, nonce...)
+	return k.aead.Seal(out, nonce, []byte(secret), additional(endpoint))
+}
+
+func (k *Key) open(endpoint uuid.UUID, sealed []byte) (string, error) {
+	head := 1 + len(k.id) + k.aead.NonceSize()
+	if len(sealed) < head || sealed[0] != sealVersion {
+		return "", errors.New("not a sealed endpoint secret")
+	}
+	if string(sealed[1:1+len(k.id)]) != string(k.id[:]) {
+		return "", errors.New("sealed under another endpoint key: give outboxd the key the secret was created with, or rotate the endpoint's secret")
+	}
+	plain, err := k.aead.Open(nil, sealed[1+len(k.id):head], sealed[head:], additional(endpoint))
+	if err != nil {
+		return "", errors.New("cannot be opened with this key for this endpoint (altered, or copied from another endpoint): rotate the endpoint's secret")
+	}
+	return string(plain), nil
+}
+
+func additional(endpoint uuid.UUID) []byte {
+	return append([]byte("outboxd endpoint secret "), endpoint[:]...)
+}
+
+// newSecret returns a new signing secret in the Standard Webhooks form:
+// whsec_ and 24 random bytes in base64.
+func newSecret() string {
+	return "whsec_" + base64.StdEncoding.EncodeToString(randomBytes(24))
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return b
+}

@@ -1,0 +1,497 @@
+package endpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxd/outboxd/pgschema"
+	"github.com/outboxd/outboxd/providers/webhook"
+)
+
+// DB is what the registry and the provider use: a *pgxpool.Pool, a
+// *pgx.Conn or a pgx.Tx (the application's own transaction, for an
+// endpoint created with the customer that owns it).
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Endpoint is a registered webhook destination.
+type Endpoint struct {
+	// ID identifies the endpoint; Create makes one when it is Nil.
+	ID uuid.UUID `json:"id"`
+	// URL is where its deliveries are POSTed: https (or http), checked as
+	// a webhook effect's url is (no credentials, no private addresses
+	// unless allowed), and again by the dial guard at each delivery.
+	URL string `json:"url"`
+	// Tenant is whose endpoint it is: an event's subscribers effect with
+	// tenant T reaches only T's endpoints; with none, only endpoints with
+	// none. At most 128 letters, digits and . _ : @ -.
+	Tenant string `json:"tenant,omitempty"`
+	// Description is for people.
+	Description string `json:"description,omitempty"`
+	// EventTypes are the event types it receives: exact ("order.paid"),
+	// a prefix ("order.*": order.paid, order.refund.created) or "*".
+	EventTypes []string `json:"event_types"`
+	// Headers are added to each request (never the signing, idempotency
+	// or content headers), for example a static Authorization.
+	Headers map[string]string `json:"headers,omitempty"`
+	// DisabledAt is when it was disabled (nil: enabled); DisabledReason
+	// why. A disabled endpoint is given no new events; its deliveries
+	// already recorded wait, spending no attempt, until it is enabled.
+	DisabledAt     *time.Time `json:"disabled_at,omitempty"`
+	DisabledReason string     `json:"disabled_reason,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	// Secrets are its signing secrets, current first (never their
+	// values, which are shown once, on creation or rotation).
+	Secrets []SecretInfo `json:"secrets,omitempty"`
+}
+
+// SecretInfo describes one signing secret.
+type SecretInfo struct {
+	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when a rotated secret stops signing; nil for the
+	// current one.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// Change says who changes an endpoint and why, for its audit trail.
+type Change struct {
+	Actor  string
+	Reason string
+}
+
+// ValidationError names the field of an endpoint that is wrong and how to
+// mend it; nothing was written.
+type ValidationError struct {
+	Field   string
+	Problem string
+}
+
+func (e *ValidationError) Error() string { return "endpoint: " + e.Field + ": " + e.Problem }
+
+// ErrNotFound is returned for an endpoint id that is not registered.
+var ErrNotFound = errors.New("endpoint: not found")
+
+// ErrNoKey is returned by what seals a secret when the registry has no
+// Key.
+var ErrNoKey = errors.New("endpoint: no endpoint key: give the key that seals endpoint secrets (OUTBOXD_ENDPOINT_KEY; outboxctl endpoints new-key prints one)")
+
+// DefaultOverlap is how long a rotated secret keeps signing beside the new
+// one, so that receivers can move to the new secret.
+const DefaultOverlap = 24 * time.Hour
+
+// RegistryConfig configures a Registry.
+type RegistryConfig struct {
+	// Schema holds outboxd's tables ("" uses search_path).
+	Schema string
+	// Key seals new secrets. Without it the registry reads, edits,
+	// disables and enables, but cannot create endpoints or rotate.
+	Key *Key
+	// AllowedNetworks are non-public networks endpoint URLs may point at,
+	// as webhook.Schema's.
+	AllowedNetworks []netip.Prefix
+}
+
+// Registry manages endpoints: from an application that registers its
+// customers' endpoints, from outboxctl endpoints and from the web view.
+// Every change is written with its audit row in one transaction.
+type Registry struct {
+	schema string
+	key    *Key
+	urls   webhook.Schema
+}
+
+// NewRegistry checks cfg and returns a Registry.
+func NewRegistry(cfg RegistryConfig) (*Registry, error) {
+	if err := pgschema.Check(cfg.Schema); err != nil {
+		return nil, fmt.Errorf("endpoint: RegistryConfig.Schema: %w", err)
+	}
+	return &Registry{schema: cfg.Schema, key: cfg.Key, urls: webhook.Schema{AllowedNetworks: cfg.AllowedNetworks}}, nil
+}
+
+func (r *Registry) table(name string) string { return pgschema.Table(r.schema, name) }
+
+var (
+	tenantPattern = regexp.MustCompile(`^[A-Za-z0-9._:@-]{1,128}$`)
+	// An event type pattern: "*", or text without '*' optionally ending
+	// in ".*".
+	maxEventTypes = 64
+)
+
+// check validates what a caller may set on an endpoint.
+func (r *Registry) check(ep *Endpoint) error {
+	invalid := func(field, problem string, args ...any) error {
+		return &ValidationError{Field: field, Problem: fmt.Sprintf(problem, args...)}
+	}
+	probe, _ := json.Marshal(webhook.Payload{URL: ep.URL, Body: json.RawMessage(`{}`), Headers: ep.Headers})
+	if err := r.urls.ValidatePayload("", probe); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "payload.")
+		field, problem, ok := strings.Cut(msg, ": ")
+		if !ok {
+			field, problem = "url", msg
+		}
+		return invalid(field, "%s", problem)
+	}
+	if ep.Tenant != "" && !tenantPattern.MatchString(ep.Tenant) {
+		return invalid("tenant", "%q: a tenant is at most 128 letters, digits and . _ : @ -", ep.Tenant)
+	}
+	if len(ep.Description) > 1024 || !utf8.ValidString(ep.Description) || strings.ContainsRune(ep.Description, 0) {
+		return invalid("description", "at most 1024 bytes of UTF-8 text")
+	}
+	if len(ep.EventTypes) == 0 {
+		return invalid("event_types", "required: the event types it receives, for example order.paid, order.* or *")
+	}
+	if len(ep.EventTypes) > maxEventTypes {
+		return invalid("event_types", "%d patterns, over the limit of %d", len(ep.EventTypes), maxEventTypes)
+	}
+	for i, p := range ep.EventTypes {
+		field := fmt.Sprintf("event_types[%d]", i)
+		switch {
+		case p == "":
+			return invalid(field, "empty: give an event type, a prefix such as order.* or *")
+		case len(p) > 512 || !utf8.ValidString(p) || strings.ContainsRune(p, 0):
+			return invalid(field, "at most 512 bytes of UTF-8 text")
+		case p == "*":
+		case strings.Contains(strings.TrimSuffix(p, ".*"), "*"):
+			return invalid(field, "%q: * stands alone (every type) or ends a prefix after a dot (order.*)", p)
+		}
+		if slices.Index(ep.EventTypes, p) < i {
+			return invalid(field, "%q is listed twice", p)
+		}
+	}
+	return nil
+}
+
+const endpointColumns = `id, url, coalesce(tenant, ''), description, event_types, headers, disabled_at, coalesce(disabled_reason, ''), created_at, updated_at,
+	coalesce((SELECT jsonb_agg(jsonb_build_object('created_at', s.created_at, 'expires_at', s.expires_at) ORDER BY s.expires_at DESC NULLS FIRST, s.id DESC)
+		FROM /*secrets*/ s WHERE s.endpoint_id = e.id AND (s.expires_at IS NULL OR s.expires_at > now())), '[]')`
+
+func (r *Registry) selectSQL(where string) string {
+	q := strings.ReplaceAll(endpointColumns, "/*secrets*/", r.table("outboxd_endpoint_secrets"))
+	return "SELECT " + q + " FROM " + r.table("outboxd_endpoints") + " e " + where
+}
+
+func scanEndpoint(row pgx.Row) (*Endpoint, error) {
+	var ep Endpoint
+	var headers, secrets []byte
+	if err := row.Scan(&ep.ID, &ep.URL, &ep.Tenant, &ep.Description, &ep.EventTypes, &headers, &ep.DisabledAt, &ep.DisabledReason,
+		&ep.CreatedAt, &ep.UpdatedAt, &secrets); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(headers, &ep.Headers); err != nil {
+		return nil, fmt.Errorf("endpoint %s headers: %w", ep.ID, err)
+	}
+	if len(ep.Headers) == 0 {
+		ep.Headers = nil
+	}
+	if err := json.Unmarshal(secrets, &ep.Secrets); err != nil {
+		return nil, fmt.Errorf("endpoint %s secrets: %w", ep.ID, err)
+	}
+	return &ep, nil
+}
+
+// Get returns the endpoint id, or ErrNotFound.
+func (r *Registry) Get(ctx context.Context, db DB, id uuid.UUID) (*Endpoint, error) {
+	ep, err := scanEndpoint(db.QueryRow(ctx, r.selectSQL("WHERE e.id = $1"), id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	return ep, err
+}
+
+// ListFilter narrows List; the zero value lists every endpoint.
+type ListFilter struct {
+	// Tenant, when set, keeps one tenant's endpoints.
+	Tenant string
+	// EventType, when set, keeps the enabled endpoints a new event of
+	// this type (and Tenant) would be fanned out to.
+	EventType string
+}
+
+// List returns endpoints, oldest first.
+func (r *Registry) List(ctx context.Context, db DB, f ListFilter) ([]Endpoint, error) {
+	where := `WHERE ($1 = '' OR coalesce(e.tenant, '') = $1)
+	AND ($2 = '' OR (e.disabled_at IS NULL AND coalesce(e.tenant, '') = $1 AND EXISTS (SELECT 1 FROM unnest(e.event_types) AS p
+		WHERE p = $2 OR p = '*' OR (right(p, 2) = '.*' AND starts_with($2, left(p, -1))))))
+	ORDER BY e.created_at, e.id`
+	rows, err := db.Query(ctx, r.selectSQL(where), f.Tenant, f.EventType)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: list: %w", err)
+	}
+	defer rows.Close()
+	var out []Endpoint
+	for rows.Next() {
+		ep, err := scanEndpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *ep)
+	}
+	return out, rows.Err()
+}
+
+// Create registers ep and returns it with its first signing secret, which
+// is shown this once: give it to the endpoint's owner.
+func (r *Registry) Create(ctx context.Context, db DB, ep Endpoint, by Change) (*Endpoint, string, error) {
+	if r.key == nil {
+		return nil, "", ErrNoKey
+	}
+	if err := checkChange(by, false); err != nil {
+		return nil, "", err
+	}
+	if err := r.check(&ep); err != nil {
+		return nil, "", err
+	}
+	if ep.ID == uuid.Nil {
+		ep.ID = uuid.Must(uuid.NewV7())
+	}
+	secret := newSecret()
+	headers, _ := json.Marshal(nonNil(ep.Headers))
+	var out *Endpoint
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+r.table("outboxd_endpoints")+` (id, url, tenant, description, event_types, headers)
+			VALUES ($1, $2, nullif($3, ''), $4, $5, $6)`, ep.ID, ep.URL, ep.Tenant, ep.Description, ep.EventTypes, headers); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+				return &ValidationError{Field: "id", Problem: fmt.Sprintf("%s is registered already", ep.ID)}
+			}
+			return fmt.Errorf("endpoint: create: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+r.table("outboxd_endpoint_secrets")+` (endpoint_id, sealed) VALUES ($1, $2)`,
+			ep.ID, r.key.seal(ep.ID, secret)); err != nil {
+			return fmt.Errorf("endpoint: create: %w", err)
+		}
+		if err := r.audit(ctx, tx, ep.ID, "create", by, map[string]any{"url": ep.URL, "event_types": ep.EventTypes, "tenant": ep.Tenant}); err != nil {
+			return err
+		}
+		var err error
+		out, err = r.Get(ctx, tx, ep.ID)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return out, secret, nil
+}
+
+// Update is what Edit changes; nil fields are left as they are.
+type Update struct {
+	URL         *string
+	Description *string
+	EventTypes  []string
+	// Headers replaces the headers; an empty non-nil map removes them.
+	Headers map[string]string
+}
+
+// Edit changes an endpoint's URL, description, event types or headers. A
+// new URL applies to its deliveries not yet sent; new event types to
+// events recorded from now on.
+func (r *Registry) Edit(ctx context.Context, db DB, id uuid.UUID, u Update, by Change) (*Endpoint, error) {
+	if err := checkChange(by, false); err != nil {
+		return nil, err
+	}
+	var out *Endpoint
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		ep, err := scanEndpoint(tx.QueryRow(ctx, r.selectSQL("WHERE e.id = $1 FOR UPDATE"), id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		details := map[string]any{}
+		if u.URL != nil && *u.URL != ep.URL {
+			details["url"] = map[string]string{"from": ep.URL, "to": *u.URL}
+			ep.URL = *u.URL
+		}
+		if u.Description != nil && *u.Description != ep.Description {
+			details["description"] = *u.Description
+			ep.Description = *u.Description
+		}
+		if u.EventTypes != nil && !slices.Equal(u.EventTypes, ep.EventTypes) {
+			details["event_types"] = map[string][]string{"from": ep.EventTypes, "to": u.EventTypes}
+			ep.EventTypes = u.EventTypes
+		}
+		if u.Headers != nil {
+			// Header values may be credentials: the audit names them only.
+			details["headers"] = sortedKeys(u.Headers)
+			ep.Headers = u.Headers
+		}
+		if err := r.check(ep); err != nil {
+			return err
+		}
+		if len(details) == 0 {
+			out = ep
+			return nil
+		}
+		headers, _ := json.Marshal(nonNil(ep.Headers))
+		if _, err := tx.Exec(ctx, `UPDATE `+r.table("outboxd_endpoints")+` SET url = $2, description = $3, event_types = $4, headers = $5, updated_at = now()
+			WHERE id = $1`, id, ep.URL, ep.Description, ep.EventTypes, headers); err != nil {
+			return fmt.Errorf("endpoint: edit: %w", err)
+		}
+		if err := r.audit(ctx, tx, id, "edit", by, details); err != nil {
+			return err
+		}
+		out, err = r.Get(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+// Disable stops an endpoint from being given new events; its deliveries
+// already recorded wait, spending no attempt, until Enable. by.Reason is
+// required.
+func (r *Registry) Disable(ctx context.Context, db DB, id uuid.UUID, by Change) error {
+	if err := checkChange(by, true); err != nil {
+		return err
+	}
+	return r.setDisabled(ctx, db, id, true, by)
+}
+
+// Enable lets a disabled endpoint receive events again; the deliveries
+// that waited go on. by.Reason is required.
+func (r *Registry) Enable(ctx context.Context, db DB, id uuid.UUID, by Change) error {
+	if err := checkChange(by, true); err != nil {
+		return err
+	}
+	return r.setDisabled(ctx, db, id, false, by)
+}
+
+func (r *Registry) setDisabled(ctx context.Context, db DB, id uuid.UUID, disable bool, by Change) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE `+r.table("outboxd_endpoints")+`
+			SET disabled_at = CASE WHEN $2 THEN coalesce(disabled_at, now()) END,
+				disabled_reason = CASE WHEN $2 THEN $3 END, updated_at = now()
+			WHERE id = $1`, id, disable, by.Reason)
+		if err != nil {
+			return fmt.Errorf("endpoint: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		action := "enable"
+		if disable {
+			action = "disable"
+		}
+		return r.audit(ctx, tx, id, action, by, nil)
+	})
+}
+
+// Rotate gives an endpoint a new signing secret, returned this once; the
+// one it replaces keeps signing beside it for overlap (DefaultOverlap
+// when 0; a negative overlap retires it at once), so that receivers
+// verify either until they move. Secrets that expired are removed.
+func (r *Registry) Rotate(ctx context.Context, db DB, id uuid.UUID, overlap time.Duration, by Change) (string, error) {
+	if r.key == nil {
+		return "", ErrNoKey
+	}
+	if err := checkChange(by, false); err != nil {
+		return "", err
+	}
+	if overlap == 0 {
+		overlap = DefaultOverlap
+	}
+	overlap = max(overlap, 0)
+	secret := newSecret()
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var found bool
+		if err := tx.QueryRow(ctx, `SELECT true FROM `+r.table("outboxd_endpoints")+` WHERE id = $1 FOR UPDATE`, id).Scan(&found); errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		} else if err != nil {
+			return fmt.Errorf("endpoint: rotate: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM `+r.table("outboxd_endpoint_secrets")+` WHERE endpoint_id = $1 AND expires_at <= now()`, id); err != nil {
+			return fmt.Errorf("endpoint: rotate: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+r.table("outboxd_endpoint_secrets")+` SET expires_at = now() + $2::interval
+			WHERE endpoint_id = $1 AND expires_at IS NULL`, id, overlap); err != nil {
+			return fmt.Errorf("endpoint: rotate: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+r.table("outboxd_endpoint_secrets")+` (endpoint_id, sealed) VALUES ($1, $2)`,
+			id, r.key.seal(id, secret)); err != nil {
+			return fmt.Errorf("endpoint: rotate: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+r.table("outboxd_endpoints")+` SET updated_at = now() WHERE id = $1`, id); err != nil {
+			return fmt.Errorf("endpoint: rotate: %w", err)
+		}
+		return r.audit(ctx, tx, id, "rotate", by, map[string]any{"overlap": overlap.String()})
+	})
+	if err != nil {
+		return "", err
+	}
+	return secret, nil
+}
+
+// AuditEntry is one change to an endpoint.
+type AuditEntry struct {
+	Action    string          `json:"action"`
+	Actor     string          `json:"actor"`
+	Reason    string          `json:"reason,omitempty"`
+	Details   json.RawMessage `json:"details,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// History returns an endpoint's changes, oldest first.
+func (r *Registry) History(ctx context.Context, db DB, id uuid.UUID) ([]AuditEntry, error) {
+	rows, err := db.Query(ctx, `SELECT action, actor, reason, details, created_at FROM `+r.table("outboxd_endpoint_audit")+`
+		WHERE endpoint_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: history: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
+		var a AuditEntry
+		err := row.Scan(&a.Action, &a.Actor, &a.Reason, &a.Details, &a.CreatedAt)
+		return a, err
+	})
+}
+
+func (r *Registry) audit(ctx context.Context, tx pgx.Tx, id uuid.UUID, action string, by Change, details map[string]any) error {
+	d, _ := json.Marshal(nonNil(details))
+	if _, err := tx.Exec(ctx, `INSERT INTO `+r.table("outboxd_endpoint_audit")+` (endpoint_id, action, actor, reason, details)
+		VALUES ($1, $2, $3, $4, $5)`, id, action, by.Actor, by.Reason, d); err != nil {
+		return fmt.Errorf("endpoint: audit: %w", err)
+	}
+	return nil
+}
+
+func checkChange(by Change, reason bool) error {
+	if strings.TrimSpace(by.Actor) == "" {
+		return &ValidationError{Field: "actor", Problem: "required: who makes the change, for the audit trail"}
+	}
+	if reason && strings.TrimSpace(by.Reason) == "" {
+		return &ValidationError{Field: "reason", Problem: "required: why, for the audit trail and the endpoint's owner"}
+	}
+	return nil
+}
+
+func nonNil[M ~map[K]V, K comparable, V any](m M) M {
+	if m == nil {
+		return M{}
+	}
+	return m
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
