@@ -457,6 +457,16 @@ func (o *Operator) SetLimit(ctx context.Context, key string, rate *float64, acto
 	return o.op.Store().SetLimit(ctx, o.op.Pool(), key, rate, actor, reason, resume)
 }
 
+// ResumeLimit ends the pause and the lowered rate of limit key (a 429's,
+// or a destination that held its effects back, such as a disabled
+// endpoint) for every replica, and makes the effects waiting for it due
+// now (at most engine's MaxResumeWakes at once; the rest at the time they
+// were given). Audited with actor and reason; it returns how many effects
+// it woke.
+func (o *Operator) ResumeLimit(ctx context.Context, key, actor, reason string) (int, error) {
+	return o.op.ResumeLimit(ctx, key, actor, reason)
+}
+
 // LimitHistory lists the run-time changes of key's rate ("" every key),
 // newest first, at most limit.
 func (o *Operator) LimitHistory(ctx context.Context, key string, limit int) ([]outboxtype.LimitChange, error) {

@@ -71,6 +71,9 @@ type keyState struct {
 	pausedUntil    time.Time
 	// pausedAt is when a 429 here last paused the key.
 	pausedAt time.Time
+	// pauseChecked: a request about to be sent away for the whole pause
+	// read the key's row since the last refresh.
+	pauseChecked bool
 	// slots request times leased and not yet taken: the next at slotAt,
 	// the others every apart, each good until leaseTTL after it or after
 	// leasedAt (the burst of an idle key lies before the lease). nextAt
@@ -236,6 +239,9 @@ func (l *limiter) takeDue(ctx context.Context, key string, maxWait time.Duration
 		now := time.Now()
 		if now.Before(st.pausedUntil) {
 			if st.pausedUntil.After(deadline) {
+				if !st.pauseChecked && l.pauseEnded(ctx, key, st) {
+					continue
+				}
 				return time.Time{}, false, st.pausedUntil.Sub(now) + st.behind(now) + jitterUpTo(time.Second), nil
 			}
 			if err := l.sleepUntil(ctx, st.pausedUntil, nil); err != nil {
@@ -462,6 +468,24 @@ func (l *limiter) throttled(ctx context.Context, key string, after time.Duration
 	return st.pausedUntil, !wasPaused, nil
 }
 
+// pauseEnded reads key's row before a request is sent away for the whole
+// of its pause, at most once a refresh: an operator who ended the pause
+// (a limit resumed, an endpoint enabled) woke the effects waiting for it,
+// and they must not find the pause this process still remembers. Called
+// with l.mu held, which it releases while it reads.
+func (l *limiter) pauseEnded(ctx context.Context, key string, st *keyState) bool {
+	st.pauseChecked = true
+	readAt := time.Now()
+	l.mu.Unlock()
+	r, err := l.store.LimitOf(ctx, l.pool, key)
+	l.mu.Lock()
+	if err != nil || r == nil || r.Paused() || !st.pausedAt.Before(readAt) {
+		return false
+	}
+	st.pausedUntil = time.Time{}
+	return true
+}
+
 // refresh reads every key's row: pauses and rates other replicas and
 // operators set reach this process within limitRefresh.
 func (l *limiter) refresh(ctx context.Context) error {
@@ -480,6 +504,7 @@ func (l *limiter) refresh(ctx context.Context) error {
 	for _, r := range rows {
 		seen[r.Key] = true
 		st := l.state(r.Key)
+		st.pauseChecked = false
 		eff := r.Effective()
 		st.limited = eff > 0 || r.Paused()
 		if eff > 0 {

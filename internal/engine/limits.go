@@ -522,3 +522,59 @@ func jitterUpTo(d time.Duration) time.Duration {
 	}
 	return rand.N(d)
 }
+
+// Resuming a key: its pause and its lowered rate end, and the effects
+// waiting for it get their jobs now.
+const (
+	sqlLimitResume = `UPDATE /*schema*/outboxd_limits
+SET paused_until = NULL, current_rate = NULL, throttled_in_a_row = 0, updated_at = now() WHERE key = $1 RETURNING rate`
+	// The jobs of their own (a waiting effect is never in a batch's first
+	// attempts) of the effects due that wait for key $1, at most $2.
+	sqlJobsWaitingFor = `
+SELECT j.id FROM /*schema*/side_effects e
+JOIN /*schema*/river_job j ON j.kind = 'outboxd.dispatch' AND j.args @> jsonb_build_object('effect_id', e.id)
+WHERE e.phase = 'live' AND e.state = 'pending' AND e.waiting_for = $1 AND (e.not_before IS NULL OR e.not_before <= now())
+	AND j.state IN ('scheduled', 'retryable', 'available') AND j.scheduled_at > now()
+LIMIT $2`
+)
+
+// MaxResumeWakes bounds the jobs one ResumeLimit makes due at once; the
+// rest come at the time they were given.
+const MaxResumeWakes = 10000
+
+// ResumeLimit ends the pause and the lowered rate of key (a 429's, or a
+// destination that held its effects back, such as a disabled endpoint)
+// for every replica, and makes the effects waiting for it due now. Audited
+// with actor and reason; it returns how many effects it woke.
+func (o *Operator) ResumeLimit(ctx context.Context, key, actor, reason string) (int, error) {
+	woken := 0
+	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+		var rate *float64
+		err := tx.QueryRow(ctx, o.store.sql(sqlLimitResume), key).Scan(&rate)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if _, err := tx.Exec(ctx, o.store.sql(sqlLimitAudit), key, actor, reason, rate, rate, true); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, o.store.sql(sqlJobsWaitingFor), key, MaxResumeWakes)
+		if err != nil {
+			return err
+		}
+		jobs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		for _, id := range jobs {
+			if _, err := o.river.JobRetryTx(ctx, tx, id); err != nil {
+				return fmt.Errorf("make job %d due: %w", id, err)
+			}
+		}
+		woken = len(jobs)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("resume limit %s: %w", key, err)
+	}
+	return woken, nil
+}

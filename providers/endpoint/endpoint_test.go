@@ -108,10 +108,13 @@ func (f *fixture) create(t *testing.T, ep endpoint.Endpoint) (*endpoint.Endpoint
 	return got, secret
 }
 
+func (f *fixture) webhookConfig() webhook.Config {
+	return webhook.Config{AllowedNetworks: loopback, Timeout: 5 * time.Second}
+}
+
 func (f *fixture) provider(t *testing.T) *endpoint.Provider {
 	t.Helper()
-	p, err := endpoint.New(endpoint.Config{DB: f.db.Pool, Schema: f.db.Schema, Key: f.key,
-		Webhook: webhook.Config{AllowedNetworks: loopback, Timeout: 5 * time.Second}})
+	p, err := endpoint.New(endpoint.Config{DB: f.db.Pool, Schema: f.db.Schema, Key: f.key, Webhook: f.webhookConfig()})
 	require.NoError(t, err)
 	return p
 }

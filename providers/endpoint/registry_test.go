@@ -1,0 +1,254 @@
+package endpoint_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/endpoint"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+// request is the delivery of the event to endpoint id, as the dispatcher
+// asks for it.
+func request(id uuid.UUID) providers.Request {
+	ev := uuid.MustParse("0190c3a0-7b1e-7c3d-9f00-000000000001")
+	return providers.Request{EffectID: "e1", Kind: "endpoint:" + id.String(), Key: keyOf(ev, id), Attempt: 1,
+		Payload: json.RawMessage(`{"endpoint_id":"` + id.String() + `"}`), EventID: ev.String(),
+		Event: &providers.SourceEvent{ID: ev.String(), Type: "order.paid", Payload: json.RawMessage(`{"order":"ord_1"}`), OccurredAt: time.Now()}}
+}
+
+func verifies(t *testing.T, secret string, r *receiver, i int) bool {
+	t.Helper()
+	wh, err := standardwebhooks.NewWebhook(secret)
+	require.NoError(t, err)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return wh.Verify(r.bodies[i], r.got[i]) == nil
+}
+
+func TestARotatedSecretSignsBesideTheNewUntilItExpires(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	p := f.provider(t)
+	r := newReceiver(t)
+	ep, old := f.create(t, endpoint.Endpoint{URL: r.URL, EventTypes: []string{"*"}})
+	r.setSecret(old)
+
+	fresh, err := f.reg.Rotate(ctx, f.db.Pool, ep.ID, time.Hour, admin)
+	require.NoError(t, err)
+	require.NotEqual(t, old, fresh)
+	require.True(t, strings.HasPrefix(fresh, "whsec_"))
+	_, err = p.Send(ctx, request(ep.ID))
+	require.NoError(t, err, "a receiver still on the old secret accepts during the overlap")
+	require.Len(t, strings.Fields(r.got[0].Get("webhook-signature")), 2, "one signature by each secret")
+	require.True(t, verifies(t, fresh, r, 0), "the new secret verifies too")
+
+	got, err := f.reg.Get(ctx, f.db.Pool, ep.ID)
+	require.NoError(t, err)
+	require.Len(t, got.Secrets, 2)
+	require.Nil(t, got.Secrets[0].ExpiresAt, "the current secret first")
+	require.WithinDuration(t, time.Now().Add(time.Hour), *got.Secrets[1].ExpiresAt, time.Minute)
+
+	// The overlap ends (moved into the past rather than waited for).
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outboxd_endpoint_secrets SET expires_at = now() - interval '1 second' WHERE expires_at IS NOT NULL")
+	require.NoError(t, err)
+	_, err = p.Send(ctx, request(ep.ID))
+	require.Error(t, err, "after expiry the old secret no longer signs: its receiver refuses")
+	require.Len(t, strings.Fields(r.got[1].Get("webhook-signature")), 1)
+	require.False(t, verifies(t, old, r, 1))
+	r.setSecret(fresh)
+	_, err = p.Send(ctx, request(ep.ID))
+	require.NoError(t, err)
+
+	hist, err := f.reg.History(ctx, f.db.Pool, ep.ID)
+	require.NoError(t, err)
+	require.Equal(t, []string{"create", "rotate"}, []string{hist[0].Action, hist[1].Action})
+	require.Equal(t, admin.Actor, hist[1].Actor)
+}
+
+func TestSecretsAreSealedForTheirEndpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	r := newReceiver(t)
+	a, secretA := f.create(t, endpoint.Endpoint{URL: r.URL, EventTypes: []string{"*"}})
+	b, _ := f.create(t, endpoint.Endpoint{URL: r.URL, EventTypes: []string{"*"}})
+	r.setSecret(secretA)
+
+	var sealed []byte
+	require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT sealed FROM "+f.db.Schema+".outboxd_endpoint_secrets WHERE endpoint_id = $1", a.ID).Scan(&sealed))
+	raw := strings.TrimPrefix(secretA, "whsec_")
+	require.False(t, bytes.Contains(sealed, []byte(raw)), "the database holds no secret a reader could sign with")
+
+	// A secret copied to another endpoint's row does not open there:
+	// nothing is sent, and the error says what to do.
+	_, err := f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outboxd_endpoint_secrets SET sealed = $1 WHERE endpoint_id = $2", sealed, b.ID)
+	require.NoError(t, err)
+	_, err = f.provider(t).Send(ctx, request(b.ID))
+	require.True(t, providers.IsRefused(err), "%v", err)
+	require.ErrorContains(t, err, "rotate the endpoint's secret")
+	require.Zero(t, r.requests())
+
+	// Under another key, the secret is named as sealed by another key.
+	other, err := endpoint.ParseKey(endpoint.NewKey())
+	require.NoError(t, err)
+	p2, err := endpoint.New(endpoint.Config{DB: f.db.Pool, Schema: f.db.Schema, Key: other, Webhook: f.webhookConfig()})
+	require.NoError(t, err)
+	_, err = p2.Send(ctx, request(a.ID))
+	require.ErrorContains(t, err, "sealed under another endpoint key")
+	require.Zero(t, r.requests())
+}
+
+func TestARegistryChecksWhatItIsGiven(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	public, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: f.db.Schema, Key: f.key})
+	require.NoError(t, err)
+	for name, c := range map[string]struct {
+		reg   *endpoint.Registry
+		ep    endpoint.Endpoint
+		field string
+	}{
+		"private address":    {public, endpoint.Endpoint{URL: "http://10.0.0.7/hook", EventTypes: []string{"*"}}, "url"},
+		"loopback name":      {public, endpoint.Endpoint{URL: "http://localhost:8080/hook", EventTypes: []string{"*"}}, "url"},
+		"credentials in url": {f.reg, endpoint.Endpoint{URL: "https://u:p@example.com/hook", EventTypes: []string{"*"}}, "url"},
+		"no types":           {f.reg, endpoint.Endpoint{URL: "https://example.com/hook"}, "event_types"},
+		"star in the middle": {f.reg, endpoint.Endpoint{URL: "https://example.com/hook", EventTypes: []string{"order.*.paid"}}, "event_types[0]"},
+		"reserved header": {f.reg, endpoint.Endpoint{URL: "https://example.com/hook", EventTypes: []string{"*"},
+			Headers: map[string]string{"Webhook-Signature": "x"}}, "headers.Webhook-Signature"},
+		"bad tenant": {f.reg, endpoint.Endpoint{URL: "https://example.com/hook", EventTypes: []string{"*"}, Tenant: "a b"}, "tenant"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := c.reg.Create(ctx, f.db.Pool, c.ep, admin)
+			var verr *endpoint.ValidationError
+			require.ErrorAs(t, err, &verr)
+			require.Equal(t, c.field, verr.Field, "%v", err)
+		})
+	}
+	var n int
+	require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+f.db.Schema+".outboxd_endpoints").Scan(&n))
+	require.Zero(t, n, "nothing written")
+
+	reader, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: f.db.Schema})
+	require.NoError(t, err)
+	_, _, err = reader.Create(ctx, f.db.Pool, endpoint.Endpoint{URL: "https://example.com/hook", EventTypes: []string{"*"}}, admin)
+	require.ErrorIs(t, err, endpoint.ErrNoKey)
+	ep, _ := f.create(t, endpoint.Endpoint{URL: "https://example.com/hook", EventTypes: []string{"*"}})
+	require.ErrorContains(t, reader.Disable(ctx, f.db.Pool, ep.ID, endpoint.Change{Actor: "ops"}), "reason")
+	require.ErrorIs(t, reader.Disable(ctx, f.db.Pool, uuid.New(), admin), endpoint.ErrNotFound)
+}
+
+func TestADisabledEndpointsDeliveriesWaitAndKeepTheirKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	r := newReceiver(t)
+	ep, secret := f.create(t, endpoint.Endpoint{URL: r.URL, EventTypes: []string{"order.*"}})
+	r.setSecret(secret)
+	res := f.enqueue(t, outbox.Event{ID: outbox.EventID("held", "1"), Type: "order.paid"}, outbox.ToSubscribers())
+	require.Len(t, res.Effects, 1)
+	require.NoError(t, f.reg.Disable(ctx, f.db.Pool, ep.ID, endpoint.Change{Actor: "ops", Reason: "receiver down for maintenance"}))
+
+	// Disabled: no new event reaches it.
+	none := f.enqueue(t, outbox.Event{ID: outbox.EventID("held", "2"), Type: "order.paid"}, outbox.ToSubscribers())
+	require.Empty(t, none.Effects)
+
+	op := f.dispatch(t, f.provider(t))
+	id := res.Effects[0].ID
+	require.Eventually(t, func() bool {
+		e, err := op.Get(ctx, id)
+		return err == nil && e.WaitingFor != nil && *e.WaitingFor == endpoint.LimitKey(ep.ID)
+	}, 20*time.Second, 20*time.Millisecond, "the delivery waits for its endpoint")
+	e, err := op.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, sideeffects.StatePending, e.State)
+	require.Zero(t, r.requests())
+
+	require.NoError(t, f.reg.Enable(ctx, f.db.Pool, ep.ID, endpoint.Change{Actor: "ops", Reason: "receiver back"}))
+	// The operator resumes the endpoint's limit key rather than waiting
+	// for the next look.
+	woken, err := op.ResumeLimit(ctx, endpoint.LimitKey(ep.ID), "ops", "endpoint enabled")
+	require.NoError(t, err)
+	require.Equal(t, 1, woken)
+	require.Eventually(t, func() bool {
+		e, err := op.Get(ctx, id)
+		return err == nil && e.State == sideeffects.StateConfirmed
+	}, 20*time.Second, 20*time.Millisecond, "delivered at once, not at the next look")
+	require.Equal(t, 1, r.requests())
+	require.Equal(t, res.Effects[0].Key, r.got[0].Get("webhook-id"), "the held delivery keeps its key")
+	e, err = op.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, 1, e.Attempts, "waiting spent no attempt")
+}
+
+func TestSQLFansOutAsGoDoes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	a, _ := f.create(t, endpoint.Endpoint{URL: "https://a.example.com/h", EventTypes: []string{"order.*"}})
+	_, _ = f.create(t, endpoint.Endpoint{URL: "https://b.example.com/h", EventTypes: []string{"invoice.paid"}})
+	c, _ := f.create(t, endpoint.Endpoint{URL: "https://c.example.com/h", Tenant: "acme", EventTypes: []string{"*"}})
+	ev := outbox.EventID("sql", "1")
+
+	type row struct {
+		ID        uuid.UUID
+		Kind      string
+		Key       string
+		Duplicate bool
+	}
+	call := func(effects string) []row {
+		t.Helper()
+		rows, err := f.db.Pool.Query(ctx, "SELECT effect_id, kind, idempotency_key, duplicate FROM "+f.db.Schema+".outboxd_enqueue($1, $2)",
+			`{"id":"`+ev.String()+`","type":"order.paid","payload":{"order":"ord_1"}}`, effects)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		require.NoError(t, err)
+		return got
+	}
+	got := call(`[{"subscribers": true, "ordering_key": "ord_1"}, {"kind":"webhook.audit","provider":"webhook","payload":{"url":"https://audit.example.com","body":{}}}]`)
+	require.Len(t, got, 2)
+	require.Equal(t, row{got[0].ID, "endpoint:" + a.ID.String(), keyOf(ev, a.ID), false}, got[0])
+	require.Equal(t, "webhook.audit", got[1].Kind)
+	var okey string
+	require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT ordering_key FROM "+f.db.Schema+".side_effects WHERE id = $1", got[0].ID).Scan(&okey))
+	require.Equal(t, "ord_1@"+a.ID.String(), okey)
+
+	// Go replays what SQL wrote, effect for effect.
+	sub := outbox.ToSubscribers()
+	sub.OrderingKey = "ord_1"
+	res := f.enqueue(t, outbox.Event{ID: ev, Type: "order.paid", Payload: json.RawMessage(`{"order":"ord_1"}`)}, sub,
+		outbox.Effect{Kind: "webhook.audit", Provider: "webhook", Payload: json.RawMessage(`{"url":"https://audit.example.com","body":{}}`)})
+	require.True(t, res.Replay())
+	require.Equal(t, got[0].ID, res.Effects[0].ID)
+
+	// SQL replays too, and another tenant's call reaches its endpoint.
+	require.True(t, call(`[{"subscribers": true, "ordering_key": "ord_1"}, {"kind":"webhook.audit","provider":"webhook","payload":{"url":"https://audit.example.com","body":{}}}]`)[0].Duplicate)
+	ev = outbox.EventID("sql", "2")
+	got = call(`[{"subscribers": true, "tenant": "acme"}]`)
+	require.Len(t, got, 1)
+	require.Equal(t, "endpoint:"+c.ID.String(), got[0].Kind)
+
+	for effects, field := range map[string]string{
+		`[{"subscribers": true, "kind": "x"}]`:                                        "effects[0]",
+		`[{"subscribers": true}, {"subscribers": true}]`:                              "effects[1]",
+		`[{"subscribers": true, "ordering_key": "` + strings.Repeat("k", 230) + `"}]`: "effects[0].ordering_key",
+	} {
+		ev = uuid.New()
+		_, err := f.db.Pool.Exec(ctx, "SELECT * FROM "+f.db.Schema+".outboxd_enqueue($1, $2)",
+			`{"id":"`+ev.String()+`","type":"order.paid"}`, effects)
+		require.ErrorContains(t, err, field, effects)
+	}
+}
