@@ -75,7 +75,7 @@ func newRootCmd(stdin io.Reader) *cobra.Command {
 	a.Policies.Bind(pf)
 
 	root.AddCommand(newStuckCmd(a), newListCmd(a), newShowCmd(a), newEventsCmd(a), newStatsCmd(a), newDispatchersCmd(a),
-		newRetryCmd(a), newRequeueCmd(a), newEditCmd(a), newAcknowledgeCmd(a), newReleaseCmd(a), newCancelCmd(a), newConfirmCmd(a), newPurgeCmd(a), newKeysCmd(a), newDriftCmd(a), newLimitsCmd(a), newTenantsCmd(a), newReplaysCmd(a), newReconcileCmd(a), newMigrateCmd(a))
+		newRetryCmd(a), newRequeueCmd(a), newEditCmd(a), newAcknowledgeCmd(a), newReleaseCmd(a), newCancelCmd(a), newConfirmCmd(a), newPurgeCmd(a), newKeysCmd(a), newDriftCmd(a), newLimitsCmd(a), newTenantsCmd(a), newEndpointsCmd(a), newReplaysCmd(a), newReconcileCmd(a), newMigrateCmd(a))
 	return root
 }
 

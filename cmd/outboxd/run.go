@@ -36,6 +36,7 @@ import (
 	"github.com/outboxd/outboxd/outbox/outboxtrace"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/bundled"
+	"github.com/outboxd/outboxd/providers/endpoint"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
@@ -75,6 +76,14 @@ type runConfig struct {
 	WebhookTimeout    time.Duration
 	WebhookAllowCIDRs []string
 	WebhookMaxPerHost int
+	// EndpointKey seals the registered endpoints' secrets; it enables the
+	// endpoint provider.
+	EndpointKey string
+	endpointKey *endpoint.Key
+	// webhookSender is the webhook provider's, shared with the endpoints;
+	// endpointWebhook the --webhook-* settings the endpoints deliver with.
+	webhookSender   *webhook.Sender
+	endpointWebhook webhook.Config
 
 	StripeAPIKey  string
 	StripeAPIBase string
@@ -168,6 +177,9 @@ already older than --rescue-after and re-fires it within seconds.
 	envflag.Bind(f, "webhook-allow-cidrs", "OUTBOXD_WEBHOOK_ALLOW_CIDRS")
 	f.IntVar(&c.WebhookMaxPerHost, "webhook-max-per-host", webhook.DefaultMaxPerHost, "concurrent webhook requests per destination host; a host that keeps not answering is also backed off")
 	envflag.Bind(f, "webhook-max-per-host", "OUTBOXD_WEBHOOK_MAX_PER_HOST")
+	f.StringVar(&c.EndpointKey, "endpoint-key", "", "the key that seals registered endpoints' signing secrets (32 bytes, base64; outboxctl endpoints new-key prints one); enables delivery to endpoints (docs/endpoints.md), with the --webhook-* settings")
+	envflag.Bind(f, "endpoint-key", "OUTBOXD_ENDPOINT_KEY")
+	envflag.Secret(f, "endpoint-key")
 	f.StringVar(&c.StripeAPIKey, "stripe-api-key", "", "Stripe secret key; enables the stripe provider")
 	envflag.Bind(f, "stripe-api-key", "STRIPE_API_KEY")
 	envflag.Secret(f, "stripe-api-key")
@@ -230,27 +242,44 @@ func (c *runConfig) providers(ctx context.Context) (provs []providers.Provider, 
 	// Checked against --job-timeout in this order, so that the error names
 	// the same flag on every start.
 	var timeouts []providerTimeout
-	if c.WebhookSecret != "" {
-		var allowed []netip.Prefix
-		for _, s := range c.WebhookAllowCIDRs {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return nil, nil, cli.Usagef("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", s)
-			}
-			allowed = append(allowed, p.Masked())
+	var allowed []netip.Prefix
+	for _, s := range c.WebhookAllowCIDRs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, nil, cli.Usagef("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", s)
 		}
-		wh, err := webhook.New(c.Policies.WebhookConfig(webhook.Config{
-			Secret:          c.WebhookSecret,
-			PreviousSecrets: c.WebhookPrevious,
-			Timeout:         c.WebhookTimeout,
-			AllowedNetworks: allowed,
-			MaxPerHost:      c.WebhookMaxPerHost,
-		}))
+		allowed = append(allowed, p.Masked())
+	}
+	whConfig := c.Policies.WebhookConfig(webhook.Config{
+		Secret:          c.WebhookSecret,
+		PreviousSecrets: c.WebhookPrevious,
+		Timeout:         c.WebhookTimeout,
+		AllowedNetworks: allowed,
+		MaxPerHost:      c.WebhookMaxPerHost,
+	})
+	if c.WebhookSecret != "" {
+		wh, err := webhook.New(whConfig)
 		if err != nil {
 			return nil, nil, cli.Usagef("webhook settings (--webhook-secret, --webhook-max-per-host, --webhook-key-window; OUTBOXD_WEBHOOK_*): %w", err)
 		}
 		provs = append(provs, wh)
+		c.webhookSender = wh.Sender
 		timeouts = append(timeouts, providerTimeout{"--webhook-timeout", c.WebhookTimeout})
+	}
+	if c.EndpointKey != "" {
+		if c.endpointKey, err = endpoint.ParseKey(c.EndpointKey); err != nil {
+			return nil, nil, cli.Usagef("--endpoint-key (OUTBOXD_ENDPOINT_KEY): %w", err)
+		}
+		c.endpointWebhook = whConfig
+		if c.webhookSender == nil {
+			// The endpoints deliver with a sender of their own, under
+			// the same --webhook-* settings: checked now, built with the
+			// provider once the database is reached.
+			if _, err := webhook.NewSender(whConfig); err != nil {
+				return nil, nil, cli.Usagef("webhook settings (--webhook-max-per-host, --webhook-key-window; OUTBOXD_WEBHOOK_*): %w", err)
+			}
+			timeouts = append(timeouts, providerTimeout{"--webhook-timeout", c.WebhookTimeout})
+		}
 	}
 	if c.StripeAPIKey != "" {
 		st, err := stripe.New(c.Policies.StripeConfig(stripe.Config{APIKey: c.StripeAPIKey, APIBase: c.StripeAPIBase, Timeout: c.StripeTimeout}))
@@ -273,8 +302,8 @@ func (c *runConfig) providers(ctx context.Context) (provs []providers.Provider, 
 			return nil, nil, cli.Usagef("--job-timeout (%s) must exceed %s (%s)", c.JobTimeout, pt.flag, pt.t)
 		}
 	}
-	if len(provs) == 0 && c.Brokers.NATSURL == "" && len(c.Brokers.KafkaBrokers) == 0 {
-		return nil, nil, cli.UsageError{Err: errors.New("no provider configured: set OUTBOXD_WEBHOOK_SECRET, STRIPE_API_KEY, SENDGRID_API_KEY, OUTBOXD_NATS_URL or OUTBOXD_KAFKA_BROKERS")}
+	if len(provs) == 0 && c.endpointKey == nil && c.Brokers.NATSURL == "" && len(c.Brokers.KafkaBrokers) == 0 {
+		return nil, nil, cli.UsageError{Err: errors.New("no provider configured: set OUTBOXD_WEBHOOK_SECRET, OUTBOXD_ENDPOINT_KEY, STRIPE_API_KEY, SENDGRID_API_KEY, OUTBOXD_NATS_URL or OUTBOXD_KAFKA_BROKERS")}
 	}
 	brokers, close, err := c.Brokers.build(ctx)
 	if err != nil {
@@ -517,6 +546,14 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	defer pool.Close()
 	if err := migrations.Check(ctx, pool, g.Schema); err != nil {
 		return err
+	}
+	if c.endpointKey != nil {
+		ep, err := endpoint.New(endpoint.Config{DB: pool, Schema: g.Schema, Key: c.endpointKey, Sender: c.webhookSender,
+			Webhook: c.endpointWebhook})
+		if err != nil {
+			return cli.UsageError{Err: err}
+		}
+		provs = append(provs, ep)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

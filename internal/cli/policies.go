@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/endpoint/endpointschema"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
@@ -86,9 +87,11 @@ func (p *Policies) StripeConfig(c stripe.Config) stripe.Config {
 // settings, by provider name.
 func (p *Policies) Guarantees() map[string]providers.Guarantees {
 	return map[string]providers.Guarantees{
-		webhook.Name:  p.WebhookConfig(webhook.Config{}).Guarantees(),
-		stripe.Name:   p.StripeConfig(stripe.Config{}).Guarantees(),
-		sendgrid.Name: sendgrid.Guarantees,
+		webhook.Name: p.WebhookConfig(webhook.Config{}).Guarantees(),
+		// Endpoints are webhooks: receivers remember a webhook-id as long.
+		endpointschema.Name: p.WebhookConfig(webhook.Config{}).Guarantees(),
+		stripe.Name:         p.StripeConfig(stripe.Config{}).Guarantees(),
+		sendgrid.Name:       sendgrid.Guarantees,
 	}
 }
 

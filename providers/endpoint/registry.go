@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxd/outboxd/pgschema"
+	"github.com/outboxd/outboxd/providers/endpoint/endpointschema"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
 
@@ -494,4 +495,17 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// Deliveries returns the ids of endpoint id's deliveries not yet ended
+// (pending or fired), oldest first, at most limit: the ones a disabled
+// endpoint holds, for an operator who enables it to deliver or drop.
+func (r *Registry) Deliveries(ctx context.Context, db DB, id uuid.UUID, limit int) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, `SELECT id FROM `+r.table("side_effects")+`
+		WHERE phase = 'live' AND state IN ('pending', 'fired') AND kind = $1 AND provider = $2
+		ORDER BY created_at, id LIMIT $3`, endpointschema.KindPrefix+id.String(), Name, limit)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: deliveries: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 }

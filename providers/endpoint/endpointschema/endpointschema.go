@@ -62,6 +62,14 @@ func EndpointOf(kind string) uuid.UUID {
 	return id
 }
 
+// ProviderName implements providers.Payload: a Payload is a typed
+// endpoint delivery for outbox.EffectOf (of kind KindPrefix + its id), as
+// an operator's test event or replay to one endpoint writes it.
+func (Payload) ProviderName() string { return Name }
+
+// EffectPayload implements providers.Payload.
+func (p Payload) EffectPayload() (json.RawMessage, error) { return json.Marshal(p) }
+
 // Schema validates endpoint payloads.
 type Schema struct{}
 

@@ -1,0 +1,584 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/envflag"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers/endpoint"
+	"github.com/outboxd/outboxd/providers/endpoint/endpointschema"
+)
+
+// endpoints: the registry of webhook endpoints (providers/endpoint).
+
+type endpointsApp struct {
+	*app
+	key     string
+	allowed []string
+}
+
+func newEndpointsCmd(a *app) *cobra.Command {
+	e := &endpointsApp{app: a}
+	cmd := &cobra.Command{
+		Use:   "endpoints",
+		Short: "Webhook endpoints: list, create, edit, disable, enable, rotate, test",
+		Long: `Registered webhook endpoints (docs/endpoints.md): each receives the events
+whose types it subscribes to, signed with secrets of its own. An event
+enqueued with a subscribers effect (outbox.ToSubscribers) is fanned out to
+one delivery per endpoint subscribed when it commits.
+
+Creating an endpoint or rotating its secret needs the key that seals the
+secrets (--endpoint-key, OUTBOXD_ENDPOINT_KEY: the one outboxd run has).
+Every change is audited with --actor and, where it changes deliveries,
+--reason; those take --dry-run.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return e.list(cmd) },
+	}
+	cmd.PersistentFlags().StringVar(&e.key, "endpoint-key", "", "the key that seals endpoint secrets (needed by create and rotate)")
+	envflag.Bind(cmd.PersistentFlags(), "endpoint-key", "OUTBOXD_ENDPOINT_KEY")
+	envflag.Secret(cmd.PersistentFlags(), "endpoint-key")
+	cmd.PersistentFlags().StringSliceVar(&e.allowed, "webhook-allow-cidrs", nil, "non-public networks endpoint URLs may point at, as outboxd run's (default: none)")
+	envflag.Bind(cmd.PersistentFlags(), "webhook-allow-cidrs", "OUTBOXD_WEBHOOK_ALLOW_CIDRS")
+	cmd.AddCommand(e.newKeyCmd(), e.createCmd(), e.showCmd(), e.editCmd(), e.disableCmd(), e.enableCmd(), e.rotateCmd(), e.testCmd())
+	return cmd
+}
+
+// registry opens the database and returns the registry; sealing says the
+// command needs the endpoint key.
+func (e *endpointsApp) registry(ctx context.Context, sealing bool) (*endpoint.Registry, error) {
+	var key *endpoint.Key
+	if e.key != "" {
+		k, err := endpoint.ParseKey(e.key)
+		if err != nil {
+			return nil, cli.Usagef("--endpoint-key (OUTBOXD_ENDPOINT_KEY): %v", err)
+		}
+		key = k
+	} else if sealing {
+		return nil, cli.Usagef("--endpoint-key (OUTBOXD_ENDPOINT_KEY) is required: the key outboxd run seals endpoint secrets with (outboxctl endpoints new-key prints a new one)")
+	}
+	if err := e.open(ctx); err != nil {
+		return nil, err
+	}
+	var allowed []netip.Prefix
+	for _, c := range e.allowed {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, cli.Usagef("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", c)
+		}
+		allowed = append(allowed, p.Masked())
+	}
+	return endpoint.NewRegistry(endpoint.RegistryConfig{Schema: e.Schema, Key: key, AllowedNetworks: allowed})
+}
+
+func endpointArg(arg string) (uuid.UUID, error) {
+	id, err := uuid.Parse(arg)
+	if err != nil {
+		return uuid.Nil, cli.Usagef("%q: give an endpoint id, as outboxctl endpoints lists them", arg)
+	}
+	return id, nil
+}
+
+// failed turns the registry's refusals into usage errors that name the
+// flag.
+func failed(err error) error {
+	var verr *endpoint.ValidationError
+	switch {
+	case errors.As(err, &verr):
+		flag := map[string]string{"url": "--url", "event_types": "--types", "tenant": "--tenant", "description": "--description",
+			"reason": "--reason", "actor": "--actor", "id": "--id"}[strings.SplitN(verr.Field, "[", 2)[0]]
+		if strings.HasPrefix(verr.Field, "headers") {
+			flag = "--header"
+		}
+		if flag == "" {
+			flag = verr.Field
+		}
+		return cli.Usagef("%s: %s", flag, verr.Problem)
+	case errors.Is(err, endpoint.ErrNotFound):
+		return cli.Usagef("no such endpoint: outboxctl endpoints lists them")
+	}
+	return err
+}
+
+func (e *endpointsApp) list(cmd *cobra.Command) error {
+	ctx := cmd.Context()
+	reg, err := e.registry(ctx, false)
+	if err != nil {
+		return err
+	}
+	eps, err := reg.List(ctx, e.pool, endpoint.ListFilter{})
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if e.JSON {
+		return printJSON(out, eps)
+	}
+	if len(eps) == 0 {
+		fmt.Fprintln(out, "no endpoints: outboxctl endpoints create --url URL --types order.* registers one")
+		return nil
+	}
+	tw := table(out)
+	fmt.Fprintln(tw, "ID\tURL\tTENANT\tEVENT TYPES\tSTATE\tSECRETS")
+	for _, ep := range eps {
+		state := "enabled"
+		if ep.DisabledAt != nil {
+			state = "disabled: " + ep.DisabledReason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", ep.ID, ep.URL, dash(ep.Tenant), strings.Join(ep.EventTypes, ","), state, len(ep.Secrets))
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func (e *endpointsApp) newKeyCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "new-key",
+		Short: "Print a new key to seal endpoint secrets with (OUTBOXD_ENDPOINT_KEY)",
+		Long: `Print 32 random bytes in base64: give them to outboxd run and outboxctl as
+OUTBOXD_ENDPOINT_KEY, from wherever your other secrets are kept. Secrets
+created under one key do not open under another: keep it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), endpoint.NewKey())
+			return err
+		},
+	}
+}
+
+// endpointFlags are what create and edit set.
+type endpointFlags struct {
+	url, tenant, description, id string
+	types                        []string
+	headers                      map[string]string
+}
+
+func (f *endpointFlags) bind(cmd *cobra.Command, create bool) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.url, "url", "", "where deliveries are POSTed (https)")
+	fl.StringSliceVar(&f.types, "types", nil, "event types it receives: order.paid, order.* or * (comma-separated)")
+	fl.StringVar(&f.description, "description", "", "what it is, for people")
+	fl.StringToStringVar(&f.headers, "header", nil, "a header added to every request, Name=value (repeatable), e.g. Authorization=Bearer …")
+	if create {
+		fl.StringVar(&f.tenant, "tenant", "", "whose endpoint it is: only that tenant's events reach it")
+		fl.StringVar(&f.id, "id", "", "its id (default: a new one)")
+	}
+}
+
+func (e *endpointsApp) createCmd() *cobra.Command {
+	var f endpointFlags
+	cmd := &cobra.Command{
+		Use:   "create --url URL --types TYPES",
+		Short: "Register an endpoint; its signing secret is printed once",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ep := endpoint.Endpoint{URL: f.url, Tenant: f.tenant, Description: f.description, EventTypes: f.types, Headers: f.headers}
+			if f.id != "" {
+				id, err := uuid.Parse(f.id)
+				if err != nil {
+					return cli.Usagef("--id %q: a UUID", f.id)
+				}
+				ep.ID = id
+			}
+			ctx := cmd.Context()
+			reg, err := e.registry(ctx, true)
+			if err != nil {
+				return err
+			}
+			got, secret, err := reg.Create(ctx, e.pool, ep, endpoint.Change{Actor: e.actor()})
+			if err != nil {
+				return failed(err)
+			}
+			out := cmd.OutOrStdout()
+			if e.JSON {
+				return printJSON(out, map[string]any{"endpoint": got, "secret": secret})
+			}
+			fmt.Fprintf(out, "endpoint %s created: %s receives %s\n", got.ID, got.URL, strings.Join(got.EventTypes, ", "))
+			fmt.Fprintf(out, "signing secret (shown once; give it to the endpoint's owner): %s\n", secret)
+			return nil
+		},
+	}
+	f.bind(cmd, true)
+	return cmd
+}
+
+func (e *endpointsApp) showCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show <id>",
+		Short: "An endpoint, its secrets' ages, its deliveries not yet ended and its history",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := endpointArg(args[0])
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			reg, err := e.registry(ctx, false)
+			if err != nil {
+				return err
+			}
+			ep, err := reg.Get(ctx, e.pool, id)
+			if err != nil {
+				return failed(err)
+			}
+			open, err := reg.Deliveries(ctx, e.pool, id, 1000)
+			if err != nil {
+				return err
+			}
+			hist, err := reg.History(ctx, e.pool, id)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if e.JSON {
+				return printJSON(out, map[string]any{"endpoint": ep, "open_deliveries": len(open), "history": hist})
+			}
+			fmt.Fprintf(out, "endpoint    %s\nurl         %s\ntenant      %s\nevent types %s\n", ep.ID, ep.URL, dash(ep.Tenant), strings.Join(ep.EventTypes, ", "))
+			if ep.Description != "" {
+				fmt.Fprintf(out, "description %s\n", ep.Description)
+			}
+			for name := range ep.Headers {
+				fmt.Fprintf(out, "header      %s: (set)\n", name)
+			}
+			if ep.DisabledAt != nil {
+				fmt.Fprintf(out, "state       disabled since %s: %s\n", ep.DisabledAt.Format(time.RFC3339), ep.DisabledReason)
+			} else {
+				fmt.Fprintln(out, "state       enabled")
+			}
+			for i, s := range ep.Secrets {
+				if i == 0 && s.ExpiresAt == nil {
+					fmt.Fprintf(out, "secret      current, created %s\n", s.CreatedAt.Format(time.RFC3339))
+					continue
+				}
+				fmt.Fprintf(out, "secret      rotated, signs until %s\n", s.ExpiresAt.Format(time.RFC3339))
+			}
+			fmt.Fprintf(out, "open        %d deliveries pending or in flight (limit key %s)\n", len(open), endpoint.LimitKey(id))
+			fmt.Fprintln(out, "\nhistory:")
+			tw := table(out)
+			for _, h := range hist {
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", h.CreatedAt.Format(time.RFC3339), h.Action, h.Actor, h.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func (e *endpointsApp) editCmd() *cobra.Command {
+	var (
+		f      endpointFlags
+		reason string
+		dryRun bool
+	)
+	cmd := &cobra.Command{
+		Use:   "edit <id> [--url URL] [--types TYPES] [--header Name=value] [--description TEXT]",
+		Short: "Change an endpoint's URL, event types, headers or description",
+		Long: `Change an endpoint. A new URL applies to its deliveries not yet sent, new
+event types to events recorded from now on. --dry-run says what would change
+and how many deliveries a new URL would move.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := endpointArg(args[0])
+			if err != nil {
+				return err
+			}
+			var u endpoint.Update
+			fl := cmd.Flags()
+			if fl.Changed("url") {
+				u.URL = &f.url
+			}
+			if fl.Changed("description") {
+				u.Description = &f.description
+			}
+			if fl.Changed("types") {
+				u.EventTypes = f.types
+			}
+			if fl.Changed("header") {
+				u.Headers = f.headers
+			}
+			if u.URL == nil && u.Description == nil && u.EventTypes == nil && u.Headers == nil {
+				return cli.Usagef("nothing to change: give --url, --types, --header or --description")
+			}
+			ctx := cmd.Context()
+			reg, err := e.registry(ctx, false)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if dryRun {
+				return e.dryRun(ctx, out, reg, id, func(tx pgx.Tx) (string, error) {
+					ep, err := reg.Edit(ctx, tx, id, u, endpoint.Change{Actor: e.actor(), Reason: reason})
+					if err != nil {
+						return "", err
+					}
+					return fmt.Sprintf("would become: %s receiving %s", ep.URL, strings.Join(ep.EventTypes, ", ")), nil
+				})
+			}
+			ep, err := reg.Edit(ctx, e.pool, id, u, endpoint.Change{Actor: e.actor(), Reason: reason})
+			if err != nil {
+				return failed(err)
+			}
+			if e.JSON {
+				return printJSON(out, ep)
+			}
+			fmt.Fprintf(out, "endpoint %s: %s receives %s\n", ep.ID, ep.URL, strings.Join(ep.EventTypes, ", "))
+			return nil
+		},
+	}
+	f.bind(cmd, false)
+	cmd.Flags().StringVar(&reason, "reason", "", "why (audited)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "say what would change; change nothing")
+	return cmd
+}
+
+// dryRun runs change in a transaction it rolls back, and says what it did
+// and how many of the endpoint's deliveries are open.
+func (e *endpointsApp) dryRun(ctx context.Context, out io.Writer, reg *endpoint.Registry, id uuid.UUID, change func(pgx.Tx) (string, error)) error {
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a dry run writes nothing
+	what, err := change(tx)
+	if err != nil {
+		return failed(err)
+	}
+	open, err := reg.Deliveries(ctx, tx, id, endpointHeldMax)
+	if err != nil {
+		return err
+	}
+	if e.JSON {
+		return printJSON(out, map[string]any{"dry_run": true, "change": what, "open_deliveries": len(open)})
+	}
+	fmt.Fprintf(out, "dry run: %s; %d deliveries pending or in flight are affected; nothing changed\n", what, len(open))
+	return nil
+}
+
+// endpointHeldMax bounds the deliveries enable acts on at once.
+const endpointHeldMax = 10000
+
+func (e *endpointsApp) disableCmd() *cobra.Command {
+	var (
+		reason string
+		dryRun bool
+	)
+	cmd := &cobra.Command{
+		Use:   "disable <id> --reason TEXT",
+		Short: "Stop an endpoint's deliveries: new events skip it, open ones wait",
+		Long: `Disable an endpoint: events recorded from now on are not fanned out to it,
+and its deliveries already recorded wait (pending, spending no attempt) until
+it is enabled, when they are delivered or dropped.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := endpointArg(args[0])
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(reason) == "" {
+				return cli.Usagef("--reason is required: say why the endpoint stops")
+			}
+			ctx := cmd.Context()
+			reg, err := e.registry(ctx, false)
+			if err != nil {
+				return err
+			}
+			by := endpoint.Change{Actor: e.actor(), Reason: reason}
+			out := cmd.OutOrStdout()
+			if dryRun {
+				return e.dryRun(ctx, out, reg, id, func(tx pgx.Tx) (string, error) {
+					return "would disable " + id.String() + " (its open deliveries wait)", reg.Disable(ctx, tx, id, by)
+				})
+			}
+			if err := reg.Disable(ctx, e.pool, id, by); err != nil {
+				return failed(err)
+			}
+			if e.JSON {
+				return printJSON(out, map[string]any{"endpoint": id, "disabled": true})
+			}
+			fmt.Fprintf(out, "endpoint %s disabled: new events skip it; its open deliveries wait until outboxctl endpoints enable\n", id)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required, audited)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "say what would change; change nothing")
+	return cmd
+}
+
+func (e *endpointsApp) enableCmd() *cobra.Command {
+	var (
+		reason string
+		drop   bool
+		dryRun bool
+	)
+	cmd := &cobra.Command{
+		Use:   "enable <id> --reason TEXT [--drop-held]",
+		Short: "Let an endpoint receive again: deliver what it held, or drop it",
+		Long: `Enable an endpoint. Its deliveries that waited while it was disabled go out
+at once, with their keys (a receiver that saw one before deduplicates it by
+webhook-id); or, with --drop-held, they are cancelled with --reason first,
+each audited, and only new events reach it.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := endpointArg(args[0])
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(reason) == "" {
+				return cli.Usagef("--reason is required: say why the endpoint receives again")
+			}
+			ctx := cmd.Context()
+			reg, err := e.registry(ctx, false)
+			if err != nil {
+				return err
+			}
+			held, err := reg.Deliveries(ctx, e.pool, id, endpointHeldMax)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			by := endpoint.Change{Actor: e.actor(), Reason: reason}
+			if dryRun {
+				verb := "delivered at once"
+				if drop {
+					verb = "cancelled"
+				}
+				return e.dryRun(ctx, out, reg, id, func(tx pgx.Tx) (string, error) {
+					return fmt.Sprintf("would enable %s; its %d held deliveries %s", id, len(held), verb), reg.Enable(ctx, tx, id, by)
+				})
+			}
+			dropped := 0
+			if drop && len(held) > 0 {
+				changes, err := e.op.Cancel(ctx, held, outboxtype.ActionOpts{Actor: e.actor(), Reason: reason})
+				if err != nil {
+					return err
+				}
+				for _, c := range changes {
+					if c.Applied {
+						dropped++
+					}
+				}
+			}
+			if err := reg.Enable(ctx, e.pool, id, by); err != nil {
+				return failed(err)
+			}
+			woken, err := e.op.ResumeLimit(ctx, endpoint.LimitKey(id), e.actor(), reason)
+			if err != nil {
+				return err
+			}
+			if e.JSON {
+				return printJSON(out, map[string]any{"endpoint": id, "enabled": true, "dropped": dropped, "delivering": woken})
+			}
+			if drop {
+				fmt.Fprintf(out, "endpoint %s enabled; %d held deliveries cancelled (%d could not be: in flight or ended)\n", id, dropped, len(held)-dropped)
+				return nil
+			}
+			fmt.Fprintf(out, "endpoint %s enabled; %d held deliveries go out now\n", id, woken)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required, audited)")
+	cmd.Flags().BoolVar(&drop, "drop-held", false, "cancel the deliveries it held instead of delivering them")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "say what would change; change nothing")
+	return cmd
+}
+
+func (e *endpointsApp) rotateCmd() *cobra.Command {
+	var overlap time.Duration
+	cmd := &cobra.Command{
+		Use:   "rotate <id> [--overlap 24h]",
+		Short: "Give an endpoint a new signing secret, printed once; the old one signs too for --overlap",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := endpointArg(args[0])
+			if err != nil {
+				return err
+			}
+			if overlap <= 0 {
+				return cli.Usagef("--overlap %s: give how long the old secret keeps signing, e.g. 24h (the receiver moves to the new one meanwhile)", overlap)
+			}
+			ctx := cmd.Context()
+			reg, err := e.registry(ctx, true)
+			if err != nil {
+				return err
+			}
+			secret, err := reg.Rotate(ctx, e.pool, id, overlap, endpoint.Change{Actor: e.actor()})
+			if err != nil {
+				return failed(err)
+			}
+			out := cmd.OutOrStdout()
+			if e.JSON {
+				return printJSON(out, map[string]any{"endpoint": id, "secret": secret, "old_secret_until": time.Now().Add(overlap)})
+			}
+			fmt.Fprintf(out, "endpoint %s: new signing secret (shown once): %s\n", id, secret)
+			fmt.Fprintf(out, "requests carry signatures by both until %s; then only the new one\n", time.Now().Add(overlap).Format(time.RFC3339))
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&overlap, "overlap", endpoint.DefaultOverlap, "how long the old secret keeps signing beside the new one")
+	return cmd
+}
+
+// TestEventType is the type of the events outboxctl endpoints test sends.
+const TestEventType = "outboxd.endpoint.test"
+
+func (e *endpointsApp) testCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "test <id>",
+		Short: "Send an endpoint a test event (type " + TestEventType + "), as any delivery",
+		Long: `Record an event of type ` + TestEventType + ` with one delivery to this endpoint,
+whatever types it subscribes to: outboxd run sends it as any other (signed,
+retried, shown by outboxctl show). Prints the delivery's effect id.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := endpointArg(args[0])
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			reg, err := e.registry(ctx, false)
+			if err != nil {
+				return err
+			}
+			if _, err := reg.Get(ctx, e.pool, id); err != nil {
+				return failed(err)
+			}
+			ob, err := outbox.New(outbox.Config{Schema: e.Schema, Jobs: outbox.JobsByDispatcher, NotifyDispatchers: true})
+			if err != nil {
+				return err
+			}
+			payload, _ := json.Marshal(map[string]any{"test": true, "endpoint_id": id, "sent_by": e.actor()})
+			ev := outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: TestEventType, Payload: payload}
+			var res *outbox.Result
+			err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+				res, err = ob.Enqueue(ctx, tx, ev, outbox.EffectOf(endpointschema.KindPrefix+id.String(), endpointschema.Payload{EndpointID: id}))
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if e.JSON {
+				return printJSON(out, map[string]any{"event_id": ev.ID, "effect_id": res.Effects[0].ID, "idempotency_key": res.Effects[0].Key})
+			}
+			fmt.Fprintf(out, "test event %s recorded; its delivery is effect %s (outboxctl show %s)\n", ev.ID, res.Effects[0].ID, res.Effects[0].ID)
+			return nil
+		},
+	}
+}

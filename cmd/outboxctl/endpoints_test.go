@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers/endpoint"
+)
+
+// TestEndpointsFromTheCommandLine walks an endpoint's life: created with
+// its secret shown once, listed, edited (a dry run first), reached by a
+// fan-out, disabled with its delivery held, enabled dropping what it held,
+// rotated and sent a test event; every change audited.
+func TestEndpointsFromTheCommandLine(t *testing.T) {
+	t.Parallel()
+	b := newTestBundle(t)
+	ctx := context.Background()
+	key := endpoint.NewKey()
+
+	_, err := b.run(t, "", "endpoints", "create", "--url", "https://hooks.partner.example/in", "--types", "order.*")
+	require.ErrorAs(t, err, new(cli.UsageError))
+	require.ErrorContains(t, err, "OUTBOXD_ENDPOINT_KEY", "creating needs the key")
+	_, err = b.run(t, "", "endpoints", "create", "--endpoint-key", key, "--url", "http://10.1.2.3/in", "--types", "order.*")
+	require.ErrorContains(t, err, "--url", "a private address is refused, naming the flag")
+
+	out, err := b.run(t, "", "endpoints", "create", "--endpoint-key", key, "--url", "https://hooks.partner.example/in",
+		"--types", "order.*,invoice.paid", "--header", "Authorization=Bearer partner-token", "--json")
+	require.NoError(t, err, out)
+	var created struct {
+		Endpoint endpoint.Endpoint
+		Secret   string
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &created))
+	id := created.Endpoint.ID.String()
+	require.Regexp(t, `^whsec_`, created.Secret)
+
+	out, err = b.run(t, "", "endpoints")
+	require.NoError(t, err)
+	require.Regexp(t, id+`\s+https://hooks.partner.example/in\s+-\s+order\.\*,invoice\.paid\s+enabled\s+1`, out)
+	out, err = b.run(t, "", "endpoints", "show", id)
+	require.NoError(t, err)
+	require.Contains(t, out, "header      Authorization: (set)")
+	require.NotContains(t, out, "partner-token", "header values may be credentials: not shown")
+	require.NotContains(t, out, created.Secret)
+
+	out, err = b.run(t, "", "endpoints", "edit", id, "--url", "https://new.partner.example/in", "--dry-run")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "dry run: would become: https://new.partner.example/in")
+	out, err = b.run(t, "", "endpoints", "show", id, "--json")
+	require.NoError(t, err)
+	require.Contains(t, out, "https://hooks.partner.example/in", "a dry run changes nothing")
+	_, err = b.run(t, "", "endpoints", "edit", id, "--url", "https://new.partner.example/in", "--reason", "partner moved")
+	require.NoError(t, err)
+
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema})
+	require.NoError(t, err)
+	var res *outbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		res, err = ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"}, outbox.ToSubscribers())
+		return err
+	}))
+	require.Len(t, res.Effects, 1)
+
+	_, err = b.run(t, "", "endpoints", "disable", id)
+	require.ErrorContains(t, err, "--reason")
+	_, err = b.run(t, "", "endpoints", "disable", id, "--reason", "partner's receiver returns 500s")
+	require.NoError(t, err)
+	out, err = b.run(t, "", "endpoints", "enable", id, "--reason", "fixed", "--drop-held", "--dry-run")
+	require.NoError(t, err)
+	require.Contains(t, out, "its 1 held deliveries cancelled")
+	out, err = b.run(t, "", "endpoints", "enable", id, "--reason", "partner asked us to drop the backlog", "--drop-held")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "1 held deliveries cancelled")
+	e, err := b.store.Get(ctx, b.db.Pool, res.Effects[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, outboxtype.StateCancelled, e.State)
+
+	out, err = b.run(t, "", "endpoints", "rotate", id, "--endpoint-key", key, "--overlap", "2h")
+	require.NoError(t, err)
+	require.Regexp(t, `new signing secret \(shown once\): whsec_`, out)
+	require.NotContains(t, out, created.Secret)
+
+	out, err = b.run(t, "", "endpoints", "test", id, "--json")
+	require.NoError(t, err, out)
+	var test struct {
+		EffectID uuid.UUID `json:"effect_id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &test))
+	e, err = b.store.Get(ctx, b.db.Pool, test.EffectID)
+	require.NoError(t, err)
+	require.Equal(t, "endpoint:"+id, e.Kind)
+
+	out, err = b.run(t, "", "endpoints", "show", id)
+	require.NoError(t, err)
+	for _, action := range []string{"create", "edit", "disable", "enable", "rotate"} {
+		require.Regexp(t, `\s`+action+`\s+oncall@example.com`, out)
+	}
+	require.Contains(t, out, "secret      rotated, signs until")
+}
