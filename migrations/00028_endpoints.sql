@@ -21,6 +21,12 @@ CREATE TABLE outboxd_endpoints (
     headers         jsonb NOT NULL DEFAULT '{}',
     disabled_at     timestamptz,
     disabled_reason text,
+    -- failing_since: the first failed delivery since the last that
+    -- succeeded (NULL: the last one succeeded, or none was made). An
+    -- endpoint failing for outboxd run's --endpoint-disable-after is
+    -- disabled, by outboxd.
+    failing_since   timestamptz,
+    delivered_at    timestamptz,
     created_at      timestamptz NOT NULL DEFAULT now(),
     updated_at      timestamptz NOT NULL DEFAULT now()
 );

@@ -78,8 +78,9 @@ type runConfig struct {
 	WebhookMaxPerHost int
 	// EndpointKey seals the registered endpoints' secrets; it enables the
 	// endpoint provider.
-	EndpointKey string
-	endpointKey *endpoint.Key
+	EndpointKey          string
+	EndpointDisableAfter time.Duration
+	endpointKey          *endpoint.Key
 	// webhookSender is the webhook provider's, shared with the endpoints;
 	// endpointWebhook the --webhook-* settings the endpoints deliver with.
 	webhookSender   *webhook.Sender
@@ -180,6 +181,8 @@ already older than --rescue-after and re-fires it within seconds.
 	f.StringVar(&c.EndpointKey, "endpoint-key", "", "the key that seals registered endpoints' signing secrets (32 bytes, base64; outboxctl endpoints new-key prints one); enables delivery to endpoints (docs/endpoints.md), with the --webhook-* settings")
 	envflag.Bind(f, "endpoint-key", "OUTBOXD_ENDPOINT_KEY")
 	envflag.Secret(f, "endpoint-key")
+	f.DurationVar(&c.EndpointDisableAfter, "endpoint-disable-after", endpoint.DefaultDisableAfter, "disable an endpoint whose every delivery failed for this long (its open deliveries then wait for an operator); 0: never")
+	envflag.Bind(f, "endpoint-disable-after", "OUTBOXD_ENDPOINT_DISABLE_AFTER")
 	f.StringVar(&c.StripeAPIKey, "stripe-api-key", "", "Stripe secret key; enables the stripe provider")
 	envflag.Bind(f, "stripe-api-key", "STRIPE_API_KEY")
 	envflag.Secret(f, "stripe-api-key")
@@ -265,6 +268,9 @@ func (c *runConfig) providers(ctx context.Context) (provs []providers.Provider, 
 		provs = append(provs, wh)
 		c.webhookSender = wh.Sender
 		timeouts = append(timeouts, providerTimeout{"--webhook-timeout", c.WebhookTimeout})
+	}
+	if c.EndpointDisableAfter < 0 {
+		return nil, nil, cli.Usagef("--endpoint-disable-after (OUTBOXD_ENDPOINT_DISABLE_AFTER) is %s: give a duration such as 120h, or 0 for never", c.EndpointDisableAfter)
 	}
 	if c.EndpointKey != "" {
 		if c.endpointKey, err = endpoint.ParseKey(c.EndpointKey); err != nil {
@@ -548,8 +554,12 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		return err
 	}
 	if c.endpointKey != nil {
+		disableAfter := c.EndpointDisableAfter
+		if disableAfter == 0 {
+			disableAfter = -1 // never
+		}
 		ep, err := endpoint.New(endpoint.Config{DB: pool, Schema: g.Schema, Key: c.endpointKey, Sender: c.webhookSender,
-			Webhook: c.endpointWebhook})
+			Webhook: c.endpointWebhook, DisableAfter: disableAfter})
 		if err != nil {
 			return cli.UsageError{Err: err}
 		}

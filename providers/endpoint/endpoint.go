@@ -65,7 +65,15 @@ type Config struct {
 	// allowed networks, per-host cap), and the key window (default 24h):
 	// how long receivers are expected to remember a webhook-id.
 	Webhook webhook.Config
+	// DisableAfter disables an endpoint whose every delivery failed for
+	// this long (no answer, or an error status other than 429), as Svix
+	// does: its open deliveries then wait for an operator. Default
+	// DefaultDisableAfter; negative: never.
+	DisableAfter time.Duration
 }
+
+// DefaultDisableAfter is Config.DisableAfter's default.
+const DefaultDisableAfter = 5 * 24 * time.Hour
 
 // Provider delivers endpoint effects. It is safe for concurrent use.
 type Provider struct {
@@ -75,8 +83,9 @@ type Provider struct {
 	key    *Key
 	sender *webhook.Sender
 	// own is true when sender is the provider's own, not shared.
-	own bool
-	g   providers.Guarantees
+	own          bool
+	g            providers.Guarantees
+	disableAfter time.Duration
 
 	mu    sync.Mutex
 	hosts map[uuid.UUID]cachedHost
@@ -100,6 +109,9 @@ func New(cfg Config) (*Provider, error) {
 	if err := pgschema.Check(cfg.Schema); err != nil {
 		return nil, fmt.Errorf("endpoint: Config.Schema: %w", err)
 	}
+	if cfg.DisableAfter == 0 {
+		cfg.DisableAfter = DefaultDisableAfter
+	}
 	sender, own := cfg.Sender, cfg.Sender == nil
 	if own {
 		var err error
@@ -107,7 +119,7 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("endpoint: %w", err)
 		}
 	}
-	return &Provider{db: cfg.DB, schema: cfg.Schema, key: cfg.Key, sender: sender, own: own,
+	return &Provider{db: cfg.DB, schema: cfg.Schema, key: cfg.Key, sender: sender, own: own, disableAfter: cfg.DisableAfter,
 		g: cfg.Webhook.Guarantees(), hosts: map[uuid.UUID]cachedHost{}}, nil
 }
 
@@ -268,7 +280,49 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	if err != nil {
 		return providers.Result{}, providers.Refused(fmt.Errorf("encode body: %w", err))
 	}
-	return p.sender.Deliver(ctx, webhook.Delivery{URL: ep.url, Body: body, Headers: ep.headers, Key: req.Key, Signers: ep.signers})
+	res, err := p.sender.Deliver(ctx, webhook.Delivery{URL: ep.url, Body: body, Headers: ep.headers, Key: req.Key, Signers: ep.signers})
+	if ctx.Err() == nil && !providers.IsThrottled(err) && !providers.IsRefused(err) {
+		// The endpoint's own answer (or silence): a 429 says it is alive,
+		// a refusal was outboxd's.
+		// Best effort: a delivery made is not undone by a failure to
+		// record it; a failed one says so beside its own error.
+		if rerr := p.recordOutcome(context.WithoutCancel(ctx), pl.EndpointID, err); rerr != nil && err != nil {
+			err = fmt.Errorf("%w (and recording the endpoint's failure failed: %v)", err, rerr)
+		}
+	}
+	return res, err
+}
+
+// recordOutcome keeps when endpoint id began failing, and disables it
+// once every delivery failed for disableAfter, with an audit row by
+// outboxd.
+func (p *Provider) recordOutcome(ctx context.Context, id uuid.UUID, sendErr error) error {
+	endpoints := pgschema.Table(p.schema, "outboxd_endpoints")
+	if sendErr == nil {
+		_, err := p.db.Exec(ctx, `UPDATE `+endpoints+` SET failing_since = NULL, delivered_at = now()
+			WHERE id = $1 AND (failing_since IS NOT NULL OR delivered_at IS NULL OR delivered_at < now() - interval '1 minute')`, id)
+		return err
+	}
+	return pgx.BeginFunc(ctx, p.db, func(tx pgx.Tx) error {
+		var since time.Time
+		var disabled bool
+		err := tx.QueryRow(ctx, `UPDATE `+endpoints+` SET failing_since = coalesce(failing_since, now())
+			WHERE id = $1 RETURNING failing_since, disabled_at IS NOT NULL`, id).Scan(&since, &disabled)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && (disabled || p.disableAfter < 0 || time.Since(since) < p.disableAfter) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		reason := fmt.Sprintf("every delivery failed since %s (for %s; last: %s): disabled by outboxd",
+			since.UTC().Format(time.RFC3339), p.disableAfter, providers.Summary(sendErr))
+		if _, err := tx.Exec(ctx, `UPDATE `+endpoints+` SET disabled_at = now(), disabled_reason = $2, updated_at = now() WHERE id = $1`, id, reason); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO `+pgschema.Table(p.schema, "outboxd_endpoint_audit")+` (endpoint_id, action, actor, reason)
+			VALUES ($1, 'disable', 'outboxd', $2)`, id, reason)
+		return err
+	})
 }
 
 // Destinations implements providers.DestinationReporter, when the Sender

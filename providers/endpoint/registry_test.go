@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -251,4 +254,71 @@ func TestSQLFansOutAsGoDoes(t *testing.T) {
 			`{"id":"`+ev.String()+`","type":"order.paid"}`, effects)
 		require.ErrorContains(t, err, field, effects)
 	}
+}
+
+func TestAnEndpointFailingForDaysIsDisabledAndItsDeliveriesHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	var status atomic.Int32
+	status.Store(http.StatusInternalServerError)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(int(status.Load())) }))
+	defer srv.Close()
+	ep, _ := f.create(t, endpoint.Endpoint{URL: srv.URL, EventTypes: []string{"*"}})
+	p := f.provider(t)
+	failingSince := func() *time.Time {
+		var at *time.Time
+		require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT failing_since FROM "+f.db.Schema+".outboxd_endpoints WHERE id = $1", ep.ID).Scan(&at))
+		return at
+	}
+
+	_, err := p.Send(ctx, request(ep.ID))
+	require.Error(t, err)
+	require.NotNil(t, failingSince(), "the first failure is remembered")
+	got, err := f.reg.Get(ctx, f.db.Pool, ep.ID)
+	require.NoError(t, err)
+	require.Nil(t, got.DisabledAt, "one failure disables nothing")
+
+	// Five days and more of failures (moved into the past rather than
+	// waited for): the next failure disables it.
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outboxd_endpoints SET failing_since = now() - interval '6 days' WHERE id = $1", ep.ID)
+	require.NoError(t, err)
+	_, err = p.Send(ctx, request(ep.ID))
+	require.Error(t, err)
+	got, err = f.reg.Get(ctx, f.db.Pool, ep.ID)
+	require.NoError(t, err)
+	require.NotNil(t, got.DisabledAt)
+	require.Contains(t, got.DisabledReason, "every delivery failed since")
+	require.Contains(t, got.DisabledReason, "HTTP 500")
+	hist, err := f.reg.History(ctx, f.db.Pool, ep.ID)
+	require.NoError(t, err)
+	require.Equal(t, "disable", hist[len(hist)-1].Action)
+	require.Equal(t, "outboxd", hist[len(hist)-1].Actor)
+
+	_, err = p.Send(ctx, request(ep.ID))
+	require.True(t, providers.IsThrottled(err), "its deliveries are held, spending no attempt: %v", err)
+
+	status.Store(http.StatusNoContent)
+	require.NoError(t, f.reg.Enable(ctx, f.db.Pool, ep.ID, endpoint.Change{Actor: "ops", Reason: "partner fixed their receiver"}))
+	_, err = p.Send(ctx, request(ep.ID))
+	require.NoError(t, err)
+	require.Nil(t, failingSince(), "a delivery that succeeds ends the failing spell")
+}
+
+func TestAFailingEndpointIsNeverDisabledWhenTold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
+	defer srv.Close()
+	ep, _ := f.create(t, endpoint.Endpoint{URL: srv.URL, EventTypes: []string{"*"}})
+	p, err := endpoint.New(endpoint.Config{DB: f.db.Pool, Schema: f.db.Schema, Key: f.key, Webhook: f.webhookConfig(), DisableAfter: -1})
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outboxd_endpoints SET failing_since = now() - interval '60 days' WHERE id = $1", ep.ID)
+	require.NoError(t, err)
+	_, err = p.Send(ctx, request(ep.ID))
+	require.Error(t, err)
+	got, err := f.reg.Get(ctx, f.db.Pool, ep.ID)
+	require.NoError(t, err)
+	require.Nil(t, got.DisabledAt)
 }
