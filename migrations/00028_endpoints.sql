@@ -15,7 +15,8 @@ CREATE TABLE outboxd_endpoints (
     tenant          text,
     description     text NOT NULL DEFAULT '',
     -- event_types: exact types ("order.paid"), prefixes ("order.*"), or
-    -- "*" for every type.
+    -- "*" for every type of the application's (outboxd's own events,
+    -- outboxd.*, reach only endpoints that name them).
     event_types     text[] NOT NULL CHECK (cardinality(event_types) > 0),
     -- headers added to every request (never the signing ones).
     headers         jsonb NOT NULL DEFAULT '{}',
@@ -77,7 +78,8 @@ AS $fn$
     WHERE NOT EXISTS (SELECT 1 FROM outbox_events o WHERE o.id = ev_id)
         AND ep.disabled_at IS NULL AND coalesce(ep.tenant, '') = coalesce(for_tenant, '')
         AND EXISTS (SELECT 1 FROM unnest(ep.event_types) AS p
-            WHERE p = ev_type OR p = '*' OR (right(p, 2) = '.*' AND starts_with(ev_type, left(p, -1))))
+            WHERE p = ev_type OR (p = '*' AND NOT starts_with(ev_type, 'outboxd.'))
+                OR (right(p, 2) = '.*' AND starts_with(ev_type, left(p, -1))))
     UNION ALL
     SELECT (s.payload ->> 'endpoint_id')::uuid, s.kind, s.provider, s.payload
     FROM side_effects s

@@ -46,7 +46,9 @@ type Endpoint struct {
 	// Description is for people.
 	Description string `json:"description,omitempty"`
 	// EventTypes are the event types it receives: exact ("order.paid"),
-	// a prefix ("order.*": order.paid, order.refund.created) or "*".
+	// a prefix ("order.*": order.paid, order.refund.created) or "*" (every
+	// type of the application's: outboxd's own operational events,
+	// outboxd.*, reach only endpoints that name them).
 	EventTypes []string `json:"event_types"`
 	// Headers are added to each request (never the signing, idempotency
 	// or content headers), for example a static Authorization.
@@ -229,7 +231,7 @@ type ListFilter struct {
 func (r *Registry) List(ctx context.Context, db DB, f ListFilter) ([]Endpoint, error) {
 	where := `WHERE ($1 = '' OR coalesce(e.tenant, '') = $1)
 	AND ($2 = '' OR (e.disabled_at IS NULL AND coalesce(e.tenant, '') = $1 AND EXISTS (SELECT 1 FROM unnest(e.event_types) AS p
-		WHERE p = $2 OR p = '*' OR (right(p, 2) = '.*' AND starts_with($2, left(p, -1))))))
+		WHERE p = $2 OR (p = '*' AND NOT starts_with($2, 'outboxd.')) OR (right(p, 2) = '.*' AND starts_with($2, left(p, -1))))))
 	ORDER BY e.created_at, e.id`
 	rows, err := db.Query(ctx, r.selectSQL(where), f.Tenant, f.EventType)
 	if err != nil {

@@ -1,0 +1,99 @@
+-- +goose Up
+-- Operational events: outboxd's own events about itself, delivered to the
+-- endpoints that subscribe to them (docs/endpoints.md, "Operational
+-- events"), recorded by triggers in the same transaction as the change
+-- that causes them, so that an alert is never lost and never sent for a
+-- change that rolled back:
+--   outboxd.effect.failed           an effect failed (the provider refused
+--                                   it, its retries ran out, its key window
+--                                   closed)
+--   outboxd.effect.parked_in_doubt  an effect failed while its last request
+--                                   may have been applied (in doubt)
+--   outboxd.drift.detected          a provider event contradicts outboxd
+--   outboxd.endpoint.disabled       an endpoint was disabled (by an
+--                                   operator, or by outboxd after its
+--                                   deliveries failed for days)
+-- Nothing is written when no enabled endpoint of no tenant names the
+-- type: one lookup in outboxd_endpoints per such change. The deliveries
+-- of operational events raise none themselves.
+
+-- +goose StatementBegin
+CREATE FUNCTION outboxd_emit(ev_type text, aggregate_type text, aggregate_id text, payload jsonb) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    IF EXISTS (SELECT 1 FROM outboxd_endpoints ep
+            WHERE ep.disabled_at IS NULL AND coalesce(ep.tenant, '') = ''
+                AND EXISTS (SELECT 1 FROM unnest(ep.event_types) AS p
+                    WHERE p = ev_type OR (right(p, 2) = '.*' AND starts_with(ev_type, left(p, -1))))) THEN
+        PERFORM outboxd_enqueue(jsonb_build_object('id', gen_random_uuid(), 'type', ev_type,
+                'aggregate_type', aggregate_type, 'aggregate_id', aggregate_id,
+                'payload', payload || jsonb_build_object('at', now())),
+            '[{"subscribers": true}]');
+    END IF;
+END
+$fn$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE FUNCTION outboxd_effect_failed_event() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    -- An operational event's own delivery failing raises nothing.
+    IF EXISTS (SELECT 1 FROM outbox_events o WHERE o.id = NEW.source_id AND starts_with(o.event_type, 'outboxd.')) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM outboxd_emit(CASE WHEN NEW.in_doubt THEN 'outboxd.effect.parked_in_doubt' ELSE 'outboxd.effect.failed' END,
+        'side_effect', NEW.id::text,
+        jsonb_build_object('effect_id', NEW.id, 'event_id', NEW.source_id, 'kind', NEW.kind, 'provider', NEW.provider,
+            'attempts', NEW.attempts, 'in_doubt', NEW.in_doubt, 'reason', left(coalesce(NEW.last_error, ''), 512),
+            'tenant', NEW.tenant));
+    RETURN NULL;
+END
+$fn$;
+-- +goose StatementEnd
+CREATE TRIGGER side_effects_failed_event AFTER UPDATE OF state ON side_effects
+    FOR EACH ROW WHEN (NEW.state = 'failed' AND OLD.state IS DISTINCT FROM 'failed')
+    EXECUTE FUNCTION outboxd_effect_failed_event();
+
+-- +goose StatementBegin
+CREATE FUNCTION outboxd_drift_event() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    PERFORM outboxd_emit('outboxd.drift.detected', 'provider_drift', NEW.id::text,
+        jsonb_build_object('drift_id', NEW.id, 'reason', NEW.reason, 'provider', NEW.provider, 'kind', NEW.kind,
+            'effect_id', NEW.effect_id, 'effect_state', NEW.effect_state, 'provider_event_id', NEW.event_id,
+            'provider_event_type', NEW.event_type, 'object_id', NEW.object_id, 'check', NEW.check_hint));
+    RETURN NULL;
+END
+$fn$;
+-- +goose StatementEnd
+CREATE TRIGGER provider_drift_event AFTER INSERT ON provider_drift
+    FOR EACH ROW EXECUTE FUNCTION outboxd_drift_event();
+
+-- +goose StatementBegin
+CREATE FUNCTION outboxd_endpoint_disabled_event() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    PERFORM outboxd_emit('outboxd.endpoint.disabled', 'endpoint', NEW.id::text,
+        jsonb_build_object('endpoint_id', NEW.id, 'url', NEW.url, 'tenant', NEW.tenant, 'reason', NEW.disabled_reason,
+            'failing_since', NEW.failing_since));
+    RETURN NULL;
+END
+$fn$;
+-- +goose StatementEnd
+CREATE TRIGGER outboxd_endpoints_disabled_event AFTER UPDATE OF disabled_at ON outboxd_endpoints
+    FOR EACH ROW WHEN (OLD.disabled_at IS NULL AND NEW.disabled_at IS NOT NULL)
+    EXECUTE FUNCTION outboxd_endpoint_disabled_event();
+
+-- +goose Down
+DROP TRIGGER outboxd_endpoints_disabled_event ON outboxd_endpoints;
+DROP FUNCTION outboxd_endpoint_disabled_event();
+DROP TRIGGER provider_drift_event ON provider_drift;
+DROP FUNCTION outboxd_drift_event();
+DROP TRIGGER side_effects_failed_event ON side_effects;
+DROP FUNCTION outboxd_effect_failed_event();
+DROP FUNCTION outboxd_emit(text, text, text, jsonb);

@@ -1,0 +1,101 @@
+package endpoint_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/providers/endpoint"
+	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
+)
+
+// TestAFailureRaisesOneOperationalEvent: an effect that fails raises
+// exactly one signed outboxd.effect.failed event, delivered to the
+// endpoint that subscribes to outboxd's events and to no "*" endpoint; a
+// failure that rolls back raises none.
+func TestAFailureRaisesOneOperationalEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	ops := newReceiver(t)
+	_, opsSecret := f.create(t, endpoint.Endpoint{URL: ops.URL, EventTypes: []string{"outboxd.effect.*", "outboxd.endpoint.*"}, Description: "on-call channel"})
+	ops.setSecret(opsSecret)
+	app := newReceiver(t)
+	appEP, appSecret := f.create(t, endpoint.Endpoint{URL: app.URL, EventTypes: []string{"*"}})
+	app.setSecret(appSecret)
+
+	gone := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }))
+	defer gone.Close()
+	ob, err := outbox.New(outbox.Config{Schema: f.db.Schema, WebhookAllowedNetworks: loopback})
+	require.NoError(t, err)
+	enqueue := func(name string) uuid.UUID {
+		var res *outbox.Result
+		require.NoError(t, pgx.BeginFunc(ctx, f.db.Pool, func(tx pgx.Tx) error {
+			res, err = ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("ops", name), Type: "partner.notified"},
+				outbox.EffectOf("webhook.partner", webhook.Payload{URL: gone.URL, Body: json.RawMessage(`{}`)}))
+			return err
+		}))
+		return res.Effects[0].ID
+	}
+	failing := enqueue("1")
+	untouched := enqueue("2")
+
+	// A failure that rolls back raises nothing.
+	tx, err := f.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "UPDATE "+f.db.Schema+".side_effects SET state = 'failed', last_error = 'by hand' WHERE id = $1", untouched)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".side_effects SET state = 'cancelled' WHERE id = $1", untouched)
+	require.NoError(t, err)
+
+	wh, err := webhook.New(webhook.Config{Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", AllowedNetworks: loopback})
+	require.NoError(t, err)
+	op := f.dispatch(t, wh, f.provider(t))
+	require.Eventually(t, func() bool {
+		e, err := op.Get(ctx, failing)
+		return err == nil && e.State == sideeffects.StateFailed
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return ops.requests() == 1 }, 20*time.Second, 20*time.Millisecond, "the on-call endpoint hears of it")
+
+	events := func(typ string) int {
+		var n int
+		require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+f.db.Schema+".outbox_events WHERE event_type = $1", typ).Scan(&n))
+		return n
+	}
+	require.Equal(t, 1, events("outboxd.effect.failed"), "exactly one event for one failure; none for the rolled-back one")
+	ops.mu.Lock()
+	require.True(t, ops.verified[0], "signed with the on-call endpoint's own secret")
+	var body struct {
+		Type string
+		Data struct {
+			EffectID uuid.UUID `json:"effect_id"`
+			Kind     string
+			Reason   string
+		}
+	}
+	require.NoError(t, json.Unmarshal(ops.bodies[0], &body))
+	ops.mu.Unlock()
+	require.Equal(t, "outboxd.effect.failed", body.Type)
+	require.Equal(t, failing, body.Data.EffectID)
+	require.Equal(t, "webhook.partner", body.Data.Kind)
+	require.Contains(t, body.Data.Reason, "HTTP 410")
+
+	// An endpoint disabled raises its own event; "*" hears none of them.
+	require.NoError(t, f.reg.Disable(ctx, f.db.Pool, appEP.ID, endpoint.Change{Actor: "ops", Reason: "partner offboarded"}))
+	require.Eventually(t, func() bool { return ops.requests() == 2 }, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1, events("outboxd.endpoint.disabled"))
+	require.Zero(t, app.requests(), "an endpoint of every type hears none of outboxd's own events")
+	var toApp int
+	require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+f.db.Schema+".side_effects WHERE kind = $1", "endpoint:"+appEP.ID.String()).Scan(&toApp))
+	require.Zero(t, toApp)
+}
