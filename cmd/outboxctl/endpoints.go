@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,10 +15,8 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/envflag"
-	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/endpoint"
-	"github.com/outboxd/outboxd/providers/endpoint/endpointschema"
 )
 
 // endpoints: the registry of webhook endpoints (providers/endpoint).
@@ -535,14 +532,11 @@ func (e *endpointsApp) rotateCmd() *cobra.Command {
 	return cmd
 }
 
-// TestEventType is the type of the events outboxctl endpoints test sends.
-const TestEventType = "outboxd.endpoint.test"
-
 func (e *endpointsApp) testCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "test <id>",
-		Short: "Send an endpoint a test event (type " + TestEventType + "), as any delivery",
-		Long: `Record an event of type ` + TestEventType + ` with one delivery to this endpoint,
+		Short: "Send an endpoint a test event (type " + endpoint.TestEventType + "), as any delivery",
+		Long: `Record an event of type ` + endpoint.TestEventType + ` with one delivery to this endpoint,
 whatever types it subscribes to: outboxd run sends it as any other (signed,
 retried, shown by outboxctl show). Prints the delivery's effect id.`,
 		Args: cobra.ExactArgs(1),
@@ -556,28 +550,15 @@ retried, shown by outboxctl show). Prints the delivery's effect id.`,
 			if err != nil {
 				return err
 			}
-			if _, err := reg.Get(ctx, e.pool, id); err != nil {
+			effect, err := reg.SendTest(ctx, e.pool, id, endpoint.Change{Actor: e.actor()})
+			if err != nil {
 				return failed(err)
-			}
-			ob, err := outbox.New(outbox.Config{Schema: e.Schema, Jobs: outbox.JobsByDispatcher, NotifyDispatchers: true})
-			if err != nil {
-				return err
-			}
-			payload, _ := json.Marshal(map[string]any{"test": true, "endpoint_id": id, "sent_by": e.actor()})
-			ev := outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: TestEventType, Payload: payload}
-			var res *outbox.Result
-			err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-				res, err = ob.Enqueue(ctx, tx, ev, outbox.EffectOf(endpointschema.KindPrefix+id.String(), endpointschema.Payload{EndpointID: id}))
-				return err
-			})
-			if err != nil {
-				return err
 			}
 			out := cmd.OutOrStdout()
 			if e.JSON {
-				return printJSON(out, map[string]any{"event_id": ev.ID, "effect_id": res.Effects[0].ID, "idempotency_key": res.Effects[0].Key})
+				return printJSON(out, map[string]any{"effect_id": effect})
 			}
-			fmt.Fprintf(out, "test event %s recorded; its delivery is effect %s (outboxctl show %s)\n", ev.ID, res.Effects[0].ID, res.Effects[0].ID)
+			fmt.Fprintf(out, "test event recorded; its delivery is effect %s (outboxctl show %s)\n", effect, effect)
 			return nil
 		},
 	}

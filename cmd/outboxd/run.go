@@ -704,7 +704,13 @@ func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[strin
 	if err != nil {
 		return nil, err
 	}
-	return webui.New(webui.Config{Keys: keys, Schema: schema, Operator: op, AdminToken: c.WebAdminToken, ReadToken: c.webReadToken(), Logger: log,
+	// The endpoints pages read without the key; registering an endpoint
+	// and rotating a secret need it.
+	endpoints, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: schema, Key: c.endpointKey, AllowedNetworks: c.endpointWebhook.AllowedNetworks})
+	if err != nil {
+		return nil, err
+	}
+	return webui.New(webui.Config{Keys: keys, Endpoints: endpoints, EndpointsDB: pool, Schema: schema, Operator: op, AdminToken: c.WebAdminToken, ReadToken: c.webReadToken(), Logger: log,
 		Operators: c.WebOperatorTokens, ReadNeedsCredential: !loopbackAddr(c.WebAddr) && !c.WebAnonymousRead,
 		TrustedUserHeader: c.WebTrustedUserHeader, TrustedProxies: proxies,
 		FiredBound: c.RescueAfter + time.Minute, Reconcilers: reconcilers(provs), Validators: validators(provs),

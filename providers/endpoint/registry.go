@@ -511,3 +511,38 @@ func (r *Registry) Deliveries(ctx context.Context, db DB, id uuid.UUID, limit in
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 }
+
+// TestEventType is the type of the events SendTest records.
+const TestEventType = "outboxd.endpoint.test"
+
+// SendTest records an event of TestEventType with one delivery to
+// endpoint id, whatever types it subscribes to, through outboxd_enqueue
+// (the dispatchers are woken), and returns the delivery's effect id:
+// outboxd run sends it as any other, signed and retried.
+func (r *Registry) SendTest(ctx context.Context, db DB, id uuid.UUID, by Change) (uuid.UUID, error) {
+	if err := checkChange(by, false); err != nil {
+		return uuid.Nil, err
+	}
+	var effect uuid.UUID
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var found bool
+		if err := tx.QueryRow(ctx, `SELECT true FROM `+r.table("outboxd_endpoints")+` WHERE id = $1`, id).Scan(&found); errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		} else if err != nil {
+			return fmt.Errorf("endpoint: test: %w", err)
+		}
+		ev, _ := json.Marshal(map[string]any{"id": uuid.Must(uuid.NewV7()), "type": TestEventType, "aggregate_type": "endpoint", "aggregate_id": id,
+			"payload": map[string]any{"test": true, "endpoint_id": id, "sent_by": by.Actor}})
+		effects, _ := json.Marshal([]map[string]any{{"kind": endpointschema.KindPrefix + id.String(), "provider": Name,
+			"payload": endpointschema.Payload{EndpointID: id}}})
+		if err := tx.QueryRow(ctx, `SELECT effect_id FROM `+r.table("outboxd_enqueue")+`($1, $2, true)`, ev, effects).Scan(&effect); err != nil {
+			return fmt.Errorf("endpoint: test: %w", err)
+		}
+		return r.audit(ctx, tx, id, "test", by, map[string]any{"effect_id": effect})
+	})
+	return effect, err
+}
+
+// CanSeal reports whether the registry has the key that seals secrets
+// (and so can create endpoints and rotate).
+func (r *Registry) CanSeal() bool { return r.key != nil }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/endpoint"
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
@@ -84,6 +85,11 @@ type Config struct {
 	// Keys are the Idempotency-Key middleware's stored keys, for the
 	// Idempotency-Keys page (nil: no such page).
 	Keys *idempotency.Keys
+	// Endpoints is the registry of webhook endpoints, read and changed
+	// through EndpointsDB, for the endpoints pages (nil: no such pages).
+	// Creating one and rotating its secret need the registry's key.
+	Endpoints   *endpoint.Registry
+	EndpointsDB endpoint.DB
 	// FiredBound is the crash-recovery bound of the stuck diagnosis.
 	FiredBound time.Duration
 	Logger     *slog.Logger
@@ -138,6 +144,9 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.ReadToken != "" && len(cfg.ReadToken) < 16 {
 		return nil, errors.New("webui: the read token must be at least 16 characters (e.g. openssl rand -hex 24)")
 	}
+	if (cfg.Endpoints == nil) != (cfg.EndpointsDB == nil) {
+		return nil, errors.New("webui: Endpoints and EndpointsDB go together")
+	}
 	if cfg.KeyWindow == nil {
 		cfg.KeyWindow = func(string) time.Duration { return 0 }
 	}
@@ -159,7 +168,7 @@ func New(cfg Config) (http.Handler, error) {
 			return *s
 		},
 	}
-	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk", "replays", "replay", "limits", "drift", "reconcile", "keys", "key", "dispatchers", "edit"} {
+	for _, page := range []string{"overview", "search", "effect", "action", "error", "bulk", "replays", "replay", "limits", "drift", "reconcile", "keys", "key", "dispatchers", "edit", "endpoints", "endpoint"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("webui: template %s: %w", page, err)
@@ -191,6 +200,10 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("POST "+p+"keys/{id}/complete", u.completeKey)
 	mux.HandleFunc("GET "+p+"drift", u.drift)
 	mux.HandleFunc("POST "+p+"drift/ack", u.ackDrift)
+	mux.HandleFunc("GET "+p+"endpoints", u.endpointsPage)
+	mux.HandleFunc("POST "+p+"endpoints", u.createEndpoint)
+	mux.HandleFunc("GET "+p+"endpoints/{id}", u.endpointPage)
+	mux.HandleFunc("POST "+p+"endpoints/{id}/{action}", u.endpointAct)
 	mux.HandleFunc("GET "+p+"replays", u.replays)
 	mux.HandleFunc("POST "+p+"replays", u.startReplay)
 	mux.HandleFunc("GET "+p+"replays/{id}", u.replay)
