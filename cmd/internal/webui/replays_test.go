@@ -58,7 +58,7 @@ func TestAReplayFromTheWebView(t *testing.T) {
 	br.do(chromedp.Click(chromedp.CSS("#replay-submit")), chromedp.WaitVisible(chromedp.CSS("#plan")))
 	br.do(chromedp.Click(chromedp.CSS("#replay-submit")), chromedp.WaitVisible(chromedp.CSS("#cancel-replay")))
 	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "partner asked to wait"),
-		chromedp.Click(chromedp.CSS("#cancel-replay")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+		chromedp.Click(chromedp.CSS("#cancel-replay")), chromedp.WaitNotPresent(chromedp.CSS("#cancel-replay")), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "Cancelled")
 	require.True(t, strings.HasPrefix(br.text("#replay-state"), "cancelled"))
 	require.Equal(t, 0, br.count("#cancel-replay"), "nothing left to cancel")
