@@ -93,6 +93,9 @@ type report struct {
 	Machine  machine         `json:"machine"`
 	Settings settings        `json:"settings"`
 	Enqueue  []enqueueResult `json:"enqueue,omitempty"`
+	// Fanout is an event fanned out to 1, 10 and 100 endpoints against
+	// the same effects listed by hand.
+	Fanout []fanoutResult `json:"fanout,omitempty"`
 	// Idempotency is the Idempotency-Key middleware's cost per request.
 	Idempotency []enqueueResult  `json:"idempotency,omitempty"`
 	Dispatch    []dispatchResult `json:"dispatch,omitempty"`
@@ -162,7 +165,7 @@ func main() {
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
 	flag.BoolVar(&s.IntakeOnly, "intake-only", false, "in the dispatch phase, burn down only -effects effects found in the intake (outbox.JobsByDispatcher), beside River's baselines")
-	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,idempotency,dispatch,webhook,brokers,replicas,latency,history,purge,admin,limits, and watermill (the peer in bench/watermill)")
+	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,fanout,idempotency,dispatch,webhook,brokers,replicas,latency,history,purge,admin,limits, and watermill (the peer in bench/watermill)")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
 		var n int
@@ -281,6 +284,11 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 	if !skip["enqueue"] {
 		if rep.Enqueue, err = bn.enqueueCost(ctx); err != nil {
 			return fmt.Errorf("enqueue cost: %w", err)
+		}
+	}
+	if !skip["fanout"] {
+		if rep.Fanout, err = bn.fanoutCost(ctx); err != nil {
+			return fmt.Errorf("fan-out cost: %w", err)
 		}
 	}
 	if !skip["idempotency"] {
@@ -411,6 +419,12 @@ func printReport(out io.Writer, rep report) {
 				cost += fmt.Sprintf("; %.2fx the untraced rate (target >= 0.9)", r.VsUntraced)
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\n", r.Name, r.Concurrency, r.TPS, ms(r.P50), ms(r.P99), cost)
+		}
+	}
+	if len(rep.Fanout) > 0 {
+		fmt.Fprintln(tw, "\nFAN-OUT (ENDPOINTS, JOBS IN TX)\tCONC\tSUBSCRIBERS TX/S\tLISTED TX/S\tEFFECTS/S\tCOST PER EFFECT VS LISTED")
+		for _, r := range rep.Fanout {
+			fmt.Fprintf(tw, "%d endpoints\t%d\t%.0f\t%.0f\t%.0f\t%.2fx\n", r.Endpoints, r.Concurrency, r.Subscribers, r.ByHand, r.EffectsPerSecond, r.CostPerEffect)
 		}
 	}
 	if len(rep.Idempotency) > 0 {

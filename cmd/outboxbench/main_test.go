@@ -48,6 +48,11 @@ func TestBenchRuns(t *testing.T) {
 		require.Contains(t, rep.Enqueue[i].Name, "from SQL")
 		require.Positive(t, rep.Enqueue[i].Txs, "the SQL function enqueued")
 	}
+	require.Len(t, rep.Fanout, 6, "1, 10 and 100 endpoints at two concurrencies")
+	for _, r := range rep.Fanout {
+		require.Positive(t, r.Subscribers, "fanned out to %d", r.Endpoints)
+		require.Positive(t, r.CostPerEffect)
+	}
 	require.Len(t, rep.Brokers, 5, "the no-op provider, outboxd to NATS and Kafka, Watermill's forwarder to each")
 	for _, i := range []int{1, 2} {
 		require.Positive(t, rep.Brokers[i].VsNoop, rep.Brokers[i].Name)
