@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -166,6 +167,7 @@ type endpointFlags struct {
 	url, tenant, description, id string
 	types                        []string
 	headers                      map[string]string
+	rate                         float64
 }
 
 func (f *endpointFlags) bind(cmd *cobra.Command, create bool) {
@@ -174,6 +176,7 @@ func (f *endpointFlags) bind(cmd *cobra.Command, create bool) {
 	fl.StringSliceVar(&f.types, "types", nil, "event types it receives: order.paid, order.* or * (comma-separated)")
 	fl.StringVar(&f.description, "description", "", "what it is, for people")
 	fl.StringToStringVar(&f.headers, "header", nil, "a header added to every request, Name=value (repeatable), e.g. Authorization=Bearer …")
+	fl.Float64Var(&f.rate, "rate", 0, "requests a second it may take, over every replica (its limit key endpoint:<id>, as outboxctl limits set)")
 	if create {
 		fl.StringVar(&f.tenant, "tenant", "", "whose endpoint it is: only that tenant's events reach it")
 		fl.StringVar(&f.id, "id", "", "its id (default: a new one)")
@@ -187,6 +190,9 @@ func (e *endpointsApp) createCmd() *cobra.Command {
 		Short: "Register an endpoint; its signing secret is printed once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkRate(cmd, f.rate); err != nil {
+				return err
+			}
 			ep := endpoint.Endpoint{URL: f.url, Tenant: f.tenant, Description: f.description, EventTypes: f.types, Headers: f.headers}
 			if f.id != "" {
 				id, err := uuid.Parse(f.id)
@@ -203,6 +209,9 @@ func (e *endpointsApp) createCmd() *cobra.Command {
 			got, secret, err := reg.Create(ctx, e.pool, ep, endpoint.Change{Actor: e.actor()})
 			if err != nil {
 				return failed(err)
+			}
+			if err := e.setRate(cmd, got.ID, f.rate, "set with the endpoint"); err != nil {
+				return err
 			}
 			out := cmd.OutOrStdout()
 			if e.JSON {
@@ -310,8 +319,11 @@ and how many deliveries a new URL would move.`,
 			if fl.Changed("header") {
 				u.Headers = f.headers
 			}
-			if u.URL == nil && u.Description == nil && u.EventTypes == nil && u.Headers == nil {
-				return cli.Usagef("nothing to change: give --url, --types, --header or --description")
+			if err := checkRate(cmd, f.rate); err != nil {
+				return err
+			}
+			if u.URL == nil && u.Description == nil && u.EventTypes == nil && u.Headers == nil && !fl.Changed("rate") {
+				return cli.Usagef("nothing to change: give --url, --types, --header, --rate or --description")
 			}
 			ctx := cmd.Context()
 			reg, err := e.registry(ctx, false)
@@ -332,6 +344,9 @@ and how many deliveries a new URL would move.`,
 			if err != nil {
 				return failed(err)
 			}
+			if err := e.setRate(cmd, id, f.rate, reason); err != nil {
+				return err
+			}
 			if e.JSON {
 				return printJSON(out, ep)
 			}
@@ -343,6 +358,26 @@ and how many deliveries a new URL would move.`,
 	cmd.Flags().StringVar(&reason, "reason", "", "why (audited)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "say what would change; change nothing")
 	return cmd
+}
+
+// checkRate refuses a --rate given that is not a positive rate.
+func checkRate(cmd *cobra.Command, rate float64) error {
+	if cmd.Flags().Changed("rate") && !(rate > 0 && rate < 1e9) {
+		return cli.Usagef("--rate %v: give requests a second, e.g. 10", rate)
+	}
+	return nil
+}
+
+// setRate sets endpoint id's rate over every replica when --rate was
+// given, audited as outboxctl limits set is.
+func (e *endpointsApp) setRate(cmd *cobra.Command, id uuid.UUID, rate float64, reason string) error {
+	if !cmd.Flags().Changed("rate") {
+		return nil
+	}
+	if _, err := e.op.SetLimit(cmd.Context(), endpoint.LimitKey(id), &rate, e.actor(), cmp.Or(reason, "endpoint's rate"), false); err != nil {
+		return fmt.Errorf("endpoint %s saved; its rate was not: %w (outboxctl limits set %s %v)", id, err, endpoint.LimitKey(id), rate)
+	}
+	return nil
 }
 
 // dryRun runs change in a transaction it rolls back, and says what it did

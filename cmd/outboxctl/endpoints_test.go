@@ -32,7 +32,7 @@ func TestEndpointsFromTheCommandLine(t *testing.T) {
 	require.ErrorContains(t, err, "--url", "a private address is refused, naming the flag")
 
 	out, err := b.run(t, "", "endpoints", "create", "--endpoint-key", key, "--url", "https://hooks.partner.example/in",
-		"--types", "order.*,invoice.paid", "--header", "Authorization=Bearer partner-token", "--json")
+		"--types", "order.*,invoice.paid", "--header", "Authorization=Bearer partner-token", "--rate", "20", "--json")
 	require.NoError(t, err, out)
 	var created struct {
 		Endpoint endpoint.Endpoint
@@ -45,6 +45,9 @@ func TestEndpointsFromTheCommandLine(t *testing.T) {
 	out, err = b.run(t, "", "endpoints")
 	require.NoError(t, err)
 	require.Regexp(t, id+`\s+https://hooks.partner.example/in\s+-\s+order\.\*,invoice\.paid\s+enabled\s+1`, out)
+	out, err = b.run(t, "", "limits")
+	require.NoError(t, err)
+	require.Regexp(t, `endpoint:`+id+`\s+20/s\s+operator:oncall@example.com`, out, "its rate, for every replica")
 	out, err = b.run(t, "", "endpoints", "show", id)
 	require.NoError(t, err)
 	require.Contains(t, out, "header      Authorization: (set)")
