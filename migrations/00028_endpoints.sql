@@ -20,6 +20,10 @@ CREATE TABLE outboxd_endpoints (
     event_types     text[] NOT NULL CHECK (cardinality(event_types) > 0),
     -- headers added to every request (never the signing ones).
     headers         jsonb NOT NULL DEFAULT '{}',
+    -- A client certificate presented to the receiver (mutual TLS): the
+    -- PEM chain, and its private key sealed as the secrets are.
+    client_cert     text,
+    client_key_sealed bytea,
     disabled_at     timestamptz,
     disabled_reason text,
     -- failing_since: the first failed delivery since the last that

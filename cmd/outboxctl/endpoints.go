@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -50,7 +51,7 @@ Every change is audited with --actor and, where it changes deliveries,
 	envflag.Secret(cmd.PersistentFlags(), "endpoint-key")
 	cmd.PersistentFlags().StringSliceVar(&e.allowed, "webhook-allow-cidrs", nil, "non-public networks endpoint URLs may point at, as outboxd run's (default: none)")
 	envflag.Bind(cmd.PersistentFlags(), "webhook-allow-cidrs", "OUTBOXD_WEBHOOK_ALLOW_CIDRS")
-	cmd.AddCommand(e.newKeyCmd(), e.createCmd(), e.showCmd(), e.editCmd(), e.disableCmd(), e.enableCmd(), e.rotateCmd(), e.testCmd())
+	cmd.AddCommand(e.newKeyCmd(), e.createCmd(), e.showCmd(), e.editCmd(), e.disableCmd(), e.enableCmd(), e.rotateCmd(), e.clientCertCmd(), e.testCmd())
 	return cmd
 }
 
@@ -263,6 +264,9 @@ func (e *endpointsApp) showCmd() *cobra.Command {
 			}
 			for name := range ep.Headers {
 				fmt.Fprintf(out, "header      %s: (set)\n", name)
+			}
+			if c := ep.ClientCertificate; c != nil {
+				fmt.Fprintf(out, "client cert %s (issued by %s, until %s)\n", c.Subject, c.Issuer, c.NotAfter.Format(time.RFC3339))
 			}
 			if ep.DisabledAt != nil {
 				fmt.Fprintf(out, "state       disabled since %s: %s\n", ep.DisabledAt.Format(time.RFC3339), ep.DisabledReason)
@@ -564,6 +568,68 @@ func (e *endpointsApp) rotateCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&overlap, "overlap", endpoint.DefaultOverlap, "how long the old secret keeps signing beside the new one")
+	return cmd
+}
+
+func (e *endpointsApp) clientCertCmd() *cobra.Command {
+	var certFile, keyFile string
+	var remove bool
+	cmd := &cobra.Command{
+		Use:   "client-cert <id> --cert FILE --key FILE | --remove",
+		Short: "Give an endpoint a client certificate to present to its receiver (mutual TLS)",
+		Long: `Set the certificate (PEM, with its chain) and private key (PEM) an endpoint
+presents to its receiver when the receiver requires mutual TLS. The key is
+sealed with the endpoint key (--endpoint-key) and never shown; outboxctl
+endpoints show prints the certificate's subject and expiry.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := endpointArg(args[0])
+			if err != nil {
+				return err
+			}
+			var certPEM, keyPEM []byte
+			switch {
+			case remove && (certFile != "" || keyFile != ""):
+				return cli.Usagef("--remove takes no --cert or --key")
+			case !remove && (certFile == "" || keyFile == ""):
+				return cli.Usagef("give --cert and --key (PEM files), or --remove")
+			case !remove:
+				if certPEM, err = os.ReadFile(certFile); err != nil {
+					return cli.Usagef("--cert: %v", err)
+				}
+				if keyPEM, err = os.ReadFile(keyFile); err != nil {
+					return cli.Usagef("--key: %v", err)
+				}
+			}
+			ctx := cmd.Context()
+			reg, err := e.registry(ctx, !remove)
+			if err != nil {
+				return err
+			}
+			if err := reg.SetClientCertificate(ctx, e.pool, id, certPEM, keyPEM, endpoint.Change{Actor: e.actor()}); err != nil {
+				var verr *endpoint.ValidationError
+				if errors.As(err, &verr) {
+					return cli.Usagef("--cert/--key: %s", verr.Problem)
+				}
+				return failed(err)
+			}
+			out := cmd.OutOrStdout()
+			if remove {
+				fmt.Fprintf(out, "endpoint %s: client certificate removed\n", id)
+				return nil
+			}
+			ep, err := reg.Get(ctx, e.pool, id)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "endpoint %s presents %s (issued by %s, until %s)\n", id, ep.ClientCertificate.Subject, ep.ClientCertificate.Issuer,
+				ep.ClientCertificate.NotAfter.Format(time.RFC3339))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&certFile, "cert", "", "the client certificate, PEM (with its chain)")
+	cmd.Flags().StringVar(&keyFile, "key", "", "its private key, PEM")
+	cmd.Flags().BoolVar(&remove, "remove", false, "remove the endpoint's client certificate")
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -76,6 +77,7 @@ type runConfig struct {
 	WebhookTimeout    time.Duration
 	WebhookAllowCIDRs []string
 	WebhookMaxPerHost int
+	WebhookCAFile     string
 	// EndpointKey seals the registered endpoints' secrets; it enables the
 	// endpoint provider.
 	EndpointKey          string
@@ -178,6 +180,8 @@ already older than --rescue-after and re-fires it within seconds.
 	envflag.Bind(f, "webhook-allow-cidrs", "OUTBOXD_WEBHOOK_ALLOW_CIDRS")
 	f.IntVar(&c.WebhookMaxPerHost, "webhook-max-per-host", webhook.DefaultMaxPerHost, "concurrent webhook requests per destination host; a host that keeps not answering is also backed off")
 	envflag.Bind(f, "webhook-max-per-host", "OUTBOXD_WEBHOOK_MAX_PER_HOST")
+	f.StringVar(&c.WebhookCAFile, "webhook-ca-file", "", "PEM certificates of the authorities receivers' certificates are checked against, instead of the system's (receivers behind a private CA)")
+	envflag.Bind(f, "webhook-ca-file", "OUTBOXD_WEBHOOK_CA_FILE")
 	f.StringVar(&c.EndpointKey, "endpoint-key", "", "the key that seals registered endpoints' signing secrets (32 bytes, base64; outboxctl endpoints new-key prints one); enables delivery to endpoints (docs/endpoints.md), with the --webhook-* settings")
 	envflag.Bind(f, "endpoint-key", "OUTBOXD_ENDPOINT_KEY")
 	envflag.Secret(f, "endpoint-key")
@@ -253,7 +257,19 @@ func (c *runConfig) providers(ctx context.Context) (provs []providers.Provider, 
 		}
 		allowed = append(allowed, p.Masked())
 	}
+	var roots *x509.CertPool
+	if c.WebhookCAFile != "" {
+		pemBytes, err := os.ReadFile(c.WebhookCAFile)
+		if err != nil {
+			return nil, nil, cli.Usagef("--webhook-ca-file (OUTBOXD_WEBHOOK_CA_FILE): %v", err)
+		}
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pemBytes) {
+			return nil, nil, cli.Usagef("--webhook-ca-file (OUTBOXD_WEBHOOK_CA_FILE) %s: no PEM certificate in it", c.WebhookCAFile)
+		}
+	}
 	whConfig := c.Policies.WebhookConfig(webhook.Config{
+		RootCAs:         roots,
 		Secret:          c.WebhookSecret,
 		PreviousSecrets: c.WebhookPrevious,
 		Timeout:         c.WebhookTimeout,

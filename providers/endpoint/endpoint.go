@@ -23,6 +23,7 @@ package endpoint
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -194,19 +195,21 @@ type loaded struct {
 	disabled bool
 	reason   string
 	signers  []*standardwebhooks.Webhook
+	cert     *tls.Certificate
 }
 
 // load reads endpoint id with its secrets still signing, current first;
 // nil when it does not exist.
 func (p *Provider) load(ctx context.Context, id uuid.UUID) (*loaded, error) {
-	var rawURL, reason string
-	var headers []byte
+	var rawURL, reason, certPEM string
+	var headers, sealedKey []byte
 	var disabled bool
 	var sealed [][]byte
 	err := p.db.QueryRow(ctx, `SELECT e.url, e.headers, e.disabled_at IS NOT NULL, coalesce(e.disabled_reason, ''),
+		coalesce(e.client_cert, ''), e.client_key_sealed,
 		coalesce((SELECT array_agg(s.sealed ORDER BY s.expires_at DESC NULLS FIRST, s.id DESC) FROM `+pgschema.Table(p.schema, "outboxd_endpoint_secrets")+` s
 			WHERE s.endpoint_id = e.id AND (s.expires_at IS NULL OR s.expires_at > now())), '{}')
-		FROM `+pgschema.Table(p.schema, "outboxd_endpoints")+` e WHERE e.id = $1`, id).Scan(&rawURL, &headers, &disabled, &reason, &sealed)
+		FROM `+pgschema.Table(p.schema, "outboxd_endpoints")+` e WHERE e.id = $1`, id).Scan(&rawURL, &headers, &disabled, &reason, &certPEM, &sealedKey, &sealed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -231,6 +234,17 @@ func (p *Provider) load(ctx context.Context, id uuid.UUID) (*loaded, error) {
 			return nil, &secretError{fmt.Errorf("endpoint %s secret %d: %w", id, i, err)}
 		}
 		ep.signers = append(ep.signers, w)
+	}
+	if certPEM != "" {
+		keyPEM, err := p.key.openFor(id, purposeClientKey, sealedKey)
+		if err != nil {
+			return nil, &secretError{fmt.Errorf("endpoint %s client certificate's key: %w", id, err)}
+		}
+		pair, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
+		if err != nil {
+			return nil, &secretError{fmt.Errorf("endpoint %s client certificate: %w", id, err)}
+		}
+		ep.cert = &pair
 	}
 	p.mu.Lock()
 	p.hosts[id] = cachedHost{host: ep.host, at: time.Now()}
@@ -280,7 +294,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	if err != nil {
 		return providers.Result{}, providers.Refused(fmt.Errorf("encode body: %w", err))
 	}
-	res, err := p.sender.Deliver(ctx, webhook.Delivery{URL: ep.url, Body: body, Headers: ep.headers, Key: req.Key, Signers: ep.signers})
+	res, err := p.sender.Deliver(ctx, webhook.Delivery{URL: ep.url, Body: body, Headers: ep.headers, Key: req.Key, Signers: ep.signers, ClientCert: ep.cert})
 	if ctx.Err() == nil && !providers.IsThrottled(err) && !providers.IsRefused(err) {
 		// The endpoint's own answer (or silence): a 429 says it is alive,
 		// a refusal was outboxd's.

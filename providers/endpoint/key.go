@@ -70,14 +70,28 @@ func NewKey() string {
 // text.
 const sealVersion = 1
 
+// What a sealed value is for: it opens only as what it was sealed as.
+const (
+	purposeSecret    = "secret"
+	purposeClientKey = "client key"
+)
+
 func (k *Key) seal(endpoint uuid.UUID, secret string) []byte {
+	return k.sealFor(endpoint, purposeSecret, secret)
+}
+
+func (k *Key) sealFor(endpoint uuid.UUID, purpose, plain string) []byte {
 	out := append([]byte{sealVersion}, k.id[:]...)
 	nonce := randomBytes(k.aead.NonceSize())
 	out = append(out, nonce...)
-	return k.aead.Seal(out, nonce, []byte(secret), additional(endpoint))
+	return k.aead.Seal(out, nonce, []byte(plain), additional(endpoint, purpose))
 }
 
 func (k *Key) open(endpoint uuid.UUID, sealed []byte) (string, error) {
+	return k.openFor(endpoint, purposeSecret, sealed)
+}
+
+func (k *Key) openFor(endpoint uuid.UUID, purpose string, sealed []byte) (string, error) {
 	head := 1 + len(k.id) + k.aead.NonceSize()
 	if len(sealed) < head || sealed[0] != sealVersion {
 		return "", errors.New("not a sealed endpoint secret")
@@ -85,15 +99,18 @@ func (k *Key) open(endpoint uuid.UUID, sealed []byte) (string, error) {
 	if string(sealed[1:1+len(k.id)]) != string(k.id[:]) {
 		return "", errors.New("sealed under another endpoint key: give outboxd the key the secret was created with, or rotate the endpoint's secret")
 	}
-	plain, err := k.aead.Open(nil, sealed[1+len(k.id):head], sealed[head:], additional(endpoint))
+	plain, err := k.aead.Open(nil, sealed[1+len(k.id):head], sealed[head:], additional(endpoint, purpose))
 	if err != nil {
 		return "", errors.New("cannot be opened with this key for this endpoint (altered, or copied from another endpoint): rotate the endpoint's secret")
 	}
 	return string(plain), nil
 }
 
-func additional(endpoint uuid.UUID) []byte {
-	return append([]byte("outboxd endpoint secret "), endpoint[:]...)
+func additional(endpoint uuid.UUID, purpose string) []byte {
+	if purpose == purposeSecret {
+		return append([]byte("outboxd endpoint secret "), endpoint[:]...)
+	}
+	return append([]byte("outboxd endpoint "+purpose+" "), endpoint[:]...)
 }
 
 // newSecret returns a new signing secret in the Standard Webhooks form:

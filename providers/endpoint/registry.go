@@ -2,7 +2,10 @@ package endpoint
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -63,6 +66,16 @@ type Endpoint struct {
 	// Secrets are its signing secrets, current first (never their
 	// values, which are shown once, on creation or rotation).
 	Secrets []SecretInfo `json:"secrets,omitempty"`
+	// ClientCertificate describes the certificate presented to its
+	// receiver (mutual TLS); nil when none is set.
+	ClientCertificate *CertificateInfo `json:"client_certificate,omitempty"`
+}
+
+// CertificateInfo describes an endpoint's client certificate.
+type CertificateInfo struct {
+	Subject  string    `json:"subject"`
+	Issuer   string    `json:"issuer"`
+	NotAfter time.Time `json:"not_after"`
 }
 
 // SecretInfo describes one signing secret.
@@ -182,6 +195,7 @@ func (r *Registry) check(ep *Endpoint) error {
 }
 
 const endpointColumns = `id, url, coalesce(tenant, ''), description, event_types, headers, disabled_at, coalesce(disabled_reason, ''), created_at, updated_at,
+	coalesce(client_cert, ''),
 	coalesce((SELECT jsonb_agg(jsonb_build_object('created_at', s.created_at, 'expires_at', s.expires_at) ORDER BY s.expires_at DESC NULLS FIRST, s.id DESC)
 		FROM /*secrets*/ s WHERE s.endpoint_id = e.id AND (s.expires_at IS NULL OR s.expires_at > now())), '[]')`
 
@@ -193,9 +207,17 @@ func (r *Registry) selectSQL(where string) string {
 func scanEndpoint(row pgx.Row) (*Endpoint, error) {
 	var ep Endpoint
 	var headers, secrets []byte
+	var certPEM string
 	if err := row.Scan(&ep.ID, &ep.URL, &ep.Tenant, &ep.Description, &ep.EventTypes, &headers, &ep.DisabledAt, &ep.DisabledReason,
-		&ep.CreatedAt, &ep.UpdatedAt, &secrets); err != nil {
+		&ep.CreatedAt, &ep.UpdatedAt, &certPEM, &secrets); err != nil {
 		return nil, err
+	}
+	if certPEM != "" {
+		if block, _ := pem.Decode([]byte(certPEM)); block != nil {
+			if c, err := x509.ParseCertificate(block.Bytes); err == nil {
+				ep.ClientCertificate = &CertificateInfo{Subject: c.Subject.String(), Issuer: c.Issuer.String(), NotAfter: c.NotAfter}
+			}
+		}
 	}
 	if err := json.Unmarshal(headers, &ep.Headers); err != nil {
 		return nil, fmt.Errorf("endpoint %s headers: %w", ep.ID, err)
@@ -393,6 +415,49 @@ func (r *Registry) setDisabled(ctx context.Context, db DB, id uuid.UUID, disable
 			action = "disable"
 		}
 		return r.audit(ctx, tx, id, action, by, nil)
+	})
+}
+
+// SetClientCertificate gives endpoint id a client certificate to present
+// to its receiver (mutual TLS): certPEM its chain and keyPEM its private
+// key, both PEM; the key is sealed as the secrets are and never shown.
+// Nil certPEM and keyPEM remove it.
+func (r *Registry) SetClientCertificate(ctx context.Context, db DB, id uuid.UUID, certPEM, keyPEM []byte, by Change) error {
+	if err := checkChange(by, false); err != nil {
+		return err
+	}
+	var certText *string
+	var sealed []byte
+	details := map[string]any{"removed": true}
+	if certPEM != nil || keyPEM != nil {
+		if r.key == nil {
+			return ErrNoKey
+		}
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return &ValidationError{Field: "client_certificate", Problem: "not a PEM certificate and its private key: " + err.Error()}
+		}
+		leaf, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil {
+			return &ValidationError{Field: "client_certificate", Problem: err.Error()}
+		}
+		if time.Now().After(leaf.NotAfter) {
+			return &ValidationError{Field: "client_certificate", Problem: fmt.Sprintf("expired on %s", leaf.NotAfter.Format(time.RFC3339))}
+		}
+		text := string(certPEM)
+		certText, sealed = &text, r.key.sealFor(id, purposeClientKey, string(keyPEM))
+		details = map[string]any{"subject": leaf.Subject.String(), "not_after": leaf.NotAfter}
+	}
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE `+r.table("outboxd_endpoints")+` SET client_cert = $2, client_key_sealed = $3, updated_at = now() WHERE id = $1`,
+			id, certText, sealed)
+		if err != nil {
+			return fmt.Errorf("endpoint: client certificate: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		return r.audit(ctx, tx, id, "client_certificate", by, details)
 	})
 }
 

@@ -173,7 +173,7 @@ func TestADisabledEndpointsDeliveriesWaitAndKeepTheirKeys(t *testing.T) {
 	id := res.Effects[0].ID
 	require.Eventually(t, func() bool {
 		e, err := op.Get(ctx, id)
-		return err == nil && e.WaitingFor != nil && *e.WaitingFor == endpoint.LimitKey(ep.ID)
+		return err == nil && e.WaitingFor != nil && *e.WaitingFor == endpoint.LimitKey(ep.ID) && f.jobWaits(t, id)
 	}, 20*time.Second, 20*time.Millisecond, "the delivery waits for its endpoint")
 	e, err := op.Get(ctx, id)
 	require.NoError(t, err)
@@ -321,4 +321,14 @@ func TestAFailingEndpointIsNeverDisabledWhenTold(t *testing.T) {
 	got, err := f.reg.Get(ctx, f.db.Pool, ep.ID)
 	require.NoError(t, err)
 	require.Nil(t, got.DisabledAt)
+}
+
+// jobWaits reports whether effect id's own job is scheduled for later (a
+// held delivery's job, once its worker let it go).
+func (f *fixture) jobWaits(t *testing.T, id uuid.UUID) bool {
+	t.Helper()
+	var n int
+	require.NoError(t, f.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+f.db.Schema+
+		".river_job WHERE args->>'effect_id' = $1::text AND state IN ('scheduled', 'retryable') AND scheduled_at > now()", id).Scan(&n))
+	return n == 1
 }

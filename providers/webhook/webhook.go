@@ -23,6 +23,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +36,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -83,6 +87,9 @@ type Config struct {
 	// alone for 5s, doubling up to 5m, between single probe requests.
 	// Default 16.
 	MaxPerHost int
+	// RootCAs are the certificate authorities receivers' certificates are
+	// checked against (a private CA's receivers). Nil: the system's.
+	RootCAs *x509.CertPool
 }
 
 // Schema validates webhook payloads without being able to send them; it is
@@ -119,6 +126,41 @@ type Sender struct {
 	cfg    Config
 	client *http.Client
 	gate   *gate
+	// transport is client's; withCert holds, by client certificate, the
+	// clients that present one (mutual TLS), built from it on first use.
+	transport *http.Transport
+	mu        sync.Mutex
+	withCert  map[[32]byte]*http.Client
+}
+
+// maxCertClients bounds the clients kept for client certificates; past it
+// they are built again as needed.
+const maxCertClients = 1024
+
+// clientFor is the client that presents cert (nil: none).
+func (s *Sender) clientFor(cert *tls.Certificate) *http.Client {
+	if cert == nil || len(cert.Certificate) == 0 {
+		return s.client
+	}
+	id := sha256.Sum256(cert.Certificate[0])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.withCert[id]; ok {
+		return c
+	}
+	if len(s.withCert) >= maxCertClients {
+		for k, c := range s.withCert {
+			c.CloseIdleConnections()
+			delete(s.withCert, k)
+		}
+	}
+	t := s.transport.Clone()
+	t.TLSClientConfig = t.TLSClientConfig.Clone()
+	t.TLSClientConfig.Certificates = []tls.Certificate{*cert}
+	c := *s.client
+	c.Transport = t
+	s.withCert[id] = &c
+	return &c
 }
 
 var _ providers.Provider = (*Provider)(nil)
@@ -186,10 +228,13 @@ func NewSender(cfg Config) (*Sender, error) {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   min(cfg.Timeout, 10*time.Second),
 		ResponseHeaderTimeout: cfg.Timeout,
+		TLSClientConfig:       &tls.Config{RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS12},
 	}
 	return &Sender{
-		cfg:  cfg,
-		gate: newGate(cfg.MaxPerHost),
+		cfg:       cfg,
+		gate:      newGate(cfg.MaxPerHost),
+		transport: transport,
+		withCert:  map[[32]byte]*http.Client{},
 		client: &http.Client{
 			Transport: transport,
 			Timeout:   cfg.Timeout,
@@ -294,6 +339,8 @@ type Delivery struct {
 	// Signers sign the request, the current secret first; the
 	// webhook-signature header carries one signature by each.
 	Signers []*standardwebhooks.Webhook
+	// ClientCert, when set, is presented to the receiver (mutual TLS).
+	ClientCert *tls.Certificate
 }
 
 // Deliver POSTs d once and classifies the answer as Send does.
@@ -326,7 +373,7 @@ func (s *Sender) Deliver(ctx context.Context, d Delivery) (providers.Result, err
 	hr.Header.Set(standardwebhooks.HeaderWebhookSignature, strings.Join(sigs, " "))
 	hr.Header.Set("Idempotency-Key", d.Key)
 
-	resp, err := s.client.Do(hr)
+	resp, err := s.clientFor(d.ClientCert).Do(hr)
 	if err != nil {
 		var blocked *BlockedError
 		if errors.As(err, &blocked) {

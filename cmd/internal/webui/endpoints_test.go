@@ -134,7 +134,13 @@ func TestEndpointsInTheBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		e, err := store.Get(ctx, db.Pool, held)
-		return err == nil && e.WaitingFor != nil && *e.WaitingFor == endpoint.LimitKey(eps[0].ID)
+		if err != nil || e.WaitingFor == nil || *e.WaitingFor != endpoint.LimitKey(eps[0].ID) {
+			return false
+		}
+		// and its job was let go, to wait for the endpoint
+		var n int
+		err = db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Schema+".river_job WHERE args->>'effect_id' = $1::text AND state IN ('scheduled', 'retryable') AND scheduled_at > now()", held).Scan(&n)
+		return err == nil && n == 1
 	}, 20*time.Second, 10*time.Millisecond)
 
 	rcv.mu.Lock()
