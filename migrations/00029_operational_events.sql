@@ -13,22 +13,43 @@
 --   outboxd.endpoint.disabled       an endpoint was disabled (by an
 --                                   operator, or by outboxd after its
 --                                   deliveries failed for days)
+--   outboxd.destination.breaker_open a destination stopped answering and
+--                                   a dispatcher's breaker opened on it
+--                                   (once while any dispatcher's is open)
+--   outboxd.effect.key_window_closing an effect not ended whose key window
+--                                   closes within the hour (once per
+--                                   window; by the leader, every minute)
 -- Nothing is written when no enabled endpoint of no tenant names the
 -- type: one lookup in outboxd_endpoints per such change. The deliveries
 -- of operational events raise none themselves.
 
 -- +goose StatementBegin
-CREATE FUNCTION outboxd_emit(ev_type text, aggregate_type text, aggregate_id text, payload jsonb) RETURNS void
+-- outboxd_listened says whether an enabled endpoint of no tenant
+-- subscribes to ev_type.
+CREATE FUNCTION outboxd_listened(ev_type text) RETURNS boolean
+LANGUAGE sql STABLE SET search_path FROM CURRENT
+AS $fn$
+    SELECT EXISTS (SELECT 1 FROM outboxd_endpoints ep
+        WHERE ep.disabled_at IS NULL AND coalesce(ep.tenant, '') = ''
+            AND EXISTS (SELECT 1 FROM unnest(ep.event_types) AS p
+                WHERE p = ev_type OR (right(p, 2) = '.*' AND starts_with(ev_type, left(p, -1)))))
+$fn$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- outboxd_emit records an operational event fanned out to its
+-- subscribers, when there are any. With ev_id (an event that must be
+-- raised once, whoever raises it again), the payload is stored as given
+-- and a second call is a duplicate; without, the event gets a new id and
+-- the time.
+CREATE FUNCTION outboxd_emit(ev_type text, aggregate_type text, aggregate_id text, payload jsonb, ev_id uuid DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SET search_path FROM CURRENT
 AS $fn$
 BEGIN
-    IF EXISTS (SELECT 1 FROM outboxd_endpoints ep
-            WHERE ep.disabled_at IS NULL AND coalesce(ep.tenant, '') = ''
-                AND EXISTS (SELECT 1 FROM unnest(ep.event_types) AS p
-                    WHERE p = ev_type OR (right(p, 2) = '.*' AND starts_with(ev_type, left(p, -1))))) THEN
-        PERFORM outboxd_enqueue(jsonb_build_object('id', gen_random_uuid(), 'type', ev_type,
+    IF outboxd_listened(ev_type) THEN
+        PERFORM outboxd_enqueue(jsonb_build_object('id', coalesce(ev_id, gen_random_uuid()), 'type', ev_type,
                 'aggregate_type', aggregate_type, 'aggregate_id', aggregate_id,
-                'payload', payload || jsonb_build_object('at', now())),
+                'payload', CASE WHEN ev_id IS NULL THEN payload || jsonb_build_object('at', now()) ELSE payload END),
             '[{"subscribers": true}]');
     END IF;
 END
@@ -89,11 +110,39 @@ CREATE TRIGGER outboxd_endpoints_disabled_event AFTER UPDATE OF disabled_at ON o
     FOR EACH ROW WHEN (OLD.disabled_at IS NULL AND NEW.disabled_at IS NOT NULL)
     EXECUTE FUNCTION outboxd_endpoint_disabled_event();
 
+-- +goose StatementBegin
+CREATE FUNCTION outboxd_breaker_event() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    -- A destination whose breaker this dispatcher reports open and did
+    -- not before, unless another live dispatcher reports it open already.
+    PERFORM outboxd_emit('outboxd.destination.breaker_open', 'destination', d ->> 'host',
+            jsonb_build_object('host', d ->> 'host', 'names', d -> 'names', 'failures_in_a_row', d -> 'failures_in_a_row',
+                'open_until', d -> 'open_until', 'dispatcher', NEW.id, 'dispatcher_host', NEW.host))
+    FROM jsonb_array_elements(NEW.destinations) AS d
+    WHERE (d ->> 'breaker_open')::boolean
+        AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(OLD.destinations) AS o
+            WHERE o ->> 'host' = d ->> 'host' AND (o ->> 'breaker_open')::boolean)
+        AND NOT EXISTS (SELECT 1 FROM outboxd_dispatchers x, jsonb_array_elements(x.destinations) AS xd
+            WHERE x.id <> NEW.id AND x.stopped_at IS NULL AND x.seen_at > now() - interval '2 minutes'
+                AND xd ->> 'host' = d ->> 'host' AND (xd ->> 'breaker_open')::boolean);
+    RETURN NULL;
+END
+$fn$;
+-- +goose StatementEnd
+CREATE TRIGGER outboxd_dispatchers_breaker_event AFTER UPDATE OF destinations ON outboxd_dispatchers
+    FOR EACH ROW WHEN (NEW.destinations IS DISTINCT FROM OLD.destinations)
+    EXECUTE FUNCTION outboxd_breaker_event();
+
 -- +goose Down
+DROP TRIGGER outboxd_dispatchers_breaker_event ON outboxd_dispatchers;
+DROP FUNCTION outboxd_breaker_event();
 DROP TRIGGER outboxd_endpoints_disabled_event ON outboxd_endpoints;
 DROP FUNCTION outboxd_endpoint_disabled_event();
 DROP TRIGGER provider_drift_event ON provider_drift;
 DROP FUNCTION outboxd_drift_event();
 DROP TRIGGER side_effects_failed_event ON side_effects;
 DROP FUNCTION outboxd_effect_failed_event();
-DROP FUNCTION outboxd_emit(text, text, text, jsonb);
+DROP FUNCTION outboxd_emit(text, text, text, jsonb, uuid);
+DROP FUNCTION outboxd_listened(text);

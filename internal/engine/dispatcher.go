@@ -401,6 +401,16 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	periodicJobs = append(periodicJobs, periodic(summaryInterval, SummaryArgs{}))
+	windows := map[string]time.Duration{}
+	for _, p := range cfg.Providers {
+		if g := p.Guarantees(); g.KeyWindow > g.KeyWindowMargin {
+			windows[p.Name()] = g.KeyWindow - g.KeyWindowMargin
+		}
+	}
+	if err := river.AddWorkerSafely[KeyWindowWatchArgs](workers, &keyWindowWorker{pool: pool, store: store, windows: windows}); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	periodicJobs = append(periodicJobs, periodic(time.Minute, KeyWindowWatchArgs{}))
 	// River marks the jobs a process works with its client ID
 	// (attempted_by); it is also this process's record in
 	// outboxd_dispatchers, so that a job left running names its process.

@@ -272,3 +272,59 @@ func periodic(interval time.Duration, args river.JobArgs) *river.PeriodicJob {
 			return args, &river.InsertOpts{Queue: MaintenanceQueue, UniqueOpts: river.UniqueOpts{ByPeriod: interval}}
 		}, &river.PeriodicJobOpts{ID: args.Kind(), RunOnStart: true})
 }
+
+// KeyWindowWatchArgs are the arguments of the periodic job that raises
+// outboxd.effect.key_window_closing (migration 00029).
+type KeyWindowWatchArgs struct{}
+
+// Kind implements river.JobArgs.
+func (KeyWindowWatchArgs) Kind() string { return "outboxd.key_window_watch" }
+
+// keyWindowWarning is how long before an effect's key window closes the
+// operational event says so.
+const keyWindowWarning = time.Hour
+
+// sqlKeyWindowsClosing raises, once per key window, the operational event
+// of each effect of provider $1 not ended whose window ($2 long, its
+// margin deducted) closes within $3, when an endpoint listens for it.
+const sqlKeyWindowsClosing = `
+SELECT count(*) FROM (
+	SELECT /*schema*/outboxd_emit('outboxd.effect.key_window_closing', 'side_effect', e.id::text,
+		-- What stays the same for the window: raised again, the event
+		-- is a duplicate, never a conflict.
+		jsonb_build_object('effect_id', e.id, 'event_id', e.source_id, 'kind', e.kind, 'provider', e.provider,
+			'tenant', e.tenant, 'closes_at', e.key_window_from + $2::interval),
+		md5('outboxd.effect.key_window_closing:' || e.id || ':' || e.key_window_from)::uuid)
+	FROM /*schema*/side_effects e
+	WHERE /*schema*/outboxd_listened('outboxd.effect.key_window_closing')
+		AND e.phase = 'live' AND e.provider = $1 AND e.key_window_from IS NOT NULL
+		AND e.key_window_from + $2::interval BETWEEN now() AND now() + $3::interval
+) raised`
+
+// keyWindowWorker raises outboxd.effect.key_window_closing for the
+// effects of the dispatcher's providers with key windows, on the leader.
+type keyWindowWorker struct {
+	river.WorkerDefaults[KeyWindowWatchArgs]
+	pool    *pgxpool.Pool
+	store   *Store
+	windows map[string]time.Duration
+}
+
+func (w *keyWindowWorker) Work(ctx context.Context, _ *river.Job[KeyWindowWatchArgs]) error {
+	for provider, window := range w.windows {
+		if err := w.store.RaiseKeyWindowsClosing(ctx, w.pool, provider, window); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RaiseKeyWindowsClosing raises outboxd.effect.key_window_closing, once
+// per window, for the effects of provider not ended whose key window
+// (window, its margin deducted) closes within the hour.
+func (s *Store) RaiseKeyWindowsClosing(ctx context.Context, db DB, provider string, window time.Duration) error {
+	if _, err := db.Exec(ctx, s.sql(sqlKeyWindowsClosing), provider, window, keyWindowWarning); err != nil {
+		return fmt.Errorf("key windows closing (%s): %w", provider, err)
+	}
+	return nil
+}
