@@ -20,6 +20,9 @@ CREATE TABLE outboxd_endpoints (
     event_types     text[] NOT NULL CHECK (cardinality(event_types) > 0),
     -- headers added to every request (never the signing ones).
     headers         jsonb NOT NULL DEFAULT '{}',
+    -- max_in_flight: requests in flight to it at once, per outboxd process
+    -- (NULL: only its host's cap, --webhook-max-per-host).
+    max_in_flight   integer CHECK (max_in_flight > 0),
     -- A client certificate presented to the receiver (mutual TLS): the
     -- PEM chain, and its private key sealed as the secrets are.
     client_cert     text,

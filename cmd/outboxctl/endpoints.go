@@ -97,7 +97,7 @@ func failed(err error) error {
 	switch {
 	case errors.As(err, &verr):
 		flag := map[string]string{"url": "--url", "event_types": "--types", "tenant": "--tenant", "description": "--description",
-			"reason": "--reason", "actor": "--actor", "id": "--id"}[strings.SplitN(verr.Field, "[", 2)[0]]
+			"reason": "--reason", "actor": "--actor", "id": "--id", "max_in_flight": "--max-in-flight"}[strings.SplitN(verr.Field, "[", 2)[0]]
 		if strings.HasPrefix(verr.Field, "headers") {
 			flag = "--header"
 		}
@@ -169,6 +169,7 @@ type endpointFlags struct {
 	types                        []string
 	headers                      map[string]string
 	rate                         float64
+	maxInFlight                  int
 }
 
 func (f *endpointFlags) bind(cmd *cobra.Command, create bool) {
@@ -177,6 +178,7 @@ func (f *endpointFlags) bind(cmd *cobra.Command, create bool) {
 	fl.StringSliceVar(&f.types, "types", nil, "event types it receives: order.paid, order.* or * (comma-separated)")
 	fl.StringVar(&f.description, "description", "", "what it is, for people")
 	fl.StringToStringVar(&f.headers, "header", nil, "a header added to every request, Name=value (repeatable), e.g. Authorization=Bearer …")
+	fl.IntVar(&f.maxInFlight, "max-in-flight", 0, "requests in flight to it at once, per outboxd process (0: only its host's cap)")
 	fl.Float64Var(&f.rate, "rate", 0, "requests a second it may take, over every replica (its limit key endpoint:<id>, as outboxctl limits set)")
 	if create {
 		fl.StringVar(&f.tenant, "tenant", "", "whose endpoint it is: only that tenant's events reach it")
@@ -194,7 +196,8 @@ func (e *endpointsApp) createCmd() *cobra.Command {
 			if err := checkRate(cmd, f.rate); err != nil {
 				return err
 			}
-			ep := endpoint.Endpoint{URL: f.url, Tenant: f.tenant, Description: f.description, EventTypes: f.types, Headers: f.headers}
+			ep := endpoint.Endpoint{URL: f.url, Tenant: f.tenant, Description: f.description, EventTypes: f.types, Headers: f.headers,
+				MaxInFlight: f.maxInFlight}
 			if f.id != "" {
 				id, err := uuid.Parse(f.id)
 				if err != nil {
@@ -265,6 +268,9 @@ func (e *endpointsApp) showCmd() *cobra.Command {
 			for name := range ep.Headers {
 				fmt.Fprintf(out, "header      %s: (set)\n", name)
 			}
+			if ep.MaxInFlight > 0 {
+				fmt.Fprintf(out, "in flight   at most %d at once per outboxd process\n", ep.MaxInFlight)
+			}
 			if c := ep.ClientCertificate; c != nil {
 				fmt.Fprintf(out, "client cert %s (issued by %s, until %s)\n", c.Subject, c.Issuer, c.NotAfter.Format(time.RFC3339))
 			}
@@ -323,11 +329,14 @@ and how many deliveries a new URL would move.`,
 			if fl.Changed("header") {
 				u.Headers = f.headers
 			}
+			if fl.Changed("max-in-flight") {
+				u.MaxInFlight = &f.maxInFlight
+			}
 			if err := checkRate(cmd, f.rate); err != nil {
 				return err
 			}
-			if u.URL == nil && u.Description == nil && u.EventTypes == nil && u.Headers == nil && !fl.Changed("rate") {
-				return cli.Usagef("nothing to change: give --url, --types, --header, --rate or --description")
+			if u.URL == nil && u.Description == nil && u.EventTypes == nil && u.Headers == nil && u.MaxInFlight == nil && !fl.Changed("rate") {
+				return cli.Usagef("nothing to change: give --url, --types, --header, --rate, --max-in-flight or --description")
 			}
 			ctx := cmd.Context()
 			reg, err := e.registry(ctx, false)

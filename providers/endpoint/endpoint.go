@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"strings"
 	"sync"
@@ -90,12 +91,20 @@ type Provider struct {
 
 	mu    sync.Mutex
 	hosts map[uuid.UUID]cachedHost
+	// inFlight counts each endpoint's requests in flight in this process,
+	// for its MaxInFlight.
+	inFlight map[uuid.UUID]int
 }
 
 type cachedHost struct {
-	host string
-	at   time.Time
+	host        string
+	maxInFlight int
+	at          time.Time
 }
+
+// endpointWait is how long a delivery turned away by its endpoint's cap
+// waits before it asks again (with jitter), without an attempt.
+const endpointWait = time.Second
 
 var _ providers.Provider = (*Provider)(nil)
 
@@ -121,7 +130,7 @@ func New(cfg Config) (*Provider, error) {
 		}
 	}
 	return &Provider{db: cfg.DB, schema: cfg.Schema, key: cfg.Key, sender: sender, own: own, disableAfter: cfg.DisableAfter,
-		g: cfg.Webhook.Guarantees(), hosts: map[uuid.UUID]cachedHost{}}, nil
+		g: cfg.Webhook.Guarantees(), hosts: map[uuid.UUID]cachedHost{}, inFlight: map[uuid.UUID]int{}}, nil
 }
 
 // Guarantees implements providers.Provider: a webhook's.
@@ -151,20 +160,50 @@ func (p *Provider) Limit(payload json.RawMessage) providers.Limit {
 // LimitKey is the limit key of endpoint id.
 func LimitKey(id uuid.UUID) string { return Name + ":" + id.String() }
 
-// Admit implements providers.Gate: the webhook per-host cap and breaker,
-// for the host the endpoint's URL names.
+// Admit implements providers.Gate: the endpoint's own cap on requests in
+// flight (MaxInFlight), then the webhook per-host cap and breaker for the
+// host its URL names. A delivery turned away waits about a second without
+// an attempt.
 func (p *Provider) Admit(ctx context.Context, payload json.RawMessage) (release func(sendErr error), wait time.Duration, ok bool) {
 	pl, err := endpointschema.Parse("", payload)
 	if err != nil {
 		return func(error) {}, 0, true
 	}
-	host, ok := p.cachedHost(pl.EndpointID)
+	id := pl.EndpointID
+	c, ok := p.cached(id)
 	if !ok {
-		if ep, err := p.load(ctx, pl.EndpointID); err == nil && ep != nil {
-			host = ep.host
+		if ep, err := p.load(ctx, id); err == nil && ep != nil {
+			c, _ = p.cached(id)
 		}
 	}
-	return p.sender.AdmitHost(ctx, host)
+	// The endpoint's own cap first, then its host's.
+	if c.maxInFlight > 0 {
+		p.mu.Lock()
+		if p.inFlight[id] >= c.maxInFlight {
+			p.mu.Unlock()
+			return nil, endpointWait + time.Duration(rand.Int64N(int64(endpointWait/2))), false
+		}
+		p.inFlight[id]++
+		p.mu.Unlock()
+	}
+	done := func() {
+		if c.maxInFlight > 0 {
+			p.mu.Lock()
+			if p.inFlight[id]--; p.inFlight[id] <= 0 {
+				delete(p.inFlight, id)
+			}
+			p.mu.Unlock()
+		}
+	}
+	hostRelease, wait, ok := p.sender.AdmitHost(ctx, c.host)
+	if !ok {
+		done()
+		return nil, wait, false
+	}
+	return func(sendErr error) {
+		hostRelease(sendErr)
+		done()
+	}, 0, true
 }
 
 // Host implements providers.Hoster: the endpoint's host as last read.
@@ -173,18 +212,18 @@ func (p *Provider) Host(payload json.RawMessage) string {
 	if err != nil {
 		return ""
 	}
-	host, _ := p.cachedHost(pl.EndpointID)
-	return host
+	c, _ := p.cached(pl.EndpointID)
+	return c.host
 }
 
-// hostTTL bounds how long Admit trusts a host it read.
+// hostTTL bounds how long Admit trusts what it read of an endpoint.
 const hostTTL = 5 * time.Second
 
-func (p *Provider) cachedHost(id uuid.UUID) (string, bool) {
+func (p *Provider) cached(id uuid.UUID) (cachedHost, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c, ok := p.hosts[id]
-	return c.host, ok && time.Since(c.at) < hostTTL
+	return c, ok && time.Since(c.at) < hostTTL
 }
 
 // loaded is an endpoint as a delivery needs it.
@@ -204,12 +243,13 @@ func (p *Provider) load(ctx context.Context, id uuid.UUID) (*loaded, error) {
 	var rawURL, reason, certPEM string
 	var headers, sealedKey []byte
 	var disabled bool
+	var maxInFlight int
 	var sealed [][]byte
 	err := p.db.QueryRow(ctx, `SELECT e.url, e.headers, e.disabled_at IS NOT NULL, coalesce(e.disabled_reason, ''),
-		coalesce(e.client_cert, ''), e.client_key_sealed,
+		coalesce(e.client_cert, ''), e.client_key_sealed, coalesce(e.max_in_flight, 0),
 		coalesce((SELECT array_agg(s.sealed ORDER BY s.expires_at DESC NULLS FIRST, s.id DESC) FROM `+pgschema.Table(p.schema, "outboxd_endpoint_secrets")+` s
 			WHERE s.endpoint_id = e.id AND (s.expires_at IS NULL OR s.expires_at > now())), '{}')
-		FROM `+pgschema.Table(p.schema, "outboxd_endpoints")+` e WHERE e.id = $1`, id).Scan(&rawURL, &headers, &disabled, &reason, &certPEM, &sealedKey, &sealed)
+		FROM `+pgschema.Table(p.schema, "outboxd_endpoints")+` e WHERE e.id = $1`, id).Scan(&rawURL, &headers, &disabled, &reason, &certPEM, &sealedKey, &maxInFlight, &sealed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -247,7 +287,7 @@ func (p *Provider) load(ctx context.Context, id uuid.UUID) (*loaded, error) {
 		ep.cert = &pair
 	}
 	p.mu.Lock()
-	p.hosts[id] = cachedHost{host: ep.host, at: time.Now()}
+	p.hosts[id] = cachedHost{host: ep.host, maxInFlight: maxInFlight, at: time.Now()}
 	p.mu.Unlock()
 	return ep, nil
 }

@@ -56,6 +56,10 @@ type Endpoint struct {
 	// Headers are added to each request (never the signing, idempotency
 	// or content headers), for example a static Authorization.
 	Headers map[string]string `json:"headers,omitempty"`
+	// MaxInFlight caps its requests in flight at once, per outboxd
+	// process (0: only its host's cap, --webhook-max-per-host); its rate
+	// over every replica is its limit key's (LimitKey).
+	MaxInFlight int `json:"max_in_flight,omitempty"`
 	// DisabledAt is when it was disabled (nil: enabled); DisabledReason
 	// why. A disabled endpoint is given no new events; its deliveries
 	// already recorded wait, spending no attempt, until it is enabled.
@@ -164,6 +168,9 @@ func (r *Registry) check(ep *Endpoint) error {
 		}
 		return invalid(field, "%s", problem)
 	}
+	if ep.MaxInFlight < 0 || ep.MaxInFlight > 10000 {
+		return invalid("max_in_flight", "%d: give 1 to 10000 requests at once, or 0 for its host's cap only", ep.MaxInFlight)
+	}
 	if ep.Tenant != "" && !tenantPattern.MatchString(ep.Tenant) {
 		return invalid("tenant", "%q: a tenant is at most 128 letters, digits and . _ : @ -", ep.Tenant)
 	}
@@ -195,7 +202,7 @@ func (r *Registry) check(ep *Endpoint) error {
 }
 
 const endpointColumns = `id, url, coalesce(tenant, ''), description, event_types, headers, disabled_at, coalesce(disabled_reason, ''), created_at, updated_at,
-	coalesce(client_cert, ''),
+	coalesce(client_cert, ''), coalesce(max_in_flight, 0),
 	coalesce((SELECT jsonb_agg(jsonb_build_object('created_at', s.created_at, 'expires_at', s.expires_at) ORDER BY s.expires_at DESC NULLS FIRST, s.id DESC)
 		FROM /*secrets*/ s WHERE s.endpoint_id = e.id AND (s.expires_at IS NULL OR s.expires_at > now())), '[]')`
 
@@ -209,7 +216,7 @@ func scanEndpoint(row pgx.Row) (*Endpoint, error) {
 	var headers, secrets []byte
 	var certPEM string
 	if err := row.Scan(&ep.ID, &ep.URL, &ep.Tenant, &ep.Description, &ep.EventTypes, &headers, &ep.DisabledAt, &ep.DisabledReason,
-		&ep.CreatedAt, &ep.UpdatedAt, &certPEM, &secrets); err != nil {
+		&ep.CreatedAt, &ep.UpdatedAt, &certPEM, &ep.MaxInFlight, &secrets); err != nil {
 		return nil, err
 	}
 	if certPEM != "" {
@@ -290,8 +297,8 @@ func (r *Registry) Create(ctx context.Context, db DB, ep Endpoint, by Change) (*
 	headers, _ := json.Marshal(nonNil(ep.Headers))
 	var out *Endpoint
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO `+r.table("outboxd_endpoints")+` (id, url, tenant, description, event_types, headers)
-			VALUES ($1, $2, nullif($3, ''), $4, $5, $6)`, ep.ID, ep.URL, ep.Tenant, ep.Description, ep.EventTypes, headers); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+r.table("outboxd_endpoints")+` (id, url, tenant, description, event_types, headers, max_in_flight)
+			VALUES ($1, $2, nullif($3, ''), $4, $5, $6, nullif($7, 0))`, ep.ID, ep.URL, ep.Tenant, ep.Description, ep.EventTypes, headers, ep.MaxInFlight); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 				return &ValidationError{Field: "id", Problem: fmt.Sprintf("%s is registered already", ep.ID)}
@@ -322,6 +329,8 @@ type Update struct {
 	EventTypes  []string
 	// Headers replaces the headers; an empty non-nil map removes them.
 	Headers map[string]string
+	// MaxInFlight sets the cap on requests in flight (0 removes it).
+	MaxInFlight *int
 }
 
 // Edit changes an endpoint's URL, description, event types or headers. A
@@ -353,6 +362,10 @@ func (r *Registry) Edit(ctx context.Context, db DB, id uuid.UUID, u Update, by C
 			details["event_types"] = map[string][]string{"from": ep.EventTypes, "to": u.EventTypes}
 			ep.EventTypes = u.EventTypes
 		}
+		if u.MaxInFlight != nil && *u.MaxInFlight != ep.MaxInFlight {
+			details["max_in_flight"] = map[string]int{"from": ep.MaxInFlight, "to": *u.MaxInFlight}
+			ep.MaxInFlight = *u.MaxInFlight
+		}
 		if u.Headers != nil {
 			// Header values may be credentials: the audit names them only.
 			details["headers"] = sortedKeys(u.Headers)
@@ -366,8 +379,9 @@ func (r *Registry) Edit(ctx context.Context, db DB, id uuid.UUID, u Update, by C
 			return nil
 		}
 		headers, _ := json.Marshal(nonNil(ep.Headers))
-		if _, err := tx.Exec(ctx, `UPDATE `+r.table("outboxd_endpoints")+` SET url = $2, description = $3, event_types = $4, headers = $5, updated_at = now()
-			WHERE id = $1`, id, ep.URL, ep.Description, ep.EventTypes, headers); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE `+r.table("outboxd_endpoints")+` SET url = $2, description = $3, event_types = $4, headers = $5,
+			max_in_flight = nullif($6, 0), updated_at = now()
+			WHERE id = $1`, id, ep.URL, ep.Description, ep.EventTypes, headers, ep.MaxInFlight); err != nil {
 			return fmt.Errorf("endpoint: edit: %w", err)
 		}
 		if err := r.audit(ctx, tx, id, "edit", by, details); err != nil {

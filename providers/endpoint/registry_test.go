@@ -332,3 +332,35 @@ func (f *fixture) jobWaits(t *testing.T, id uuid.UUID) bool {
 		".river_job WHERE args->>'effect_id' = $1::text AND state IN ('scheduled', 'retryable') AND scheduled_at > now()", id).Scan(&n))
 	return n == 1
 }
+
+func TestAnEndpointsCapOnRequestsInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	capped, _ := f.create(t, endpoint.Endpoint{URL: "https://capped.example.com/h", EventTypes: []string{"*"}, MaxInFlight: 1})
+	open, _ := f.create(t, endpoint.Endpoint{URL: "https://capped.example.com/other", EventTypes: []string{"*"}})
+	p := f.provider(t)
+
+	release, _, ok := p.Admit(ctx, request(capped.ID).Payload)
+	require.True(t, ok)
+	_, wait, ok := p.Admit(ctx, request(capped.ID).Payload)
+	require.False(t, ok, "one request in flight is its cap")
+	require.Positive(t, wait, "the delivery waits, spending no attempt")
+	other, _, ok := p.Admit(ctx, request(open.ID).Payload)
+	require.True(t, ok, "another endpoint on the same host is not held back by it")
+	other(nil)
+	release(nil)
+	again, _, ok := p.Admit(ctx, request(capped.ID).Payload)
+	require.True(t, ok, "its slot is free again")
+	again(nil)
+
+	max := 0
+	got, err := f.reg.Edit(ctx, f.db.Pool, capped.ID, endpoint.Update{MaxInFlight: &max}, admin)
+	require.NoError(t, err)
+	require.Zero(t, got.MaxInFlight)
+	bad := -1
+	_, err = f.reg.Edit(ctx, f.db.Pool, capped.ID, endpoint.Update{MaxInFlight: &bad}, admin)
+	var verr *endpoint.ValidationError
+	require.ErrorAs(t, err, &verr)
+	require.Equal(t, "max_in_flight", verr.Field)
+}
