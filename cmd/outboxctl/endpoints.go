@@ -17,8 +17,8 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/envflag"
-	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/endpoint"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // endpoints: the registry of webhook endpoints (providers/endpoint).
@@ -405,7 +405,7 @@ func (e *endpointsApp) dryRun(ctx context.Context, out io.Writer, reg *endpoint.
 	if err != nil {
 		return failed(err)
 	}
-	open, err := reg.Deliveries(ctx, tx, id, endpointHeldMax)
+	open, err := reg.Deliveries(ctx, tx, id, sideeffects.MaxHeldDeliveries)
 	if err != nil {
 		return err
 	}
@@ -415,9 +415,6 @@ func (e *endpointsApp) dryRun(ctx context.Context, out io.Writer, reg *endpoint.
 	fmt.Fprintf(out, "dry run: %s; %d deliveries pending or in flight are affected; nothing changed\n", what, len(open))
 	return nil
 }
-
-// endpointHeldMax bounds the deliveries enable acts on at once.
-const endpointHeldMax = 10000
 
 func (e *endpointsApp) disableCmd() *cobra.Command {
 	var (
@@ -493,48 +490,33 @@ each audited, and only new events reach it.`,
 			if err != nil {
 				return err
 			}
-			held, err := reg.Deliveries(ctx, e.pool, id, endpointHeldMax)
-			if err != nil {
-				return err
-			}
 			out := cmd.OutOrStdout()
-			by := endpoint.Change{Actor: e.actor(), Reason: reason}
 			if dryRun {
+				held, err := reg.Deliveries(ctx, e.pool, id, sideeffects.MaxHeldDeliveries)
+				if err != nil {
+					return err
+				}
 				verb := "delivered at once"
 				if drop {
 					verb = "cancelled"
 				}
 				return e.dryRun(ctx, out, reg, id, func(tx pgx.Tx) (string, error) {
-					return fmt.Sprintf("would enable %s; its %d held deliveries %s", id, len(held), verb), reg.Enable(ctx, tx, id, by)
+					return fmt.Sprintf("would enable %s; its %d held deliveries %s", id, len(held), verb),
+						reg.Enable(ctx, tx, id, endpoint.Change{Actor: e.actor(), Reason: reason})
 				})
 			}
-			dropped := 0
-			if drop && len(held) > 0 {
-				changes, err := e.op.Cancel(ctx, held, outboxtype.ActionOpts{Actor: e.actor(), Reason: reason})
-				if err != nil {
-					return err
-				}
-				for _, c := range changes {
-					if c.Applied {
-						dropped++
-					}
-				}
-			}
-			if err := reg.Enable(ctx, e.pool, id, by); err != nil {
+			res, err := e.op.EnableEndpoint(ctx, reg, id, drop, e.actor(), reason)
+			if err != nil {
 				return failed(err)
 			}
-			woken, err := e.op.ResumeLimit(ctx, endpoint.LimitKey(id), e.actor(), reason)
-			if err != nil {
-				return err
-			}
 			if e.JSON {
-				return printJSON(out, map[string]any{"endpoint": id, "enabled": true, "dropped": dropped, "delivering": woken})
+				return printJSON(out, map[string]any{"endpoint": id, "enabled": true, "held": res.Held, "dropped": res.Dropped, "delivering": res.Delivering})
 			}
 			if drop {
-				fmt.Fprintf(out, "endpoint %s enabled; %d held deliveries cancelled (%d could not be: in flight or ended)\n", id, dropped, len(held)-dropped)
+				fmt.Fprintf(out, "endpoint %s enabled; %d held deliveries cancelled (%d could not be: in flight or ended)\n", id, res.Dropped, res.Held-res.Dropped)
 				return nil
 			}
-			fmt.Fprintf(out, "endpoint %s enabled; %d held deliveries go out now\n", id, woken)
+			fmt.Fprintf(out, "endpoint %s enabled; %d held deliveries go out now\n", id, res.Delivering)
 			return nil
 		},
 	}

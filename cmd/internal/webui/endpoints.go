@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/endpoint"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // Endpoints (docs/endpoints.md, outboxctl endpoints): the registry, one
@@ -182,7 +182,7 @@ func (u *ui) showEndpoint(w http.ResponseWriter, r *http.Request, id uuid.UUID, 
 		u.fail(w, http.StatusInternalServerError, "could not read the endpoint", err)
 		return
 	}
-	open, err := u.cfg.Endpoints.Deliveries(ctx, u.cfg.EndpointsDB, id, endpointHeldMax)
+	open, err := u.cfg.Endpoints.Deliveries(ctx, u.cfg.EndpointsDB, id, sideeffects.MaxHeldDeliveries)
 	if err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read its deliveries", err)
 		return
@@ -205,9 +205,6 @@ func (u *ui) showEndpoint(w http.ResponseWriter, r *http.Request, id uuid.UUID, 
 	}
 	u.render(w, r, status, "endpoint", "Endpoint "+ep.ID.String(), d)
 }
-
-// endpointHeldMax bounds the deliveries enable acts on at once.
-const endpointHeldMax = 10000
 
 // endpointAct is one admin action on an endpoint: edit, disable, enable,
 // rotate or test; edit, disable and enable take a dry run.
@@ -279,12 +276,12 @@ func (u *ui) endpointAct(w http.ResponseWriter, r *http.Request) {
 		done("disable")
 	case "enable":
 		drop := r.PostFormValue("held") == "drop"
-		held, err := reg.Deliveries(ctx, db, id, endpointHeldMax)
-		if err != nil {
-			refuse(err)
-			return
-		}
 		if dryRun {
+			held, err := reg.Deliveries(ctx, db, id, sideeffects.MaxHeldDeliveries)
+			if err != nil {
+				refuse(err)
+				return
+			}
 			verb := "delivered at once"
 			if drop {
 				verb = "cancelled"
@@ -296,17 +293,7 @@ func (u *ui) endpointAct(w http.ResponseWriter, r *http.Request) {
 			refuse(errors.New("a reason is required"))
 			return
 		}
-		if drop && len(held) > 0 {
-			if _, err := u.op.Cancel(ctx, held, outboxtype.ActionOpts{Actor: actor, Reason: reason}); err != nil {
-				refuse(err)
-				return
-			}
-		}
-		if err := reg.Enable(ctx, db, id, by); err != nil {
-			refuse(err)
-			return
-		}
-		if _, err := u.op.ResumeLimit(ctx, endpoint.LimitKey(id), actor, reason); err != nil {
+		if _, err := u.op.EnableEndpoint(ctx, reg, id, drop, actor, reason); err != nil {
 			refuse(err)
 			return
 		}
