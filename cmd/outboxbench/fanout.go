@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers/endpoint"
+	"github.com/outboxd/outboxd/providers/webhook"
 )
 
 // fanoutResult compares, at one number of endpoints, an event fanned out
@@ -59,8 +60,8 @@ func (b *bench) fanoutCost(ctx context.Context) ([]fanoutResult, error) {
 		}
 		byHand := make([]outbox.Effect, n)
 		for i := range byHand {
-			byHand[i] = outbox.Effect{Kind: fmt.Sprintf("webhook.partner_%d", i), Provider: "webhook",
-				Payload: json.RawMessage(fmt.Sprintf(`{"url": "https://hooks%d.example.com/%s", "body": {"type": "%s.paid"}}`, i, family, family))}
+			byHand[i] = outbox.EffectOf(fmt.Sprintf("partner_%d", i), webhook.Payload{URL: fmt.Sprintf("https://hooks%d.example.com/%s", i, family),
+				Body: json.RawMessage(`{"type": "` + family + `.paid"}`)})
 		}
 		tx := func(effects ...outbox.Effect) func(context.Context, pgx.Tx) error {
 			return func(ctx context.Context, tx pgx.Tx) error {
