@@ -153,6 +153,16 @@ END
 $fn$;
 -- +goose StatementEnd
 
+-- +goose StatementBegin
+-- Hardened as in 00023: pg_temp last, so a temporary table cannot stand in
+-- for outboxd's.
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION %I.outboxd_subscriber_effects(uuid, text, text, jsonb) SET search_path = %I, pg_temp', current_schema(), current_schema());
+END
+$$;
+-- +goose StatementEnd
+
 -- outboxd_enqueue expands a subscribers effect before it checks the
 -- effects (edits as in 00023).
 CREATE TABLE outboxd_enqueue_endpoint_edits (n int PRIMARY KEY, before text NOT NULL, after text NOT NULL);

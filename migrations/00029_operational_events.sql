@@ -135,6 +135,27 @@ CREATE TRIGGER outboxd_dispatchers_breaker_event AFTER UPDATE OF destinations ON
     FOR EACH ROW WHEN (NEW.destinations IS DISTINCT FROM OLD.destinations)
     EXECUTE FUNCTION outboxd_breaker_event();
 
+-- +goose StatementBegin
+-- Hardened as in 00023: pg_temp last, so a temporary table cannot stand in
+-- for outboxd's. The trigger functions are nobody's to call; outboxd_emit
+-- runs as whoever made the change (a dispatcher, an operator), as
+-- outboxd_enqueue does.
+DO $$
+DECLARE
+    s text := current_schema();
+    f text;
+BEGIN
+    FOREACH f IN ARRAY ARRAY['outboxd_listened(text)', 'outboxd_emit(text, text, text, jsonb, uuid)', 'outboxd_effect_failed_event()',
+            'outboxd_drift_event()', 'outboxd_endpoint_disabled_event()', 'outboxd_breaker_event()'] LOOP
+        EXECUTE format('ALTER FUNCTION %I.%s SET search_path = %I, pg_temp', s, f, s);
+        IF f LIKE '%event()' THEN
+            EXECUTE format('REVOKE ALL ON FUNCTION %I.%s FROM PUBLIC', s, f);
+        END IF;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
 DROP TRIGGER outboxd_dispatchers_breaker_event ON outboxd_dispatchers;
 DROP FUNCTION outboxd_breaker_event();
