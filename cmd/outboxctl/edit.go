@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"os"
 	"strings"
 
@@ -62,13 +61,9 @@ a conflict. Fix it there too.
 			if strings.TrimSpace(reason) == "" && !dryRun {
 				return cli.Usagef("--reason is required: say what was wrong and who confirmed the fix")
 			}
-			networks := make([]netip.Prefix, 0, len(allow))
-			for _, c := range allow {
-				p, err := netip.ParsePrefix(c)
-				if err != nil {
-					return cli.Usagef("--webhook-allow-cidrs %q: give a network such as 10.0.0.0/8", c)
-				}
-				networks = append(networks, p)
+			networks, err := cli.AllowedNetworks(allow)
+			if err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			if err := a.open(ctx); err != nil {

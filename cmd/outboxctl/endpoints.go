@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -71,13 +70,9 @@ func (e *endpointsApp) registry(ctx context.Context, sealing bool) (*endpoint.Re
 	if err := e.open(ctx); err != nil {
 		return nil, err
 	}
-	var allowed []netip.Prefix
-	for _, c := range e.allowed {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return nil, cli.Usagef("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", c)
-		}
-		allowed = append(allowed, p.Masked())
+	allowed, err := cli.AllowedNetworks(e.allowed)
+	if err != nil {
+		return nil, err
 	}
 	return endpoint.NewRegistry(endpoint.RegistryConfig{Schema: e.Schema, Key: key, AllowedNetworks: allowed})
 }

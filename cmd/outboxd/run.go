@@ -249,13 +249,9 @@ func (c *runConfig) providers(ctx context.Context) (provs []providers.Provider, 
 	// Checked against --job-timeout in this order, so that the error names
 	// the same flag on every start.
 	var timeouts []providerTimeout
-	var allowed []netip.Prefix
-	for _, s := range c.WebhookAllowCIDRs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, nil, cli.Usagef("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", s)
-		}
-		allowed = append(allowed, p.Masked())
+	allowed, err := cli.AllowedNetworks(c.WebhookAllowCIDRs)
+	if err != nil {
+		return nil, nil, err
 	}
 	var roots *x509.CertPool
 	if c.WebhookCAFile != "" {

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -99,4 +101,19 @@ func (p *Policies) Guarantees() map[string]providers.Guarantees {
 func (p *Policies) String() string {
 	return fmt.Sprintf("webhook key window %s, stripe key window %s (margin %s), in-doubt overrides %v",
 		p.WebhookKeyWindow, p.StripeKeyWindow, p.StripeKeyWindowMargin, p.InDoubt)
+}
+
+// AllowedNetworks parses --webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS):
+// the non-public networks webhooks and endpoints may reach, as outboxd run
+// and outboxctl read them alike.
+func AllowedNetworks(cidrs []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(cidrs))
+	for _, s := range cidrs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, Usagef("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %q is not a CIDR such as 10.0.0.0/8", s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
