@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -176,6 +177,34 @@ func New(cfg Config) (*Outbox, error) {
 	}
 	o.enq = engine.NewEnqueuer(cfg.Schema, rc, cfg.NotifyDispatchers)
 	return o, nil
+}
+
+// Execer runs a statement: a *pgxpool.Pool or a *pgx.Conn.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// WakeDispatchers tells the dispatchers that effects wait for them in the
+// intake (JobsByDispatcher), with a NOTIFY in a statement of its own on db
+// (the application's pool): call it after the transaction that enqueued
+// them committed. The caller's commit takes no lock for it (a NOTIFY in
+// the transaction, NotifyDispatchers, serialises concurrent commits), and
+// the dispatchers give the effects their jobs at once instead of at their
+// next look at the intake. At most once a millisecond from this process
+// (the dispatchers read the intake every millisecond while effects come);
+// under JobsInTransaction it does nothing. An error says only that the
+// wake-up was lost: the effects are committed, and the dispatchers find
+// them at their next look.
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := ob.Enqueue(ctx, tx, ev, effects...); return err })
+//	if err == nil {
+//		_ = ob.WakeDispatchers(ctx, pool)
+//	}
+func (o *Outbox) WakeDispatchers(ctx context.Context, db Execer) error {
+	if err := o.enq.Wake(ctx, db); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	return nil
 }
 
 // Event is a domain event: the cause of one or more side effects.

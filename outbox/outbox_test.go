@@ -655,3 +655,47 @@ func TestJobsByDispatcherNotifiesOnlyWhenAsked(t *testing.T) {
 		})
 	}
 }
+
+// TestWakeDispatchersAfterCommit: with the effects in the intake, a wake-up
+// sent after the commit, in a statement of its own, reaches the
+// dispatchers' channel; with jobs in the transaction there is nothing to
+// wake (River's insert did).
+func TestWakeDispatchersAfterCommit(t *testing.T) {
+	t.Parallel()
+	for _, jobs := range []outbox.JobInsertion{outbox.JobsByDispatcher, outbox.JobsInTransaction} {
+		t.Run(fmt.Sprintf("jobs=%d", jobs), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			listener, err := b.db.Pool.Acquire(ctx)
+			require.NoError(t, err)
+			defer listener.Release()
+			_, err = listener.Exec(ctx, "LISTEN "+outbox.IntakeChannelForTests+"; LISTEN test_marker")
+			require.NoError(t, err)
+			defer listener.Exec(ctx, "UNLISTEN *") //nolint:errcheck // the pool resets it
+
+			ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: jobs})
+			require.NoError(t, err)
+			require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+				_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`))
+				return err
+			}))
+			require.NoError(t, ob.WakeDispatchers(ctx, b.db.Pool))
+			_, err = b.db.Pool.Exec(ctx, "NOTIFY test_marker")
+			require.NoError(t, err)
+
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			first, err := listener.Conn().WaitForNotification(wctx)
+			for err == nil && first.Channel == outbox.IntakeChannelForTests && first.Payload != b.db.Schema {
+				first, err = listener.Conn().WaitForNotification(wctx)
+			}
+			require.NoError(t, err)
+			if jobs == outbox.JobsByDispatcher {
+				require.Equal(t, outbox.IntakeChannelForTests, first.Channel, "woken after the commit")
+			} else {
+				require.Equal(t, "test_marker", first.Channel, "nothing to wake: the jobs are River's")
+			}
+		})
+	}
+}

@@ -85,7 +85,7 @@ func TestBenchRuns(t *testing.T) {
 	ours := rep.Dispatch[3]
 	require.Contains(t, ours.Name, "outboxd, no-op")
 	require.Positive(t, ours.VsWatermill)
-	require.Len(t, rep.Latency, 3, "one rate, three ways of enqueueing")
+	require.Len(t, rep.Latency, 4, "one rate, four ways of enqueueing")
 	require.NotEmpty(t, rep.Machine.Autovacuum)
 	require.Len(t, rep.Admin, 6)
 	require.Equal(t, 200, ours.N)

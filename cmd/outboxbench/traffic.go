@@ -88,6 +88,11 @@ func (b *bench) startTraffic(ctx context.Context, o trafficOpts) (*traffic, erro
 					return err
 				})
 				at := time.Now()
+				if err == nil && o.mode.wake {
+					// After the commit, in a statement of its own; the
+					// effect counts from the commit, as the others do.
+					err = ob.WakeDispatchers(ctx, b.pool)
+				}
 				t.mu.Lock()
 				if err != nil && t.err == nil && ctx.Err() == nil {
 					t.err = err

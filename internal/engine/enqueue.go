@@ -252,11 +252,7 @@ func (q *Enqueuer) insertJobs(ctx context.Context, tx pgx.Tx, effects []NewEffec
 		// The effects are in the intake already; wake the dispatchers
 		// if asked to, at most every millisecond from this process (a
 		// notification is delivered on commit; the dispatchers poll).
-		if len(inserted) == 0 || !q.notify {
-			return nil
-		}
-		now := time.Now().UnixNano()
-		if last := q.lastNotify.Load(); now-last < int64(time.Millisecond) || !q.lastNotify.CompareAndSwap(last, now) {
+		if len(inserted) == 0 || !q.notify || !q.mayNotify() {
 			return nil
 		}
 		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", IntakeChannel, q.schema); err != nil {
@@ -278,6 +274,33 @@ func (q *Enqueuer) insertJobs(ctx context.Context, tx pgx.Tx, effects []NewEffec
 	}
 	if _, err := q.river.InsertManyTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("insert dispatch jobs: %w", err)
+	}
+	return nil
+}
+
+// mayNotify reports whether this process may wake the dispatchers now: at
+// most once a millisecond.
+func (q *Enqueuer) mayNotify() bool {
+	now := time.Now().UnixNano()
+	last := q.lastNotify.Load()
+	return now-last >= int64(time.Millisecond) && q.lastNotify.CompareAndSwap(last, now)
+}
+
+// Execer runs a statement: a pool, a connection.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Wake wakes the dispatchers with a NOTIFY in a statement of its own on
+// db, after the caller's transaction committed, at most once a
+// millisecond from this process. Without the intake (jobs in the
+// transaction) it does nothing: River's insert notified them.
+func (q *Enqueuer) Wake(ctx context.Context, db Execer) error {
+	if q.river != nil || !q.mayNotify() {
+		return nil
+	}
+	if _, err := db.Exec(ctx, "SELECT pg_notify($1, $2)", IntakeChannel, q.schema); err != nil {
+		return fmt.Errorf("wake dispatchers: %w", err)
 	}
 	return nil
 }
