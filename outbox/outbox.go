@@ -190,9 +190,10 @@ type Execer interface {
 // them committed. The caller's commit takes no lock for it (a NOTIFY in
 // the transaction, NotifyDispatchers, serialises concurrent commits), and
 // the dispatchers give the effects their jobs at once instead of at their
-// next look at the intake. At most once a millisecond from this process
-// (the dispatchers read the intake every millisecond while effects come);
-// under JobsInTransaction it does nothing. An error says only that the
+// next look at the intake. At most every 50ms from this process: while
+// effects come the dispatchers read the intake every millisecond anyway,
+// and a wake-up matters to one that went back to its idle poll (10ms).
+// Under JobsInTransaction it does nothing. An error says only that the
 // wake-up was lost: the effects are committed, and the dispatchers find
 // them at their next look.
 //
