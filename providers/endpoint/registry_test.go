@@ -20,6 +20,7 @@ import (
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/endpoint"
 	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
 // request is the delivery of the event to endpoint id, as the dispatcher
@@ -179,6 +180,13 @@ func TestADisabledEndpointsDeliveriesWaitAndKeepTheirKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, sideeffects.StatePending, e.State)
 	require.Zero(t, r.requests())
+	// The stuck list says what holds it back, in the endpoint's words.
+	stuck, err := op.Stuck(ctx, 0, 100)
+	require.NoError(t, err)
+	require.Len(t, stuck, 1)
+	why := oncall.Diagnosis(stuck[0], time.Now(), time.Minute, 0)
+	require.Contains(t, why, "waiting for limit "+endpoint.LimitKey(ep.ID))
+	require.Contains(t, why, "is disabled (receiver down for maintenance)")
 
 	require.NoError(t, f.reg.Enable(ctx, f.db.Pool, ep.ID, endpoint.Change{Actor: "ops", Reason: "receiver back"}))
 	// The operator resumes the endpoint's limit key rather than waiting

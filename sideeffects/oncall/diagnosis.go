@@ -92,7 +92,12 @@ func Explain(s outboxtype.StuckEffect, sit Situation) string {
 		if e.WaitingSince != nil {
 			why += " since " + relative(*e.WaitingSince, now)
 		}
-		why += " (the provider answered 429, or the key had no token left when it was due): waiting is not an attempt and spends none of its retries"
+		why += " (the provider answered 429, or held it back, or the key had no token left when it was due): waiting is not an attempt and spends none of its retries"
+		if e.LastError != nil && *e.LastError != "" {
+			// What held it back, in the provider's words (a 429's body, a
+			// disabled endpoint and its reason).
+			why += "; last answer: " + *e.LastError
+		}
 		if s.JobScheduledAt != nil && s.JobScheduledAt.After(now) {
 			why += "; it asks again " + relative(*s.JobScheduledAt, now)
 		}
