@@ -19,6 +19,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/endpoint"
+	"github.com/outboxd/outboxd/providers/endpoint/endpointschema"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -202,6 +204,12 @@ func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dis
 		}
 		wh.VsRiver, wh.VsRiverSame = wh.PerSecond/fast.PerSecond, wh.PerSecond/same.PerSecond
 		out = append(out, wh)
+		ep, err := b.endpointBurnDown(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ep.VsRiver, ep.VsRiverSame = ep.PerSecond/fast.PerSecond, ep.PerSecond/same.PerSecond
+		out = append(out, ep)
 	}
 	return out, nil
 }
@@ -329,7 +337,8 @@ func (b *bench) burnDownWith(ctx context.Context, name string, n int, p provider
 		return dispatchResult{}, err
 	}
 	var confirmed int
-	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".side_effects WHERE state = 'confirmed' AND kind = 'bench.effect'").Scan(&confirmed); err != nil {
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".side_effects WHERE state = 'confirmed' AND (kind = $1 OR kind LIKE $2)",
+		benchKind, endpointschema.KindPrefix+"%").Scan(&confirmed); err != nil {
 		return dispatchResult{}, err
 	}
 	if confirmed != n {
@@ -410,11 +419,13 @@ func (b *bench) dispatcherConfig(p providers.Provider) sideeffects.Config {
 	}
 }
 
-func (b *bench) webhookBurnDown(ctx context.Context) (dispatchResult, error) {
-	var received atomic.Int64
+// localReceiver serves 204 to every POST on a loopback address and counts
+// them; stop closes it.
+func localReceiver() (addr string, received *atomic.Int64, stop func(), err error) {
+	received = new(atomic.Int64)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return dispatchResult{}, err
+		return "", nil, nil, err
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -422,30 +433,84 @@ func (b *bench) webhookBurnDown(ctx context.Context) (dispatchResult, error) {
 		w.WriteHeader(http.StatusNoContent)
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	return ln.Addr().String(), received, func() { _ = srv.Close() }, nil
+}
+
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+
+func (b *bench) webhookBurnDown(ctx context.Context) (dispatchResult, error) {
+	addr, received, stop, err := localReceiver()
+	if err != nil {
+		return dispatchResult{}, err
+	}
+	defer stop()
 	p, err := webhook.New(webhook.Config{
 		Secret:          "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-		AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		AllowedNetworks: loopback,
 		MaxPerHost:      b.s.WebhookMaxPerHost,
 	})
 	if err != nil {
 		return dispatchResult{}, err
 	}
-	payload := `{"url": "http://` + ln.Addr().String() + `/hook", "body": {"type": "order.paid", "order": "ord_42"}}`
+	payload := `{"url": "http://` + addr + `/hook", "body": {"type": "order.paid", "order": "ord_42"}}`
 	return b.burnDown(ctx, "outboxd, webhook provider", b.s.WebhookEffects, p, payload, func() int { return int(received.Load()) })
+}
+
+// endpointBurnDown is the webhook row's burn-down delivered to one
+// registered endpoint at the same kind of receiver: each delivery reads
+// its endpoint, opens its sealed secret and builds the body from its
+// event.
+func (b *bench) endpointBurnDown(ctx context.Context) (dispatchResult, error) {
+	addr, received, stop, err := localReceiver()
+	if err != nil {
+		return dispatchResult{}, err
+	}
+	defer stop()
+	key, err := endpoint.ParseKey(endpoint.NewKey())
+	if err != nil {
+		return dispatchResult{}, err
+	}
+	reg, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: b.schema, Key: key, AllowedNetworks: loopback})
+	if err != nil {
+		return dispatchResult{}, err
+	}
+	ep, _, err := reg.Create(ctx, b.pool, endpoint.Endpoint{URL: "http://" + addr + "/hook", EventTypes: []string{"*"}},
+		endpoint.Change{Actor: "outboxbench"})
+	if err != nil {
+		return dispatchResult{}, err
+	}
+	p, err := endpoint.New(endpoint.Config{DB: b.pool, Schema: b.schema, Key: key,
+		Webhook: webhook.Config{AllowedNetworks: loopback, MaxPerHost: b.s.WebhookMaxPerHost}})
+	if err != nil {
+		return dispatchResult{}, err
+	}
+	n := b.s.WebhookEffects
+	return b.burnDownWith(ctx, "outboxd, endpoint provider (one endpoint)", n, p, func() int { return int(received.Load()) },
+		func(ctx context.Context) error {
+			return b.seedEffectsOf(ctx, n, endpointschema.KindPrefix+ep.ID.String(), p.Name(), `{"endpoint_id": "`+ep.ID.String()+`"}`)
+		})
 }
 
 // seedEffects writes n events and effects with SQL and their dispatch jobs
 // with River, outside the timed part.
 func (b *bench) seedEffects(ctx context.Context, n int, provider, payload string) error {
+	return b.seedEffectsOf(ctx, n, benchKind, provider, payload)
+}
+
+// benchKind is the kind of the effects the burn-downs seed; an endpoint's
+// deliveries are kind endpoint:<id>.
+const benchKind = "bench.effect"
+
+// seedEffectsOf is seedEffects with effects of kind.
+func (b *bench) seedEffectsOf(ctx context.Context, n int, kind, provider, payload string) error {
 	rows, err := b.pool.Query(ctx, `
 WITH ev AS (
 	INSERT INTO `+b.schema+`.outbox_events (id, event_type, payload)
-	SELECT gen_random_uuid(), 'bench', '{}' FROM generate_series(1, $1)
+	SELECT gen_random_uuid(), 'bench', '{"order": "ord_42"}' FROM generate_series(1, $1)
 	RETURNING id)
 INSERT INTO `+b.schema+`.side_effects (id, source_id, kind, provider, payload)
-SELECT gen_random_uuid(), id, 'bench.effect', $2, $3::jsonb FROM ev
-RETURNING id`, n, provider, payload)
+SELECT gen_random_uuid(), id, $4, $2, $3::jsonb FROM ev
+RETURNING id`, n, provider, payload, kind)
 	if err != nil {
 		return err
 	}

@@ -73,8 +73,10 @@ func TestBenchRuns(t *testing.T) {
 	}
 	require.Len(t, rep.Idempotency, 4, "with and without the middleware, at two concurrencies")
 	require.Positive(t, rep.Idempotency[1].CostRatio)
-	require.Len(t, rep.Dispatch, 8, "River fast, River with outboxd's settings, Watermill's forwarder, outboxd no-op, traced, "+
-		"with provider references without and with their index, outboxd webhook")
+	require.Len(t, rep.Dispatch, 9, "River fast, River with outboxd's settings, Watermill's forwarder, outboxd no-op, traced, "+
+		"with provider references without and with their index, outboxd webhook, one endpoint")
+	require.Contains(t, rep.Dispatch[8].Name, "endpoint provider")
+	require.Positive(t, rep.Dispatch[8].PerSecond)
 	require.Contains(t, rep.Dispatch[6].Name, "answering a reference")
 	require.Positive(t, rep.Dispatch[6].VsNoRefIndex)
 	require.Equal(t, 400, rep.Dispatch[5].N, "two runs of each, alternating")
