@@ -36,6 +36,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
@@ -88,6 +89,10 @@ type Provider struct {
 	own          bool
 	g            providers.Guarantees
 	disableAfter time.Duration
+
+	// reads share one read of an endpoint between the requests that need
+	// it at the same moment.
+	reads singleflight.Group
 
 	mu    sync.Mutex
 	hosts map[uuid.UUID]cachedHost
@@ -235,21 +240,46 @@ type loaded struct {
 	reason   string
 	signers  []*standardwebhooks.Webhook
 	cert     *tls.Certificate
+	// failing and deliveredAt are what the row said of its last
+	// deliveries, so that a success writes only when it changes them.
+	failing     bool
+	deliveredAt *time.Time
 }
 
-// load reads endpoint id with its secrets still signing, current first;
-// nil when it does not exist.
+// load reads endpoint id as read; requests for one endpoint at the same
+// moment share one read (started after each of them began, or just
+// before: at most one statement's time older), so a busy endpoint costs a
+// read per round of deliveries, not per delivery.
 func (p *Provider) load(ctx context.Context, id uuid.UUID) (*loaded, error) {
+	v, err, _ := p.reads.Do(id.String(), func() (any, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+		defer cancel()
+		return p.read(rctx, id)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*loaded), nil
+}
+
+// readTimeout bounds a shared read of an endpoint.
+const readTimeout = 10 * time.Second
+
+// read reads endpoint id with its secrets still signing, current first;
+// nil when it does not exist.
+func (p *Provider) read(ctx context.Context, id uuid.UUID) (*loaded, error) {
 	var rawURL, reason, certPEM string
 	var headers, sealedKey []byte
 	var disabled bool
 	var maxInFlight int
+	var failing bool
+	var deliveredAt *time.Time
 	var sealed [][]byte
 	err := p.db.QueryRow(ctx, `SELECT e.url, e.headers, e.disabled_at IS NOT NULL, coalesce(e.disabled_reason, ''),
-		coalesce(e.client_cert, ''), e.client_key_sealed, coalesce(e.max_in_flight, 0),
+		coalesce(e.client_cert, ''), e.client_key_sealed, coalesce(e.max_in_flight, 0), e.failing_since IS NOT NULL, e.delivered_at,
 		coalesce((SELECT array_agg(s.sealed ORDER BY s.expires_at DESC NULLS FIRST, s.id DESC) FROM `+pgschema.Table(p.schema, "outboxd_endpoint_secrets")+` s
 			WHERE s.endpoint_id = e.id AND (s.expires_at IS NULL OR s.expires_at > now())), '{}')
-		FROM `+pgschema.Table(p.schema, "outboxd_endpoints")+` e WHERE e.id = $1`, id).Scan(&rawURL, &headers, &disabled, &reason, &certPEM, &sealedKey, &maxInFlight, &sealed)
+		FROM `+pgschema.Table(p.schema, "outboxd_endpoints")+` e WHERE e.id = $1`, id).Scan(&rawURL, &headers, &disabled, &reason, &certPEM, &sealedKey, &maxInFlight, &failing, &deliveredAt, &sealed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -260,9 +290,14 @@ func (p *Provider) load(ctx context.Context, id uuid.UUID) (*loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s url: %w", id, err)
 	}
-	ep := &loaded{url: u, host: strings.ToLower(u.Host), disabled: disabled, reason: reason}
+	ep := &loaded{url: u, host: strings.ToLower(u.Host), disabled: disabled, reason: reason, failing: failing, deliveredAt: deliveredAt}
 	if err := json.Unmarshal(headers, &ep.headers); err != nil {
 		return nil, fmt.Errorf("endpoint %s headers: %w", id, err)
+	}
+	if disabled {
+		// Nothing is sent: its secrets stay sealed.
+		p.remember(id, ep.host, maxInFlight)
+		return ep, nil
 	}
 	for i, s := range sealed {
 		secret, err := p.key.open(id, s)
@@ -286,10 +321,15 @@ func (p *Provider) load(ctx context.Context, id uuid.UUID) (*loaded, error) {
 		}
 		ep.cert = &pair
 	}
-	p.mu.Lock()
-	p.hosts[id] = cachedHost{host: ep.host, maxInFlight: maxInFlight, at: time.Now()}
-	p.mu.Unlock()
+	p.remember(id, ep.host, maxInFlight)
 	return ep, nil
+}
+
+// remember keeps what Admit and Host need of endpoint id.
+func (p *Provider) remember(id uuid.UUID, host string, maxInFlight int) {
+	p.mu.Lock()
+	p.hosts[id] = cachedHost{host: host, maxInFlight: maxInFlight, at: time.Now()}
+	p.mu.Unlock()
 }
 
 // secretError is a sealed secret that does not open.
@@ -340,7 +380,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 		// a refusal was outboxd's.
 		// Best effort: a delivery made is not undone by a failure to
 		// record it; a failed one says so beside its own error.
-		if rerr := p.recordOutcome(context.WithoutCancel(ctx), pl.EndpointID, err); rerr != nil && err != nil {
+		if rerr := p.recordOutcome(context.WithoutCancel(ctx), pl.EndpointID, ep, err); rerr != nil && err != nil {
 			err = fmt.Errorf("%w (and recording the endpoint's failure failed: %v)", err, rerr)
 		}
 	}
@@ -350,9 +390,14 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 // recordOutcome keeps when endpoint id began failing, and disables it
 // once every delivery failed for disableAfter, with an audit row by
 // outboxd.
-func (p *Provider) recordOutcome(ctx context.Context, id uuid.UUID, sendErr error) error {
+func (p *Provider) recordOutcome(ctx context.Context, id uuid.UUID, ep *loaded, sendErr error) error {
 	endpoints := pgschema.Table(p.schema, "outboxd_endpoints")
 	if sendErr == nil {
+		// Written when it ends a failing spell, and otherwise at most about
+		// once a minute: a busy endpoint's successes write nothing.
+		if !ep.failing && ep.deliveredAt != nil && time.Since(*ep.deliveredAt) < time.Minute {
+			return nil
+		}
 		_, err := p.db.Exec(ctx, `UPDATE `+endpoints+` SET failing_since = NULL, delivered_at = now()
 			WHERE id = $1 AND (failing_since IS NOT NULL OR delivered_at IS NULL OR delivered_at < now() - interval '1 minute')`, id)
 		return err
