@@ -621,36 +621,13 @@ func TestJobsByDispatcherNotifiesOnlyWhenAsked(t *testing.T) {
 		t.Run(fmt.Sprintf("NotifyDispatchers=%t", notify), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			ctx := context.Background()
-			listener, err := b.db.Pool.Acquire(ctx)
-			require.NoError(t, err)
-			defer listener.Release()
-			_, err = listener.Exec(ctx, "LISTEN "+outbox.IntakeChannelForTests+"; LISTEN test_marker")
-			require.NoError(t, err)
-			defer listener.Exec(ctx, "UNLISTEN *") //nolint:errcheck // the pool resets it
-
 			ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.JobsByDispatcher, NotifyDispatchers: notify})
 			require.NoError(t, err)
-			require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
-				_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`))
-				return err
-			}))
-			_, err = b.db.Pool.Exec(ctx, "NOTIFY test_marker")
-			require.NoError(t, err)
-
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			// The other subtest's schema wakes the same channel: only this
-			// schema's notifications (the payload) count.
-			first, err := listener.Conn().WaitForNotification(wctx)
-			for err == nil && first.Channel == outbox.IntakeChannelForTests && first.Payload != b.db.Schema {
-				first, err = listener.Conn().WaitForNotification(wctx)
-			}
-			require.NoError(t, err)
+			first := firstNotification(t, b, ob, false)
 			if notify {
-				require.Equal(t, outbox.IntakeChannelForTests, first.Channel, "the dispatchers are woken at commit")
+				require.Equal(t, outbox.IntakeChannelForTests, first, "the dispatchers are woken at commit")
 			} else {
-				require.Equal(t, "test_marker", first.Channel, "no NOTIFY in the application's transaction")
+				require.Equal(t, "test_marker", first, "no NOTIFY in the application's transaction")
 			}
 		})
 	}
@@ -666,36 +643,51 @@ func TestWakeDispatchersAfterCommit(t *testing.T) {
 		t.Run(fmt.Sprintf("jobs=%d", jobs), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			ctx := context.Background()
-			listener, err := b.db.Pool.Acquire(ctx)
-			require.NoError(t, err)
-			defer listener.Release()
-			_, err = listener.Exec(ctx, "LISTEN "+outbox.IntakeChannelForTests+"; LISTEN test_marker")
-			require.NoError(t, err)
-			defer listener.Exec(ctx, "UNLISTEN *") //nolint:errcheck // the pool resets it
-
 			ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: jobs})
 			require.NoError(t, err)
-			require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
-				_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`))
-				return err
-			}))
-			require.NoError(t, ob.WakeDispatchers(ctx, b.db.Pool))
-			_, err = b.db.Pool.Exec(ctx, "NOTIFY test_marker")
-			require.NoError(t, err)
-
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			first, err := listener.Conn().WaitForNotification(wctx)
-			for err == nil && first.Channel == outbox.IntakeChannelForTests && first.Payload != b.db.Schema {
-				first, err = listener.Conn().WaitForNotification(wctx)
-			}
-			require.NoError(t, err)
+			first := firstNotification(t, b, ob, true)
 			if jobs == outbox.JobsByDispatcher {
-				require.Equal(t, outbox.IntakeChannelForTests, first.Channel, "woken after the commit")
+				require.Equal(t, outbox.IntakeChannelForTests, first, "woken after the commit")
 			} else {
-				require.Equal(t, "test_marker", first.Channel, "nothing to wake: the jobs are River's")
+				require.Equal(t, "test_marker", first, "nothing to wake: the jobs are River's")
 			}
 		})
 	}
+}
+
+// firstNotification enqueues one effect through ob and commits (then, with
+// wake, calls WakeDispatchers), sends a marker notification, and returns
+// the channel of the first notification of this schema a listener hears.
+// Notifications arrive in commit order, so it is the marker's when no
+// wake-up was sent.
+func firstNotification(t *testing.T, b *testBundle, ob *outbox.Outbox, wake bool) string {
+	t.Helper()
+	ctx := context.Background()
+	listener, err := b.db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(ctx, "LISTEN "+outbox.IntakeChannelForTests+"; LISTEN test_marker")
+	require.NoError(t, err)
+	defer listener.Exec(ctx, "UNLISTEN *") //nolint:errcheck // the pool resets it
+
+	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`))
+		return err
+	}))
+	if wake {
+		require.NoError(t, ob.WakeDispatchers(ctx, b.db.Pool))
+	}
+	_, err = b.db.Pool.Exec(ctx, "NOTIFY test_marker")
+	require.NoError(t, err)
+
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	// Other tests' schemas wake the same channel: only this schema's
+	// notifications (the payload) count.
+	first, err := listener.Conn().WaitForNotification(wctx)
+	for err == nil && first.Channel == outbox.IntakeChannelForTests && first.Payload != b.db.Schema {
+		first, err = listener.Conn().WaitForNotification(wctx)
+	}
+	require.NoError(t, err)
+	return first.Channel
 }
