@@ -77,6 +77,20 @@ func (e *endpointsApp) registry(ctx context.Context, sealing bool) (*endpoint.Re
 	return endpoint.NewRegistry(endpoint.RegistryConfig{Schema: e.Schema, Key: key, AllowedNetworks: allowed})
 }
 
+// reasoned is what disable and enable start from: the endpoint named by
+// arg, a reason (why says what to write), and the registry.
+func (e *endpointsApp) reasoned(ctx context.Context, arg, reason, why string) (uuid.UUID, *endpoint.Registry, error) {
+	id, err := endpointArg(arg)
+	if err != nil {
+		return uuid.Nil, nil, err
+	}
+	if strings.TrimSpace(reason) == "" {
+		return uuid.Nil, nil, cli.Usagef("--reason is required: %s", why)
+	}
+	reg, err := e.registry(ctx, false)
+	return id, reg, err
+}
+
 func endpointArg(arg string) (uuid.UUID, error) {
 	id, err := uuid.Parse(arg)
 	if err != nil {
@@ -424,15 +438,8 @@ and its deliveries already recorded wait (pending, spending no attempt) until
 it is enabled, when they are delivered or dropped.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := endpointArg(args[0])
-			if err != nil {
-				return err
-			}
-			if strings.TrimSpace(reason) == "" {
-				return cli.Usagef("--reason is required: say why the endpoint stops")
-			}
 			ctx := cmd.Context()
-			reg, err := e.registry(ctx, false)
+			id, reg, err := e.reasoned(ctx, args[0], reason, "say why the endpoint stops")
 			if err != nil {
 				return err
 			}
@@ -473,15 +480,8 @@ webhook-id); or, with --drop-held, they are cancelled with --reason first,
 each audited, and only new events reach it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := endpointArg(args[0])
-			if err != nil {
-				return err
-			}
-			if strings.TrimSpace(reason) == "" {
-				return cli.Usagef("--reason is required: say why the endpoint receives again")
-			}
 			ctx := cmd.Context()
-			reg, err := e.registry(ctx, false)
+			id, reg, err := e.reasoned(ctx, args[0], reason, "say why the endpoint receives again")
 			if err != nil {
 				return err
 			}
