@@ -25,14 +25,7 @@ func TestTheEndpointMigrationsGoDownAndUpAgain(t *testing.T) {
 	}
 	withEndpoints := def()
 	require.Contains(t, withEndpoints, "subscribers")
-	cc := db.Pool.Config().ConnConfig.Copy()
-	cc.RuntimeParams["search_path"] = db.Schema
-	sqlDB := stdlib.OpenDB(*cc)
-	defer sqlDB.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations.FS,
-		goose.WithTableName(migrations.VersionTable), goose.WithDisableGlobalRegistry(true))
-	require.NoError(t, err)
-	_, err = p.DownTo(ctx, 27)
+	_, err := gooseFor(t, db).DownTo(ctx, 27)
 	require.NoError(t, err)
 	require.NotContains(t, def(), "subscribers", "outboxd_enqueue as 00025 left it")
 	var n int
@@ -41,4 +34,18 @@ func TestTheEndpointMigrationsGoDownAndUpAgain(t *testing.T) {
 	_, err = migrations.Up(ctx, db.Pool, db.Schema)
 	require.NoError(t, err)
 	require.Equal(t, withEndpoints, def())
+}
+
+// gooseFor is goose over db's schema, as migrations.Up runs it, for tests
+// that step through versions.
+func gooseFor(t *testing.T, db *testdb.DB) *goose.Provider {
+	t.Helper()
+	cc := db.Pool.Config().ConnConfig.Copy()
+	cc.RuntimeParams["search_path"] = db.Schema
+	sqlDB := stdlib.OpenDB(*cc)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations.FS,
+		goose.WithTableName(migrations.VersionTable), goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	return p
 }

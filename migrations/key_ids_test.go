@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
@@ -26,14 +24,7 @@ func TestEffectsBeforeDerivedIDsAreFoundByKey(t *testing.T) {
 	require.NoError(t, err)
 
 	// Up to 00011, as a deployment before this change.
-	cc := db.Pool.Config().ConnConfig.Copy()
-	cc.RuntimeParams["search_path"] = db.Schema
-	sqlDB := stdlib.OpenDB(*cc)
-	defer sqlDB.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations.FS,
-		goose.WithTableName(migrations.VersionTable), goose.WithDisableGlobalRegistry(true))
-	require.NoError(t, err)
-	_, err = p.UpTo(ctx, 11)
+	_, err = gooseFor(t, db).UpTo(ctx, 11)
 	require.NoError(t, err)
 
 	event := uuid.New()

@@ -80,14 +80,20 @@ func (e *endpointsApp) registry(ctx context.Context, sealing bool) (*endpoint.Re
 // reasoned is what disable and enable start from: the endpoint named by
 // arg, a reason (why says what to write), and the registry.
 func (e *endpointsApp) reasoned(ctx context.Context, arg, reason, why string) (uuid.UUID, *endpoint.Registry, error) {
+	if _, err := endpointArg(arg); err == nil && strings.TrimSpace(reason) == "" {
+		return uuid.Nil, nil, cli.Usagef("--reason is required: %s", why)
+	}
+	return e.endpoint(ctx, arg, false)
+}
+
+// endpoint is the endpoint id arg names and the registry (sealing: the
+// command needs the endpoint key).
+func (e *endpointsApp) endpoint(ctx context.Context, arg string, sealing bool) (uuid.UUID, *endpoint.Registry, error) {
 	id, err := endpointArg(arg)
 	if err != nil {
 		return uuid.Nil, nil, err
 	}
-	if strings.TrimSpace(reason) == "" {
-		return uuid.Nil, nil, cli.Usagef("--reason is required: %s", why)
-	}
-	reg, err := e.registry(ctx, false)
+	reg, err := e.registry(ctx, sealing)
 	return id, reg, err
 }
 
@@ -245,12 +251,8 @@ func (e *endpointsApp) showCmd() *cobra.Command {
 		Short: "An endpoint, its secrets' ages, its deliveries not yet ended and its history",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := endpointArg(args[0])
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			reg, err := e.registry(ctx, false)
+			id, reg, err := e.endpoint(ctx, args[0], false)
 			if err != nil {
 				return err
 			}
@@ -628,12 +630,8 @@ whatever types it subscribes to: outboxd run sends it as any other (signed,
 retried, shown by outboxctl show). Prints the delivery's effect id.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := endpointArg(args[0])
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			reg, err := e.registry(ctx, false)
+			id, reg, err := e.endpoint(ctx, args[0], false)
 			if err != nil {
 				return err
 			}
