@@ -64,7 +64,8 @@ type Config struct {
 	// KeyWindowMargin is kept back from the duplicate window for clock
 	// skew and in-flight time. Default 10s.
 	KeyWindowMargin time.Duration
-	// Options are passed to nats.Connect (credentials, TLS, a name).
+	// Options are passed to nats.Connect (credentials, TLS, a name), after
+	// outboxd's own (no reconnect buffer: nats.ReconnectBufSize(-1)).
 	Options []natsgo.Option
 }
 
@@ -96,7 +97,10 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	}
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
 	cfg.KeyWindowMargin = cmp.Or(cfg.KeyWindowMargin, DefaultKeyWindowMargin)
-	opts := append([]natsgo.Option{natsgo.Name("outboxd")}, cfg.Options...)
+	// No reconnect buffer: a publish made while the client reconnects
+	// fails at once (nothing written) instead of waiting in a buffer that
+	// is sent on reconnection, after its attempt has ended.
+	opts := append([]natsgo.Option{natsgo.Name("outboxd"), natsgo.ReconnectBufSize(-1)}, cfg.Options...)
 	nc, err := natsgo.Connect(cfg.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", redacted(cfg.URL), err)
@@ -313,6 +317,11 @@ func classify(err error) error {
 			return providers.Refused(fmt.Errorf("JetStream refused the message: %w", err))
 		}
 		return providers.Retryable(fmt.Errorf("JetStream did not store the message: %w", err), 5*time.Second)
+	case errors.Is(err, natsgo.ErrReconnectBufExceeded):
+		// The connection dropped between the look at it and the publish:
+		// nothing was written, and the server's key waits as it would
+		// have.
+		return providers.Throttled(fmt.Errorf("not connected to NATS (reconnecting): nothing was published: %w", err), 5*time.Second)
 	case errors.Is(err, natsgo.ErrConnectionClosed), errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, natsgo.ErrBadSubject):
 		// Refused by the client before anything was written.
 		if errors.Is(err, natsgo.ErrConnectionClosed) {

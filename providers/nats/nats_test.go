@@ -272,3 +272,16 @@ func TestABrokerOutageSpendsNoAttempts(t *testing.T) {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestAPublishWhileReconnectingIsNotBuffered: the client keeps no
+// reconnect buffer, so a publish made as the connection drops fails at
+// once, as nothing published, instead of being sent on reconnection after
+// its attempt ended (a message stored that its attempt never saw).
+func TestAPublishWhileReconnectingIsNotBuffered(t *testing.T) {
+	t.Parallel()
+	url, _ := startJetStream(t, time.Hour)
+	require.Equal(t, -1, nats.ReconnectBuf(newProvider(t, url)), "no reconnect buffer")
+	err := nats.Classify(natsgo.ErrReconnectBufExceeded)
+	require.True(t, providers.IsThrottled(err), "%v", err)
+	require.ErrorContains(t, err, "nothing was published")
+}

@@ -1,0 +1,7 @@
+package nats
+
+// Classify is classify, for tests.
+var Classify = classify
+
+// ReconnectBuf is the client's reconnect buffer size.
+func ReconnectBuf(p *Provider) int { return p.nc.Opts.ReconnectBufSize }
