@@ -587,6 +587,55 @@ func TestJobsByDispatcherQueuesEffectsInTheIntake(t *testing.T) {
 	require.ErrorContains(t, err, "Config.Jobs")
 }
 
+// TestEveryWayAnEffectArrivesMovesTheIntakeWatch: an idle dispatcher reads
+// the intake only when its watch sequence moves (or after a longer
+// interval), so every way an effect reaches the dispatchers must move it:
+// the intake from Go and from SQL, an ordering key's wake, a tenant's
+// queue. A rolled-back enqueue may move it too (it only makes them look).
+func TestEveryWayAnEffectArrivesMovesTheIntakeWatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.JobsByDispatcher})
+	require.NoError(t, err)
+	watch := func() int64 {
+		var v int64
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM `+b.db.Schema+`.outbox_intake_watch`).Scan(&v))
+		return v
+	}
+	moves := func(name string, enqueue func(tx pgx.Tx) error) {
+		t.Helper()
+		before := watch()
+		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, enqueue), name)
+		require.Greater(t, watch(), before, "%s moves the watch", name)
+	}
+	moves("an effect from Go", func(tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`))
+		return err
+	})
+	moves("an ordered effect", func(tx pgx.Tx) error {
+		e := webhookEffect("webhook.a", `{}`)
+		e.OrderingKey = "order-1"
+		_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), e)
+		return err
+	})
+	moves("a tenant's effect", func(tx pgx.Tx) error {
+		e := webhookEffect("webhook.a", `{}`)
+		e.Tenant = "acme"
+		_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), e)
+		return err
+	})
+	moves("an effect from SQL", func(tx pgx.Tx) error {
+		_, err := sqlEnqueue(ctx, tx, b.db.Schema,
+			map[string]any{"id": uuid.New(), "type": "order.paid"},
+			[]map[string]any{{"kind": "webhook.a", "provider": "webhook", "payload": map[string]any{"url": "https://hooks.example/x", "body": map[string]any{}}}})
+		return err
+	})
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+b.db.Schema+`.outbox_intake) + (SELECT count(*) FROM `+b.db.Schema+`.outboxd_tenant_queue)`).Scan(&n))
+	require.Equal(t, 4, n, "each effect is queued for the dispatchers")
+}
+
 func TestWebhookAllowedNetworksKeepsTheOtherProviders(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

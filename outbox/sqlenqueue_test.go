@@ -88,7 +88,7 @@ func written(t *testing.T, tx pgx.Tx, schema string) (string, string, string) {
 	require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(jsonb_agg(to_jsonb(e) - 'created_at' ORDER BY id), '[]')::text FROM `+schema+`.outbox_events e`).Scan(&events))
 	require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(jsonb_agg(to_jsonb(s) - '{created_at,updated_at,ordering_seq}'::text[]
 		|| jsonb_build_object('key', `+schema+`.outboxd_idempotency_key(source_id, kind)) ORDER BY id), '[]')::text FROM `+schema+`.side_effects s`).Scan(&effects))
-	require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(jsonb_agg(to_jsonb(i) ORDER BY effect_id), '[]')::text FROM `+schema+`.outbox_intake i`).Scan(&intake))
+	require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(jsonb_agg(to_jsonb(i) - 'watch' ORDER BY effect_id), '[]')::text FROM `+schema+`.outbox_intake i`).Scan(&intake))
 	return events, effects, intake
 }
 

@@ -450,7 +450,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	w.client = inserts
 	return &Dispatcher{record: record, settings: cfg.Settings, heartbeat: make(chan struct{}), pool: pool, store: store, logger: cfg.Logger,
 		client: client, worker: w, replays: replays, intake: &intake{
-			pool: pool, store: store, schema: cfg.Schema, poll: cfg.FetchPollInterval, logger: cfg.Logger, client: inserts,
+			pool: pool, store: store, schema: cfg.Schema, logger: cfg.Logger, client: inserts,
 			tenants: w.tenants,
 		}}, nil
 }

@@ -141,6 +141,11 @@ WITH w AS (
 )
 SELECT id, provider, not_before FROM heads, (SELECT count(*) FROM notified) n`
 
+	// The last number drawn from the intake's watch sequence (migration
+	// 00030): it moves with every write to the intake, the ordering keys'
+	// wakes and the tenants' queues.
+	sqlIntakeWatch = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM /*schema*/outbox_intake_watch`
+
 	sqlIntakeWaiting = `SELECT EXISTS (SELECT 1 FROM /*schema*/outbox_intake) OR EXISTS (SELECT 1 FROM /*schema*/outbox_order_wake)`
 
 	// Takes up to $1 keys whose chain may have moved and returns, for
