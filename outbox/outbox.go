@@ -57,10 +57,11 @@ type Config struct {
 	WebhookAllowedNetworks []netip.Prefix
 	// MaxPayloadBytes bounds each payload. Default 256 KiB.
 	MaxPayloadBytes int
-	// River inserts the dispatch jobs. Default: an insert-only client for
-	// Schema that wakes dispatchers at most every 1ms per queue. An
-	// application's own client may be passed instead; its FetchCooldown then
-	// bounds how often inserts wake the dispatchers.
+	// River inserts the dispatch jobs under JobsInTransaction (and is
+	// refused under JobsByDispatcher, which inserts none). Default: an
+	// insert-only client for Schema that wakes dispatchers at most every
+	// 1ms per queue. An application's own client may be passed instead;
+	// its FetchCooldown then bounds how often inserts wake the dispatchers.
 	River *river.Client[pgx.Tx]
 	// Observer, when set, is told the result of every Enqueue call: new
 	// (wrote to the transaction), duplicate (a replay, nothing written),
@@ -68,7 +69,7 @@ type Config struct {
 	// includes calls whose transaction was later rolled back. Package
 	// outboxmetrics counts them as outboxd_enqueue_total{result}.
 	Observer Observer
-	// Jobs says who inserts the River jobs. Default JobsInTransaction.
+	// Jobs says who inserts the River jobs. Default JobsByDispatcher.
 	Jobs JobInsertion
 	// Tracer, when set, traces each Enqueue call as a span ("outbox.enqueue",
 	// a child of the span in its context) and stores that span's W3C
@@ -81,9 +82,10 @@ type Config struct {
 	// millisecond per process). Off by default: Postgres takes a
 	// database-wide lock at the commit of every transaction that issued
 	// NOTIFY, which serialises concurrent committers, and the dispatchers
-	// poll the intake every millisecond while effects arrive. Turn it on
-	// when effects are rare and the first one after a quiet spell must not
-	// wait for the dispatchers' poll interval (100ms by default).
+	// read the intake every millisecond while effects arrive and watch it
+	// every 2ms when none do (10ms after a quiet minute). Turn it on when
+	// effects are rare and the first one after a quiet minute must not
+	// wait for that; WakeDispatchers does the same without the lock.
 	NotifyDispatchers bool
 }
 
@@ -104,18 +106,20 @@ const (
 type JobInsertion int
 
 const (
-	// JobsInTransaction inserts the River jobs in the caller's transaction
-	// with River's InsertManyTx: nothing else has to run for an effect to
-	// be dispatched, and commit-to-fire latency is lowest.
-	JobsInTransaction JobInsertion = iota
-	// JobsByDispatcher writes one narrow row per effect to outbox_intake
-	// in the caller's transaction instead, and wakes the dispatchers (at
-	// most every millisecond per process); outboxd moves the rows into River jobs
-	// in batches. The application's transaction costs about half as much;
-	// an effect reaches a worker a few milliseconds later. Both commit
-	// everything needed with the caller's transaction: a crash at any
-	// point loses nothing.
-	JobsByDispatcher
+	// JobsByDispatcher, the default, writes one narrow row per effect to
+	// outbox_intake in the caller's transaction, and no NOTIFY; the
+	// dispatchers, which watch the intake, move the rows into River jobs,
+	// one per batch of effects due together. The application's
+	// transaction costs about half as much as with JobsInTransaction, its
+	// commit takes no lock, and dispatch runs about 1.6× as fast; an
+	// effect reaches a worker a few milliseconds later at low rates
+	// (docs/enqueue.md).
+	JobsByDispatcher JobInsertion = iota
+	// JobsInTransaction inserts a River job per effect in the caller's
+	// transaction with River's InsertManyTx, whose NOTIFY serialises
+	// concurrent commits. Both modes commit everything needed with the
+	// caller's transaction: a crash at any point loses nothing.
+	JobsInTransaction
 )
 
 // IntakeChannel is the Postgres notification channel on which Enqueue
@@ -153,7 +157,10 @@ func New(cfg Config) (*Outbox, error) {
 		maxPayload: cfg.MaxPayloadBytes,
 	}
 	if cfg.Jobs != JobsInTransaction && cfg.Jobs != JobsByDispatcher {
-		return nil, fmt.Errorf("outbox: Config.Jobs: unknown value %d: use JobsInTransaction or JobsByDispatcher", cfg.Jobs)
+		return nil, fmt.Errorf("outbox: Config.Jobs: unknown value %d: use JobsByDispatcher or JobsInTransaction", cfg.Jobs)
+	}
+	if cfg.River != nil && cfg.Jobs == JobsByDispatcher {
+		return nil, errors.New("outbox: Config.River inserts jobs only under Jobs: outbox.JobsInTransaction: set it, or leave River out (the default, JobsByDispatcher, inserts none)")
 	}
 	for _, v := range cfg.Providers {
 		o.validators[v.Name()] = v
@@ -172,9 +179,6 @@ func New(cfg Config) (*Outbox, error) {
 			return nil, fmt.Errorf("outbox: river client: %w", err)
 		}
 	}
-	if cfg.Jobs == JobsByDispatcher {
-		rc = nil // the effects go to the intake
-	}
 	o.enq = engine.NewEnqueuer(cfg.Schema, rc, cfg.NotifyDispatchers)
 	return o, nil
 }
@@ -192,7 +196,8 @@ type Execer interface {
 // the dispatchers give the effects their jobs at once instead of at their
 // next look at the intake. At most every 50ms from this process: while
 // effects come the dispatchers read the intake every millisecond anyway,
-// and a wake-up matters to one that went back to its idle poll (10ms).
+// and watch it every 2ms when idle: a wake-up matters to one that has been
+// quiet for a minute (it then watches every 10ms).
 // Under JobsInTransaction it does nothing. An error says only that the
 // wake-up was lost: the effects are committed, and the dispatchers find
 // them at their next look.

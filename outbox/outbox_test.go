@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
@@ -33,7 +35,7 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	db := testdb.New(t)
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	return &testBundle{db: db, ob: ob}
 }
@@ -354,7 +356,7 @@ func TestEnqueueMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := outboxmetrics.New(reg)
 	require.NoError(t, err)
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema, Observer: m})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema, Observer: m})
 	require.NoError(t, err)
 	_, err = outboxmetrics.New(reg)
 	require.Error(t, err, "a second registration is an error, not a panic")
@@ -587,6 +589,33 @@ func TestJobsByDispatcherQueuesEffectsInTheIntake(t *testing.T) {
 	require.ErrorContains(t, err, "Config.Jobs")
 }
 
+// TestTheDefaultEnqueueWritesOnlyTheContract: by default the caller's
+// transaction writes the event, its effects and their intake rows, and no
+// River job; a River client is refused unless jobs go in the transaction.
+func TestTheDefaultEnqueueWritesOnlyTheContract(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`), webhookEffect("webhook.b", `{}`))
+		return err
+	}))
+	events, effects, jobs := b.counts(t)
+	require.Equal(t, [3]int{1, 2, 0}, [3]int{events, effects, jobs}, "no River job in the application's transaction")
+	var queued int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+b.db.Schema+`.outbox_intake`).Scan(&queued))
+	require.Equal(t, 2, queued, "one intake row per effect")
+
+	rc, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: b.db.Schema})
+	require.NoError(t, err)
+	_, err = outbox.New(outbox.Config{Schema: b.db.Schema, River: rc})
+	require.ErrorContains(t, err, "Config.River")
+	_, err = outbox.New(outbox.Config{Schema: b.db.Schema, River: rc, Jobs: outbox.JobsInTransaction})
+	require.NoError(t, err)
+}
+
 // TestEveryWayAnEffectArrivesMovesTheIntakeWatch: an idle dispatcher reads
 // the intake only when its watch sequence moves (or after a longer
 // interval), so every way an effect reaches the dispatchers must move it:
@@ -640,7 +669,7 @@ func TestWebhookAllowedNetworksKeepsTheOtherProviders(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema,
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: b.db.Schema,
 		WebhookAllowedNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
 	require.NoError(t, err)
 	err = pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {

@@ -161,7 +161,7 @@ func deref(t *testing.T, params any) any {
 // TestNewRefusesASchemaTheOthersRefuse: outbox.New checks the schema with
 // the rule every other package applies (pgschema), naming the field.
 func TestNewRefusesASchemaTheOthersRefuse(t *testing.T) {
-	_, err := outbox.New(outbox.Config{Schema: "Orders; DROP TABLE orders"})
+	_, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: "Orders; DROP TABLE orders"})
 	require.ErrorContains(t, err, "outbox: Config.Schema: schema \"Orders; DROP TABLE orders\": use one lowercase name")
 }
 

@@ -97,7 +97,8 @@ func (b *bench) atHistory(ctx context.Context, reads bool) (historyResult, error
 	if err != nil {
 		return r, err
 	}
-	ob, err := outbox.New(outbox.Config{Schema: b.schema})
+	// A job per effect, as in every earlier round of these figures.
+	ob, err := outbox.New(outbox.Config{Schema: b.schema, Jobs: outbox.JobsInTransaction})
 	if err != nil {
 		return r, err
 	}

@@ -27,7 +27,8 @@ func (b *bench) idempotencyCost(ctx context.Context) ([]enqueueResult, error) {
 	if _, err := b.pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+b.schema+".bench_orders (id bigserial PRIMARY KEY, customer text NOT NULL, amount int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"); err != nil {
 		return nil, err
 	}
-	ob, err := outbox.New(outbox.Config{Schema: b.schema})
+	// A job per effect, as in every earlier round of these figures.
+	ob, err := outbox.New(outbox.Config{Schema: b.schema, Jobs: outbox.JobsInTransaction})
 	if err != nil {
 		return nil, err
 	}

@@ -113,7 +113,8 @@ func (b *bench) noisyRun(ctx context.Context, tenants bool, d time.Duration) (no
 	if err != nil {
 		return r, err
 	}
-	ob, err := outbox.New(outbox.Config{Schema: b.schema})
+	// A job per effect, as in every earlier round of these figures.
+	ob, err := outbox.New(outbox.Config{Schema: b.schema, Jobs: outbox.JobsInTransaction})
 	if err != nil {
 		return r, err
 	}

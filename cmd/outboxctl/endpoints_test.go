@@ -63,7 +63,7 @@ func TestEndpointsFromTheCommandLine(t *testing.T) {
 	_, err = b.run(t, "", "endpoints", "edit", id, "--url", "https://new.partner.example/in", "--reason", "partner moved")
 	require.NoError(t, err)
 
-	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: b.db.Schema})
 	require.NoError(t, err)
 	var res *outbox.Result
 	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {

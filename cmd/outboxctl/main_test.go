@@ -43,7 +43,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	b := newTestBundle(t)
 	db := b.db
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	ctx := context.Background()
 	names := []string{"pending", "pending_nojob", "fired_stale", "retrying", "failed", "failed_old_window", "confirmed", "confirmed_old", "cancelled", "window_closing"}

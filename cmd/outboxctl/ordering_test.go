@@ -22,7 +22,7 @@ func TestStuckShowsABlockedChainUnderItsHead(t *testing.T) {
 	t.Parallel()
 	b := newTestBundle(t)
 	db := b.db
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	ctx := context.Background()
 	for i, name := range []string{"capture", "refund", "receipt"} {

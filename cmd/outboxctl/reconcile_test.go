@@ -36,7 +36,7 @@ func TestReconcileAsksStripeAndSuggests(t *testing.T) {
 	db := b.db
 	st := fakes.NewFakeStripe()
 	t.Cleanup(st.Close)
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	ctx := context.Background()
 	enqueue := func(name, payload string) *outboxtype.Effect {
@@ -130,7 +130,7 @@ func TestReconcileAsksJetStream(t *testing.T) {
 	np, err := nats.New(ctx, nats.Config{URL: broker.URL, Streams: []string{testbrokers.Stream}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = np.Close() })
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	for _, name := range []string{"published", "lost"} {
 		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {

@@ -55,7 +55,7 @@ func newRunbook(t *testing.T) *runbook {
 	t.Cleanup(recv.Close)
 	sg := fakes.NewFakeSendGrid()
 	t.Cleanup(sg.Close)
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema, WebhookAllowedNetworks: loopback})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema, WebhookAllowedNetworks: loopback})
 	require.NoError(t, err)
 	return &runbook{testBundle: bundleOf(db), recv: recv, sg: sg, ob: ob}
 }

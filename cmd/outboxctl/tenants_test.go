@@ -23,7 +23,7 @@ func TestTenantsShowsWhoWaitsForTheirTurn(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "no tenant has effects queued")
 
-	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: b.db.Schema})
 	require.NoError(t, err)
 	ctx := context.Background()
 	var first uuid.UUID

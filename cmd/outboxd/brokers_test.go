@@ -39,7 +39,7 @@ func TestRunRelaysEventsToJetStreamAndKafka(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(cluster.Close)
 
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	var effects []outbox.EffectResult
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {

@@ -225,7 +225,7 @@ func placeOrders(ctx context.Context, out io.Writer, api string, orders []demoOr
 func retryOrder(ctx context.Context, out io.Writer, pool *pgxpool.Pool, schema, api string, o demoOrder) error {
 	counts := func() (rows [3]int, err error) {
 		err = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+schema+`.orders), (SELECT count(*) FROM `+schema+`.outbox_events),
-			(SELECT count(*) FROM `+schema+`.river_job WHERE kind = $1)`, sideeffects.JobKind).Scan(&rows[0], &rows[1], &rows[2])
+			(SELECT count(*) FROM `+schema+`.side_effects)`).Scan(&rows[0], &rows[1], &rows[2])
 		return rows, err
 	}
 	before, err := counts()
@@ -240,7 +240,7 @@ func retryOrder(ctx context.Context, out io.Writer, pool *pgxpool.Pool, schema, 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "retried POST /orders %s with the same key: HTTP %d, %s: %s; orders, events, dispatch jobs: %v before, %v after\n",
+	fmt.Fprintf(out, "retried POST /orders %s with the same key: HTTP %d, %s: %s; orders, events, effects: %v before, %v after\n",
 		o.id, a.status, idempotency.ReplayedHeader, a.replayed, before, after)
 	a, err = postOrder(ctx, api, "key-"+o.id, strings.Replace(o.body(), fmt.Sprint(o.amount), "1", 1))
 	if err != nil {

@@ -60,7 +60,7 @@ func TestRunDeliversToEndpoints(t *testing.T) {
 		secrets[name] = secret
 	}
 
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema, WebhookAllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema, WebhookAllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	require.NoError(t, err)
 	var res *outbox.Result
 	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {

@@ -63,7 +63,7 @@ func TestDemoConfirmsEveryEffect(t *testing.T) {
 	require.Contains(t, out, "all 6 effects confirmed")
 	require.Regexp(t, `web view: http://127\.0\.0\.1:\d+/ui/ \(read-only`, out)
 	require.Contains(t, out, "(HTTP 500: in doubt) -> fired", "a 5xx does not prove the receiver did nothing: re-fired with the same id")
-	require.Contains(t, out, "HTTP 201, Idempotent-Replayed: true; orders, events, dispatch jobs: [3 3 6] before, [3 3 6] after")
+	require.Contains(t, out, "HTTP 201, Idempotent-Replayed: true; orders, events, effects: [3 3 6] before, [3 3 6] after")
 	require.Contains(t, out, `same key, changed amount: HTTP 422 {"error":{"code":"idempotency_key_reused"`)
 	require.Contains(t, out, "4 requests, 4 with valid signatures, 3 distinct webhook-ids for 3 webhook effects")
 	require.Contains(t, out, "sendgrid: 2 mails")
@@ -244,7 +244,7 @@ func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
 		return 400
 	})
 
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema, Providers: []providers.Validator{
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema, Providers: []providers.Validator{
 		webhook.Schema{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, stripe.Schema{}, sendgrid.Schema{},
 	}})
 	require.NoError(t, err)
@@ -403,7 +403,7 @@ func TestRunConfirmsAnInDoubtEmailFromItsProviderEvent(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	var eff outbox.EffectResult
 	require.NoError(t, pgx.BeginFunc(context.Background(), db.Pool, func(tx pgx.Tx) error {

@@ -42,7 +42,7 @@ func TestChaosBrokers(t *testing.T) {
 	t.Cleanup(cluster.Close)
 
 	const n = 1000
-	ob, err := outbox.New(outbox.Config{Schema: w.db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: w.db.Schema})
 	require.NoError(t, err)
 	for batch := 0; batch < n; batch += 100 {
 		err := pgx.BeginFunc(ctx, w.db.Pool, func(tx pgx.Tx) error {

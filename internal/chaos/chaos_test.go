@@ -326,7 +326,7 @@ func TestChaosLimitHolds(t *testing.T) {
 	const rate, n = 50, 1500
 	w := newWorld(t)
 	ctx := context.Background()
-	ob, err := outbox.New(outbox.Config{Schema: w.db.Schema, Providers: []providers.Validator{
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: w.db.Schema, Providers: []providers.Validator{
 		webhook.Schema{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 	}})
 	require.NoError(t, err)

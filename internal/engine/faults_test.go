@@ -78,7 +78,7 @@ func TestProviderFaultsEndConfirmedOrFailedWithReason(t *testing.T) {
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	p, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loop, Timeout: 300 * time.Millisecond})
 	require.NoError(t, err)
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema, Providers: []providers.Validator{webhook.Schema{AllowedNetworks: loop}}})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema, Providers: []providers.Validator{webhook.Schema{AllowedNetworks: loop}}})
 	require.NoError(t, err)
 	keys := map[uuid.UUID]string{}
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {

@@ -66,7 +66,7 @@ func TestReplicasShareWorkAndFireEachEffectOnce(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	l := &ledger{inFlight: map[string]bool{}, sends: map[string]int{}, byReplica: map[int]int{}}
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema, Providers: []providers.Validator{&countingProvider{}}})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema, Providers: []providers.Validator{&countingProvider{}}})
 	require.NoError(t, err)
 
 	keys := map[string]uuid.UUID{}

@@ -59,7 +59,7 @@ func setupWorker(t *testing.T, opts workerOpts) *workerBundle {
 	}
 	p, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: allowed, Timeout: cmpOr(opts.webhookLimit, 5*time.Second)})
 	require.NoError(t, err)
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema, Providers: []providers.Validator{
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema, Providers: []providers.Validator{
 		webhook.Schema{AllowedNetworks: loopback}, stripe.Schema{}, sendgrid.Schema{},
 	}})
 	require.NoError(t, err)
@@ -469,7 +469,7 @@ func TestGateRefusalUndoesTheClaim(t *testing.T) {
 	p := &gatedProvider{}
 	p.refuse.Store(3)
 	b.cfg.Providers = []providers.Provider{p}
-	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Providers: []providers.Validator{p}})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: b.db.Schema, Providers: []providers.Validator{p}})
 	require.NoError(t, err)
 	b.ob = ob
 	b.start(t)
@@ -499,7 +499,7 @@ func TestGateSlotFreedBeforeTheConfirmation(t *testing.T) {
 		stateAtRelease <- st
 	}
 	b.cfg.Providers = []providers.Provider{p}
-	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Providers: []providers.Validator{p}})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: b.db.Schema, Providers: []providers.Validator{p}})
 	require.NoError(t, err)
 	b.ob = ob
 	b.start(t)

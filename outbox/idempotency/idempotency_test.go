@@ -89,7 +89,7 @@ func newShopOn(t *testing.T, cfg idempotency.Config, mode string, pool func(*tes
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s.mw, err = idempotency.New(mwPool, cfg)
 	require.NoError(t, err)
-	s.ob, err = outbox.New(outbox.Config{Schema: s.db.Schema})
+	s.ob, err = outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: s.db.Schema})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	if mode == threePhase {

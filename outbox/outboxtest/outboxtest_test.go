@@ -46,7 +46,7 @@ func TestRequireEnqueuedInsideTheTransaction(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)

@@ -108,7 +108,7 @@ func TestOneTraceFromRequestToProviderCall(t *testing.T) {
 	})
 
 	app, first, second := newProcess(t), newProcess(t), newProcess(t)
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema, WebhookAllowedNetworks: loopback, Tracer: outboxtrace.New(app.tp)})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema, WebhookAllowedNetworks: loopback, Tracer: outboxtrace.New(app.tp)})
 	require.NoError(t, err)
 
 	// The request, through the Idempotency-Key middleware; the server

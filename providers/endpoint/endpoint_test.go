@@ -96,7 +96,7 @@ func newFixture(t *testing.T) *fixture {
 	require.NoError(t, err)
 	reg, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: db.Schema, Key: key, AllowedNetworks: loopback})
 	require.NoError(t, err)
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	return &fixture{db: db, key: key, reg: reg, ob: ob}
 }

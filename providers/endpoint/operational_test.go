@@ -37,7 +37,7 @@ func TestAFailureRaisesOneOperationalEvent(t *testing.T) {
 
 	gone := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }))
 	defer gone.Close()
-	ob, err := outbox.New(outbox.Config{Schema: f.db.Schema, WebhookAllowedNetworks: loopback})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: f.db.Schema, WebhookAllowedNetworks: loopback})
 	require.NoError(t, err)
 	enqueue := func(name string) uuid.UUID {
 		var res *outbox.Result
@@ -140,7 +140,7 @@ func TestABreakerAndAClosingKeyWindowRaiseTheirEvents(t *testing.T) {
 
 	// An effect fired 23h40m ago whose webhook key window (24h less 5m)
 	// closes in 15 minutes, its retry far off.
-	ob, err := outbox.New(outbox.Config{Schema: f.db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: f.db.Schema})
 	require.NoError(t, err)
 	var res *outbox.Result
 	require.NoError(t, pgx.BeginFunc(ctx, f.db.Pool, func(tx pgx.Tx) error {

@@ -169,7 +169,7 @@ func TestAnAggregatesEventsReachItsPartitionInCommitOrder(t *testing.T) {
 	brokers := startKafka(t)
 	db := testdb.New(t)
 	ctx := context.Background()
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	const n = 30
 	for i := range n {
@@ -229,7 +229,7 @@ func TestAClusterOutageSpendsNoAttempts(t *testing.T) {
 	}, 20*time.Second, 10*time.Millisecond, "with no broker to reach, nothing is produced and it says so as a refusal for rate")
 
 	db := testdb.New(t)
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	var res *outbox.Result
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {

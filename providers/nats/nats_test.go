@@ -238,7 +238,7 @@ func TestABrokerOutageSpendsNoAttempts(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "a disconnected provider publishes nothing and says so as a refusal for rate")
 
 	db := testdb.New(t)
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	var res *outbox.Result
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {

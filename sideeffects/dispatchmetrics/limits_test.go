@@ -30,7 +30,7 @@ func TestLimitSeries(t *testing.T) {
 	const key = "webhook:hooks.example.com"
 	_, _, err := store.Throttle(ctx, db.Pool, key, time.Minute, time.Second, 12, true, nil)
 	require.NoError(t, err)
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	var id uuid.UUID
 	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {

@@ -62,7 +62,7 @@ func newEnv(t *testing.T) *env {
 	e.srv = httptest.NewServer(h)
 	t.Cleanup(e.srv.Close)
 	e.store = engine.NewStore(e.db.Schema)
-	e.ob, err = outbox.New(outbox.Config{Schema: e.db.Schema})
+	e.ob, err = outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: e.db.Schema})
 	require.NoError(t, err)
 	return e
 }

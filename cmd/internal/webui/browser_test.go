@@ -83,7 +83,7 @@ func newSite(t *testing.T) *site {
 	s.ui = httptest.NewServer(h)
 	t.Cleanup(s.ui.Close)
 
-	ob, err := outbox.New(outbox.Config{Schema: s.db.Schema, WebhookAllowedNetworks: loop})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: s.db.Schema, WebhookAllowedNetworks: loop})
 	require.NoError(t, err)
 	for _, name := range []string{"ok", "gone", "busy", "nojob"} {
 		require.NoError(t, pgx.BeginFunc(context.Background(), s.db.Pool, func(tx pgx.Tx) error {
@@ -419,7 +419,7 @@ func TestSearchPagesWithAKeysetCursor(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	for i := range 60 {
 		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -482,7 +482,7 @@ func TestABlockedChainInTheBrowser(t *testing.T) {
 	s := newSite(t)
 	ctx := context.Background()
 	s.recv.Respond("/capture", fakes.Status(http.StatusGone))
-	ob, err := outbox.New(outbox.Config{Schema: s.db.Schema, WebhookAllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: s.db.Schema, WebhookAllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	require.NoError(t, err)
 	for _, name := range []string{"capture", "refund", "receipt"} {
 		require.NoError(t, pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {

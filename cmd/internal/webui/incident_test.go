@@ -49,7 +49,7 @@ func TestAnIncidentFromTheWebViewAlone(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	ui := func(path string) string { return srv.URL + "/ui/" + path }
-	ob, err := outbox.New(outbox.Config{Schema: s.db.Schema, WebhookAllowedNetworks: loop})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: s.db.Schema, WebhookAllowedNetworks: loop})
 	require.NoError(t, err)
 	enqueue := func(kind, path string, notBefore time.Time) uuid.UUID {
 		var id uuid.UUID

@@ -25,7 +25,7 @@ func TestLimitsAndTenantsInTheWebView(t *testing.T) {
 	const key = "webhook:api.partner.example"
 	_, _, err := s.store.Throttle(ctx, s.db.Pool, key, time.Minute, time.Second, 12, true, nil)
 	require.NoError(t, err)
-	ob, err := outbox.New(outbox.Config{Schema: s.db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: s.db.Schema})
 	require.NoError(t, err)
 	require.NoError(t, pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
 		_, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "reminder", Tenant: "acme"},

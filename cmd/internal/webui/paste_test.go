@@ -27,7 +27,7 @@ func TestConfirmOnlyWhatTheReceiverLogged(t *testing.T) {
 	t.Parallel()
 	s := newSite(t)
 	ctx := context.Background()
-	ob, err := outbox.New(outbox.Config{Schema: s.db.Schema, WebhookAllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: s.db.Schema, WebhookAllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	require.NoError(t, err)
 	var effects []*outboxtype.Effect
 	for range 5 {

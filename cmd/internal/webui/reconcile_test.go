@@ -48,7 +48,7 @@ func TestAskTheProviderFromTheWebView(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 
-	ob, err := outbox.New(outbox.Config{Schema: s.db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: s.db.Schema})
 	require.NoError(t, err)
 	var id uuid.UUID
 	require.NoError(t, pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
@@ -137,7 +137,7 @@ func TestAskJetStreamFromTheWebView(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 
-	ob, err := outbox.New(outbox.Config{Schema: s.db.Schema})
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: s.db.Schema})
 	require.NoError(t, err)
 	var res *outbox.Result
 	require.NoError(t, pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
