@@ -269,16 +269,21 @@ func (in *intake) wakeOnPoke(wctx context.Context, cancel context.CancelFunc) fu
 // returns how many rows it took.
 func (in *intake) drain(ctx context.Context) (int, error) {
 	// Most polls find the intake empty: one round trip says so, without
-	// a transaction.
-	var waiting bool
-	if err := in.pool.QueryRow(ctx, in.store.sql(sqlIntakeWaiting)).Scan(&waiting); err != nil {
+	// a transaction, and which of the two statements below have work.
+	var queued, wakes bool
+	if err := in.pool.QueryRow(ctx, in.store.sql(sqlIntakeWaiting)).Scan(&queued, &wakes); err != nil {
 		return 0, fmt.Errorf("intake: %w", err)
 	}
-	if !waiting {
+	if !queued && !wakes {
 		return 0, nil
 	}
 	n := 0
 	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
+		if !queued {
+			woken, err := in.store.WakeChains(ctx, tx, in.client, intakeBatch)
+			n += woken
+			return err
+		}
 		rows, err := tx.Query(ctx, in.store.sql(sqlTakeIntake), intakeBatch)
 		if err != nil {
 			return err
@@ -297,6 +302,7 @@ func (in *intake) drain(ctx context.Context) (int, error) {
 			case ordered:
 				// An effect with an ordering key gets its job when it is
 				// first in its chain: see the wakes below.
+				wakes = true
 			case notBefore != nil && notBefore.After(now):
 				params = append(params, JobParams(id, provider, notBefore))
 			default:
@@ -312,6 +318,11 @@ func (in *intake) drain(ctx context.Context) (int, error) {
 			if _, err := in.client.InsertManyTx(ctx, tx, params); err != nil {
 				return err
 			}
+		}
+		if !wakes {
+			// No key's chain to move: a wake written since is taken at
+			// the next look.
+			return nil
 		}
 		woken, err := in.store.WakeChains(ctx, tx, in.client, intakeBatch)
 		n += woken
