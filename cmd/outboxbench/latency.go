@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -28,6 +29,60 @@ type latencyResult struct {
 	Runs       int           `json:"runs"`
 	CallP99Min time.Duration `json:"commit_to_call_p99_min_ns"`
 	CallP99Max time.Duration `json:"commit_to_call_p99_max_ns"`
+	// Where the time goes, p50 and p99 of each step, read from the River
+	// job that carried each effect: commit to the job's insert (by the
+	// application's transaction itself, or the intake), the insert to
+	// River's fetch of it (attempted_at), the fetch to the provider call
+	// (the claim, limits, the call's start).
+	ToJobP50   time.Duration `json:"commit_to_job_p50_ns"`
+	ToJobP99   time.Duration `json:"commit_to_job_p99_ns"`
+	ToFetchP50 time.Duration `json:"job_to_fetch_p50_ns"`
+	ToFetchP99 time.Duration `json:"job_to_fetch_p99_ns"`
+	ToCallP50  time.Duration `json:"fetch_to_call_p50_ns"`
+	ToCallP99  time.Duration `json:"fetch_to_call_p99_ns"`
+}
+
+// steps reads, for each effect of the run, the first River job that
+// carried it (its own, or a batch's), and sets the step percentiles.
+func (b *bench) steps(ctx context.Context, tr *traffic, r *latencyResult) error {
+	rows, err := b.pool.Query(ctx, `
+SELECT e.id, min(j.created_at), min(j.attempted_at) FROM `+b.schema+`.river_job j
+CROSS JOIN LATERAL (SELECT j.args->>'effect_id' AS id WHERE j.args ? 'effect_id'
+	UNION ALL SELECT jsonb_array_elements_text(j.args->'effect_ids') WHERE j.args ? 'effect_ids') e
+WHERE j.attempted_at IS NOT NULL GROUP BY e.id`)
+	if err != nil {
+		return err
+	}
+	var toJob, toFetch, toCall []time.Duration
+	var id string
+	var inserted, fetched time.Time
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	_, err = pgx.ForEachRow(rows, []any{&id, &inserted, &fetched}, func() error {
+		uid, err := uuid.Parse(id)
+		if err != nil {
+			return nil
+		}
+		c, ok := tr.committed[uid]
+		v, called := tr.calls.Load(id)
+		if !ok || !called {
+			return nil
+		}
+		toJob = append(toJob, max(0, inserted.Sub(c)))
+		toFetch = append(toFetch, max(0, fetched.Sub(inserted)))
+		toCall = append(toCall, max(0, v.(time.Time).Sub(fetched)))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, l := range [][]time.Duration{toJob, toFetch, toCall} {
+		slices.Sort(l)
+	}
+	r.ToJobP50, r.ToJobP99 = percentile(toJob, .5), percentile(toJob, .99)
+	r.ToFetchP50, r.ToFetchP99 = percentile(toFetch, .5), percentile(toFetch, .99)
+	r.ToCallP50, r.ToCallP99 = percentile(toCall, .5), percentile(toCall, .99)
+	return nil
 }
 
 // enqueueMode is one way an application hands effects to the dispatchers.
@@ -134,12 +189,16 @@ func (b *bench) latencyAt(ctx context.Context, rate int, mode enqueueMode) (late
 	}
 	tr.mu.Unlock()
 	slices.Sort(toConfirm)
-	if err := b.clear(ctx); err != nil {
-		return latencyResult{}, err
-	}
-	return latencyResult{
+	res := latencyResult{
 		Jobs: mode.name, Rate: rate, Achieved: achieved, N: n,
 		CallP50: percentile(toCall, .5), CallP95: percentile(toCall, .95), CallP99: percentile(toCall, .99),
 		ConfirmP50: percentile(toConfirm, .5), ConfirmP95: percentile(toConfirm, .95), ConfirmP99: percentile(toConfirm, .99),
-	}, nil
+	}
+	if err := b.steps(ctx, tr, &res); err != nil {
+		return latencyResult{}, err
+	}
+	if err := b.clear(ctx); err != nil {
+		return latencyResult{}, err
+	}
+	return res, nil
 }

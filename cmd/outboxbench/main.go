@@ -509,6 +509,11 @@ func printReport(out io.Writer, rep report) {
 				ms(r.CallP50), ms(r.CallP95), ms(r.CallP99), ms(r.CallP99Min), ms(r.CallP99Max), r.Runs,
 				ms(r.ConfirmP50), ms(r.ConfirmP95), ms(r.ConfirmP99))
 		}
+		fmt.Fprintln(tw, "\nLATENCY BY STEP, THE SAME RUNS\tOFFERED/S\tCOMMIT->RIVER JOB P50/P99\tJOB->RIVER FETCH P50/P99\tFETCH->CALL P50/P99")
+		for _, r := range rep.Latency {
+			fmt.Fprintf(tw, "%s\t%d\t%s / %s\t%s / %s\t%s / %s\n", r.Jobs, r.Rate,
+				ms(r.ToJobP50), ms(r.ToJobP99), ms(r.ToFetchP50), ms(r.ToFetchP99), ms(r.ToCallP50), ms(r.ToCallP99))
+		}
 	}
 	if len(rep.History) > 0 {
 		fmt.Fprintln(tw, "\nCOST VERSUS HISTORY\tRIVER JOBS\tSIDE_EFFECTS SIZE\tENQUEUE COST VS BARE (C8)\tNO-OP DISPATCH/S\tCOMMIT->CALL P99 AT 200/S\tVS EMPTY: ENQUEUE / DISPATCH / P99 (TARGET WITHIN 10%)")
