@@ -108,15 +108,19 @@ func (in *intake) listen(ctx context.Context) error {
 			conn.Conn().Close(uctx) //nolint:errcheck // the pool discards it
 		}
 	}()
-	mark, err := in.watch(ctx, conn)
-	if err != nil {
-		return err
-	}
+	// mark is the watch's number at the last look; starting active, the
+	// first drain reads it.
+	var mark int64
 	lastFound := time.Now()
 	for ctx.Err() == nil {
-		n, err := in.drain(ctx)
+		n, w, err := in.drain(ctx)
 		if err != nil {
 			return err
+		}
+		if w != mark {
+			// Numbers were drawn since the last look: their transactions
+			// may commit after this drain, so keep reading for a while.
+			mark, lastFound = w, time.Now()
 		}
 		fed, queued, err := in.feed(ctx)
 		if err != nil {
@@ -163,8 +167,7 @@ func (in *intake) listen(ctx context.Context) error {
 				return err
 			}
 			if notified(conn) || m != mark {
-				mark, lastFound = m, time.Now()
-				break
+				break // the drain's look at the watch keeps it reading
 			}
 		}
 	}
@@ -266,16 +269,19 @@ func (in *intake) wakeOnPoke(wctx context.Context, cancel context.CancelFunc) fu
 
 // drain moves one batch of intake rows into River jobs, and gives the
 // next effect of each ordering key that may have moved its job, and
-// returns how many rows it took.
-func (in *intake) drain(ctx context.Context) (int, error) {
+// returns how many rows it took and the watch's last number as its first
+// statement read it.
+func (in *intake) drain(ctx context.Context) (int, int64, error) {
 	// Most polls find the intake empty: one round trip says so, without
-	// a transaction, and which of the two statements below have work.
+	// a transaction, which of the two statements below have work, and
+	// the watch's last number (drawn before what this drain can see).
 	var queued, wakes bool
-	if err := in.pool.QueryRow(ctx, in.store.sql(sqlIntakeWaiting)).Scan(&queued, &wakes); err != nil {
-		return 0, fmt.Errorf("intake: %w", err)
+	var watch int64
+	if err := in.pool.QueryRow(ctx, in.store.sql(sqlIntakeWaiting)).Scan(&queued, &wakes, &watch); err != nil {
+		return 0, 0, fmt.Errorf("intake: %w", err)
 	}
 	if !queued && !wakes {
-		return 0, nil
+		return 0, watch, nil
 	}
 	n := 0
 	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
@@ -329,9 +335,9 @@ func (in *intake) drain(ctx context.Context) (int, error) {
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("intake: %w", err)
+		return 0, 0, fmt.Errorf("intake: %w", err)
 	}
-	return n, nil
+	return n, watch, nil
 }
 
 // NextInChains gives the first effect of each of keys that has not ended, if

@@ -146,7 +146,8 @@ SELECT id, provider, not_before FROM heads, (SELECT count(*) FROM notified) n`
 	// wakes and the tenants' queues.
 	sqlIntakeWatch = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM /*schema*/outbox_intake_watch`
 
-	sqlIntakeWaiting = `SELECT EXISTS (SELECT 1 FROM /*schema*/outbox_intake), EXISTS (SELECT 1 FROM /*schema*/outbox_order_wake)`
+	sqlIntakeWaiting = `SELECT EXISTS (SELECT 1 FROM /*schema*/outbox_intake), EXISTS (SELECT 1 FROM /*schema*/outbox_order_wake),
+	(` + sqlIntakeWatch + `)`
 
 	// Takes up to $1 keys whose chain may have moved and returns, for
 	// each, its first effect that has not ended if that one is pending:
