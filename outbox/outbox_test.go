@@ -546,11 +546,15 @@ func TestEnqueueFiftyGoroutinesOverlapping(t *testing.T) {
 	require.Equal(t, [3]int{events, 2 * events, 2 * events}, [3]int{events_, effects, jobs})
 }
 
-func TestJobsByDispatcherQueuesEffectsInTheIntake(t *testing.T) {
+// TestTheDefaultEnqueueWritesOnlyTheContract: by default
+// (JobsByDispatcher) the caller's transaction writes the event, its
+// effects and their intake rows, and no River job; a River client is
+// refused unless jobs go in the transaction.
+func TestTheDefaultEnqueueWritesOnlyTheContract(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.JobsByDispatcher})
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema})
 	require.NoError(t, err)
 	intake := func() int {
 		var n int
@@ -587,26 +591,6 @@ func TestJobsByDispatcherQueuesEffectsInTheIntake(t *testing.T) {
 
 	_, err = outbox.New(outbox.Config{Jobs: 7})
 	require.ErrorContains(t, err, "Config.Jobs")
-}
-
-// TestTheDefaultEnqueueWritesOnlyTheContract: by default the caller's
-// transaction writes the event, its effects and their intake rows, and no
-// River job; a River client is refused unless jobs go in the transaction.
-func TestTheDefaultEnqueueWritesOnlyTheContract(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema})
-	require.NoError(t, err)
-	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
-		_, err := ob.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`), webhookEffect("webhook.b", `{}`))
-		return err
-	}))
-	events, effects, jobs := b.counts(t)
-	require.Equal(t, [3]int{1, 2, 0}, [3]int{events, effects, jobs}, "no River job in the application's transaction")
-	var queued int
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+b.db.Schema+`.outbox_intake`).Scan(&queued))
-	require.Equal(t, 2, queued, "one intake row per effect")
 
 	rc, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: b.db.Schema})
 	require.NoError(t, err)
