@@ -122,13 +122,6 @@ const (
 	JobsInTransaction
 )
 
-// IntakeChannel is the Postgres notification channel on which Enqueue
-// wakes the dispatchers under NotifyDispatchers; the payload is the schema.
-//
-// Deprecated: nothing an application does needs it (NotifyDispatchers
-// sends the notification); it stays for programs that listened on it.
-const IntakeChannel = engine.IntakeChannel
-
 // Outbox enqueues events and side effects. It is safe for concurrent use.
 type Outbox struct {
 	store      *engine.Store
