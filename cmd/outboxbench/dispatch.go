@@ -166,13 +166,14 @@ func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dis
 		withRefs[i].VsRiver, withRefs[i].VsRiverSame = withRefs[i].PerSecond/fast.PerSecond, withRefs[i].PerSecond/same.PerSecond
 	}
 	out = append(out, withRefs...)
+	var intake dispatchResult
 	if b.s.OrderedKeys > 0 {
 		// Unordered effects whose jobs the dispatcher inserts from the
 		// intake (outbox.JobsByDispatcher), as it inserts an ordered
 		// chain's: the like-for-like baseline of the ordered rows.
 		n := b.s.OrderedKeys * b.s.OrderedPerKey
 		noop := &noopProvider{}
-		intake, err := b.burnDownWith(ctx, "outboxd, no-op provider, jobs by dispatcher", n, noop, func() int { return int(noop.calls.Load()) },
+		intake, err = b.burnDownWith(ctx, "outboxd, no-op provider, jobs by dispatcher", n, noop, func() int { return int(noop.calls.Load()) },
 			func(ctx context.Context) error { return b.seedIntake(ctx, n, noop.Name(), `{}`) })
 		if err != nil {
 			return nil, err
@@ -198,12 +199,23 @@ func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dis
 		}
 	}
 	if withWebhook && b.s.WebhookEffects > 0 {
-		wh, err := b.webhookBurnDown(ctx)
+		wh, err := b.webhookBurnDown(ctx, false)
 		if err != nil {
 			return nil, err
 		}
-		wh.VsRiver, wh.VsRiverSame = wh.PerSecond/fast.PerSecond, wh.PerSecond/same.PerSecond
+		wh.VsRiver, wh.VsRiverSame, wh.VsNoop = wh.PerSecond/fast.PerSecond, wh.PerSecond/same.PerSecond, wh.PerSecond/ours.PerSecond
 		out = append(out, wh)
+		// The default: webhooks found in the intake, fired from batch
+		// jobs, against the no-op provider's effects found the same way.
+		whIntake, err := b.webhookBurnDown(ctx, true)
+		if err != nil {
+			return nil, err
+		}
+		whIntake.VsRiver, whIntake.VsRiverSame = whIntake.PerSecond/fast.PerSecond, whIntake.PerSecond/same.PerSecond
+		if intake.PerSecond > 0 {
+			whIntake.VsNoop = whIntake.PerSecond / intake.PerSecond
+		}
+		out = append(out, whIntake)
 		ep, err := b.endpointBurnDown(ctx)
 		if err != nil {
 			return nil, err
@@ -438,7 +450,10 @@ func localReceiver() (addr string, received *atomic.Int64, stop func(), err erro
 
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 
-func (b *bench) webhookBurnDown(ctx context.Context) (dispatchResult, error) {
+// webhookBurnDown burns down webhooks to one local receiver, each with its
+// own River job or, fromIntake, found in the intake as the default enqueue
+// leaves them (fired from batch jobs).
+func (b *bench) webhookBurnDown(ctx context.Context, fromIntake bool) (dispatchResult, error) {
 	addr, received, stop, err := localReceiver()
 	if err != nil {
 		return dispatchResult{}, err
@@ -453,6 +468,11 @@ func (b *bench) webhookBurnDown(ctx context.Context) (dispatchResult, error) {
 		return dispatchResult{}, err
 	}
 	payload := `{"url": "http://` + addr + `/hook", "body": {"type": "order.paid", "order": "ord_42"}}`
+	if fromIntake {
+		n := b.s.WebhookEffects
+		return b.burnDownWith(ctx, "outboxd, webhook provider, jobs by dispatcher", n, p, func() int { return int(received.Load()) },
+			func(ctx context.Context) error { return b.seedIntake(ctx, n, p.Name(), payload) })
+	}
 	return b.burnDown(ctx, "outboxd, webhook provider", b.s.WebhookEffects, p, payload, func() int { return int(received.Load()) })
 }
 
@@ -492,7 +512,10 @@ func (b *bench) endpointBurnDown(ctx context.Context) (dispatchResult, error) {
 }
 
 // seedEffects writes n events and effects with SQL and their dispatch jobs
-// with River, outside the timed part.
+// with River, outside the timed part. Each effect's id is derived from its
+// key (outboxd_effect_id), as Enqueue and outboxd_enqueue write it: a row
+// with another id is also indexed by its key (side_effects_other_id_key_idx),
+// a SHA-256 and an index entry at each update that is not HOT.
 func (b *bench) seedEffects(ctx context.Context, n int, provider, payload string) error {
 	return b.seedEffectsOf(ctx, n, benchKind, provider, payload)
 }
@@ -509,7 +532,7 @@ WITH ev AS (
 	SELECT gen_random_uuid(), 'bench', '{"order": "ord_42"}' FROM generate_series(1, $1)
 	RETURNING id)
 INSERT INTO `+b.schema+`.side_effects (id, source_id, kind, provider, payload)
-SELECT gen_random_uuid(), id, $4, $2, $3::jsonb FROM ev
+SELECT `+b.schema+`.outboxd_effect_id(id, $4), id, $4, $2, $3::jsonb FROM ev
 RETURNING id`, n, provider, payload, kind)
 	if err != nil {
 		return err
@@ -545,7 +568,7 @@ WITH ev AS (
 	RETURNING id),
 eff AS (
 	INSERT INTO `+b.schema+`.side_effects (id, source_id, kind, provider, payload)
-	SELECT gen_random_uuid(), id, 'bench.effect', $2, $3::jsonb FROM ev
+	SELECT `+b.schema+`.outboxd_effect_id(id, 'bench.effect'), id, 'bench.effect', $2, $3::jsonb FROM ev
 	RETURNING id, provider)
 INSERT INTO `+b.schema+`.outbox_intake (effect_id, provider) SELECT id, provider FROM eff`, n, provider, payload)
 	if err != nil {
@@ -566,7 +589,7 @@ WITH ev AS (
 	RETURNING id),
 numbered AS (SELECT id, row_number() OVER () AS i FROM ev)
 INSERT INTO `+b.schema+`.side_effects (id, source_id, kind, provider, payload, ordering_key)
-SELECT gen_random_uuid(), id, 'bench.effect', $2, $3::jsonb, 'bench-' || (i % $4) FROM numbered ORDER BY i`, n, provider, payload, keys)
+SELECT `+b.schema+`.outboxd_effect_id(id, 'bench.effect'), id, 'bench.effect', $2, $3::jsonb, 'bench-' || (i % $4) FROM numbered ORDER BY i`, n, provider, payload, keys)
 	if err != nil {
 		return err
 	}

@@ -474,6 +474,9 @@ func printReport(out io.Writer, rep report) {
 			if r.VsNoRefIndex > 0 {
 				unordered = fmt.Sprintf("%.2fx without the reference index", r.VsNoRefIndex)
 			}
+			if r.VsNoop > 0 {
+				unordered = fmt.Sprintf("%.2fx the no-op provider's (target >= 0.8)", r.VsNoop)
+			}
 			if r.VsIntake > 0 {
 				unordered += fmt.Sprintf("; %.2fx vs jobs by dispatcher", r.VsIntake)
 				if r.Keys > 1 {

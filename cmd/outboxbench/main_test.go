@@ -73,10 +73,13 @@ func TestBenchRuns(t *testing.T) {
 	}
 	require.Len(t, rep.Idempotency, 4, "with and without the middleware, at two concurrencies")
 	require.Positive(t, rep.Idempotency[1].CostRatio)
-	require.Len(t, rep.Dispatch, 9, "River fast, River with outboxd's settings, Watermill's forwarder, outboxd no-op, traced, "+
-		"with provider references without and with their index, outboxd webhook, one endpoint")
-	require.Contains(t, rep.Dispatch[8].Name, "endpoint provider")
+	require.Len(t, rep.Dispatch, 10, "River fast, River with outboxd's settings, Watermill's forwarder, outboxd no-op, traced, "+
+		"with provider references without and with their index, outboxd webhook with a job each and from the intake, one endpoint")
+	require.Contains(t, rep.Dispatch[9].Name, "endpoint provider")
+	require.Positive(t, rep.Dispatch[9].PerSecond)
+	require.Contains(t, rep.Dispatch[8].Name, "webhook provider, jobs by dispatcher")
 	require.Positive(t, rep.Dispatch[8].PerSecond)
+	require.Positive(t, rep.Dispatch[7].VsNoop, "the webhooks against the no-op provider")
 	require.Contains(t, rep.Dispatch[6].Name, "answering a reference")
 	require.Positive(t, rep.Dispatch[6].VsNoRefIndex)
 	require.Equal(t, 400, rep.Dispatch[5].N, "two runs of each, alternating")

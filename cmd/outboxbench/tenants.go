@@ -75,7 +75,7 @@ WITH ev AS (
 	SELECT gen_random_uuid(), 'bench', '{}' FROM generate_series(1, $1)
 	RETURNING id)
 INSERT INTO `+b.schema+`.side_effects (id, source_id, kind, provider, payload, tenant, waiting_for, waiting_since)
-SELECT gen_random_uuid(), id, 'bench.effect', $2, $3::jsonb, $4, 'turn:' || $4, now() FROM ev`, n, stripe.Name, payload, tenant)
+SELECT `+b.schema+`.outboxd_effect_id(id, 'bench.effect'), id, 'bench.effect', $2, $3::jsonb, $4, 'turn:' || $4, now() FROM ev`, n, stripe.Name, payload, tenant)
 	if err != nil {
 		return err
 	}
