@@ -49,95 +49,36 @@ const (
 	DefaultFetchPollInterval = 100 * time.Millisecond
 )
 
-// Config configures a Dispatcher. sideeffects.Config, its public face, has
-// the same fields in the same order and is converted to it: keep the two
-// alike.
+// Config configures a Dispatcher. Its fields are documented once, on
+// sideeffects.Config, its public face, which has the same fields in the
+// same order and is converted to it (the conversion stops compiling if
+// the two drift apart).
 type Config struct {
-	// Schema holds outboxd's and River's tables ("" uses search_path).
-	Schema string
-	// Providers are the providers this process dispatches for; each gets its
-	// own River queue, named after it, so a slow provider cannot starve the
-	// others.
-	Providers []providers.Provider
-	// Concurrency is the number of workers per provider queue. A provider
-	// not listed gets DefaultConcurrency.
-	Concurrency map[string]int
-	// InDoubt overrides a provider's in-doubt policy for individual kinds.
-	InDoubt map[string]providers.InDoubtPolicy
-	// Retry is the retry schedule.
-	Retry RetryPolicy
-	// JobTimeout cancels an attempt that runs longer. It must exceed every
-	// provider's request timeout. Default 1m.
-	JobTimeout time.Duration
-	// ShutdownTimeout is how long Stop lets in-flight attempts finish
-	// before River cancels them. Default 30s.
-	ShutdownTimeout time.Duration
-	// RescueAfter is how long a job may stay running before River assumes
-	// its worker died and retries it. Must exceed JobTimeout. Default 2m.
-	RescueAfter time.Duration
-	// FetchCooldown and FetchPollInterval tune River's fetch loop. Defaults
-	// 5ms and 100ms.
-	FetchCooldown     time.Duration
-	FetchPollInterval time.Duration
-	// SweepInterval is how often the leader looks for pending and fired
-	// effects without a dispatch job. Default 1m.
-	SweepInterval time.Duration
-	// SweepGrace leaves alone effects changed more recently than this.
-	// Default 1m.
-	SweepGrace time.Duration
-	// Retention is how long terminal effects are kept; it must exceed every
-	// provider's key window. Default 30 days; -1 disables the purge.
-	Retention time.Duration
-	// RetentionInterval is how often the purge runs. Default 1h.
-	RetentionInterval time.Duration
-	// CompletedJobRetention is how long River keeps a completed dispatch
-	// job (its CompletedJobRetentionPeriod). The effect row holds all a
-	// completed job says; the job is kept a while only to be read beside
-	// it. Default 1h (River's own default, 24h, makes river_job the
-	// biggest table: about 550 bytes per effect for a day).
+	Schema                string
+	Providers             []providers.Provider
+	Concurrency           map[string]int
+	InDoubt               map[string]providers.InDoubtPolicy
+	Retry                 RetryPolicy
+	JobTimeout            time.Duration
+	ShutdownTimeout       time.Duration
+	RescueAfter           time.Duration
+	FetchCooldown         time.Duration
+	FetchPollInterval     time.Duration
+	SweepInterval         time.Duration
+	SweepGrace            time.Duration
+	Retention             time.Duration
+	RetentionInterval     time.Duration
 	CompletedJobRetention time.Duration
-	// Limits sets rate limits, in requests a second, shared by every
-	// replica, by limit key: a provider's name for its account
-	// ("stripe", "sendgrid"), or a key a provider names
-	// ("webhook:api.partner.example"). Stripe's account limit defaults to
-	// Stripe's published rate (live 100/s, test 25/s); keys with no rate
-	// slow down only when the provider answers 429. A rate an operator set
-	// (outboxctl limits set) is kept over these. See docs/limits.md.
-	Limits map[string]float64
-	// LimitPause is how long a 429 that names no delay pauses its limit
-	// key, doubled for each such 429 in a row. Default 500ms.
-	LimitPause time.Duration
-	// TenantWindow is how many effects of one tenant, per provider, may
-	// have a dispatch job at once (queued in River or being worked);
-	// the rest wait in their tenant's queue, so that another tenant's new
-	// effect has at most this many of each tenant's ahead of it. Effects
-	// without a tenant are not limited. Default 32.
-	TenantWindow int
-	// TenantWeights multiply TenantWindow for the tenants named: a weight
-	// of 2 gives a tenant twice the window. Positive; default 1.
-	TenantWeights map[string]float64
-	// Metrics, when set, receives what the dispatcher measures (see package
-	// dispatchmetrics for Prometheus).
-	Metrics Observer
-	// Tracer, when set, traces each dispatch as a span ("outboxd.dispatch")
-	// that continues the trace stored with the effect's event by the
-	// enqueuing application, and each provider call as a client span
-	// inside it; log lines of a dispatch carry its trace_id and span_id.
-	// Package outbox/outboxtrace provides one for OpenTelemetry.
-	Tracer Tracer
-	// RiverMiddleware is added to the dispatcher's River client, for
-	// example River's OpenTelemetry middleware (rivercontrib/otelriver),
-	// whose job spans the dispatch spans link to.
-	RiverMiddleware []rivertype.Middleware
-	// Logger receives outboxd's and River's logs. Default slog.Default().
-	Logger *slog.Logger
-	// Settings, when set, are recorded with this process's host and pid
-	// for `outboxctl dispatchers` while it runs (refreshed every 30s,
-	// marked stopped by Stop): what an operator needs to read its
-	// behaviour, never secrets.
-	Settings map[string]any
-	// TestOnly shortens River's start-up for tests.
-	TestOnly bool
+	Limits                map[string]float64
+	LimitPause            time.Duration
+	TenantWindow          int
+	TenantWeights         map[string]float64
+	Metrics               Observer
+	Tracer                Tracer
+	RiverMiddleware       []rivertype.Middleware
+	Logger                *slog.Logger
+	Settings              map[string]any
+	TestOnly              bool
 }
 
 // heartbeatInterval is how often a running dispatcher refreshes its

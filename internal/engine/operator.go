@@ -32,17 +32,13 @@ type Operator struct {
 	cfg   OperatorConfig
 }
 
-// OperatorConfig tells the operator what the dispatchers were told: the
-// guarantees of each provider and the per-kind in-doubt policies, so that a
-// redrive applies the same rules a worker would.
+// OperatorConfig tells the operator what the dispatchers were told, so
+// that a redrive applies the same rules a worker would. Its fields are
+// documented on sideeffects.OperatorConfig, converted to it.
 type OperatorConfig struct {
-	// Schema holds outboxd's and River's tables ("" uses search_path).
-	Schema string
-	// Guarantees by provider name. A provider not listed is treated as
-	// having no idempotency keys: an effect of it in doubt is at_most_once.
+	Schema     string
 	Guarantees map[string]providers.Guarantees
-	// InDoubt overrides a provider's in-doubt policy for individual kinds.
-	InDoubt map[string]providers.InDoubtPolicy
+	InDoubt    map[string]providers.InDoubtPolicy
 }
 
 // RedriveReserve is the part of a key window a retry must leave: a retry
