@@ -23,6 +23,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxmetrics"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
@@ -98,7 +99,7 @@ func TestEnqueueCommitAndRollback(t *testing.T) {
 		ctx := context.Background()
 		e, err := engine.NewStore(b.db.Schema).Get(ctx, b.db.Pool, res.Effects[0].ID)
 		require.NoError(t, err)
-		require.Equal(t, engine.StatePending, e.State)
+		require.Equal(t, outboxtype.StatePending, e.State)
 		require.Equal(t, res.Effects[0].Key, e.IdempotencyKey)
 		var queue string
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT queue FROM `+b.db.Schema+`.river_job

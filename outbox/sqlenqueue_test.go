@@ -18,6 +18,7 @@ import (
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
@@ -384,12 +385,12 @@ func TestSQLEnqueuedEffectsAreDispatched(t *testing.T) {
 		want = append(want, *r.Key)
 		e, err := st.Get(ctx, b.db.Pool, *r.EffectID)
 		require.NoError(t, err)
-		require.Equal(t, engine.StateConfirmed, e.State)
+		require.Equal(t, outboxtype.StateConfirmed, e.State)
 	}
 	require.Equal(t, want, steps, "each sent once, with its key, in order")
 	broken, err := st.Get(ctx, b.db.Pool, *rows[5].EffectID)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateFailed, broken.State)
+	require.Equal(t, outboxtype.StateFailed, broken.State)
 	require.NotNil(t, broken.LastError)
 	require.Contains(t, *broken.LastError, "payload.headers")
 }

@@ -11,6 +11,7 @@
 // in rivertype: package outbox (enqueue), package sideeffects (dispatch
 // and operate), the providers (a call's Result, an EventReport, a
 // DestinationState, what a provider Found, which package providers names
-// for them) and the engine below them all speak in these types, so that
-// reading one never means importing the others.
+// for them) and the engine below them all speak in these types, by these
+// names (the engine keeps no aliases of them), so that reading one never
+// means importing the others.
 package outboxtype

@@ -7,10 +7,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // RecordAttempt records a failed attempt.
-func (s *Store) RecordAttempt(ctx context.Context, db DB, a Attempt) error {
+func (s *Store) RecordAttempt(ctx context.Context, db DB, a outboxtype.Attempt) error {
 	if _, err := db.Exec(ctx, s.sql(sqlRecordAttempt), a.EffectID, a.Attempt, a.StartedAt, a.Duration.Milliseconds(), a.Outcome, a.Error, a.Host); err != nil {
 		return fmt.Errorf("record attempt of effect %s: %w", a.EffectID, err)
 	}
@@ -18,13 +20,13 @@ func (s *Store) RecordAttempt(ctx context.Context, db DB, a Attempt) error {
 }
 
 // Attempts lists the failed attempts of effect id, oldest first.
-func (s *Store) Attempts(ctx context.Context, db DB, id uuid.UUID) ([]Attempt, error) {
+func (s *Store) Attempts(ctx context.Context, db DB, id uuid.UUID) ([]outboxtype.Attempt, error) {
 	rows, err := db.Query(ctx, s.sql(sqlAttemptsOf), id)
 	if err != nil {
 		return nil, fmt.Errorf("attempts of effect %s: %w", id, err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
-		var a Attempt
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.Attempt, error) {
+		var a outboxtype.Attempt
 		var ms int64
 		err := r.Scan(&a.EffectID, &a.Attempt, &a.StartedAt, &ms, &a.Outcome, &a.Error, &a.Host)
 		a.Duration = time.Duration(ms) * time.Millisecond

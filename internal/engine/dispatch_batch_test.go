@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
@@ -52,7 +53,7 @@ func TestEffectsDueTogetherShareABatchJob(t *testing.T) {
 	}
 	b.start(t)
 	for _, e := range effects {
-		b.waitFor(t, e.ID, engine.StateConfirmed)
+		b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 		require.Len(t, b.recv.ByID()[e.Key], 1, "delivered once, with its key")
 		own, batches := b.jobs(t, e.ID)
 		require.Equal(t, 0, own, "no job of its own")
@@ -78,7 +79,7 @@ func TestABatchHandsARetryToAJobOfItsOwn(t *testing.T) {
 		fine = append(fine, b.enqueue(t, "/orders"))
 	}
 	b.start(t)
-	got := b.waitFor(t, flaky.ID, engine.StateConfirmed)
+	got := b.waitFor(t, flaky.ID, outboxtype.StateConfirmed)
 	require.Equal(t, 2, got.Attempts)
 	ds := b.recv.ByID()[flaky.Key]
 	require.Len(t, ds, 2)
@@ -87,7 +88,7 @@ func TestABatchHandsARetryToAJobOfItsOwn(t *testing.T) {
 	require.Equal(t, 1, own, "the retry is a job of its own")
 	require.Equal(t, 1, batches)
 	for _, e := range fine {
-		b.waitFor(t, e.ID, engine.StateConfirmed)
+		b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 		require.Len(t, b.recv.ByID()[e.Key], 1)
 		own, _ := b.jobs(t, e.ID)
 		require.Zero(t, own)
@@ -122,8 +123,8 @@ VALUES ('retryable', 1, 100, now() - interval '5 minutes', now(), jsonb_build_ob
 	require.NoError(t, err)
 
 	b.start(t)
-	b.waitFor(t, fired.ID, engine.StateConfirmed)
-	b.waitFor(t, pending.ID, engine.StateConfirmed)
+	b.waitFor(t, fired.ID, outboxtype.StateConfirmed)
+	b.waitFor(t, pending.ID, outboxtype.StateConfirmed)
 	require.Empty(t, b.recv.ByID()[confirmed.Key], "a confirmed effect is never sent again")
 	require.Len(t, b.recv.ByID()[fired.Key], 1, "re-fired once, with its key")
 	require.Len(t, b.recv.ByID()[pending.Key], 1)
@@ -167,7 +168,7 @@ RETURNING id`, e.ID).Scan(&job))
 		return out
 	}
 	require.NotContains(t, swept(), e.ID, "the sweeper leaves an effect in a live batch alone")
-	chs, err := b.operator(t).Requeue(ctx, []uuid.UUID{e.ID}, engine.ActionOpts{Actor: "alice", Reason: "stuck?"})
+	chs, err := b.operator(t).Requeue(ctx, []uuid.UUID{e.ID}, outboxtype.ActionOpts{Actor: "alice", Reason: "stuck?"})
 	require.NoError(t, err)
 	require.False(t, chs[0].Applied)
 	require.Contains(t, chs[0].Skipped, "live for it already")
@@ -219,7 +220,7 @@ func TestAnEffectSentBackWhileInABatchIsFiredByItsOwnJobOnce(t *testing.T) {
 	x, y := b.enqueue(t, "/slow"), b.enqueue(t, "/orders")
 	b.insertBatch(t, x.ID, y.ID)
 	op := b.operator(t)
-	opts := engine.ActionOpts{Actor: "alice", Reason: "wrong order"}
+	opts := outboxtype.ActionOpts{Actor: "alice", Reason: "wrong order"}
 	_, err := op.Cancel(ctx, []uuid.UUID{x.ID}, opts)
 	require.NoError(t, err)
 	chs, err := op.Retry(ctx, []uuid.UUID{x.ID}, opts)
@@ -231,14 +232,14 @@ func TestAnEffectSentBackWhileInABatchIsFiredByItsOwnJobOnce(t *testing.T) {
 	require.NoError(t, err)
 
 	b.start(t)
-	b.waitFor(t, y.ID, engine.StateConfirmed)
+	b.waitFor(t, y.ID, outboxtype.StateConfirmed)
 	<-arrived
 	var ownState string
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT state FROM `+b.db.Schema+`.river_job
 		WHERE kind = 'outboxd.dispatch' AND args->>'effect_id' = $1`, x.ID.String()).Scan(&ownState))
 	require.Equal(t, "running", ownState, "the effect sent back is fired by its own job, not by the batch it was in")
 	close(release)
-	b.waitFor(t, x.ID, engine.StateConfirmed)
+	b.waitFor(t, x.ID, outboxtype.StateConfirmed)
 	require.Len(t, b.recv.ByID()[x.Key], 1, "delivered once")
 }
 
@@ -255,23 +256,23 @@ func TestAFailedEffectOfARunningBatchCanBeRetried(t *testing.T) {
 	slow, gone := b.enqueue(t, "/slow"), b.enqueue(t, "/gone")
 	job := b.insertBatch(t, slow.ID, gone.ID)
 	b.start(t)
-	b.waitFor(t, gone.ID, engine.StateFailed)
+	b.waitFor(t, gone.ID, outboxtype.StateFailed)
 	<-arrived
 	var state string
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT state FROM `+b.db.Schema+`.river_job WHERE id = $1`, job).Scan(&state))
 	require.Equal(t, "running", state, "the batch still works the slow effect")
 
 	op := b.operator(t)
-	chs, err := op.Retry(ctx, []uuid.UUID{gone.ID}, engine.ActionOpts{Actor: "alice", Reason: "receiver fixed"})
+	chs, err := op.Retry(ctx, []uuid.UUID{gone.ID}, outboxtype.ActionOpts{Actor: "alice", Reason: "receiver fixed"})
 	require.NoError(t, err)
 	require.True(t, chs[0].Applied, chs[0].Skipped)
 	// The slow effect's call is in flight: a forced retry of it is refused.
-	chs, err = op.Retry(ctx, []uuid.UUID{slow.ID}, engine.ActionOpts{Actor: "alice", Reason: "stuck?", Force: true})
+	chs, err = op.Retry(ctx, []uuid.UUID{slow.ID}, outboxtype.ActionOpts{Actor: "alice", Reason: "stuck?", Force: true})
 	require.NoError(t, err)
 	require.False(t, chs[0].Applied)
 	require.True(t, chs[0].Transient)
 	require.Contains(t, chs[0].Skipped, "is running for it")
-	b.waitFor(t, gone.ID, engine.StateConfirmed)
+	b.waitFor(t, gone.ID, outboxtype.StateConfirmed)
 }
 
 // A job of its own that finds its effect fired by a batch still running
@@ -309,7 +310,7 @@ func TestAnOwnJobWaitsForABatchInFlight(t *testing.T) {
 	require.NotEqual(t, "completed", state, "its own job waits for the batch")
 	require.Empty(t, b.recv.ByID()[x.Key], "its one request is still in flight (a delivery is recorded when answered)")
 	close(release)
-	b.waitFor(t, x.ID, engine.StateConfirmed)
+	b.waitFor(t, x.ID, outboxtype.StateConfirmed)
 	require.Len(t, b.recv.ByID()[x.Key], 1, "delivered once")
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
 )
@@ -58,7 +59,7 @@ type Config struct {
 	Providers             []providers.Provider
 	Concurrency           map[string]int
 	InDoubt               map[string]providers.InDoubtPolicy
-	Retry                 RetryPolicy
+	Retry                 outboxtype.RetryPolicy
 	JobTimeout            time.Duration
 	ShutdownTimeout       time.Duration
 	RescueAfter           time.Duration
@@ -73,8 +74,8 @@ type Config struct {
 	LimitPause            time.Duration
 	TenantWindow          int
 	TenantWeights         map[string]float64
-	Metrics               Observer
-	Tracer                Tracer
+	Metrics               outboxtype.Observer
+	Tracer                outboxtype.Tracer
 	RiverMiddleware       []rivertype.Middleware
 	Logger                *slog.Logger
 	Settings              map[string]any
@@ -285,7 +286,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 		inDoubt:       cfg.InDoubt,
 		retry:         cfg.Retry,
 		logger:        cfg.Logger,
-		metrics:       cmp.Or[Observer](cfg.Metrics, noObserver{}),
+		metrics:       cmp.Or[outboxtype.Observer](cfg.Metrics, noObserver{}),
 		tracer:        cfg.Tracer,
 	}
 	queues := make(map[string]river.QueueConfig, len(cfg.Providers))
@@ -518,7 +519,7 @@ func (d *Dispatcher) Limits() []KeyState { return d.worker.limits.states() }
 // retrySpan is the longest an effect's attempts can last from its first
 // fire to its last: every delay of the schedule at its longest, and every
 // call but the last taking the whole job timeout.
-func retrySpan(p RetryPolicy, jobTimeout time.Duration) time.Duration {
+func retrySpan(p outboxtype.RetryPolicy, jobTimeout time.Duration) time.Duration {
 	p = p.WithDefaults()
 	var span time.Duration
 	for a := 1; a < p.MaxAttempts; a++ {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
 
@@ -80,13 +81,13 @@ func (s *Store) DispatcherSeenWith(ctx context.Context, db DB, id string, stoppe
 }
 
 // Dispatchers lists the recorded dispatchers, most recently seen first.
-func (s *Store) Dispatchers(ctx context.Context, db DB, limit int) ([]DispatcherRecord, error) {
+func (s *Store) Dispatchers(ctx context.Context, db DB, limit int) ([]outboxtype.DispatcherRecord, error) {
 	rows, err := db.Query(ctx, s.sql(sqlDispatchers), limit)
 	if err != nil {
 		return nil, fmt.Errorf("dispatchers: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (DispatcherRecord, error) {
-		var d DispatcherRecord
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.DispatcherRecord, error) {
+		var d outboxtype.DispatcherRecord
 		err := r.Scan(&d.ID, &d.Host, &d.PID, &d.StartedAt, &d.SeenAt, &d.StoppedAt, &d.Settings, &d.Destinations)
 		return d, err
 	})
@@ -94,10 +95,10 @@ func (s *Store) Dispatchers(ctx context.Context, db DB, limit int) ([]Dispatcher
 
 // RunningJobs counts the dispatch jobs River marks running, by the
 // dispatcher (River client) that holds them.
-func (s *Store) RunningJobs(ctx context.Context, db DB) ([]RunningJobs, error) {
+func (s *Store) RunningJobs(ctx context.Context, db DB) ([]outboxtype.RunningJobs, error) {
 	rows, err := db.Query(ctx, s.sql(sqlRunningJobs))
 	if err != nil {
 		return nil, fmt.Errorf("running jobs: %w", err)
 	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[RunningJobs])
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[outboxtype.RunningJobs])
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
 
@@ -24,14 +25,14 @@ import (
 // effect it proves done (pending, fired, or failed in doubt), record the
 // mail's delivery status, and record drift. An event without an outboxd key
 // does nothing.
-func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.EventReport) (EventResult, error) {
-	var res EventResult
+func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.EventReport) (outboxtype.EventResult, error) {
+	var res outboxtype.EventResult
 	if ev.Key == "" {
 		return res, nil
 	}
 	e, err := s.getByKey(ctx, tx, s.sql(sqlGetEffectByKeyForUpdate), ev.Key)
 	if errors.Is(err, ErrNotFound) {
-		return res, s.drift(ctx, tx, &res, ev, nil, DriftUnknownKey, fmt.Sprintf(
+		return res, s.drift(ctx, tx, &res, ev, nil, outboxtype.DriftUnknownKey, fmt.Sprintf(
 			"no effect has key %s: purged after --retention, in another schema or database, or the key was copied; check %s at %s and whether your records expect it",
 			ev.Key, orNone(ev.ObjectID), ev.Provider))
 	}
@@ -44,13 +45,13 @@ func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.
 	// keys are computable by anyone who knows an event id, so a signed
 	// event of one provider must not close an effect of another.
 	if e.Provider != ev.Provider {
-		return res, s.drift(ctx, tx, &res, ev, e, DriftOtherProvider, fmt.Sprintf(
+		return res, s.drift(ctx, tx, &res, ev, e, outboxtype.DriftOtherProvider, fmt.Sprintf(
 			"a %s event (%s) names the key of %s, a %s effect: it proves nothing about it; check where %s got that key",
 			ev.Provider, ev.Type, e.ID, e.Provider, orNone(ev.ObjectID)))
 	}
 	if ev.Operations != nil {
 		if op := payloadOperation(e.Payload); !slices.Contains(ev.Operations, op) {
-			return res, s.drift(ctx, tx, &res, ev, e, DriftOtherOperation, fmt.Sprintf(
+			return res, s.drift(ctx, tx, &res, ev, e, outboxtype.DriftOtherOperation, fmt.Sprintf(
 				"%s event %s (%s) names the key of %s, whose operation is %s: that object is not what it creates; check %s",
 				ev.Provider, ev.EventID, ev.Type, e.ID, orNone(op), orNone(ev.ObjectID)))
 		}
@@ -59,7 +60,7 @@ func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.
 		// The key is in metadata an event's sender controls: only the
 		// object the effect acts on speaks for it.
 		if want := ev.Target(e.Payload); want != "" && want != ev.ObjectID {
-			return res, s.drift(ctx, tx, &res, ev, e, DriftOtherObject, fmt.Sprintf(
+			return res, s.drift(ctx, tx, &res, ev, e, outboxtype.DriftOtherObject, fmt.Sprintf(
 				"%s event %s (%s) about %s names the key of %s, which acts on %s: it proves nothing about it; check where %s got that key",
 				ev.Provider, ev.EventID, ev.Type, orNone(ev.ObjectID), e.ID, want, orNone(ev.ObjectID)))
 		}
@@ -73,40 +74,40 @@ func (s *Store) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.
 		return res, nil
 	}
 	switch {
-	case e.State == StatePending || e.State == StateFired || (e.State == StateFailed && e.InDoubt):
-		before, err := s.transitionReturning(ctx, tx, ActionEventConfirm, s.sql(sqlEventConfirm), e.ID, ev.ObjectID)
+	case e.State == outboxtype.StatePending || e.State == outboxtype.StateFired || (e.State == outboxtype.StateFailed && e.InDoubt):
+		before, err := s.transitionReturning(ctx, tx, outboxtype.ActionEventConfirm, s.sql(sqlEventConfirm), e.ID, ev.ObjectID)
 		if err != nil {
 			return res, err
 		}
 		if before != nil {
 			res.Confirmed = true
-			if err := s.audit(ctx, tx, e.ID, ActionEventConfirm, "provider:"+ev.Provider,
-				fmt.Sprintf("confirmed by provider event %s (%s)", ev.EventID, ev.Type), before.State, StateConfirmed,
+			if err := s.audit(ctx, tx, e.ID, outboxtype.ActionEventConfirm, "provider:"+ev.Provider,
+				fmt.Sprintf("confirmed by provider event %s (%s)", ev.EventID, ev.Type), before.State, outboxtype.StateConfirmed,
 				map[string]any{"event_id": ev.EventID, "event_type": ev.Type, "object": ev.ObjectID, "last_error": before.LastError}); err != nil {
 				return res, err
 			}
 		}
-	case e.State == StateFailed:
-		if err := s.drift(ctx, tx, &res, ev, e, DriftActedWhileFailed, fmt.Sprintf(
+	case e.State == outboxtype.StateFailed:
+		if err := s.drift(ctx, tx, &res, ev, e, outboxtype.DriftActedWhileFailed, fmt.Sprintf(
 			"%s acted on %s although outboxd failed it (%s): check %s; if it stands, confirm %s with reference %s, else undo it at %s",
 			ev.Provider, e.ID, deref(e.LastError), orNone(ev.ObjectID), e.ID, orNone(ev.ObjectID), ev.Provider)); err != nil {
 			return res, err
 		}
-	case e.State == StateCancelled:
-		if err := s.drift(ctx, tx, &res, ev, e, DriftActedWhileCancelled, fmt.Sprintf(
+	case e.State == outboxtype.StateCancelled:
+		if err := s.drift(ctx, tx, &res, ev, e, outboxtype.DriftActedWhileCancelled, fmt.Sprintf(
 			"%s acted on %s although it was cancelled: check %s and undo it at %s if it must not stand",
 			ev.Provider, e.ID, orNone(ev.ObjectID), ev.Provider)); err != nil {
 			return res, err
 		}
-	case e.State == StateConfirmed && e.ProviderRef != nil && *e.ProviderRef != "" && ev.ObjectID != "" && *e.ProviderRef != ev.ObjectID:
-		if err := s.drift(ctx, tx, &res, ev, e, DriftTwoObjects, fmt.Sprintf(
+	case e.State == outboxtype.StateConfirmed && e.ProviderRef != nil && *e.ProviderRef != "" && ev.ObjectID != "" && *e.ProviderRef != ev.ObjectID:
+		if err := s.drift(ctx, tx, &res, ev, e, outboxtype.DriftTwoObjects, fmt.Sprintf(
 			"%s holds two objects for key %s: %s (confirmed) and %s: the request was applied twice; check both and undo one",
 			ev.Provider, ev.Key, *e.ProviderRef, ev.ObjectID)); err != nil {
 			return res, err
 		}
 	}
-	if ev.Outcome == providers.EventUndone && e.State != StateCancelled {
-		if err := s.drift(ctx, tx, &res, ev, e, DriftUndone, fmt.Sprintf(
+	if ev.Outcome == providers.EventUndone && e.State != outboxtype.StateCancelled {
+		if err := s.drift(ctx, tx, &res, ev, e, outboxtype.DriftUndone, fmt.Sprintf(
 			"%s reports %s of %s as %s (%s) after it was applied: the effect is confirmed but did not stand; decide whether to enqueue it anew",
 			ev.Provider, orNone(ev.ObjectID), e.ID, ev.Type, orNone(ev.Detail))); err != nil {
 			return res, err
@@ -130,7 +131,7 @@ func WithDriftLimit(ctx context.Context, n int64) context.Context {
 	return context.WithValue(ctx, driftLimitKey{}, &left)
 }
 
-func (s *Store) drift(ctx context.Context, tx pgx.Tx, res *EventResult, ev providers.EventReport, e *Effect, reason, hint string) error {
+func (s *Store) drift(ctx context.Context, tx pgx.Tx, res *outboxtype.EventResult, ev providers.EventReport, e *outboxtype.Effect, reason, hint string) error {
 	res.Drift = append(res.Drift, reason)
 	if left, ok := ctx.Value(driftLimitKey{}).(*atomic.Int64); ok && left.Add(-1) < 0 {
 		res.DriftNotRecorded++
@@ -184,8 +185,8 @@ func cmpTime(t time.Time) time.Time {
 }
 
 // Delivery returns effect id's delivery status, nil when no event told one.
-func (s *Store) Delivery(ctx context.Context, db DB, id uuid.UUID) (*Delivery, error) {
-	var d Delivery
+func (s *Store) Delivery(ctx context.Context, db DB, id uuid.UUID) (*outboxtype.Delivery, error) {
+	var d outboxtype.Delivery
 	err := db.QueryRow(ctx, s.sql(sqlGetDelivery), id).Scan(&d.Status, &d.Detail, &d.EventID, &d.EventAt, &d.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -194,7 +195,7 @@ func (s *Store) Delivery(ctx context.Context, db DB, id uuid.UUID) (*Delivery, e
 }
 
 // Drift lists drift records, newest first.
-func (s *Store) Drift(ctx context.Context, db DB, f DriftFilter) ([]DriftRecord, error) {
+func (s *Store) Drift(ctx context.Context, db DB, f outboxtype.DriftFilter) ([]outboxtype.DriftRecord, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -202,7 +203,7 @@ func (s *Store) Drift(ctx context.Context, db DB, f DriftFilter) ([]DriftRecord,
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[DriftRecord])
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[outboxtype.DriftRecord])
 }
 
 // AckDrift records that drift records ids were reviewed, by actor for

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // ExplainAdmin returns the JSON plans of the statements behind Stuck, Stats,
@@ -24,9 +26,9 @@ func (s *Store) ExplainAdmin(ctx context.Context, db DB, notSince, since time.Ti
 		// (EXPLAIN without ANALYZE deletes nothing).
 		"purge.effects": {s.sql(sqlPurgeEffects), []any{since, 5000}},
 		"purge.events":  {s.sql(sqlPurgeEvents), []any{since, 5000}},
-		"list.failed": {s.sql(sqlListFailed), []any{[]string{string(StateFailed)}, nil,
+		"list.failed": {s.sql(sqlListFailed), []any{[]string{string(outboxtype.StateFailed)}, nil,
 			nil, nil, nil, nil, nil, nil, 50}},
-		"list.failed.kind": {s.sql(sqlListFailedKind), []any{[]string{string(StateFailed)}, "webhook.order_paid",
+		"list.failed.kind": {s.sql(sqlListFailedKind), []any{[]string{string(outboxtype.StateFailed)}, "webhook.order_paid",
 			nil, nil, nil, nil, nil, nil, 50}},
 		"overview.reasons":    {s.sql(sqlFailureReasons), []any{20, 1000}},
 		"search.provider_ref": {s.sql(sqlEffectsByProviderRef), []any{"pi_3NqXj2LkdIwHu7ix1x0Fz9p2", 50}},

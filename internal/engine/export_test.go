@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // SetBeforeConfirm injects a failure point between the provider's
@@ -44,6 +46,6 @@ func FewJobsPlan(ctx context.Context, db DB, fn func(DB) error) error {
 
 // ClaimFirstMany runs d's shared first claim of ids, as its workers' claims
 // do when they meet in one statement.
-func ClaimFirstMany(ctx context.Context, d *Dispatcher, ids []uuid.UUID) ([]*Effect, error) {
+func ClaimFirstMany(ctx context.Context, d *Dispatcher, ids []uuid.UUID) ([]*outboxtype.Effect, error) {
 	return d.worker.claimFirstMany(ctx, ids)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
@@ -93,7 +94,7 @@ func TestProviderFaultsEndConfirmedOrFailedWithReason(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	policy := engine.RetryPolicy{MaxAttempts: 8, BaseDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond}
+	policy := outboxtype.RetryPolicy{MaxAttempts: 8, BaseDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond}
 	d, err := engine.NewDispatcher(db.Pool, engine.Config{
 		Schema: db.Schema, Providers: []providers.Provider{p}, Concurrency: map[string]int{"webhook": 20},
 		Retry: policy, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond,
@@ -144,15 +145,15 @@ func TestProviderFaultsEndConfirmedOrFailedWithReason(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	store := engine.NewStore(db.Schema)
-	counts := map[engine.State]int{}
+	counts := map[outboxtype.State]int{}
 	for id, key := range keys {
 		e, err := store.Get(ctx, db.Pool, id)
 		require.NoError(t, err)
 		counts[e.State]++
 		switch e.State {
-		case engine.StateConfirmed:
+		case outboxtype.StateConfirmed:
 			require.LessOrEqual(t, e.Attempts, policy.MaxAttempts)
-		case engine.StateFailed:
+		case outboxtype.StateFailed:
 			require.Contains(t, deref(e.LastError), "retries exhausted after 8 attempts", "a failure says why")
 		default:
 			t.Fatalf("effect %s ended %s", id, e.State)
@@ -177,7 +178,7 @@ func TestProviderFaultsEndConfirmedOrFailedWithReason(t *testing.T) {
 		require.True(t, found, "a request carried key %s, which is no effect's", key)
 	}
 	t.Logf("outcomes: %v; requests: %d for %d effects", counts, sumValues(recv.seen), n)
-	require.Greater(t, counts[engine.StateConfirmed], n*9/10, "with 40%% good answers nearly all effects get through")
+	require.Greater(t, counts[outboxtype.StateConfirmed], n*9/10, "with 40%% good answers nearly all effects get through")
 }
 
 func sumValues(m map[string]int) int {

@@ -12,6 +12,7 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
 
@@ -46,13 +47,13 @@ func TestClaimsWriteNoIndexEntries(t *testing.T) {
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // after commit, a no-op
-	e, err := store.Claim(ctx, tx, id, engine.StatePending)
+	e, err := store.Claim(ctx, tx, id, outboxtype.StatePending)
 	require.NoError(t, err)
 	require.NotNil(t, e)
 	ok, err := store.Release(ctx, tx, id, "retryable: HTTP 429", time.Now(), true)
 	require.NoError(t, err)
 	require.True(t, ok)
-	e, err = store.Claim(ctx, tx, id, engine.StatePending)
+	e, err = store.Claim(ctx, tx, id, outboxtype.StatePending)
 	require.NoError(t, err)
 	require.NotNil(t, e)
 	ok, err = store.RecordInDoubt(ctx, tx, id, "in doubt: timeout", time.Now())
@@ -72,5 +73,5 @@ func TestClaimsWriteNoIndexEntries(t *testing.T) {
 
 	got, err := store.Get(ctx, db.Pool, id)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateConfirmed, got.State)
+	require.Equal(t, outboxtype.StateConfirmed, got.State)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
 	"github.com/outboxd/outboxd/outboxtype"
 )
 
@@ -21,7 +22,7 @@ func nullable[T comparable](v T) *T {
 }
 
 // List returns the effects matching f, newest first.
-func (s *Store) List(ctx context.Context, db DB, f Filter) ([]*Effect, error) {
+func (s *Store) List(ctx context.Context, db DB, f outboxtype.Filter) ([]*outboxtype.Effect, error) {
 	var states []string
 	for _, st := range f.States {
 		states = append(states, string(st))
@@ -36,7 +37,7 @@ func (s *Store) List(ctx context.Context, db DB, f Filter) ([]*Effect, error) {
 		limit = 100
 	}
 	sql := s.sql(sqlListEffects)
-	if len(states) == 1 && states[0] == string(StateFailed) {
+	if len(states) == 1 && states[0] == string(outboxtype.StateFailed) {
 		sql = s.sql(sqlListFailed)
 		if f.Kind != "" {
 			sql = s.sql(sqlListFailedKind)
@@ -55,8 +56,8 @@ func (s *Store) List(ctx context.Context, db DB, f Filter) ([]*Effect, error) {
 // recorded), newest first, at most limit. A SendGrid event's sg_message_id
 // is the message id followed by a dot and the recipient's part: when ref
 // finds nothing and has a dot, the part before it is looked up too.
-func (s *Store) ByProviderRef(ctx context.Context, db DB, ref string, limit int) ([]*Effect, error) {
-	find := func(ref string) ([]*Effect, error) {
+func (s *Store) ByProviderRef(ctx context.Context, db DB, ref string, limit int) ([]*outboxtype.Effect, error) {
+	find := func(ref string) ([]*outboxtype.Effect, error) {
 		rows, err := db.Query(ctx, s.sql(sqlEffectsByProviderRef), ref, limit)
 		if err != nil {
 			return nil, fmt.Errorf("effects by provider reference: %w", err)
@@ -76,7 +77,7 @@ func (s *Store) ByProviderRef(ctx context.Context, db DB, ref string, limit int)
 // WaitingBehind returns the effects after id on its ordering key that have
 // not ended, in the order they go out once it is released: what a release
 // of id sends (at most limit).
-func (s *Store) WaitingBehind(ctx context.Context, db DB, id uuid.UUID, limit int) ([]*Effect, error) {
+func (s *Store) WaitingBehind(ctx context.Context, db DB, id uuid.UUID, limit int) ([]*outboxtype.Effect, error) {
 	rows, err := db.Query(ctx, s.sql(sqlWaitingBehind), id, limit)
 	if err != nil {
 		return nil, fmt.Errorf("effects behind %s: %w", id, err)
@@ -89,7 +90,7 @@ func (s *Store) WaitingBehind(ctx context.Context, db DB, id uuid.UUID, limit in
 // limit: found on the primary key, since an effect's id is its key's first
 // 16 bytes with the version and variant set (migration 00012). Effects
 // recorded before ids were derived are not found this way.
-func (s *Store) ByKeyPrefix(ctx context.Context, db DB, prefix string, limit int) ([]*Effect, error) {
+func (s *Store) ByKeyPrefix(ctx context.Context, db DB, prefix string, limit int) ([]*outboxtype.Effect, error) {
 	if len(prefix) < 12 || len(prefix) > 64 {
 		return nil, fmt.Errorf("key prefix %q: give 12 to 64 hex digits", prefix)
 	}
@@ -116,11 +117,11 @@ func (s *Store) ByKeyPrefix(ctx context.Context, db DB, prefix string, limit int
 
 // Stuck returns live effects not updated since notSince and failed ones,
 // oldest first.
-func (s *Store) Stuck(ctx context.Context, db DB, notSince time.Time, limit int) ([]StuckEffect, error) {
+func (s *Store) Stuck(ctx context.Context, db DB, notSince time.Time, limit int) ([]outboxtype.StuckEffect, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	var out []StuckEffect
+	var out []outboxtype.StuckEffect
 	err := fewJobsPlan(ctx, db, func(db DB) error {
 		rows, err := db.Query(ctx, s.sql(sqlStuck), notSince, limit)
 		if err != nil {
@@ -159,9 +160,9 @@ func fewJobsPlan(ctx context.Context, db DB, fn func(DB) error) error {
 	})
 }
 
-func scanStuck(r pgx.CollectableRow) (StuckEffect, error) {
-	e := &Effect{}
-	st := StuckEffect{Effect: e}
+func scanStuck(r pgx.CollectableRow) (outboxtype.StuckEffect, error) {
+	e := &outboxtype.Effect{}
+	st := outboxtype.StuckEffect{Effect: e}
 	err := r.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Provider, &e.Payload, &e.State, &e.Attempts,
 		&e.LastError, &e.ProviderRef, &e.Replayed, &e.NextAttemptAt, &e.CreatedAt, &e.UpdatedAt, &e.FiredAt,
 		&e.FirstFiredAt, &e.ConfirmedAt, &e.InDoubt, &e.TotalAttempts, &e.Redrives, &e.KeyWindowFrom, &e.AcknowledgedAt, &e.NotBefore,
@@ -174,17 +175,17 @@ func scanStuck(r pgx.CollectableRow) (StuckEffect, error) {
 // StuckGroups groups the stuck effects (live ones unchanged since
 // notSince, failures since failedSince) by cause, newest incident first,
 // at most limit groups.
-func (s *Store) StuckGroups(ctx context.Context, db DB, notSince, failedSince time.Time, limit int) ([]StuckGroup, error) {
+func (s *Store) StuckGroups(ctx context.Context, db DB, notSince, failedSince time.Time, limit int) ([]outboxtype.StuckGroup, error) {
 	rows, err := db.Query(ctx, s.sql(sqlStuckGroups), notSince, limit, failedSince)
 	if err != nil {
 		return nil, fmt.Errorf("stuck groups: %w", err)
 	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[StuckGroup])
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[outboxtype.StuckGroup])
 }
 
 // Event returns the event with the given id.
-func (s *Store) Event(ctx context.Context, db DB, id uuid.UUID) (*Event, error) {
-	var ev Event
+func (s *Store) Event(ctx context.Context, db DB, id uuid.UUID) (*outboxtype.Event, error) {
+	var ev outboxtype.Event
 	err := db.QueryRow(ctx, s.sql(sqlEventOf), id).Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &ev.Payload, &ev.CreatedAt)
 	if err != nil {
 		return nil, fmt.Errorf("event %s: %w", id, err)
@@ -194,13 +195,13 @@ func (s *Store) Event(ctx context.Context, db DB, id uuid.UUID) (*Event, error) 
 
 // EventsByID returns the events with the given ids, by id, in one
 // statement; an id with no event is missing from the map.
-func (s *Store) EventsByID(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.UUID]*Event, error) {
+func (s *Store) EventsByID(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.UUID]*outboxtype.Event, error) {
 	rows, err := db.Query(ctx, s.sql(sqlEventsOf), ids)
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
-	out := make(map[uuid.UUID]*Event, len(ids))
-	var ev Event
+	out := make(map[uuid.UUID]*outboxtype.Event, len(ids))
+	var ev outboxtype.Event
 	_, err = pgx.ForEachRow(rows, []any{&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &ev.Payload, &ev.CreatedAt}, func() error {
 		e := ev
 		out[e.ID] = &e
@@ -213,7 +214,7 @@ func (s *Store) EventsByID(ctx context.Context, db DB, ids []uuid.UUID) (map[uui
 }
 
 // Events lists events, newest first, with their effects.
-func (s *Store) Events(ctx context.Context, db DB, f EventFilter) ([]EventEffects, error) {
+func (s *Store) Events(ctx context.Context, db DB, f outboxtype.EventFilter) ([]outboxtype.EventEffects, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
@@ -233,9 +234,9 @@ func (s *Store) Events(ctx context.Context, db DB, f EventFilter) ([]EventEffect
 	return collectEventEffects(rows)
 }
 
-func collectEventEffects(rows pgx.Rows) ([]EventEffects, error) {
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (EventEffects, error) {
-		var ev EventEffects
+func collectEventEffects(rows pgx.Rows) ([]outboxtype.EventEffects, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.EventEffects, error) {
+		var ev outboxtype.EventEffects
 		var effects []byte
 		if err := r.Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.Type, &ev.Payload, &ev.CreatedAt, &effects); err != nil {
 			return ev, err
@@ -245,13 +246,13 @@ func collectEventEffects(rows pgx.Rows) ([]EventEffects, error) {
 }
 
 // Jobs returns every River job that dispatched (or will dispatch) effect id.
-func (s *Store) Jobs(ctx context.Context, db DB, id uuid.UUID) ([]Job, error) {
+func (s *Store) Jobs(ctx context.Context, db DB, id uuid.UUID) ([]outboxtype.Job, error) {
 	rows, err := db.Query(ctx, s.sql(sqlJobsOf), id)
 	if err != nil {
 		return nil, fmt.Errorf("jobs of %s: %w", id, err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) {
-		var j Job
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.Job, error) {
+		var j outboxtype.Job
 		var errs [][]byte
 		if err := r.Scan(&j.ID, &j.State, &j.Queue, &j.Attempt, &j.MaxAttempts, &j.CreatedAt, &j.ScheduledAt, &j.FinalizedAt, &errs, &j.HeldBy); err != nil {
 			return j, err
@@ -267,13 +268,13 @@ func (s *Store) Jobs(ctx context.Context, db DB, id uuid.UUID) ([]Job, error) {
 }
 
 // Audit returns the operator actions taken on effect id, oldest first.
-func (s *Store) Audit(ctx context.Context, db DB, id uuid.UUID) ([]AuditEntry, error) {
+func (s *Store) Audit(ctx context.Context, db DB, id uuid.UUID) ([]outboxtype.AuditEntry, error) {
 	rows, err := db.Query(ctx, s.sql(sqlListAudit), id)
 	if err != nil {
 		return nil, fmt.Errorf("audit of %s: %w", id, err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
-		var a AuditEntry
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.AuditEntry, error) {
+		var a outboxtype.AuditEntry
 		err := r.Scan(&a.ID, &a.EffectID, &a.Action, &a.Actor, &a.Reason, &a.FromState, &a.ToState, &a.Details, &a.CreatedAt)
 		return a, err
 	})

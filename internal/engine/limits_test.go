@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // clockAt is the bucket's clock a test moves: t0 plus d.
@@ -208,7 +209,7 @@ func TestA429SlowsTheKeyNotTheEffect(t *testing.T) {
 		fakes.Status(http.StatusTooManyRequests, "Retry-After", "1"))
 	b.start(t)
 	e := b.enqueue(t, "/limited")
-	got := b.waitFor(t, e.ID, engine.StateConfirmed)
+	got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 	require.Equal(t, 1, got.Attempts, "429s are not attempts")
 	require.Equal(t, 4, got.TotalAttempts, "but they are requests")
 	require.Nil(t, got.WaitingFor, "no longer waiting")
@@ -246,7 +247,7 @@ func TestAnEffectWaitingForItsLimitSaysSo(t *testing.T) {
 	for {
 		got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
 		require.NoError(t, err)
-		if got.WaitingFor != nil && got.State == engine.StatePending {
+		if got.WaitingFor != nil && got.State == outboxtype.StatePending {
 			u, _ := url.Parse(b.recv.URL)
 			require.Equal(t, "webhook:"+u.Host, *got.WaitingFor)
 			require.NotNil(t, got.WaitingSince)

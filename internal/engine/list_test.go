@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // Listing failed effects, newest first (the web view's and outboxctl
@@ -41,12 +42,12 @@ FROM (SELECT id, created_at, row_number() OVER () AS n FROM ev) e,
 	require.Contains(t, plans["list.failed"], `"side_effects_failed_list_idx"`)
 	require.Contains(t, plans["list.failed.kind"], `"side_effects_failed_kind_idx"`, "one kind: its own order, stopping at the page")
 
-	got, err := store.List(ctx, db.Pool, engine.Filter{States: []engine.State{engine.StateFailed}, Kind: "webhook.order_paid", Limit: 30})
+	got, err := store.List(ctx, db.Pool, outboxtype.Filter{States: []outboxtype.State{outboxtype.StateFailed}, Kind: "webhook.order_paid", Limit: 30})
 	require.NoError(t, err)
 	require.Len(t, got, 30)
 	acknowledged := 0
 	for i, e := range got {
-		require.Equal(t, engine.StateFailed, e.State)
+		require.Equal(t, outboxtype.StateFailed, e.State)
 		require.Equal(t, "webhook.order_paid", e.Kind)
 		if e.AcknowledgedAt != nil {
 			acknowledged++
@@ -87,7 +88,7 @@ FROM (SELECT id, created_at, row_number() OVER (ORDER BY created_at DESC) AS n F
 	store := engine.NewStore(s)
 	got, err := store.FailureReasons(ctx, db.Pool, 20, 10)
 	require.NoError(t, err)
-	require.Equal(t, []engine.ReasonCount{
+	require.Equal(t, []outboxtype.ReasonCount{
 		{Kind: "webhook.order_paid", Reason: "HTTP 410 (endpoint gone)", Count: 5},
 		{Kind: "webhook.order_paid", Reason: "retries exhausted", Count: 5},
 	}, got, "the newest 10 not acknowledged")

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // MaintenanceQueue runs the sweeper and retention jobs, one at a time.
@@ -143,7 +145,7 @@ func insertJobs(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], pa
 }
 
 func (s *Store) failUnqueueable(ctx context.Context, tx pgx.Tx, id uuid.UUID, cause error) error {
-	_, err := s.Fail(ctx, tx, id, fmt.Sprintf("%s: %v: fix the row (provider must name a configured provider) and retry it, or cancel it", ReasonUnqueueable, cause))
+	_, err := s.Fail(ctx, tx, id, fmt.Sprintf("%s: %v: fix the row (provider must name a configured provider) and retry it, or cancel it", outboxtype.ReasonUnqueueable, cause))
 	return err
 }
 
@@ -171,7 +173,7 @@ type retentionWorker struct {
 }
 
 func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs]) error {
-	res, err := w.store.PurgeInBatches(ctx, w.pool, time.Now().Add(-w.retention), PurgeOptions{Yield: true})
+	res, err := w.store.PurgeInBatches(ctx, w.pool, time.Now().Add(-w.retention), outboxtype.PurgeOptions{Yield: true})
 	if err != nil {
 		return err
 	}

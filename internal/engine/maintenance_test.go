@@ -18,6 +18,7 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
 )
 
@@ -40,7 +41,7 @@ func TestSweeperDispatchesRowsWrittenBySQL(t *testing.T) {
 	require.NoError(t, err)
 
 	b.start(t)
-	got := b.waitFor(t, effectID, engine.StateConfirmed)
+	got := b.waitFor(t, effectID, outboxtype.StateConfirmed)
 	require.Equal(t, sqlKey, got.IdempotencyKey)
 	ds := b.recv.Deliveries()
 	require.Len(t, ds, 1)
@@ -58,7 +59,7 @@ func TestSweeperRecoversDiscardedJob(t *testing.T) {
 		WHERE args->>'effect_id' = $1::text`, e.ID)
 	require.NoError(t, err)
 	b.start(t)
-	b.waitFor(t, e.ID, engine.StateConfirmed)
+	b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 	require.Len(t, b.recv.Deliveries(), 1)
 }
 
@@ -84,8 +85,8 @@ func TestRetentionPurgesOnlyTerminalEffects(t *testing.T) {
 
 	b.start(t)
 	// The old pending and fired effects are swept and dispatched, never purged.
-	b.waitFor(t, pending.ID, engine.StateConfirmed)
-	b.waitFor(t, fired.ID, engine.StateConfirmed)
+	b.waitFor(t, pending.ID, outboxtype.StateConfirmed)
+	b.waitFor(t, fired.ID, outboxtype.StateConfirmed)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var n int
@@ -124,8 +125,8 @@ func TestMetrics(t *testing.T) {
 	b.start(t)
 	e1 := b.enqueue(t, "/orders")
 	e2 := b.enqueue(t, "/flaky")
-	b.waitFor(t, e1.ID, engine.StateConfirmed)
-	b.waitFor(t, e2.ID, engine.StateConfirmed)
+	b.waitFor(t, e1.ID, outboxtype.StateConfirmed)
+	b.waitFor(t, e2.ID, outboxtype.StateConfirmed)
 
 	// The worker counts a transition just after its commit: wait for it.
 	want := `
@@ -169,21 +170,21 @@ func TestPurgeSparesAnEffectRedrivenMeanwhile(t *testing.T) {
 	_, err = tx.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'pending', updated_at = now() WHERE id = $1`, e.ID)
 	require.NoError(t, err)
 
-	res := purgeBehind(t, b, tx, engine.PurgeOptions{})
+	res := purgeBehind(t, b, tx, outboxtype.PurgeOptions{})
 	require.Zero(t, res.Effects)
 	got, err := b.store.Get(ctx, b.db.Pool, e.ID)
 	require.NoError(t, err, "the redriven effect still exists")
-	require.Equal(t, engine.StatePending, got.State)
+	require.Equal(t, outboxtype.StatePending, got.State)
 }
 
 // purgeBehind runs a purge of what is older than 30 days while tx holds a
 // row the purge will reach, commits tx once the purge waits for that row,
 // and returns what the purge deleted.
-func purgeBehind(t *testing.T, b *workerBundle, tx pgx.Tx, o engine.PurgeOptions) engine.PurgeResult {
+func purgeBehind(t *testing.T, b *workerBundle, tx pgx.Tx, o outboxtype.PurgeOptions) outboxtype.PurgeResult {
 	t.Helper()
 	ctx := context.Background()
 	type result struct {
-		res engine.PurgeResult
+		res outboxtype.PurgeResult
 		err error
 	}
 	done := make(chan result, 1)
@@ -237,8 +238,8 @@ func TestSweeperIsolatesARowItCannotQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the good effect got its job")
 	b.start(t)
-	b.waitFor(t, good.ID, engine.StateConfirmed)
-	bad := b.waitFor(t, uuid.MustParse("00000000-0000-0000-0000-0000000000aa"), engine.StateFailed)
+	b.waitFor(t, good.ID, outboxtype.StateConfirmed)
+	bad := b.waitFor(t, uuid.MustParse("00000000-0000-0000-0000-0000000000aa"), outboxtype.StateFailed)
 	require.Contains(t, deref(bad.LastError), `provider "Webhook" is not a valid River queue name`)
 }
 
@@ -279,20 +280,20 @@ FROM ev CROSS JOIN unnest(ARRAY['a', 'b', 'c']) k`)
 	cutoff := time.Now().Add(-30*24*time.Hour - 12*time.Hour)
 	would, err := b.store.Purge(ctx, b.db.Pool, cutoff, true)
 	require.NoError(t, err)
-	require.Equal(t, engine.PurgeResult{Effects: 200*3 + 100*2, Events: 220}, would)
+	require.Equal(t, outboxtype.PurgeResult{Effects: 200*3 + 100*2, Events: 220}, would)
 
 	// Two purges at once, in batches far smaller than the work, one of
 	// them yielding as the retention job does.
-	results := make(chan engine.PurgeResult, 2)
+	results := make(chan outboxtype.PurgeResult, 2)
 	errs := make(chan error, 2)
 	for i := range 2 {
 		go func() {
-			res, err := b.store.PurgeInBatches(ctx, b.db.Pool, cutoff, engine.PurgeOptions{Batch: 7, Yield: i == 0})
+			res, err := b.store.PurgeInBatches(ctx, b.db.Pool, cutoff, outboxtype.PurgeOptions{Batch: 7, Yield: i == 0})
 			results <- res
 			errs <- err
 		}()
 	}
-	var total engine.PurgeResult
+	var total outboxtype.PurgeResult
 	for range 2 {
 		require.NoError(t, <-errs)
 		r := <-results
@@ -337,7 +338,7 @@ SELECT `+s+`.outboxd_effect_id(id, 'a'), id, 'a', 'webhook', '{}', 'confirmed', 
 	_, err = tx.Exec(ctx, `DELETE FROM `+s+`.side_effects WHERE id = (SELECT id FROM `+s+`.side_effects ORDER BY updated_at LIMIT 1)`)
 	require.NoError(t, err)
 	// Batches of 5: the first comes back with 4.
-	res := purgeBehind(t, b, tx, engine.PurgeOptions{Batch: 5})
+	res := purgeBehind(t, b, tx, outboxtype.PurgeOptions{Batch: 5})
 	require.Equal(t, int64(19), res.Effects, "every expired effect but the one deleted meanwhile")
 	var left int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.side_effects`).Scan(&left))

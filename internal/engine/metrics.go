@@ -32,15 +32,15 @@ func (s *Store) BlockedChains(ctx context.Context, db DB) (BlockedChains, error)
 
 // StateGauges reads the live and failed effects by state and kind from the
 // partial indexes.
-func (s *Store) StateGauges(ctx context.Context, db DB) ([]StateGauge, error) {
+func (s *Store) StateGauges(ctx context.Context, db DB) ([]outboxtype.StateGauge, error) {
 	rows, err := db.Query(ctx, s.sql(sqlStateGauges))
 	if err != nil {
 		return nil, fmt.Errorf("state gauges: %w", err)
 	}
 	defer rows.Close()
-	var out []StateGauge
+	var out []outboxtype.StateGauge
 	for rows.Next() {
-		var g StateGauge
+		var g outboxtype.StateGauge
 		var age float64
 		if err := rows.Scan(&g.State, &g.Kind, &g.Count, &age); err != nil {
 			return nil, fmt.Errorf("state gauges: %w", err)

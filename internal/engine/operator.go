@@ -102,16 +102,16 @@ func (o *Operator) guarantees(ctx context.Context, db DB, provider string) (g pr
 // in-doubt policy and window as before. Refused, per effect, while a River
 // job for it is running; for an at_most_once effect in doubt without
 // AllowDuplicate; and near or past the key window without Force.
-func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
-	allowed := []State{StateFailed, StateCancelled}
+func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts outboxtype.ActionOpts) ([]outboxtype.Change, error) {
+	allowed := []outboxtype.State{outboxtype.StateFailed, outboxtype.StateCancelled}
 	if opts.Force {
-		allowed = append(allowed, StateFired)
+		allowed = append(allowed, outboxtype.StateFired)
 	}
-	check := func(ctx context.Context, db DB, e *Effect, ch *Change) (string, error) {
+	check := func(ctx context.Context, db DB, e *outboxtype.Effect, ch *outboxtype.Change) (string, error) {
 		return o.retryCheck(ctx, db, e, ch, opts)
 	}
-	return o.each(ctx, ids, opts, ActionRetry, StatePending, allowed, check, func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (*Effect, error) {
-		before, err := o.store.transitionReturning(ctx, tx, ActionRetry, o.store.sql(sqlRedrive), e.ID, opts.Force, ch.ClearsDoubt, ch.RestartsKeyWindow)
+	return o.each(ctx, ids, opts, outboxtype.ActionRetry, outboxtype.StatePending, allowed, check, func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, ch *outboxtype.Change) (*outboxtype.Effect, error) {
+		before, err := o.store.transitionReturning(ctx, tx, outboxtype.ActionRetry, o.store.sql(sqlRedrive), e.ID, opts.Force, ch.ClearsDoubt, ch.RestartsKeyWindow)
 		if err != nil || before == nil {
 			return before, err
 		}
@@ -126,7 +126,7 @@ func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts ActionOpts) 
 
 // retryCheck says why effect e must not be retried with opts, or "" when
 // it may, noting on ch what the retry will do.
-func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change, opts ActionOpts) (string, error) {
+func (o *Operator) retryCheck(ctx context.Context, db DB, e *outboxtype.Effect, ch *outboxtype.Change, opts outboxtype.ActionOpts) (string, error) {
 	job, err := o.store.jobIn(ctx, db, e.ID, "running")
 	if err != nil {
 		return "", err
@@ -189,16 +189,16 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *Effect, ch *Change,
 // would, without waiting for it. The state does not change; a fired
 // effect's re-fire applies its in-doubt policy as any re-fire does. An
 // effect that has a live job is skipped.
-func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
-	check := func(ctx context.Context, db DB, e *Effect, _ *Change) (string, error) {
+func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts outboxtype.ActionOpts) ([]outboxtype.Change, error) {
+	check := func(ctx context.Context, db DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
 		job, err := o.store.jobIn(ctx, db, e.ID, liveJobStates...)
 		if err != nil || job == 0 {
 			return "", err
 		}
 		return fmt.Sprintf("River job %d is live for it already: nothing to requeue", job), nil
 	}
-	return o.each(ctx, ids, opts, ActionRequeue, "", []State{StatePending, StateFired}, check,
-		func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (*Effect, error) {
+	return o.each(ctx, ids, opts, outboxtype.ActionRequeue, "", []outboxtype.State{outboxtype.StatePending, outboxtype.StateFired}, check,
+		func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, ch *outboxtype.Change) (*outboxtype.Effect, error) {
 			res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{JobParams(e.ID, e.Provider, e.NotBefore)})
 			if err != nil {
 				return nil, fmt.Errorf("insert dispatch job for %s: %w", e.ID, err)
@@ -220,11 +220,11 @@ func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts ActionOpts
 // only refusals. Anything else a provider may have acted on, or holds a
 // result for under the key: its payload is fixed where it was enqueued,
 // as a new event. The audit row keeps both payloads.
-func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.RawMessage, v providers.Validator, opts ActionOpts) (Change, error) {
+func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.RawMessage, v providers.Validator, opts outboxtype.ActionOpts) (outboxtype.Change, error) {
 	if v == nil {
-		return Change{}, errors.New("edit payload: no payload validator for the effect's provider")
+		return outboxtype.Change{}, errors.New("edit payload: no payload validator for the effect's provider")
 	}
-	check := func(ctx context.Context, db DB, e *Effect, ch *Change) (string, error) {
+	check := func(ctx context.Context, db DB, e *outboxtype.Effect, ch *outboxtype.Change) (string, error) {
 		ch.PayloadBefore, ch.PayloadAfter = e.Payload, payload
 		if v.Name() != e.Provider {
 			return fmt.Sprintf("the payload validator is %s's, the effect is %s's", v.Name(), e.Provider), nil
@@ -257,12 +257,12 @@ func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.R
 		}
 		return "", nil
 	}
-	chs, err := o.each(ctx, []uuid.UUID{id}, opts, ActionEditPayload, StatePending, []State{StateFailed}, check,
-		func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (*Effect, error) {
+	chs, err := o.each(ctx, []uuid.UUID{id}, opts, outboxtype.ActionEditPayload, outboxtype.StatePending, []outboxtype.State{outboxtype.StateFailed}, check,
+		func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, ch *outboxtype.Change) (*outboxtype.Effect, error) {
 			if _, err := tx.Exec(ctx, o.store.sql(sqlEditPayload), e.ID, payload); err != nil {
 				return nil, err
 			}
-			before, err := o.store.transitionReturning(ctx, tx, ActionEditPayload, o.store.sql(sqlRedrive), e.ID, false, false, false)
+			before, err := o.store.transitionReturning(ctx, tx, outboxtype.ActionEditPayload, o.store.sql(sqlRedrive), e.ID, false, false, false)
 			if err != nil || before == nil {
 				return before, err
 			}
@@ -275,14 +275,14 @@ func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.R
 			return before, nil
 		})
 	if err != nil || len(chs) != 1 {
-		return Change{}, err
+		return outboxtype.Change{}, err
 	}
 	return chs[0], nil
 }
 
 // unsentProof says why effect e's history does not prove that no provider
 // acted on it and that none keeps a result for its key ("" when it does).
-func unsentProof(e *Effect, attempts []Attempt) string {
+func unsentProof(e *outboxtype.Effect, attempts []outboxtype.Attempt) string {
 	const fix = ": fix the payload where the effect was enqueued and enqueue it as a new event, then cancel this one"
 	if e.InDoubt {
 		return "an earlier request may have been delivered (in doubt)" + fix
@@ -314,19 +314,19 @@ func validationRefusal(provider, text string) bool {
 // failed (a card decline, a retired endpoint): they stay failed, with who
 // and why in the audit trail, and leave "stuck" and the failed-effects
 // gauge. A later retry clears the acknowledgement.
-func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts outboxtype.ActionOpts) ([]outboxtype.Change, error) {
 	if opts.Reason == "" {
 		return nil, errors.New("acknowledge needs a reason")
 	}
-	check := func(_ context.Context, _ DB, e *Effect, _ *Change) (string, error) {
+	check := func(_ context.Context, _ DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
 		if e.AcknowledgedAt != nil {
 			return "acknowledged already at " + e.AcknowledgedAt.UTC().Format(time.RFC3339), nil
 		}
 		return "", nil
 	}
-	return o.each(ctx, ids, opts, ActionAcknowledge, StateFailed, []State{StateFailed}, check,
-		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
-			return o.store.transitionReturning(ctx, tx, ActionAcknowledge, o.store.sql(sqlAcknowledge), e.ID)
+	return o.each(ctx, ids, opts, outboxtype.ActionAcknowledge, outboxtype.StateFailed, []outboxtype.State{outboxtype.StateFailed}, check,
+		func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, _ *outboxtype.Change) (*outboxtype.Effect, error) {
+			return o.store.transitionReturning(ctx, tx, outboxtype.ActionAcknowledge, o.store.sql(sqlAcknowledge), e.ID)
 		})
 }
 
@@ -335,11 +335,11 @@ func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts Action
 // (a capture the customer settled by other means) when cancelling it would
 // lose what it records. Its state does not change; it can still be
 // redriven, cancelled or resolved, and it no longer holds its key.
-func (o *Operator) Release(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
+func (o *Operator) Release(ctx context.Context, ids []uuid.UUID, opts outboxtype.ActionOpts) ([]outboxtype.Change, error) {
 	if opts.Reason == "" {
 		return nil, errors.New("release needs a reason")
 	}
-	check := func(_ context.Context, _ DB, e *Effect, _ *Change) (string, error) {
+	check := func(_ context.Context, _ DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
 		switch {
 		case e.OrderingKey == nil:
 			return "has no ordering key: nothing waits behind it", nil
@@ -348,19 +348,19 @@ func (o *Operator) Release(ctx context.Context, ids []uuid.UUID, opts ActionOpts
 		}
 		return "", nil
 	}
-	return o.each(ctx, ids, opts, ActionRelease, "", []State{StatePending, StateFired, StateFailed}, check,
-		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
-			return o.store.transitionReturning(ctx, tx, ActionRelease, o.store.sql(sqlReleaseChain), e.ID)
+	return o.each(ctx, ids, opts, outboxtype.ActionRelease, "", []outboxtype.State{outboxtype.StatePending, outboxtype.StateFired, outboxtype.StateFailed}, check,
+		func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, _ *outboxtype.Change) (*outboxtype.Effect, error) {
+			return o.store.transitionReturning(ctx, tx, outboxtype.ActionRelease, o.store.sql(sqlReleaseChain), e.ID)
 		})
 }
 
 // Cancel moves pending, fired or failed effects to cancelled: no worker will
 // fire them again. A fired effect may have a call in flight; if the provider
 // acknowledges it, the acknowledgement is recorded in the audit trail.
-func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
-	return o.each(ctx, ids, opts, ActionCancel, StateCancelled, []State{StatePending, StateFired, StateFailed}, nil,
-		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
-			return o.store.transitionReturning(ctx, tx, ActionCancel, o.store.sql(sqlCancel), e.ID)
+func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts outboxtype.ActionOpts) ([]outboxtype.Change, error) {
+	return o.each(ctx, ids, opts, outboxtype.ActionCancel, outboxtype.StateCancelled, []outboxtype.State{outboxtype.StatePending, outboxtype.StateFired, outboxtype.StateFailed}, nil,
+		func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, _ *outboxtype.Change) (*outboxtype.Effect, error) {
+			return o.store.transitionReturning(ctx, tx, outboxtype.ActionCancel, o.store.sql(sqlCancel), e.ID)
 		})
 }
 
@@ -369,59 +369,59 @@ func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts ActionOpts)
 // references (webhooks) needs none: without opts.Ref the effect is recorded
 // with WebhookRef (the webhook-id the receiver saw and logged); any other
 // effect without opts.Ref is skipped, saying so.
-func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts ActionOpts) (Change, error) {
-	chs, err := o.each(ctx, []uuid.UUID{id}, opts, ActionConfirm, StateConfirmed,
-		[]State{StatePending, StateFired, StateFailed, StateCancelled},
-		func(_ context.Context, _ DB, e *Effect, _ *Change) (string, error) {
+func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts outboxtype.ActionOpts) (outboxtype.Change, error) {
+	chs, err := o.each(ctx, []uuid.UUID{id}, opts, outboxtype.ActionConfirm, outboxtype.StateConfirmed,
+		[]outboxtype.State{outboxtype.StatePending, outboxtype.StateFired, outboxtype.StateFailed, outboxtype.StateCancelled},
+		func(_ context.Context, _ DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
 			if p, _ := providers.ProfileOf(e.Provider); opts.Ref == "" && p.Refs {
 				return fmt.Sprintf("a %s effect is confirmed with its provider's reference (the provider's id for what it did)", e.Provider), nil
 			}
 			return "", nil
 		},
-		func(ctx context.Context, tx pgx.Tx, e *Effect, _ *Change) (*Effect, error) {
-			return o.store.transitionReturning(ctx, tx, ActionConfirm, o.store.sql(sqlResolveConfirmed), e.ID, cmp.Or(opts.Ref, WebhookRef(e)))
+		func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, _ *outboxtype.Change) (*outboxtype.Effect, error) {
+			return o.store.transitionReturning(ctx, tx, outboxtype.ActionConfirm, o.store.sql(sqlResolveConfirmed), e.ID, cmp.Or(opts.Ref, WebhookRef(e)))
 		})
 	if err != nil {
-		return Change{}, err
+		return outboxtype.Change{}, err
 	}
 	return chs[0], nil
 }
 
 // WebhookRef is what confirming a webhook by hand records as its
 // reference: the webhook-id the receiver saw and logged, its key.
-func WebhookRef(e *Effect) string { return "webhook-id " + Key(e.SourceID, e.Kind) }
+func WebhookRef(e *outboxtype.Effect) string { return "webhook-id " + Key(e.SourceID, e.Kind) }
 
 type (
-	applyFunc func(ctx context.Context, tx pgx.Tx, e *Effect, ch *Change) (before *Effect, err error)
+	applyFunc func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, ch *outboxtype.Change) (before *outboxtype.Effect, err error)
 	// checkFunc says why an action must not apply to e ("" when it may).
-	checkFunc func(ctx context.Context, db DB, e *Effect, ch *Change) (skip string, err error)
+	checkFunc func(ctx context.Context, db DB, e *outboxtype.Effect, ch *outboxtype.Change) (skip string, err error)
 )
 
 // each applies one transition per effect, each in its own transaction with
 // its audit row. The row is locked and checked again inside the
 // transaction; an effect not in an allowed state, or refused by check, is
 // skipped, not changed.
-func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts ActionOpts, action string, to State, allowed []State, check checkFunc, apply applyFunc) ([]Change, error) {
+func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts outboxtype.ActionOpts, action string, to outboxtype.State, allowed []outboxtype.State, check checkFunc, apply applyFunc) ([]outboxtype.Change, error) {
 	if opts.Actor == "" {
 		return nil, errors.New("an actor is required for the audit trail")
 	}
-	out := make([]Change, 0, len(ids))
+	out := make([]outboxtype.Change, 0, len(ids))
 	for _, id := range ids {
 		e, err := o.store.Get(ctx, o.pool, id)
 		if err != nil {
 			return out, err
 		}
-		ch := Change{Effect: e, From: e.State, To: cmp.Or(to, e.State)}
+		ch := outboxtype.Change{Effect: e, From: e.State, To: cmp.Or(to, e.State)}
 		if !stateIn(e.State, allowed) {
 			ch.Skipped = fmt.Sprintf("%s effects cannot be %s", e.State, pastTense(action))
-			if action == ActionRetry && e.State == StateFired {
+			if action == outboxtype.ActionRetry && e.State == outboxtype.StateFired {
 				ch.Skipped += " unless forced (a call may be in flight; River re-fires it by itself)"
 				ch.Override = outboxtype.OverrideForce
 			}
 			out = append(out, ch)
 			continue
 		}
-		if action == ActionCancel && e.State == StateFired {
+		if action == outboxtype.ActionCancel && e.State == outboxtype.StateFired {
 			ch.Warning = "was fired: a call may be in flight and still reach the provider; its acknowledgement would be recorded in the audit trail"
 		}
 		if opts.DryRun {
@@ -487,7 +487,7 @@ func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts ActionOpts, a
 
 var errConcurrentChange = errors.New("state changed concurrently")
 
-func stateIn(s State, set []State) bool {
+func stateIn(s outboxtype.State, set []outboxtype.State) bool {
 	for _, x := range set {
 		if s == x {
 			return true
@@ -498,15 +498,15 @@ func stateIn(s State, set []State) bool {
 
 func pastTense(action string) string {
 	switch action {
-	case ActionRetry:
+	case outboxtype.ActionRetry:
 		return "retried"
-	case ActionCancel:
+	case outboxtype.ActionCancel:
 		return "cancelled"
-	case ActionRequeue:
+	case outboxtype.ActionRequeue:
 		return "requeued"
-	case ActionAcknowledge:
+	case outboxtype.ActionAcknowledge:
 		return "acknowledged"
-	case ActionRelease:
+	case outboxtype.ActionRelease:
 		return "released"
 	default:
 		return "confirmed"

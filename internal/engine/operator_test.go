@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/webhook"
@@ -40,14 +41,14 @@ const (
 	pollEvery = 20 * time.Millisecond
 )
 
-func (b *workerBundle) effect(t *testing.T, id uuid.UUID) *engine.Effect {
+func (b *workerBundle) effect(t *testing.T, id uuid.UUID) *outboxtype.Effect {
 	t.Helper()
 	e, err := b.store.Get(context.Background(), b.db.Pool, id)
 	require.NoError(t, err)
 	return e
 }
 
-func (b *workerBundle) audit(t *testing.T, id uuid.UUID) []engine.AuditEntry {
+func (b *workerBundle) audit(t *testing.T, id uuid.UUID) []outboxtype.AuditEntry {
 	t.Helper()
 	entries, err := b.store.Audit(context.Background(), b.db.Pool, id)
 	require.NoError(t, err)
@@ -77,7 +78,7 @@ func (b *workerBundle) inFlight(t *testing.T, reg prometheus.Registerer) (*fakes
 
 func TestAcknowledgementAfterOperatorActionIsNeverLost(t *testing.T) {
 	t.Parallel()
-	opts := engine.ActionOpts{Actor: "oncall", Reason: "test"}
+	opts := outboxtype.ActionOpts{Actor: "oncall", Reason: "test"}
 
 	t.Run("retry --force is refused while the call is in flight", func(t *testing.T) {
 		t.Parallel()
@@ -92,7 +93,7 @@ func TestAcknowledgementAfterOperatorActionIsNeverLost(t *testing.T) {
 		require.False(t, chs[0].Applied)
 		require.Contains(t, chs[0].Skipped, "is running for it")
 		release()
-		got := b.waitFor(t, e.ID, engine.StateConfirmed)
+		got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 		require.Equal(t, "msg_1", deref(got.ProviderRef))
 		require.Len(t, f.Requests(), 1)
 	})
@@ -106,10 +107,10 @@ func TestAcknowledgementAfterOperatorActionIsNeverLost(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, chs[0].Applied)
 		release()
-		var late engine.AuditEntry
+		var late outboxtype.AuditEntry
 		require.Eventually(t, func() bool {
 			for _, a := range b.audit(t, e.ID) {
-				if a.Action == engine.ActionLateAck {
+				if a.Action == outboxtype.ActionLateAck {
 					late = a
 					return true
 				}
@@ -123,7 +124,7 @@ func TestAcknowledgementAfterOperatorActionIsNeverLost(t *testing.T) {
 		require.NoError(t, json.Unmarshal(late.Details, &d))
 		require.Equal(t, "msg_1", d["provider_ref"])
 		got := b.effect(t, e.ID)
-		require.Equal(t, engine.StateCancelled, got.State)
+		require.Equal(t, outboxtype.StateCancelled, got.State)
 		require.Equal(t, "msg_1", deref(got.ProviderRef), "the ref is kept on the effect")
 		require.Len(t, f.Requests(), 1)
 		b.waitForJob(t, e.ID, "completed")
@@ -139,11 +140,11 @@ func TestAcknowledgementAfterOperatorActionIsNeverLost(t *testing.T) {
 		_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.side_effects SET state = 'pending', attempts = 0 WHERE id = $1`, e.ID)
 		require.NoError(t, err)
 		release()
-		got := b.waitFor(t, e.ID, engine.StateConfirmed)
+		got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 		require.Equal(t, "msg_1", deref(got.ProviderRef))
 		entries := b.audit(t, e.ID)
 		require.Len(t, entries, 1)
-		require.Equal(t, engine.ActionLateAck, entries[0].Action)
+		require.Equal(t, outboxtype.ActionLateAck, entries[0].Action)
 		require.Equal(t, "pending", entries[0].FromState)
 		require.Equal(t, "confirmed", entries[0].ToState)
 		b.waitForJob(t, e.ID, "completed")
@@ -161,7 +162,7 @@ func TestEveryRefireOfAnEffectInDoubtAppliesThePolicy(t *testing.T) {
 	f := b.useFakeSendGrid(t, fakes.Status(500))
 	b.start(t)
 	e := b.enqueueEffect(t, emailEffect("email.receipt"))
-	b.waitFor(t, e.ID, engine.StateFailed)
+	b.waitFor(t, e.ID, outboxtype.StateFailed)
 	b.waitForJob(t, e.ID, "cancelled")
 	_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.side_effects
 		SET state = 'pending', attempts = 0, first_fired_at = NULL, updated_at = now() - interval '1 hour' WHERE id = $1`, e.ID)
@@ -170,8 +171,8 @@ func TestEveryRefireOfAnEffectInDoubtAppliesThePolicy(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	b.waitForJob(t, e.ID, "cancelled")
-	got := b.waitFor(t, e.ID, engine.StateFailed)
-	require.True(t, strings.HasPrefix(deref(got.LastError), engine.ReasonInDoubt), deref(got.LastError))
+	got := b.waitFor(t, e.ID, outboxtype.StateFailed)
+	require.True(t, strings.HasPrefix(deref(got.LastError), outboxtype.ReasonInDoubt), deref(got.LastError))
 	require.Len(t, f.Requests(), 1, "not sent a second time")
 }
 
@@ -207,14 +208,14 @@ func TestAcknowledgedFailuresLeaveTheFailedGauge(t *testing.T) {
 		gauges, err := b.store.StateGauges(ctx, b.db.Pool)
 		require.NoError(t, err)
 		for _, g := range gauges {
-			if g.State == engine.StateFailed {
+			if g.State == outboxtype.StateFailed {
 				return g.Count
 			}
 		}
 		return 0
 	}
 	require.Equal(t, int64(1), failed())
-	chs, err := b.operator(t).Acknowledge(ctx, []uuid.UUID{e.ID}, engine.ActionOpts{Actor: "oncall", Reason: "endpoint retired"})
+	chs, err := b.operator(t).Acknowledge(ctx, []uuid.UUID{e.ID}, outboxtype.ActionOpts{Actor: "oncall", Reason: "endpoint retired"})
 	require.NoError(t, err)
 	require.True(t, chs[0].Applied)
 	require.Zero(t, failed())
@@ -231,13 +232,13 @@ func TestConfirmWithoutAReference(t *testing.T) {
 		provider = CASE WHEN id = $2 THEN 'sendgrid' ELSE provider END WHERE id IN ($1, $2)`, hook.ID, mail.ID)
 	require.NoError(t, err)
 	op := b.operator(t)
-	opts := engine.ActionOpts{Actor: "oncall", Reason: "in the receiver's log"}
+	opts := outboxtype.ActionOpts{Actor: "oncall", Reason: "in the receiver's log"}
 	ch, err := op.Confirm(ctx, hook.ID, opts)
 	require.NoError(t, err)
 	require.True(t, ch.Applied)
 	got, err := b.store.Get(ctx, b.db.Pool, hook.ID)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateConfirmed, got.State)
+	require.Equal(t, outboxtype.StateConfirmed, got.State)
 	require.Equal(t, "webhook-id "+got.IdempotencyKey, *got.ProviderRef)
 
 	ch, err = op.Confirm(ctx, mail.ID, opts)
@@ -246,7 +247,7 @@ func TestConfirmWithoutAReference(t *testing.T) {
 	require.Contains(t, ch.Skipped, "a sendgrid effect is confirmed with its provider's reference")
 	got, err = b.store.Get(ctx, b.db.Pool, mail.ID)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateFailed, got.State)
+	require.Equal(t, outboxtype.StateFailed, got.State)
 }
 
 // smsProvider is a provider an application builds into its own dispatcher:
@@ -271,7 +272,7 @@ func TestARetryOfAProviderTheOperatorDoesNotKnow(t *testing.T) {
 	b := setupWorker(t, workerOpts{})
 	ctx := context.Background()
 	op := b.operator(t) // webhook and SendGrid only
-	opts := engine.ActionOpts{Actor: "oncall", Reason: "receiver fixed"}
+	opts := outboxtype.ActionOpts{Actor: "oncall", Reason: "receiver fixed"}
 	failedSMS := func(firstFired time.Duration) uuid.UUID {
 		e := b.enqueue(t, "/sms")
 		_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET provider = 'sms', state = 'failed',
@@ -289,7 +290,7 @@ func TestARetryOfAProviderTheOperatorDoesNotKnow(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, chs[0].Applied)
 	require.Contains(t, chs[0].Skipped, "outboxd does not know how long sms remembers an idempotency key")
-	require.Equal(t, engine.StateFailed, b.effect(t, unknown).State)
+	require.Equal(t, outboxtype.StateFailed, b.effect(t, unknown).State)
 
 	// Made before any dispatcher runs: one running could fire it between
 	// its enqueue and the update that fails it.

@@ -18,6 +18,7 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
@@ -149,7 +150,7 @@ func TestAFailedHeadBlocksOnlyItsKey(t *testing.T) {
 		b.enqueueOrdered(t, b.orderedEffect("webhook.other", "healthy", n, outbox.BlockKey))
 	}
 
-	b.waitFor(t, head.ID, engine.StateFailed)
+	b.waitFor(t, head.ID, outboxtype.StateFailed)
 	require.Eventually(t, func() bool { return len(b.accepted(t, "healthy")) == 3 }, 30*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return len(b.accepted(t, "skipping")) == 2 }, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, []int{1, 2}, b.accepted(t, "skipping"), "a failed SkipFailed effect lets the chain go on")
@@ -159,7 +160,7 @@ func TestAFailedHeadBlocksOnlyItsKey(t *testing.T) {
 	// fired; the head's failure is what an operator sees.
 	for _, e := range behind {
 		got := b.effect(t, e.ID)
-		require.Equal(t, engine.StatePending, got.State)
+		require.Equal(t, outboxtype.StatePending, got.State)
 		require.Nil(t, got.FirstFiredAt)
 		blocker, err := b.store.BlockedBehind(ctx, b.db.Pool, e.ID)
 		require.NoError(t, err)
@@ -176,11 +177,11 @@ func TestAFailedHeadBlocksOnlyItsKey(t *testing.T) {
 	// An operator releases the chain past the head: the rest go, in
 	// order; the head stays failed.
 	op := b.operator(t)
-	dry, err := op.Release(ctx, []uuid.UUID{head.ID}, engine.ActionOpts{Actor: "alice", Reason: "settled by bank transfer", DryRun: true})
+	dry, err := op.Release(ctx, []uuid.UUID{head.ID}, outboxtype.ActionOpts{Actor: "alice", Reason: "settled by bank transfer", DryRun: true})
 	require.NoError(t, err)
 	require.True(t, dry[0].Applied)
 	require.Empty(t, b.accepted(t, "blocked"), "a dry run releases nothing")
-	chs, err := op.Release(ctx, []uuid.UUID{head.ID}, engine.ActionOpts{Actor: "alice", Reason: "settled by bank transfer"})
+	chs, err := op.Release(ctx, []uuid.UUID{head.ID}, outboxtype.ActionOpts{Actor: "alice", Reason: "settled by bank transfer"})
 	require.NoError(t, err)
 	require.True(t, chs[0].Applied, chs[0].Skipped)
 	require.Eventually(t, func() bool { return len(b.accepted(t, "blocked")) == 3 }, 30*time.Second, 20*time.Millisecond)
@@ -189,14 +190,14 @@ func TestAFailedHeadBlocksOnlyItsKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, chains.Keys)
 	got := b.effect(t, head.ID)
-	require.Equal(t, engine.StateFailed, got.State)
+	require.Equal(t, outboxtype.StateFailed, got.State)
 	require.NotNil(t, got.OrderingReleasedAt)
 	audit := b.audit(t, head.ID)
-	require.Equal(t, engine.ActionRelease, audit[len(audit)-1].Action)
+	require.Equal(t, outboxtype.ActionRelease, audit[len(audit)-1].Action)
 	require.Equal(t, "alice", audit[len(audit)-1].Actor)
 
 	// Releasing twice, or an effect without a key, changes nothing.
-	again, err := op.Release(ctx, []uuid.UUID{head.ID, behind[0].ID}, engine.ActionOpts{Actor: "alice", Reason: "again"})
+	again, err := op.Release(ctx, []uuid.UUID{head.ID, behind[0].ID}, outboxtype.ActionOpts{Actor: "alice", Reason: "again"})
 	require.NoError(t, err)
 	require.Contains(t, again[0].Skipped, "released already")
 	require.Contains(t, again[1].Skipped, "confirmed effects cannot be released")
@@ -213,12 +214,12 @@ func TestRedrivingAHeadThenTheChain(t *testing.T) {
 	b.start(t)
 	head := b.enqueueOrdered(t, b.orderedEffect("webhook.capture", "redrive", 0, outbox.BlockKey))[0]
 	next := b.enqueueOrdered(t, b.orderedEffect("webhook.refund", "redrive", 1, outbox.BlockKey))[0]
-	b.waitFor(t, head.ID, engine.StateFailed)
+	b.waitFor(t, head.ID, outboxtype.StateFailed)
 	b.waitForJob(t, head.ID, "cancelled")
-	chs, err := b.operator(t).Retry(ctx, []uuid.UUID{head.ID}, engine.ActionOpts{Actor: "alice", Reason: "receiver fixed"})
+	chs, err := b.operator(t).Retry(ctx, []uuid.UUID{head.ID}, outboxtype.ActionOpts{Actor: "alice", Reason: "receiver fixed"})
 	require.NoError(t, err)
 	require.True(t, chs[0].Applied, chs[0].Skipped)
-	b.waitFor(t, next.ID, engine.StateConfirmed)
+	b.waitFor(t, next.ID, outboxtype.StateConfirmed)
 	require.Equal(t, []int{0, 1}, b.accepted(t, "redrive"))
 
 	// A head scheduled for tomorrow holds its key; the application
@@ -232,9 +233,9 @@ func TestRedrivingAHeadThenTheChain(t *testing.T) {
 	}))
 	after := b.enqueueOrdered(t, b.orderedEffect("webhook.shipped", "scheduled", 1, outbox.BlockKey))[0]
 	time.Sleep(200 * time.Millisecond) // give a wrong dispatch the chance to happen
-	require.Equal(t, engine.StatePending, b.effect(t, after.ID).State, "waits behind the scheduled head")
+	require.Equal(t, outboxtype.StatePending, b.effect(t, after.ID).State, "waits behind the scheduled head")
 	require.Equal(t, outbox.Cancelled, b.cancel(t, ev, "webhook.reminder"))
-	b.waitFor(t, after.ID, engine.StateConfirmed)
+	b.waitFor(t, after.ID, outboxtype.StateConfirmed)
 	require.Equal(t, []int{1}, b.accepted(t, "scheduled"))
 }
 
@@ -249,8 +250,8 @@ func TestAJobForABlockedEffectWaits(t *testing.T) {
 	b.start(t)
 	head := b.enqueueOrdered(t, b.orderedEffect("webhook.capture", "early", 0, outbox.BlockKey))[0]
 	next := b.enqueueOrdered(t, b.orderedEffect("webhook.refund", "early", 1, outbox.BlockKey))[0]
-	b.waitFor(t, head.ID, engine.StateFailed)
-	chs, err := b.operator(t).Requeue(ctx, []uuid.UUID{next.ID}, engine.ActionOpts{Actor: "alice", Reason: "try"})
+	b.waitFor(t, head.ID, outboxtype.StateFailed)
+	chs, err := b.operator(t).Requeue(ctx, []uuid.UUID{next.ID}, outboxtype.ActionOpts{Actor: "alice", Reason: "try"})
 	require.NoError(t, err)
 	require.True(t, chs[0].Applied, chs[0].Skipped)
 	// River snoozes the job: back to available or scheduled, due later.
@@ -262,13 +263,13 @@ func TestAJobForABlockedEffectWaits(t *testing.T) {
 		return err == nil && st != "running" && due
 	}, 30*time.Second, 10*time.Millisecond)
 	got := b.effect(t, next.ID)
-	require.Equal(t, engine.StatePending, got.State)
+	require.Equal(t, outboxtype.StatePending, got.State)
 	require.Nil(t, got.FirstFiredAt, "a blocked effect is never fired")
 
-	chs, err = b.operator(t).Cancel(ctx, []uuid.UUID{head.ID}, engine.ActionOpts{Actor: "alice", Reason: "void"})
+	chs, err = b.operator(t).Cancel(ctx, []uuid.UUID{head.ID}, outboxtype.ActionOpts{Actor: "alice", Reason: "void"})
 	require.NoError(t, err)
 	require.True(t, chs[0].Applied, chs[0].Skipped)
-	b.waitFor(t, next.ID, engine.StateConfirmed)
+	b.waitFor(t, next.ID, outboxtype.StateConfirmed)
 	require.Equal(t, []int{1}, b.accepted(t, "early"))
 }
 
@@ -344,7 +345,7 @@ func TestAConfirmationThatMovesItsChainLeavesNoWake(t *testing.T) {
 			var all0, hot0 int64
 			require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
 				WHERE schemaname = $1 AND relname = 'side_effects'`, b.db.Schema).Scan(&all0, &hot0))
-			e, err := b.store.Claim(ctx, tx, first.ID, engine.StatePending)
+			e, err := b.store.Claim(ctx, tx, first.ID, outboxtype.StatePending)
 			require.NoError(t, err)
 			require.NotNil(t, e, "the first of its key may fire")
 			var all, hot int64
@@ -394,14 +395,14 @@ func TestRetentionKeepsAHeadThatHoldsItsChain(t *testing.T) {
 	head := b.enqueueOrdered(t, b.orderedEffect("webhook.capture", "held", 0, outbox.BlockKey))[0]
 	next := b.enqueueOrdered(t, b.orderedEffect("webhook.refund", "held", 1, outbox.BlockKey))[0]
 	alone := b.enqueueOrdered(t, b.orderedEffect("webhook.capture", "alone", 0, outbox.BlockKey))[0]
-	b.waitFor(t, head.ID, engine.StateFailed)
-	b.waitFor(t, alone.ID, engine.StateFailed)
+	b.waitFor(t, head.ID, outboxtype.StateFailed)
+	b.waitFor(t, alone.ID, outboxtype.StateFailed)
 
 	res, err := b.store.Purge(ctx, b.db.Pool, time.Now().Add(time.Hour), false)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, res.Effects, "only the failure that holds nothing")
-	require.Equal(t, engine.StateFailed, b.effect(t, head.ID).State, "kept")
-	require.Equal(t, engine.StatePending, b.effect(t, next.ID).State, "still waiting behind it")
+	require.Equal(t, outboxtype.StateFailed, b.effect(t, head.ID).State, "kept")
+	require.Equal(t, outboxtype.StatePending, b.effect(t, next.ID).State, "still waiting behind it")
 	_, err = b.store.Get(ctx, b.db.Pool, alone.ID)
 	require.ErrorIs(t, err, engine.ErrNotFound)
 }
@@ -472,7 +473,7 @@ func TestAWakeTakenAsItsHeadIsConfirmedIsKept(t *testing.T) {
 	client := insertClient(t, b.db.Pool, b.db.Schema)
 	const key = "sub_race"
 	head := b.enqueueOrdered(t, b.orderedEffect("webhook.a", key, 0, outbox.BlockKey))[0]
-	fired, err := b.store.Claim(ctx, b.db.Pool, head.ID, engine.StatePending)
+	fired, err := b.store.Claim(ctx, b.db.Pool, head.ID, outboxtype.StatePending)
 	require.NoError(t, err)
 	require.NotNil(t, fired)
 	// The head's own wake was taken when it got its job.

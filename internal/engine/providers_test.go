@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
@@ -63,7 +63,7 @@ func TestStripeEffectRetriedWithSameKeyAndReplayRecorded(t *testing.T) {
 	b.start(t)
 
 	e := b.enqueueEffect(t, refundEffect())
-	got := b.waitFor(t, e.ID, engine.StateConfirmed)
+	got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 	require.Equal(t, 3, got.Attempts)
 	require.Equal(t, "re_1", deref(got.ProviderRef))
 	require.True(t, got.Replayed, "Stripe's Idempotent-Replayed is recorded")
@@ -80,7 +80,7 @@ func TestStripeCardErrorFails(t *testing.T) {
 	f := b.useFakeStripe(t, fakes.StripeError(402, "card_error", "card_declined"))
 	b.start(t)
 	e := b.enqueueEffect(t, refundEffect())
-	got := b.waitFor(t, e.ID, engine.StateFailed)
+	got := b.waitFor(t, e.ID, outboxtype.StateFailed)
 	require.Contains(t, deref(got.LastError), "card_error")
 	require.Len(t, f.Requests(), 1)
 }
@@ -95,8 +95,8 @@ func TestSendGridInDoubtPolicies(t *testing.T) {
 		f := b.useFakeSendGrid(t, hang)
 		b.start(t)
 		e := b.enqueueEffect(t, emailEffect("email.receipt"))
-		got := b.waitFor(t, e.ID, engine.StateFailed)
-		require.True(t, strings.HasPrefix(deref(got.LastError), engine.ReasonInDoubt), deref(got.LastError))
+		got := b.waitFor(t, e.ID, outboxtype.StateFailed)
+		require.True(t, strings.HasPrefix(deref(got.LastError), outboxtype.ReasonInDoubt), deref(got.LastError))
 		b.waitForJob(t, e.ID, "cancelled")
 		require.Len(t, f.Requests(), 1, "an email in doubt is never sent again")
 	})
@@ -108,7 +108,7 @@ func TestSendGridInDoubtPolicies(t *testing.T) {
 		b.cfg.InDoubt = map[string]providers.InDoubtPolicy{"email.digest": providers.AtLeastOnce}
 		b.start(t)
 		e := b.enqueueEffect(t, emailEffect("email.digest"))
-		got := b.waitFor(t, e.ID, engine.StateConfirmed)
+		got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 		require.Equal(t, 2, got.Attempts)
 		require.Equal(t, "msg_2", deref(got.ProviderRef))
 		reqs := f.Requests()
@@ -123,7 +123,7 @@ func TestSendGridInDoubtPolicies(t *testing.T) {
 		f := b.useFakeSendGrid(t, fakes.Status(429))
 		b.start(t)
 		e := b.enqueueEffect(t, emailEffect("email.receipt"))
-		got := b.waitFor(t, e.ID, engine.StateConfirmed)
+		got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 		require.Equal(t, 1, got.Attempts, "a 429 proves SendGrid refused the mail: re-sent, and not counted as an attempt")
 		require.Equal(t, 2, got.TotalAttempts)
 		require.Equal(t, "msg_2", deref(got.ProviderRef))
@@ -141,8 +141,8 @@ func TestSendGridInDoubtPolicies(t *testing.T) {
 		f := b.useFakeSendGrid(t, fakes.Status(500))
 		b.start(t)
 		e := b.enqueueEffect(t, emailEffect("email.receipt"))
-		got := b.waitFor(t, e.ID, engine.StateFailed)
-		require.True(t, strings.HasPrefix(deref(got.LastError), engine.ReasonInDoubt), deref(got.LastError))
+		got := b.waitFor(t, e.ID, outboxtype.StateFailed)
+		require.True(t, strings.HasPrefix(deref(got.LastError), outboxtype.ReasonInDoubt), deref(got.LastError))
 		require.True(t, got.InDoubt)
 		require.NotContains(t, deref(got.LastError), "in_doubt:", "the reason names the class once")
 		b.waitForJob(t, e.ID, "cancelled")

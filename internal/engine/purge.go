@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // Purge deletes confirmed, failed and cancelled effects last updated before
@@ -13,11 +15,11 @@ import (
 // older than cutoff, in batches so no
 // transaction holds many locks. Pending and fired effects are never
 // touched. With dryRun it only counts.
-func (s *Store) Purge(ctx context.Context, db DB, cutoff time.Time, dryRun bool) (PurgeResult, error) {
+func (s *Store) Purge(ctx context.Context, db DB, cutoff time.Time, dryRun bool) (outboxtype.PurgeResult, error) {
 	if !dryRun {
-		return s.PurgeInBatches(ctx, db, cutoff, PurgeOptions{})
+		return s.PurgeInBatches(ctx, db, cutoff, outboxtype.PurgeOptions{})
 	}
-	var res PurgeResult
+	var res outboxtype.PurgeResult
 	{
 		if err := db.QueryRow(ctx, s.sql(sqlPurgeCount), cutoff).Scan(&res.Effects); err != nil {
 			return res, fmt.Errorf("purge: %w", err)
@@ -37,9 +39,9 @@ func (s *Store) Purge(ctx context.Context, db DB, cutoff time.Time, dryRun bool)
 const PurgeBatch = 5000
 
 // PurgeInBatches is Purge with the given pace.
-func (s *Store) PurgeInBatches(ctx context.Context, db DB, cutoff time.Time, o PurgeOptions) (PurgeResult, error) {
+func (s *Store) PurgeInBatches(ctx context.Context, db DB, cutoff time.Time, o outboxtype.PurgeOptions) (outboxtype.PurgeResult, error) {
 	batch := cmp.Or(o.Batch, PurgeBatch)
-	var res PurgeResult
+	var res outboxtype.PurgeResult
 	for {
 		var effects, events int64
 		start := time.Now()

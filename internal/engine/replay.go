@@ -165,7 +165,7 @@ func CheckReplaySpec(spec ReplaySpec) error {
 // opts.Actor for opts.Reason: one row and its River job, in one
 // transaction. With opts.DryRun it writes nothing and returns how many
 // effects it would select.
-func (o *Operator) StartReplay(ctx context.Context, spec ReplaySpec, opts ActionOpts) (Replay, error) {
+func (o *Operator) StartReplay(ctx context.Context, spec ReplaySpec, opts outboxtype.ActionOpts) (Replay, error) {
 	if err := CheckReplaySpec(spec); err != nil {
 		return Replay{}, err
 	}
@@ -484,15 +484,15 @@ func (w *replayWorker) lookAgain(ctx context.Context, r Replay, n int) (stepOutc
 
 // retry retries ids for replay r, through the Operator: each in its own
 // transaction, with its audit row naming the replay.
-func (w *replayWorker) retry(ctx context.Context, r Replay, ids []uuid.UUID) ([]Change, error) {
-	return w.op.Retry(ctx, ids, ActionOpts{
+func (w *replayWorker) retry(ctx context.Context, r Replay, ids []uuid.UUID) ([]outboxtype.Change, error) {
+	return w.op.Retry(ctx, ids, outboxtype.ActionOpts{
 		Actor: fmt.Sprintf("%s (replay %d)", r.Actor, r.ID), Reason: r.Reason, AllowDuplicate: r.Spec.AllowDuplicate,
 	})
 }
 
 // recordChanges records, in tx, what a step did to each effect of replay
 // id, and returns how many it retried.
-func (w *replayWorker) recordChanges(ctx context.Context, tx pgx.Tx, id int64, changes []Change) (int, error) {
+func (w *replayWorker) recordChanges(ctx context.Context, tx pgx.Tx, id int64, changes []outboxtype.Change) (int, error) {
 	retried := 0
 	for _, ch := range changes {
 		if ch.Applied {

@@ -30,7 +30,7 @@ func (b *workerBundle) failedEffects(t *testing.T, path string, n int) []uuid.UU
 		ids[i] = b.enqueue(t, path).ID
 	}
 	for _, id := range ids {
-		b.waitFor(t, id, engine.StateFailed)
+		b.waitFor(t, id, outboxtype.StateFailed)
 	}
 	return ids
 }
@@ -66,7 +66,7 @@ func TestPacedReplayRetriesWhatFailedAtItsPace(t *testing.T) {
 	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET updated_at = now() - interval '2 hours' WHERE id = $1`, old)
 	require.NoError(t, err)
 	op := b.operator(t)
-	opts := engine.ActionOpts{Actor: "oncall", Reason: "partner back after the outage"}
+	opts := outboxtype.ActionOpts{Actor: "oncall", Reason: "partner back after the outage"}
 	_, err = op.Acknowledge(ctx, []uuid.UUID{reviewed}, opts)
 	require.NoError(t, err)
 	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET in_doubt = true WHERE id = $1`, doubtful)
@@ -94,10 +94,10 @@ func TestPacedReplayRetriesWhatFailedAtItsPace(t *testing.T) {
 	require.NotNil(t, r.FinishedAt)
 
 	for _, id := range replayed {
-		b.waitFor(t, id, engine.StateConfirmed)
-		var retries []engine.AuditEntry
+		b.waitFor(t, id, outboxtype.StateConfirmed)
+		var retries []outboxtype.AuditEntry
 		for _, a := range b.audit(t, id) {
-			if a.Action == engine.ActionRetry {
+			if a.Action == outboxtype.ActionRetry {
 				retries = append(retries, a)
 			}
 		}
@@ -105,9 +105,9 @@ func TestPacedReplayRetriesWhatFailedAtItsPace(t *testing.T) {
 		require.Equal(t, "oncall (replay "+strconv.FormatInt(r.ID, 10)+")", retries[0].Actor)
 		require.Equal(t, opts.Reason, retries[0].Reason)
 	}
-	require.Equal(t, engine.StateFailed, b.effect(t, old).State)
-	require.Equal(t, engine.StateFailed, b.effect(t, reviewed).State)
-	require.Equal(t, engine.StateFailed, b.effect(t, doubtful).State)
+	require.Equal(t, outboxtype.StateFailed, b.effect(t, old).State)
+	require.Equal(t, outboxtype.StateFailed, b.effect(t, reviewed).State)
+	require.Equal(t, outboxtype.StateFailed, b.effect(t, doubtful).State)
 
 	skips, err := op.ReplaySkips(ctx, r.ID, 10)
 	require.NoError(t, err)
@@ -126,7 +126,7 @@ func TestPacedReplayRetriesWhatFailedAtItsPace(t *testing.T) {
 func TestReplayCancelledStopsAndResumesAfterARestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	opts := engine.ActionOpts{Actor: "oncall", Reason: "replay after the outage"}
+	opts := outboxtype.ActionOpts{Actor: "oncall", Reason: "replay after the outage"}
 
 	t.Run("cancelled: what it retried stays retried, the rest stays failed", func(t *testing.T) {
 		t.Parallel()
@@ -151,7 +151,7 @@ func TestReplayCancelledStopsAndResumesAfterARestart(t *testing.T) {
 		require.Equal(t, "oncall", r.CancelledBy)
 		failed := 0
 		for _, id := range ids {
-			if b.effect(t, id).State == engine.StateFailed {
+			if b.effect(t, id).State == outboxtype.StateFailed {
 				failed++
 			}
 		}
@@ -184,10 +184,10 @@ func TestReplayCancelledStopsAndResumesAfterARestart(t *testing.T) {
 		r = b.waitForReplay(t, op, r.ID, func(r engine.Replay) bool { return r.State == outboxtype.ReplayDone })
 		require.Equal(t, len(ids), r.Retried)
 		for _, id := range ids {
-			b.waitFor(t, id, engine.StateConfirmed)
+			b.waitFor(t, id, outboxtype.StateConfirmed)
 			n := 0
 			for _, a := range b.audit(t, id) {
-				if a.Action == engine.ActionRetry {
+				if a.Action == outboxtype.ActionRetry {
 					n++
 				}
 			}
@@ -201,7 +201,7 @@ func TestReplaySpecIsCheckedBeforeAnyWrite(t *testing.T) {
 	b := setupWorker(t, workerOpts{})
 	op := b.operator(t)
 	ctx := context.Background()
-	opts := engine.ActionOpts{Actor: "oncall", Reason: "r"}
+	opts := outboxtype.ActionOpts{Actor: "oncall", Reason: "r"}
 	for _, tc := range []struct {
 		spec engine.ReplaySpec
 		want string
@@ -229,11 +229,11 @@ func TestAReplayOfOneTenant(t *testing.T) {
 	b.recv.Respond("/gone", fakes.Status(http.StatusGone), fakes.Status(http.StatusGone), fakes.Status(http.StatusGone))
 	ids := []uuid.UUID{b.enqueueFor(t, "acme", "/gone"), b.enqueueFor(t, "acme", "/gone"), b.enqueueFor(t, "beta", "/gone")}
 	for _, id := range ids {
-		b.waitFor(t, id, engine.StateFailed)
+		b.waitFor(t, id, outboxtype.StateFailed)
 	}
 	op := b.operator(t)
 	plan, err := op.StartReplay(context.Background(), engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour), Tenant: "acme", Pace: 10},
-		engine.ActionOpts{Actor: "oncall", Reason: "acme's partner is back", DryRun: true})
+		outboxtype.ActionOpts{Actor: "oncall", Reason: "acme's partner is back", DryRun: true})
 	require.NoError(t, err)
 	require.Equal(t, 2, plan.Selected, "acme's two, not beta's")
 }

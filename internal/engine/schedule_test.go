@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
 
@@ -82,7 +82,7 @@ func TestScheduledEffectFiresAtItsTime(t *testing.T) {
 				return err == nil && (state == "scheduled" || state == "available") && scheduledAt.Equal(due)
 			}, 10*time.Second, 10*time.Millisecond, "the job waits for the effect's time")
 
-			got := b.waitFor(t, e.ID, engine.StateConfirmed)
+			got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 			require.NotNil(t, got.NotBefore)
 			require.WithinDuration(t, due, *got.NotBefore, time.Millisecond)
 			require.False(t, got.FirstFiredAt.Before(due), "fired at %s, before its time %s", got.FirstFiredAt, due)
@@ -127,7 +127,7 @@ func TestAJobRunEarlyWaitsForItsEffect(t *testing.T) {
 	}
 	got, err := b.store.Get(ctx, b.db.Pool, e.ID)
 	require.NoError(t, err)
-	require.Equal(t, engine.StatePending, got.State)
+	require.Equal(t, outboxtype.StatePending, got.State)
 	require.Nil(t, got.FirstFiredAt, "never fired before its time")
 	require.Zero(t, b.deliveriesTo("/early"))
 }
@@ -145,7 +145,7 @@ func TestCancelBeforeTheEffectFires(t *testing.T) {
 	require.Equal(t, outbox.Unknown, b.cancel(t, ev, "reminder.other"))
 	require.Equal(t, outbox.Unknown, b.cancel(t, uuid.New(), "reminder.unpaid"))
 
-	got := b.waitFor(t, e.ID, engine.StateCancelled)
+	got := b.waitFor(t, e.ID, outboxtype.StateCancelled)
 	require.Nil(t, got.FirstFiredAt)
 	audit, err := b.store.Audit(context.Background(), b.db.Pool, e.ID)
 	require.NoError(t, err)
@@ -155,11 +155,11 @@ func TestCancelBeforeTheEffectFires(t *testing.T) {
 
 	// One that has fired is not taken back.
 	ev2, e2 := b.enqueueAt(t, "/now", time.Time{})
-	b.waitFor(t, e2.ID, engine.StateConfirmed)
+	b.waitFor(t, e2.ID, outboxtype.StateConfirmed)
 	require.Equal(t, outbox.AlreadyFired, b.cancel(t, ev2, "reminder.unpaid"))
 	got2, err := b.store.Get(context.Background(), b.db.Pool, e2.ID)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateConfirmed, got2.State)
+	require.Equal(t, outboxtype.StateConfirmed, got2.State)
 
 	// Cancel rolls back with its transaction.
 	ev3, e3 := b.enqueueAt(t, "/rolled", time.Now().Add(time.Hour))
@@ -172,7 +172,7 @@ func TestCancelBeforeTheEffectFires(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	got3, err := b.store.Get(ctx, b.db.Pool, e3.ID)
 	require.NoError(t, err)
-	require.Equal(t, engine.StatePending, got3.State, "rolled back with the caller's transaction")
+	require.Equal(t, outboxtype.StatePending, got3.State, "rolled back with the caller's transaction")
 }
 
 // TestCancelRacingTheFire: effects due now are cancelled while the
@@ -206,10 +206,10 @@ func TestCancelRacingTheFire(t *testing.T) {
 		switch results[i] {
 		case outbox.Cancelled:
 			cancelled++
-			got := b.waitFor(t, p.e.ID, engine.StateCancelled)
+			got := b.waitFor(t, p.e.ID, outboxtype.StateCancelled)
 			require.Nil(t, got.FirstFiredAt, "a cancelled effect never fired")
 		case outbox.AlreadyFired:
-			b.waitFor(t, p.e.ID, engine.StateConfirmed)
+			b.waitFor(t, p.e.ID, outboxtype.StateConfirmed)
 		default:
 			t.Fatalf("effect %d: %s", i, results[i])
 		}

@@ -10,10 +10,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // Stats computes Stats over the last window (zero: every row kept).
-func (s *Store) Stats(ctx context.Context, db DB, window time.Duration) (*Stats, error) {
+func (s *Store) Stats(ctx context.Context, db DB, window time.Duration) (*outboxtype.Stats, error) {
 	var now time.Time
 	if err := db.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
 		return nil, err
@@ -22,7 +24,7 @@ func (s *Store) Stats(ctx context.Context, db DB, window time.Duration) (*Stats,
 	if window == 0 {
 		since = time.Time{}
 	}
-	st := &Stats{Window: window, WindowSeconds: window.Seconds(), CollectedAt: now}
+	st := &outboxtype.Stats{Window: window, WindowSeconds: window.Seconds(), CollectedAt: now}
 	if window > 0 {
 		// The minutes the per-minute summary holds are read from it.
 		var sumSince, upTo time.Time
@@ -53,8 +55,8 @@ func (s *Store) Stats(ctx context.Context, db DB, window time.Duration) (*Stats,
 	if err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
-	st.Counts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StateKindCount, error) {
-		var c StateKindCount
+	st.Counts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.StateKindCount, error) {
+		var c outboxtype.StateKindCount
 		err := r.Scan(&c.State, &c.Kind, &c.Count)
 		return c, err
 	})
@@ -68,8 +70,8 @@ func (s *Store) Stats(ctx context.Context, db DB, window time.Duration) (*Stats,
 	if err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
-	st.Attempts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (AttemptsBucket, error) {
-		var b AttemptsBucket
+	st.Attempts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.AttemptsBucket, error) {
+		var b outboxtype.AttemptsBucket
 		err := r.Scan(&b.Attempts, &b.Count)
 		return b, err
 	})
@@ -94,13 +96,13 @@ const summaryWorthIt = 10 * time.Minute
 // per-minute summary for [lo, hi) and from side_effects for the rest:
 // [since, lo), minutes the summary does not hold, and [hi, now], the
 // minutes not yet summarized.
-func (s *Store) statsFromSummary(ctx context.Context, db DB, st *Stats, since, lo, hi time.Time) error {
+func (s *Store) statsFromSummary(ctx context.Context, db DB, st *outboxtype.Stats, since, lo, hi time.Time) error {
 	rows, err := db.Query(ctx, s.sql(sqlStatsLiveCounts))
 	if err != nil {
 		return err
 	}
-	live, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StateKindCount, error) {
-		var c StateKindCount
+	live, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.StateKindCount, error) {
+		var c outboxtype.StateKindCount
 		err := r.Scan(&c.State, &c.Kind, &c.Count)
 		return c, err
 	})
@@ -150,21 +152,21 @@ func (s *Store) statsFromSummary(ctx context.Context, db DB, st *Stats, since, l
 	attempts := map[string]int64{}
 	for k, n := range counts {
 		byKind[[2]string{k.phase, k.kind}] += n
-		if k.phase == string(StateConfirmed) {
+		if k.phase == string(outboxtype.StateConfirmed) {
 			attempts[k.attempts] += n
 		}
 	}
 	st.Counts = live
 	for pk, n := range byKind {
-		st.Counts = append(st.Counts, StateKindCount{State: State(pk[0]), Kind: pk[1], Count: n})
+		st.Counts = append(st.Counts, outboxtype.StateKindCount{State: outboxtype.State(pk[0]), Kind: pk[1], Count: n})
 	}
-	slices.SortFunc(st.Counts, func(a, b StateKindCount) int {
+	slices.SortFunc(st.Counts, func(a, b outboxtype.StateKindCount) int {
 		return cmp.Or(cmp.Compare(a.State, b.State), cmp.Compare(a.Kind, b.Kind))
 	})
 	st.Attempts = nil
 	for _, label := range []string{"0", "1", "2", "3", "4-5", "6-10", ">10"} {
 		if n := attempts[label]; n > 0 {
-			st.Attempts = append(st.Attempts, AttemptsBucket{Attempts: label, Count: n})
+			st.Attempts = append(st.Attempts, outboxtype.AttemptsBucket{Attempts: label, Count: n})
 		}
 	}
 	st.Confirmed, st.LatencyP50, st.LatencyP95, st.LatencyP99 = 0, 0, 0, 0

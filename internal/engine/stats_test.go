@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // TestStatsReadTheMinuteSummary: once the leader has summarized the
@@ -72,7 +72,7 @@ func TestStatsReadTheMinuteSummary(t *testing.T) {
 		WHERE id = (SELECT id FROM `+s+`.side_effects WHERE state = 'confirmed' AND kind = 'webhook.a' AND updated_at < $1 LIMIT 1)`, upTo)
 	sum, err := b.store.Stats(ctx, b.db.Pool, 3*time.Hour)
 	require.NoError(t, err)
-	count := func(st *engine.Stats, state engine.State, kind string) int64 {
+	count := func(st *outboxtype.Stats, state outboxtype.State, kind string) int64 {
 		for _, c := range st.Counts {
 			if c.State == state && c.Kind == kind {
 				return c.Count
@@ -80,7 +80,7 @@ func TestStatsReadTheMinuteSummary(t *testing.T) {
 		}
 		return 0
 	}
-	require.Equal(t, count(raw, engine.StateCancelled, "webhook.a")+1, count(sum, engine.StateCancelled, "webhook.a"))
-	require.Equal(t, count(raw, engine.StateConfirmed, "webhook.a"), count(sum, engine.StateConfirmed, "webhook.a"),
+	require.Equal(t, count(raw, outboxtype.StateCancelled, "webhook.a")+1, count(sum, outboxtype.StateCancelled, "webhook.a"))
+	require.Equal(t, count(raw, outboxtype.StateConfirmed, "webhook.a"), count(sum, outboxtype.StateConfirmed, "webhook.a"),
 		"the minute it was confirmed in keeps it: a minute counts what ended in it")
 }

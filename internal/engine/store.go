@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/pgschema"
 )
 
@@ -52,16 +54,16 @@ func (s *Store) sql(statement string) string {
 }
 
 // Get returns the effect with the given id.
-func (s *Store) Get(ctx context.Context, db DB, id uuid.UUID) (*Effect, error) {
+func (s *Store) Get(ctx context.Context, db DB, id uuid.UUID) (*outboxtype.Effect, error) {
 	return s.getOne(ctx, db, s.sql(sqlGetEffect), id)
 }
 
 // GetByKey returns the effect with the given idempotency key.
-func (s *Store) GetByKey(ctx context.Context, db DB, key string) (*Effect, error) {
+func (s *Store) GetByKey(ctx context.Context, db DB, key string) (*outboxtype.Effect, error) {
 	return s.getByKey(ctx, db, s.sql(sqlGetEffectByKey), key)
 }
 
-func (s *Store) getByKey(ctx context.Context, db DB, sql, key string) (*Effect, error) {
+func (s *Store) getByKey(ctx context.Context, db DB, sql, key string) (*outboxtype.Effect, error) {
 	id, ok := KeyEffectID(key)
 	if !ok {
 		return nil, fmt.Errorf("%w: %v", ErrNotFound, key)
@@ -69,7 +71,7 @@ func (s *Store) getByKey(ctx context.Context, db DB, sql, key string) (*Effect, 
 	return s.getOne(ctx, db, sql, key, id)
 }
 
-func (s *Store) getOne(ctx context.Context, db DB, sql string, args ...any) (*Effect, error) {
+func (s *Store) getOne(ctx context.Context, db DB, sql string, args ...any) (*outboxtype.Effect, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -82,8 +84,8 @@ func (s *Store) getOne(ctx context.Context, db DB, sql string, args ...any) (*Ef
 }
 
 // rowToEffect scans a row of effectColumns and derives its key.
-func rowToEffect(row pgx.CollectableRow) (*Effect, error) {
-	e, err := pgx.RowToAddrOfStructByName[Effect](row)
+func rowToEffect(row pgx.CollectableRow) (*outboxtype.Effect, error) {
+	e, err := pgx.RowToAddrOfStructByName[outboxtype.Effect](row)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +96,7 @@ func rowToEffect(row pgx.CollectableRow) (*Effect, error) {
 // transitionReturning runs a guarded transition that returns a row: the
 // effect after (or, for operator transitions, before) the change, or nil
 // when the transition no longer applies.
-func (s *Store) transitionReturning(ctx context.Context, db DB, what, sql string, id uuid.UUID, args ...any) (*Effect, error) {
+func (s *Store) transitionReturning(ctx context.Context, db DB, what, sql string, id uuid.UUID, args ...any) (*outboxtype.Effect, error) {
 	rows, err := db.Query(ctx, sql, append([]any{id}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s effect %s: %w", what, id, err)
@@ -123,7 +125,7 @@ func (s *Store) jobIn(ctx context.Context, db DB, id uuid.UUID, states ...string
 }
 
 // audit writes one side_effect_audit row.
-func (s *Store) audit(ctx context.Context, db DB, id uuid.UUID, action, actor, reason string, from, to State, details map[string]any) error {
+func (s *Store) audit(ctx context.Context, db DB, id uuid.UUID, action, actor, reason string, from, to outboxtype.State, details map[string]any) error {
 	d, err := json.Marshal(details)
 	if err != nil {
 		return err

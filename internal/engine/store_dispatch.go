@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // What the workers write: claims and confirmations (shared between
@@ -20,7 +22,7 @@ import (
 // never fired and belong to one of providers: the common first attempt,
 // for many effects in one statement. It returns the effects it claimed, by
 // id.
-func (s *Store) ClaimFirstMany(ctx context.Context, db DB, ids []uuid.UUID, providers []string) (map[uuid.UUID]*Effect, error) {
+func (s *Store) ClaimFirstMany(ctx context.Context, db DB, ids []uuid.UUID, providers []string) (map[uuid.UUID]*outboxtype.Effect, error) {
 	rows, err := db.Query(ctx, s.sql(sqlClaimFirstMany), ids, providers)
 	if err != nil {
 		return nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
@@ -29,7 +31,7 @@ func (s *Store) ClaimFirstMany(ctx context.Context, db DB, ids []uuid.UUID, prov
 	if err != nil {
 		return nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
 	}
-	out := make(map[uuid.UUID]*Effect, len(es))
+	out := make(map[uuid.UUID]*outboxtype.Effect, len(es))
 	for _, e := range es {
 		out[e.ID] = e
 	}
@@ -38,13 +40,13 @@ func (s *Store) ClaimFirstMany(ctx context.Context, db DB, ids []uuid.UUID, prov
 
 // tracedEffect is a claimed effect and the traceparent of its event.
 type tracedEffect struct {
-	Effect
+	outboxtype.Effect
 	Traceparent string `db:"traceparent"`
 }
 
 // ClaimFirstManyTraced is ClaimFirstMany that also returns, for each
 // claimed effect, the traceparent stored with its event ("" if none).
-func (s *Store) ClaimFirstManyTraced(ctx context.Context, db DB, ids []uuid.UUID, providers []string) (map[uuid.UUID]*Effect, map[uuid.UUID]string, error) {
+func (s *Store) ClaimFirstManyTraced(ctx context.Context, db DB, ids []uuid.UUID, providers []string) (map[uuid.UUID]*outboxtype.Effect, map[uuid.UUID]string, error) {
 	rows, err := db.Query(ctx, s.sql(sqlClaimFirstManyTraced), ids, providers)
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
@@ -53,7 +55,7 @@ func (s *Store) ClaimFirstManyTraced(ctx context.Context, db DB, ids []uuid.UUID
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
 	}
-	out := make(map[uuid.UUID]*Effect, len(es))
+	out := make(map[uuid.UUID]*outboxtype.Effect, len(es))
 	tps := make(map[uuid.UUID]string, len(es))
 	for i := range es {
 		e := &es[i].Effect
@@ -74,7 +76,7 @@ type Ack struct {
 // ConfirmedFrom is the state an effect left when its acknowledgement was
 // recorded (see Confirm), with the error the confirmation cleared.
 type ConfirmedFrom struct {
-	State     State
+	State     outboxtype.State
 	LastError *string
 }
 
@@ -104,7 +106,7 @@ func (s *Store) ConfirmMany(ctx context.Context, db DB, acks []Ack, chained bool
 	out := make(map[uuid.UUID]ConfirmedFrom, len(acks))
 	var id uuid.UUID
 	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		out[id] = ConfirmedFrom{State: StateFired}
+		out[id] = ConfirmedFrom{State: outboxtype.StateFired}
 		return nil
 	})
 	if err != nil {
@@ -145,7 +147,7 @@ func ackColumns(acks []Ack) (ids []uuid.UUID, refs []string, replayed []bool) {
 // Claim moves effect id from the state from (pending or fired) to fired and
 // counts the attempt. It returns nil and no error when the effect is no
 // longer in state from.
-func (s *Store) Claim(ctx context.Context, db DB, id uuid.UUID, from State) (*Effect, error) {
+func (s *Store) Claim(ctx context.Context, db DB, id uuid.UUID, from outboxtype.State) (*outboxtype.Effect, error) {
 	return s.transitionReturning(ctx, db, "claim", s.sql(sqlClaim), id, from)
 }
 
@@ -168,7 +170,7 @@ func (s *Store) RecordLateAck(ctx context.Context, db DB, id uuid.UUID, ref stri
 // Unclaim undoes a claim whose request was never made: the effect goes
 // back to before (its state and the columns a claim sets), and the attempt
 // does not count.
-func (s *Store) Unclaim(ctx context.Context, db DB, before *Effect) (bool, error) {
+func (s *Store) Unclaim(ctx context.Context, db DB, before *outboxtype.Effect) (bool, error) {
 	return s.exec(ctx, db, "unclaim", s.sql(sqlUnclaim), before.ID, before.State, before.InDoubt,
 		before.FiredAt, before.FirstFiredAt, before.KeyWindowFrom, before.NextAttemptAt)
 }

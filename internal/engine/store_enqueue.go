@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // What Enqueue writes: the event and its effects, in the caller's
@@ -214,7 +216,7 @@ func (s *Store) CompareEffects(ctx context.Context, db DB, sourceID uuid.UUID, e
 // event eventID if it has never fired, with an audit row naming actor and
 // reason. It reports the state it found, whether it had fired, and whether
 // it cancelled it now; ErrNotFound when no such effect exists.
-func (s *Store) CancelUnfired(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, kind, actor, reason string) (from State, fired, cancelled bool, err error) {
+func (s *Store) CancelUnfired(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, kind, actor, reason string) (from outboxtype.State, fired, cancelled bool, err error) {
 	var id uuid.UUID
 	if err := tx.QueryRow(ctx, s.sql(sqlCancelUnfired), eventID, kind).Scan(&id, &from, &fired, &cancelled); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -223,7 +225,7 @@ func (s *Store) CancelUnfired(ctx context.Context, tx pgx.Tx, eventID uuid.UUID,
 		return "", false, false, fmt.Errorf("cancel effect %s of event %s: %w", kind, eventID, err)
 	}
 	if cancelled {
-		if err := s.audit(ctx, tx, id, ActionCancel, actor, reason, from, StateCancelled, map[string]any{"before_first_fire": true}); err != nil {
+		if err := s.audit(ctx, tx, id, outboxtype.ActionCancel, actor, reason, from, outboxtype.StateCancelled, map[string]any{"before_first_fire": true}); err != nil {
 			return from, fired, cancelled, err
 		}
 	}

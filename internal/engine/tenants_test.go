@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
 
@@ -70,18 +71,18 @@ func TestATenantsBacklogDoesNotHoldBackAnothersNewEffect(t *testing.T) {
 	for range backlog {
 		a = append(a, b.enqueueFor(t, "tenant-a", "/a"))
 	}
-	require.Equal(t, engine.StatePending, b.effect(t, a[0]).State)
+	require.Equal(t, outboxtype.StatePending, b.effect(t, a[0]).State)
 	require.Equal(t, "turn:tenant-a", deref(b.effect(t, a[0]).WaitingFor), "waiting for its tenant's turn")
 	b.start(t)
 	// A's first two effects are sent and hang.
 	require.Eventually(t, func() bool { return len(b.recv.Deliveries()) == 0 && b.liveJobsOf(t, "tenant-a") == 2 }, testWait, pollEvery)
 
 	other := b.enqueueFor(t, "tenant-b", "/b")
-	b.waitFor(t, other, engine.StateConfirmed)
+	b.waitFor(t, other, outboxtype.StateConfirmed)
 	require.LessOrEqual(t, b.liveJobsOf(t, "tenant-a"), 2, "A never has more than its window")
 	fired := 0
 	for _, id := range a {
-		if b.effect(t, id).State != engine.StatePending {
+		if b.effect(t, id).State != outboxtype.StatePending {
 			fired++
 		}
 	}
@@ -89,7 +90,7 @@ func TestATenantsBacklogDoesNotHoldBackAnothersNewEffect(t *testing.T) {
 
 	once.Do(func() { close(release) })
 	for _, id := range a {
-		b.waitFor(t, id, engine.StateConfirmed)
+		b.waitFor(t, id, outboxtype.StateConfirmed)
 	}
 	for id, ds := range b.recv.ByID() {
 		require.Len(t, ds, 1, "webhook %s delivered once", id)
@@ -155,7 +156,7 @@ func TestATenantsOwnRate(t *testing.T) {
 		fast = append(fast, b.enqueueFor(t, "fast", "/fast"))
 	}
 	for _, id := range append(slow, fast...) {
-		b.waitFor(t, id, engine.StateConfirmed)
+		b.waitFor(t, id, outboxtype.StateConfirmed)
 	}
 	var first, last time.Time
 	for _, d := range b.recv.Deliveries() {

@@ -18,7 +18,7 @@ const (
 const keyPrefixLen = 12
 
 // effectAttrs describe e on a span: never its payload or the whole key.
-func effectAttrs(e *Effect) []outboxtype.Attr {
+func effectAttrs(e *outboxtype.Effect) []outboxtype.Attr {
 	key := e.IdempotencyKey
 	if len(key) > keyPrefixLen {
 		key = key[:keyPrefixLen]
@@ -37,7 +37,7 @@ func effectAttrs(e *Effect) []outboxtype.Attr {
 // redrive, by whichever dispatcher, joins the trace of the request that
 // enqueued it. The span River's middleware started for the job, if any,
 // is linked.
-func (w *Worker) startDispatch(ctx context.Context, claimed *Effect) (context.Context, outboxtype.Span) {
+func (w *Worker) startDispatch(ctx context.Context, claimed *outboxtype.Effect) (context.Context, outboxtype.Span) {
 	var parent string
 	if tp, ok := w.traceparents.LoadAndDelete(claimed.ID); ok {
 		parent = tp.(string)
@@ -54,7 +54,7 @@ func (w *Worker) startDispatch(ctx context.Context, claimed *Effect) (context.Co
 }
 
 // startCall starts the client span of the provider call for claimed.
-func (w *Worker) startCall(ctx context.Context, claimed *Effect) (context.Context, outboxtype.Span) {
+func (w *Worker) startCall(ctx context.Context, claimed *outboxtype.Effect) (context.Context, outboxtype.Span) {
 	return w.tracer.Start(ctx, outboxtype.SpanStart{Name: spanCall, Kind: outboxtype.SpanClient, Attrs: effectAttrs(claimed)})
 }
 

@@ -36,13 +36,13 @@ type Worker struct {
 	// secrets are every provider's credentials, removed from error texts
 	// before they are logged or stored (last_error, River's job errors).
 	secrets []string
-	retry   RetryPolicy
+	retry   outboxtype.RetryPolicy
 	logger  *slog.Logger
-	metrics Observer
+	metrics outboxtype.Observer
 	// tracer, when set, traces each dispatch and provider call;
 	// traceparents hands the trace context of an effect's event from the
 	// batched claim to its dispatch (effect id -> traceparent).
-	tracer       Tracer
+	tracer       outboxtype.Tracer
 	traceparents sync.Map
 	// client inserts the job of the next effect of an ordering key in the
 	// transaction that confirms the one before it.
@@ -56,10 +56,10 @@ type Worker struct {
 
 	// claims and confirms group the first claims and the confirmations of
 	// concurrent workers into one statement and commit each.
-	claims   *batcher[uuid.UUID, *Effect]
-	confirms *batcher[confirmReq, State]
+	claims   *batcher[uuid.UUID, *outboxtype.Effect]
+	confirms *batcher[confirmReq, outboxtype.State]
 	// events groups the reads of the events that brokers publish.
-	events *batcher[uuid.UUID, *Event]
+	events *batcher[uuid.UUID, *outboxtype.Event]
 
 	// limits are the rate limits shared with every replica;
 	// accountLimits the limit key every request of a provider counts
@@ -80,7 +80,7 @@ type Worker struct {
 
 // confirmReq is one acknowledgement waiting to be recorded.
 type confirmReq struct {
-	effect *Effect
+	effect *outboxtype.Effect
 	res    providers.Result
 	jobID  int64
 }
@@ -106,8 +106,8 @@ func (w *Worker) stopBatchers() {
 
 // claimFirstMany claims the first attempt of every effect in ids that is
 // due one, in one statement; the others get nil.
-func (w *Worker) claimFirstMany(ctx context.Context, ids []uuid.UUID) ([]*Effect, error) {
-	var claimed map[uuid.UUID]*Effect
+func (w *Worker) claimFirstMany(ctx context.Context, ids []uuid.UUID) ([]*outboxtype.Effect, error) {
+	var claimed map[uuid.UUID]*outboxtype.Effect
 	var err error
 	if w.tracer != nil {
 		// The events' trace contexts come with the claim, for the
@@ -126,7 +126,7 @@ func (w *Worker) claimFirstMany(ctx context.Context, ids []uuid.UUID) ([]*Effect
 	// An effect asked for twice in one statement (its own job and a batch
 	// it is in, in this process) is claimed once: only the first asking
 	// gets it, so only one of them fires it.
-	out := make([]*Effect, len(ids))
+	out := make([]*outboxtype.Effect, len(ids))
 	for i, id := range ids {
 		if e, ok := claimed[id]; ok {
 			out[i] = e
@@ -138,12 +138,12 @@ func (w *Worker) claimFirstMany(ctx context.Context, ids []uuid.UUID) ([]*Effect
 
 // eventsMany reads the events of many effects (by their source ids) in
 // one statement; nil for an id with none.
-func (w *Worker) eventsMany(ctx context.Context, ids []uuid.UUID) ([]*Event, error) {
+func (w *Worker) eventsMany(ctx context.Context, ids []uuid.UUID) ([]*outboxtype.Event, error) {
 	byID, err := w.store.EventsByID(ctx, w.pool, ids)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*Event, len(ids))
+	out := make([]*outboxtype.Event, len(ids))
 	for i, id := range ids {
 		out[i] = byID[id]
 	}
@@ -152,8 +152,8 @@ func (w *Worker) eventsMany(ctx context.Context, ids []uuid.UUID) ([]*Event, err
 
 // confirmMany records many acknowledgements in one transaction; see
 // confirm for what each result means.
-func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]State, error) {
-	out := make([]State, len(reqs))
+func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]outboxtype.State, error) {
+	out := make([]outboxtype.State, len(reqs))
 	acks := make([]Ack, len(reqs))
 	for i, r := range reqs {
 		acks[i] = Ack{ID: r.effect.ID, Ref: r.res.Ref, Replayed: r.res.Replayed}
@@ -172,7 +172,7 @@ func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]State, e
 		for i, r := range reqs {
 			cf, ok := confirmed[r.effect.ID]
 			out[i] = cf.State
-			if ok && cf.State == StateFired {
+			if ok && cf.State == outboxtype.StateFired {
 				continue
 			}
 			details := map[string]any{"provider_ref": r.res.Ref, "replayed": r.res.Replayed, "attempt": r.effect.Attempts, "job_id": r.jobID}
@@ -184,9 +184,9 @@ func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]State, e
 				continue
 			}
 			details["cleared_error"] = cf.LastError
-			if err := w.store.audit(ctx, tx, r.effect.ID, ActionLateAck, actorOutboxd,
+			if err := w.store.audit(ctx, tx, r.effect.ID, outboxtype.ActionLateAck, actorOutboxd,
 				"acknowledged by the provider after an operator moved it to "+string(cf.State)+": the provider did act",
-				cf.State, StateConfirmed, details); err != nil {
+				cf.State, outboxtype.StateConfirmed, details); err != nil {
 				return err
 			}
 		}
@@ -250,7 +250,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[DispatchArgs], firstOn
 		return err
 	}
 	// before is the effect as it was before the claim, to undo it.
-	before := &Effect{ID: id, State: StatePending}
+	before := &outboxtype.Effect{ID: id, State: outboxtype.StatePending}
 	if claimed == nil && firstOnly {
 		return errNotFirst
 	}
@@ -282,7 +282,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[DispatchArgs], firstOn
 // fire makes one attempt of claimed, which this worker has just claimed
 // (before is the effect as it was before the claim, to undo it), and
 // records its outcome; span, when tracing, is the dispatch's span.
-func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed, before *Effect, span outboxtype.Span) error {
+func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed, before *outboxtype.Effect, span outboxtype.Span) error {
 	id := claimed.ID
 	// Both claims take only effects of providers this process has.
 	p := w.providers[claimed.Provider]
@@ -355,7 +355,7 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 		}
 	}()
 	log := w.logger.With("effect_id", id, "kind", claimed.Kind, "provider", claimed.Provider, "attempt", claimed.Attempts)
-	w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StateFired})
+	w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: outboxtype.StateFired})
 	callCtx, call := ctx, outboxtype.Span(nil)
 	if span != nil {
 		log = log.With(span.LogAttrs()...)
@@ -393,7 +393,7 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 }
 
 // acknowledged records the provider's acknowledgement of claimed.
-func (w *Worker) acknowledged(bctx context.Context, log *slog.Logger, job *river.Job[DispatchArgs], claimed *Effect, res providers.Result, policy providers.InDoubtPolicy) error {
+func (w *Worker) acknowledged(bctx context.Context, log *slog.Logger, job *river.Job[DispatchArgs], claimed *outboxtype.Effect, res providers.Result, policy providers.InDoubtPolicy) error {
 	from, err := w.confirm(bctx, job, claimed, res)
 	if err != nil {
 		// Still fired: the next attempt applies the in-doubt policy.
@@ -401,14 +401,14 @@ func (w *Worker) acknowledged(bctx context.Context, log *slog.Logger, job *river
 		return err
 	}
 	switch from {
-	case StateFired:
-		w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StateConfirmed})
+	case outboxtype.StateFired:
+		w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: outboxtype.StateConfirmed})
 		log.Debug("effect confirmed", "provider_ref", res.Ref, "replayed", res.Replayed)
 	case "":
 		log.Warn("provider acknowledged an effect an operator had cancelled or confirmed meanwhile; acknowledgement recorded in its audit trail, state kept",
 			"provider_ref", res.Ref)
 	default:
-		w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StateConfirmed})
+		w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: outboxtype.StateConfirmed})
 		log.Warn("provider acknowledged an effect an operator had moved meanwhile; confirmed, recorded in its audit trail",
 			"from", from, "provider_ref", res.Ref)
 	}
@@ -420,7 +420,7 @@ func (w *Worker) acknowledged(bctx context.Context, log *slog.Logger, job *river
 // before is the effect as it was before the claim; limitKey the limit its
 // request counted against ("" for none).
 func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *river.Job[DispatchArgs], p providers.Provider,
-	claimed, before *Effect, start time.Time, sendErr error, limitKey string) error {
+	claimed, before *outboxtype.Effect, start time.Time, sendErr error, limitKey string) error {
 	id := claimed.ID
 	g := p.Guarantees()
 	policy := w.policy(claimed.Kind, g)
@@ -436,7 +436,7 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 		// No request was made: no host was called.
 		host, outcome = "", "refused"
 	}
-	if err := w.store.RecordAttempt(bctx, w.pool, Attempt{EffectID: id, Attempt: claimed.TotalAttempts, StartedAt: start,
+	if err := w.store.RecordAttempt(bctx, w.pool, outboxtype.Attempt{EffectID: id, Attempt: claimed.TotalAttempts, StartedAt: start,
 		Duration: time.Since(start), Outcome: outcome, Error: sendErr.Error(), Host: host}); err != nil {
 		log.Warn("could not record the attempt in its history", "record_error", err)
 	}
@@ -446,13 +446,13 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 	// The answer proves this attempt was not applied (a refusal, a 429);
 	// the effect stays in doubt only if an earlier request with the key may
 	// have been.
-	priorDoubt := before.InDoubt || before.State == StateFired
+	priorDoubt := before.InDoubt || before.State == outboxtype.StateFired
 	proven := class == providers.ClassPermanent || class == providers.ClassRetryable
 	switch {
 	case class == providers.ClassPermanent:
 		return w.failProven(bctx, log, claimed, sendErr.Error(), sendErr, priorDoubt)
 	case class == providers.ClassInDoubt && policy == providers.AtMostOnce:
-		return w.fail(bctx, log, claimed, ReasonInDoubt+": "+unclassified(sendErr), sendErr)
+		return w.fail(bctx, log, claimed, outboxtype.ReasonInDoubt+": "+unclassified(sendErr), sendErr)
 	case claimed.Attempts >= w.retry.MaxAttempts:
 		reason := fmt.Sprintf("retries exhausted after %d attempts: %v", claimed.Attempts, sendErr)
 		if proven {
@@ -463,14 +463,14 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 
 	next := time.Now().Add(max(after, w.retry.Delay(claimed.Attempts)))
 	if deadline := keyDeadline(claimed, g); !deadline.IsZero() && next.After(deadline) {
-		return w.fail(bctx, log, claimed, fmt.Sprintf("%s (last error: %v)", ReasonKeyWindow, sendErr), sendErr)
+		return w.fail(bctx, log, claimed, fmt.Sprintf("%s (last error: %v)", outboxtype.ReasonKeyWindow, sendErr), sendErr)
 	}
 	var err error
 	if class == providers.ClassRetryable {
 		var released bool
 		released, err = w.store.Release(bctx, w.pool, id, sendErr.Error(), next, priorDoubt)
 		if released {
-			w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StatePending})
+			w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: outboxtype.StatePending})
 		}
 	} else {
 		_, err = w.store.RecordInDoubt(bctx, w.pool, id, sendErr.Error(), next)
@@ -486,7 +486,7 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 // throttled handles a provider's 429 for claimed, whose request counts
 // against limit key: the key pauses for every replica and slows down, and
 // the effect waits for it, pending, without the attempt counting.
-func (w *Worker) throttled(bctx context.Context, log *slog.Logger, p providers.Provider, claimed, before *Effect,
+func (w *Worker) throttled(bctx context.Context, log *slog.Logger, p providers.Provider, claimed, before *outboxtype.Effect,
 	start time.Time, sendErr error, key string, after time.Duration) error {
 	until, first, err := w.limits.throttled(bctx, key, after)
 	if err != nil {
@@ -502,28 +502,28 @@ func (w *Worker) throttled(bctx context.Context, log *slog.Logger, p providers.P
 	if h, ok := p.(providers.Hoster); ok {
 		host = h.Host(claimed.Payload)
 	}
-	if err := w.store.RecordAttempt(bctx, w.pool, Attempt{EffectID: claimed.ID, Attempt: claimed.TotalAttempts, StartedAt: start,
+	if err := w.store.RecordAttempt(bctx, w.pool, outboxtype.Attempt{EffectID: claimed.ID, Attempt: claimed.TotalAttempts, StartedAt: start,
 		Duration: time.Since(start), Outcome: OutcomeThrottled, Error: "limit " + key + ": " + sendErr.Error(), Host: host}); err != nil {
 		log.Warn("could not record the attempt in its history", "record_error", err)
 	}
 	next := until.Add(jitterUpTo(time.Second))
 	if deadline := keyDeadline(claimed, p.Guarantees()); !deadline.IsZero() && next.After(deadline) {
-		return w.fail(bctx, log, claimed, fmt.Sprintf("%s (waiting for limit %s; last error: %v)", ReasonKeyWindow, key, sendErr), sendErr)
+		return w.fail(bctx, log, claimed, fmt.Sprintf("%s (waiting for limit %s; last error: %v)", outboxtype.ReasonKeyWindow, key, sendErr), sendErr)
 	}
-	priorDoubt := before.InDoubt || before.State == StateFired
+	priorDoubt := before.InDoubt || before.State == outboxtype.StateFired
 	released, err := w.store.ReleaseThrottled(bctx, w.pool, claimed.ID, sendErr.Error(), next, priorDoubt, key)
 	if err != nil {
 		return err
 	}
 	if released {
-		w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: StatePending})
+		w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: outboxtype.StatePending})
 	}
 	return river.JobSnooze(max(0, time.Until(next))) // JobSnooze refuses a negative wait
 }
 
 // limitKey is the limit claimed's request counts against: its provider's
 // account, or its destination (read from the payload); "" when none.
-func (w *Worker) limitKey(p providers.Provider, claimed *Effect) string {
+func (w *Worker) limitKey(p providers.Provider, claimed *outboxtype.Effect) string {
 	if key := w.accountLimits[claimed.Provider]; key != "" {
 		return key
 	}
@@ -546,7 +546,7 @@ func (w *Worker) markWaiting(ctx context.Context, id uuid.UUID, key string) {
 // re-fire, or an effect that must not be fired. It returns the claimed
 // effect and the effect as it was before, or nil with the error Work should
 // return.
-func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before *Effect, err error) {
+func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before *outboxtype.Effect, err error) {
 	e, err := w.store.Get(ctx, w.pool, id)
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil, river.JobCancel(err)
@@ -559,7 +559,7 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 		w.logger.Info("effect already "+string(e.State)+", not fired", "effect_id", id, "kind", e.Kind, "provider", e.Provider)
 		return nil, nil, nil
 	}
-	if e.State == StateFired {
+	if e.State == outboxtype.StateFired {
 		// Fired by a batch that is still running: its call may be in
 		// flight. The batch hands the effect over if it dies (a rescued
 		// batch gives its effects jobs of their own); until then this job
@@ -586,17 +586,17 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 	}
 	g := p.Guarantees()
 	log := w.logger.With("effect_id", id, "kind", e.Kind, "provider", e.Provider, "attempt", e.Attempts)
-	if (e.State == StateFired || e.InDoubt) && w.policy(e.Kind, g) == providers.AtMostOnce {
+	if (e.State == outboxtype.StateFired || e.InDoubt) && w.policy(e.Kind, g) == providers.AtMostOnce {
 		// An earlier request never reported back (a crash, a rescued job, or
 		// an operator's redrive of an effect in doubt).
 		why := "previous attempt did not finish"
-		if e.State != StateFired {
+		if e.State != outboxtype.StateFired {
 			why = "an earlier request's outcome is unknown"
 		}
-		return nil, nil, w.fail(ctx, log, e, ReasonInDoubt+": "+why, nil)
+		return nil, nil, w.fail(ctx, log, e, outboxtype.ReasonInDoubt+": "+why, nil)
 	}
 	if deadline := keyDeadline(e, g); !deadline.IsZero() && !time.Now().Before(deadline) {
-		return nil, nil, w.fail(ctx, log, e, ReasonKeyWindow, nil)
+		return nil, nil, w.fail(ctx, log, e, outboxtype.ReasonKeyWindow, nil)
 	}
 	claimed, err = w.store.Claim(ctx, w.pool, id, e.State)
 	if err != nil {
@@ -634,7 +634,7 @@ func confirmFailedNote(policy providers.InDoubtPolicy) string {
 // blockedSnooze is how long a job whose effect waits behind its ordering
 // key sleeps before it looks again: a quarter of the effect's age, between
 // a second and five minutes.
-func blockedSnooze(e *Effect) time.Duration {
+func blockedSnooze(e *outboxtype.Effect) time.Duration {
 	return min(max(time.Since(e.CreatedAt)/4, time.Second), 5*time.Minute)
 }
 
@@ -653,7 +653,7 @@ func (w *Worker) policy(kind string, g providers.Guarantees) providers.InDoubtPo
 // call was in flight (it is confirmed all the same: the provider acted); ""
 // when it was cancelled or confirmed meanwhile, and the acknowledgement is
 // kept in its audit trail.
-func (w *Worker) confirm(ctx context.Context, job *river.Job[DispatchArgs], e *Effect, res providers.Result) (State, error) {
+func (w *Worker) confirm(ctx context.Context, job *river.Job[DispatchArgs], e *outboxtype.Effect, res providers.Result) (outboxtype.State, error) {
 	if w.beforeConfirm != nil {
 		if err := w.beforeConfirm(ctx); err != nil {
 			return "", err
@@ -664,24 +664,24 @@ func (w *Worker) confirm(ctx context.Context, job *river.Job[DispatchArgs], e *E
 
 // fail moves the effect to failed and cancels the River job: failure is
 // outboxd's decision, and River must not retry past it.
-func (w *Worker) fail(ctx context.Context, log *slog.Logger, e *Effect, reason string, cause error) error {
+func (w *Worker) fail(ctx context.Context, log *slog.Logger, e *outboxtype.Effect, reason string, cause error) error {
 	failed, err := w.store.Fail(ctx, w.pool, e.ID, reason)
 	return w.failed(log, e, reason, cause, failed, err)
 }
 
 // failProven fails an effect whose last attempt the provider proved it
 // did not act on; inDoubt is whether an earlier request may have been.
-func (w *Worker) failProven(ctx context.Context, log *slog.Logger, e *Effect, reason string, cause error, inDoubt bool) error {
+func (w *Worker) failProven(ctx context.Context, log *slog.Logger, e *outboxtype.Effect, reason string, cause error, inDoubt bool) error {
 	failed, err := w.store.FailProven(ctx, w.pool, e.ID, reason, inDoubt)
 	return w.failed(log, e, reason, cause, failed, err)
 }
 
-func (w *Worker) failed(log *slog.Logger, e *Effect, reason string, cause error, failed bool, err error) error {
+func (w *Worker) failed(log *slog.Logger, e *outboxtype.Effect, reason string, cause error, failed bool, err error) error {
 	if err != nil {
 		return err
 	}
 	if failed {
-		w.metrics.Observe(outboxtype.Transitioned{Effect: e, To: StateFailed})
+		w.metrics.Observe(outboxtype.Transitioned{Effect: e, To: outboxtype.StateFailed})
 	}
 	log.Error("effect failed", "reason", reason)
 	if cause == nil {
@@ -709,7 +709,7 @@ func unclassified(err error) string {
 
 // keyDeadline is the last moment effect e may be fired, or zero when its
 // provider has no key window or it was never fired.
-func keyDeadline(e *Effect, g providers.Guarantees) time.Time {
+func keyDeadline(e *outboxtype.Effect, g providers.Guarantees) time.Time {
 	if g.KeyWindow <= 0 || e.KeyWindowFrom == nil {
 		return time.Time{}
 	}

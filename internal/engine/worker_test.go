@@ -22,6 +22,7 @@ import (
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
@@ -68,7 +69,7 @@ func setupWorker(t *testing.T, opts workerOpts) *workerBundle {
 		cfg: engine.Config{
 			Schema:            db.Schema,
 			Providers:         []providers.Provider{p},
-			Retry:             engine.RetryPolicy{MaxAttempts: opts.maxAttempts, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond},
+			Retry:             outboxtype.RetryPolicy{MaxAttempts: opts.maxAttempts, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond},
 			FetchCooldown:     10 * time.Millisecond,
 			FetchPollInterval: 50 * time.Millisecond,
 			Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -126,7 +127,7 @@ func (b *workerBundle) enqueueEffect(t *testing.T, effect outbox.Effect) outbox.
 }
 
 // waitFor polls until the effect reaches state, failing after 30s.
-func (b *workerBundle) waitFor(t *testing.T, id uuid.UUID, state engine.State) *engine.Effect {
+func (b *workerBundle) waitFor(t *testing.T, id uuid.UUID, state outboxtype.State) *outboxtype.Effect {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -183,7 +184,7 @@ func TestDispatchConfirmsEveryEffect(t *testing.T) {
 		effects = append(effects, b.enqueue(t, "/orders"))
 	}
 	for _, e := range effects {
-		got := b.waitFor(t, e.ID, engine.StateConfirmed)
+		got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 		require.Equal(t, 1, got.Attempts)
 		require.NotNil(t, got.ConfirmedAt)
 		b.waitForJob(t, e.ID, "completed") // River's completer records it after the confirmation
@@ -204,7 +205,7 @@ func TestDispatchRetryableThenConfirmed(t *testing.T) {
 	b.recv.Respond("/flaky", fakes.Status(500))
 	b.start(t)
 	e := b.enqueue(t, "/flaky")
-	got := b.waitFor(t, e.ID, engine.StateConfirmed)
+	got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 	require.Equal(t, 2, got.Attempts)
 	ds := b.recv.Deliveries()
 	require.Len(t, ds, 2)
@@ -219,7 +220,7 @@ func TestDispatchGoneFails(t *testing.T) {
 	b.recv.Respond("/gone", fakes.Status(http.StatusGone))
 	b.start(t)
 	e := b.enqueue(t, "/gone")
-	got := b.waitFor(t, e.ID, engine.StateFailed)
+	got := b.waitFor(t, e.ID, outboxtype.StateFailed)
 	require.Equal(t, 1, got.Attempts)
 	require.Contains(t, deref(got.LastError), "HTTP 410")
 	require.Len(t, b.recv.Deliveries(), 1, "a permanent failure is not retried")
@@ -232,7 +233,7 @@ func TestDispatchHonoursRetryAfter(t *testing.T) {
 	b.recv.Respond("/busy", fakes.Status(http.StatusTooManyRequests, "Retry-After", "2"))
 	b.start(t)
 	e := b.enqueue(t, "/busy")
-	b.waitFor(t, e.ID, engine.StateConfirmed)
+	b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 	ds := b.recv.Deliveries()
 	require.Len(t, ds, 2)
 	// The schedule alone would retry after ~10ms; the receiver asked for 2s.
@@ -245,7 +246,7 @@ func TestDispatchRetriesExhausted(t *testing.T) {
 	b.recv.Respond("/down", fakes.Status(503), fakes.Status(503), fakes.Status(503), fakes.Status(503))
 	b.start(t)
 	e := b.enqueue(t, "/down")
-	got := b.waitFor(t, e.ID, engine.StateFailed)
+	got := b.waitFor(t, e.ID, outboxtype.StateFailed)
 	require.Equal(t, 3, got.Attempts)
 	require.Contains(t, deref(got.LastError), "retries exhausted after 3 attempts")
 	for _, d := range b.recv.Deliveries() {
@@ -273,7 +274,7 @@ func TestConfirmFailureRefiresWithSameKey(t *testing.T) {
 		return errors.New("injected: crash before confirm")
 	})
 	e := b.enqueue(t, "/orders")
-	got := b.waitFor(t, e.ID, engine.StateConfirmed)
+	got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 	require.Equal(t, "fired", stateAtCrash.Load(), "fired is committed before the provider is called")
 	require.Equal(t, 2, got.Attempts)
 	ds := b.recv.Deliveries()
@@ -303,10 +304,10 @@ func TestShutdownMidCallLeavesFiredForNextProcess(t *testing.T) {
 
 	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateFired, got.State, "an interrupted attempt stays fired")
+	require.Equal(t, outboxtype.StateFired, got.State, "an interrupted attempt stays fired")
 
 	b.start(t) // the next process
-	got = b.waitFor(t, e.ID, engine.StateConfirmed)
+	got = b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 	require.Equal(t, 2, got.Attempts)
 	byID := b.recv.ByID()
 	require.Len(t, byID, 1)
@@ -319,7 +320,7 @@ func TestLoopbackRefusedUnlessAllowed(t *testing.T) {
 	b.start(t)
 	port := b.recv.URL[strings.LastIndex(b.recv.URL, ":")+1:]
 	e := b.enqueueURL(t, "http://localhost:"+port+"/orders")
-	got := b.waitFor(t, e.ID, engine.StateFailed)
+	got := b.waitFor(t, e.ID, outboxtype.StateFailed)
 	require.Contains(t, deref(got.LastError), "loopback")
 	require.Empty(t, b.recv.Deliveries())
 	// Delivery with loopback allowed is covered by every other test here.
@@ -334,8 +335,8 @@ func TestKeyWindowExpiredIsNotRefired(t *testing.T) {
 		SET state = 'fired', attempts = 1, first_fired_at = now() - interval '25 hours', key_window_from = now() - interval '25 hours' WHERE id = $1`, e.ID)
 	require.NoError(t, err)
 	b.start(t)
-	got := b.waitFor(t, e.ID, engine.StateFailed)
-	require.Equal(t, engine.ReasonKeyWindow, deref(got.LastError))
+	got := b.waitFor(t, e.ID, outboxtype.StateFailed)
+	require.Equal(t, outboxtype.ReasonKeyWindow, deref(got.LastError))
 	require.Equal(t, 1, got.Attempts)
 	require.Empty(t, b.recv.Deliveries(), "past the key window a re-fire could act twice")
 }
@@ -350,7 +351,7 @@ func TestTerminalEffectsAreNeverFired(t *testing.T) {
 	b.waitForJob(t, e.ID, "completed")
 	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateCancelled, got.State)
+	require.Equal(t, outboxtype.StateCancelled, got.State)
 	require.Zero(t, got.Attempts)
 	require.Empty(t, b.recv.Deliveries())
 }
@@ -378,7 +379,7 @@ func TestShutdownDrainsInFlightCalls(t *testing.T) {
 	require.NoError(t, d.Stop(stopCtx))
 	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateConfirmed, got.State)
+	require.Equal(t, outboxtype.StateConfirmed, got.State)
 	require.Equal(t, 1, got.Attempts)
 	require.Len(t, b.recv.Deliveries(), 1)
 }
@@ -422,7 +423,7 @@ func TestHangingReceiverDoesNotStallOtherDestinations(t *testing.T) {
 	require.Eventually(t, func() bool { return inFlight.Load() == webhook.DefaultMaxPerHost }, testWait, pollEvery,
 		"the hanging host gets its share of workers")
 	healthy := b.enqueue(t, "/orders")
-	b.waitFor(t, healthy.ID, engine.StateConfirmed)
+	b.waitFor(t, healthy.ID, outboxtype.StateConfirmed)
 	require.Zero(t, finished.Load(), "delivered while every hanging request was still in flight")
 	require.Equal(t, int32(webhook.DefaultMaxPerHost), maxInFlight.Load(), "never more than the per-host cap at the hanging host")
 }
@@ -474,7 +475,7 @@ func TestGateRefusalUndoesTheClaim(t *testing.T) {
 	b.ob = ob
 	b.start(t)
 	e := b.enqueueEffect(t, outbox.Effect{Kind: "gated.x", Provider: "gated", Payload: json.RawMessage(`{}`)})
-	got := b.waitFor(t, e.ID, engine.StateConfirmed)
+	got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 	require.Equal(t, int32(4), p.admits.Load(), "turned away three times, then admitted")
 	require.Equal(t, int32(1), p.sends.Load())
 	require.Equal(t, 1, got.Attempts, "the refusals spent no attempt")
@@ -504,10 +505,10 @@ func TestGateSlotFreedBeforeTheConfirmation(t *testing.T) {
 	b.ob = ob
 	b.start(t)
 	e := b.enqueueEffect(t, outbox.Effect{Kind: "gated.x", Provider: "gated", Payload: json.RawMessage(`{}`)})
-	b.waitFor(t, e.ID, engine.StateConfirmed)
+	b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 	select {
 	case st := <-stateAtRelease:
-		require.Equal(t, string(engine.StateFired), st, "the slot came back before the confirmation")
+		require.Equal(t, string(outboxtype.StateFired), st, "the slot came back before the confirmation")
 	case <-time.After(testWait):
 		t.Fatal("the slot was never released")
 	}
@@ -530,7 +531,7 @@ func TestDispatcherInsertsJobsFromTheIntake(t *testing.T) {
 		effects = append(effects, b.enqueue(t, "/orders"))
 	}
 	for _, e := range append(effects, early) {
-		b.waitFor(t, e.ID, engine.StateConfirmed)
+		b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 		own, batches := b.jobs(t, e.ID)
 		require.Equal(t, 1, own+batches, "one job for each effect: its own or a batch")
 		require.Len(t, b.recv.ByID()[e.Key], 1, "delivered once")
@@ -548,7 +549,7 @@ func TestFailedAttemptsAreKeptForOperators(t *testing.T) {
 	b.recv.Respond("/flaky", fakes.Status(503), fakes.Status(429))
 	b.start(t)
 	e := b.enqueue(t, "/flaky")
-	got := b.waitFor(t, e.ID, engine.StateConfirmed)
+	got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
 	require.Equal(t, 3, got.TotalAttempts)
 	attempts, err := b.store.Attempts(context.Background(), b.db.Pool, e.ID)
 	require.NoError(t, err)
@@ -586,7 +587,7 @@ func TestProvenFailuresAreNotInDoubt(t *testing.T) {
 		{busy.ID, false, "The provider never acted"},
 		{flaky.ID, true, "An earlier request may have been delivered"},
 	} {
-		e := b.waitFor(t, c.id, engine.StateFailed)
+		e := b.waitFor(t, c.id, outboxtype.StateFailed)
 		require.Equal(t, c.inDoubt, e.InDoubt, deref(e.LastError))
 		stuck, err := b.store.Stuck(context.Background(), b.db.Pool, time.Now(), 10)
 		require.NoError(t, err)
@@ -624,7 +625,7 @@ func TestShutdownTimeoutCancelsHangingAttempts(t *testing.T) {
 	<-d.Stopped()
 	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
 	require.NoError(t, err)
-	require.Equal(t, engine.StateFired, got.State)
+	require.Equal(t, outboxtype.StateFired, got.State)
 }
 
 // TestARunningJobNamesItsDispatcher: River marks a job it works with the

@@ -29,6 +29,7 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outbox/outboxtrace"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
 
@@ -171,7 +172,7 @@ func TestOneTraceFromRequestToProviderCall(t *testing.T) {
 	st := engine.NewStore(db.Schema)
 	require.Eventually(t, func() bool {
 		e, err := st.Get(ctx, db.Pool, res.Effects[0].ID)
-		return err == nil && e.State == engine.StateConfirmed
+		return err == nil && e.State == outboxtype.StateConfirmed
 	}, 30*time.Second, 10*time.Millisecond)
 	require.Len(t, recv.ByID()[res.Effects[0].Key], 2, "re-fired once, with the same key")
 
