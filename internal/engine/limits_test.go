@@ -245,8 +245,7 @@ func TestAnEffectWaitingForItsLimitSaysSo(t *testing.T) {
 	e := b.enqueue(t, "/slow")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
-		require.NoError(t, err)
+		got := b.effect(t, e.ID)
 		if got.WaitingFor != nil && got.State == outboxtype.StatePending {
 			u, _ := url.Parse(b.recv.URL)
 			require.Equal(t, "webhook:"+u.Host, *got.WaitingFor)

@@ -157,8 +157,7 @@ func TestCancelBeforeTheEffectFires(t *testing.T) {
 	ev2, e2 := b.enqueueAt(t, "/now", time.Time{})
 	b.waitFor(t, e2.ID, outboxtype.StateConfirmed)
 	require.Equal(t, outbox.AlreadyFired, b.cancel(t, ev2, "reminder.unpaid"))
-	got2, err := b.store.Get(context.Background(), b.db.Pool, e2.ID)
-	require.NoError(t, err)
+	got2 := b.effect(t, e2.ID)
 	require.Equal(t, outboxtype.StateConfirmed, got2.State)
 
 	// Cancel rolls back with its transaction.
@@ -220,8 +219,7 @@ func TestCancelRacingTheFire(t *testing.T) {
 		delivered[d.Path]++
 	}
 	for i, p := range effects {
-		got, err := b.store.Get(context.Background(), b.db.Pool, p.e.ID)
-		require.NoError(t, err)
+		got := b.effect(t, p.e.ID)
 		var payload webhook.Payload
 		require.NoError(t, json.Unmarshal(got.Payload, &payload))
 		path := payload.URL[len(b.recv.URL):]

@@ -131,8 +131,7 @@ func (b *workerBundle) waitFor(t *testing.T, id uuid.UUID, state outboxtype.Stat
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		e, err := b.store.Get(context.Background(), b.db.Pool, id)
-		require.NoError(t, err)
+		e := b.effect(t, id)
 		if e.State == state {
 			return e
 		}
@@ -302,8 +301,7 @@ func TestShutdownMidCallLeavesFiredForNextProcess(t *testing.T) {
 	cancel() // no grace period: in-flight attempts are cancelled at once
 	require.NoError(t, first.Stop(expired))
 
-	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
-	require.NoError(t, err)
+	got := b.effect(t, e.ID)
 	require.Equal(t, outboxtype.StateFired, got.State, "an interrupted attempt stays fired")
 
 	b.start(t) // the next process
@@ -349,8 +347,7 @@ func TestTerminalEffectsAreNeverFired(t *testing.T) {
 	require.NoError(t, err)
 	b.start(t)
 	b.waitForJob(t, e.ID, "completed")
-	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
-	require.NoError(t, err)
+	got := b.effect(t, e.ID)
 	require.Equal(t, outboxtype.StateCancelled, got.State)
 	require.Zero(t, got.Attempts)
 	require.Empty(t, b.recv.Deliveries())
@@ -377,8 +374,7 @@ func TestShutdownDrainsInFlightCalls(t *testing.T) {
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, d.Stop(stopCtx))
-	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
-	require.NoError(t, err)
+	got := b.effect(t, e.ID)
 	require.Equal(t, outboxtype.StateConfirmed, got.State)
 	require.Equal(t, 1, got.Attempts)
 	require.Len(t, b.recv.Deliveries(), 1)
@@ -623,8 +619,7 @@ func TestShutdownTimeoutCancelsHangingAttempts(t *testing.T) {
 	require.NoError(t, d.Stop(ctx))
 	require.NoError(t, ctx.Err(), "River cancelled the attempt at ShutdownTimeout, not the caller's deadline")
 	<-d.Stopped()
-	got, err := b.store.Get(context.Background(), b.db.Pool, e.ID)
-	require.NoError(t, err)
+	got := b.effect(t, e.ID)
 	require.Equal(t, outboxtype.StateFired, got.State)
 }
 
