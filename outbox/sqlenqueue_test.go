@@ -16,12 +16,14 @@ import (
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
-	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid/sendgridschema"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/sideeffectstest"
 )
 
 // sqlRow is one row outboxd_enqueue returns.
@@ -349,7 +351,7 @@ func TestSQLEnqueuedEffectsAreDispatched(t *testing.T) {
 	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	wh, err := webhook.New(webhook.Config{Secret: testSecret, AllowedNetworks: loopback, Timeout: 5 * time.Second})
 	require.NoError(t, err)
-	testdispatch.Start(t, b.db, engine.Config{}, wh)
+	sideeffectstest.Start(t, b.db.Pool, sideeffects.Config{Schema: b.db.Schema, Providers: []providers.Provider{wh}})
 
 	id := uuid.New()
 	var effects []map[string]any

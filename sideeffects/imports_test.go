@@ -20,8 +20,6 @@ func TestOnlyTheFacesImportTheEngine(t *testing.T) {
 	allowed := map[string]bool{
 		"github.com/outboxd/outboxd/sideeffects": true,
 		"github.com/outboxd/outboxd/outbox":      true,
-		// The engine's own test helper, imported by tests only.
-		"github.com/outboxd/outboxd/internal/testdispatch": true,
 	}
 	var importers []string
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {

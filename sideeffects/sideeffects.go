@@ -22,14 +22,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -65,111 +63,6 @@ type (
 	EventResult = outboxtype.EventResult
 )
 
-// OperatorConfig configures an Operator: the schema, and what it must know
-// of the providers to apply the same guards as the dispatcher.
-type OperatorConfig struct {
-	// Schema holds outboxd's and River's tables ("" uses search_path).
-	Schema string
-	// Guarantees by provider name (each provider's Guarantees()). A
-	// provider not listed is treated as having no idempotency keys: an
-	// effect of it in doubt is at_most_once, and retry refuses to re-send
-	// it without AllowDuplicate.
-	Guarantees map[string]providers.Guarantees
-	// InDoubt overrides a provider's in-doubt policy for individual kinds,
-	// as the dispatcher's Config.InDoubt does.
-	InDoubt map[string]providers.InDoubtPolicy
-}
-
-// Config configures a Dispatcher. Zero fields take the defaults below;
-// NewDispatcher checks the rest and names the field at fault.
-type Config struct {
-	// Schema holds outboxd's and River's tables ("" uses search_path).
-	Schema string
-	// Providers are the providers this process dispatches for; each gets its
-	// own River queue, named after it, so a slow provider cannot starve the
-	// others. At least one.
-	Providers []providers.Provider
-	// Concurrency is the number of workers per provider queue. A provider
-	// not listed gets DefaultConcurrency; a provider listed must be in
-	// Providers.
-	Concurrency map[string]int
-	// InDoubt overrides a provider's in-doubt policy for individual kinds.
-	InDoubt map[string]providers.InDoubtPolicy
-	// Retry is the retry schedule; MaxDelay must not be below BaseDelay.
-	Retry RetryPolicy
-	// JobTimeout cancels an attempt that runs longer. It must exceed every
-	// provider's own timeout (providers.Timed). Default 1m.
-	JobTimeout time.Duration
-	// ShutdownTimeout is how long Stop lets in-flight attempts finish
-	// before River cancels them. Default 30s.
-	ShutdownTimeout time.Duration
-	// RescueAfter is how long a job may stay running before River assumes
-	// its worker died and retries it. Must exceed JobTimeout. Default 2m.
-	RescueAfter time.Duration
-	// FetchCooldown and FetchPollInterval tune River's fetch loop. Defaults
-	// 5ms and 100ms.
-	FetchCooldown     time.Duration
-	FetchPollInterval time.Duration
-	// SweepInterval is how often the leader looks for pending and fired
-	// effects without a dispatch job. Default 1m, at least 1s.
-	SweepInterval time.Duration
-	// SweepGrace leaves alone effects changed more recently than this.
-	// Default 1m.
-	SweepGrace time.Duration
-	// Retention is how long terminal effects are kept; it must exceed every
-	// provider's key window. Default 30 days; -1 disables the purge.
-	Retention time.Duration
-	// RetentionInterval is how often the purge runs. Default 1h.
-	RetentionInterval time.Duration
-	// CompletedJobRetention is how long River keeps a completed dispatch
-	// job (its CompletedJobRetentionPeriod). The effect row holds all a
-	// completed job says. Default 1h (River's own default is 24h).
-	CompletedJobRetention time.Duration
-	// Limits sets rate limits, in requests a second, shared by every
-	// replica, by limit key: a provider's name for its account
-	// ("stripe", "sendgrid"), or a key a provider names
-	// ("webhook:api.partner.example"). Stripe's account limit defaults to
-	// Stripe's published rate (live 100/s, test 25/s); keys with no rate
-	// slow down only when the provider answers 429. A rate an operator set
-	// (outboxctl limits set) is kept over these. See docs/limits.md.
-	Limits map[string]float64
-	// LimitPause is how long a 429 that names no delay pauses its limit
-	// key, doubled for each such 429 in a row. Default 500ms.
-	LimitPause time.Duration
-	// TenantWindow is how many effects of one tenant, per provider, may
-	// have a dispatch job at once (queued in River or being worked);
-	// the rest wait in their tenant's queue, so that another tenant's new
-	// effect has at most this many of each tenant's ahead of it. Effects
-	// without a tenant are not limited. Default 32.
-	TenantWindow int
-	// TenantWeights multiply TenantWindow for the tenants named: a weight
-	// of 2 gives a tenant twice the window. Positive; default 1.
-	TenantWeights map[string]float64
-	// Metrics, when set, receives what the dispatcher measures (see package
-	// dispatchmetrics for Prometheus).
-	Metrics Observer
-	// Tracer, when set, traces each dispatch as a span ("outboxd.dispatch")
-	// that continues the trace stored with the effect's event by the
-	// enqueuing application, and each provider call as a client span
-	// inside it; log lines of a dispatch carry its trace_id and span_id.
-	// Package outbox/outboxtrace provides one for OpenTelemetry.
-	Tracer Tracer
-	// RiverMiddleware is added to the dispatcher's River client, for
-	// example River's OpenTelemetry middleware (rivercontrib/otelriver),
-	// whose job spans the dispatch spans link to.
-	RiverMiddleware []rivertype.Middleware
-	// Logger receives outboxd's and River's logs. Default slog.Default().
-	Logger *slog.Logger
-	// Settings, when set, are recorded with this process's host and pid
-	// for `outboxctl dispatchers` while it runs (refreshed every 30s,
-	// marked stopped by Stop): what an operator needs to read its
-	// behaviour, never secrets.
-	Settings map[string]any
-	// TestOnly shortens River's start-up for tests, as River's own
-	// Config.TestOnly does.
-	TestOnly bool
-}
-
 // The states of side_effects.state.
 const (
 	StatePending   = outboxtype.StatePending
@@ -177,29 +70,6 @@ const (
 	StateConfirmed = outboxtype.StateConfirmed
 	StateFailed    = outboxtype.StateFailed
 	StateCancelled = outboxtype.StateCancelled
-)
-
-// Defaults for Config's and RetryPolicy's zero values.
-const (
-	DefaultConcurrency           = engine.DefaultConcurrency
-	DefaultJobTimeout            = engine.DefaultJobTimeout
-	DefaultRescueAfter           = engine.DefaultRescueAfter
-	DefaultShutdownTimeout       = engine.DefaultShutdownTimeout
-	DefaultFetchCooldown         = engine.DefaultFetchCooldown
-	DefaultFetchPollInterval     = engine.DefaultFetchPollInterval
-	DefaultSweepInterval         = engine.DefaultSweepInterval
-	DefaultSweepGrace            = engine.DefaultSweepGrace
-	DefaultRetention             = engine.DefaultRetention
-	DefaultRetentionInterval     = engine.DefaultRetentionInterval
-	DefaultCompletedJobRetention = engine.DefaultCompletedJobRetention
-	DefaultLimitPause            = engine.DefaultLimitPause
-	DefaultTenantWindow          = engine.DefaultTenantWindow
-	// TenantLimitPrefix starts the limit key of a tenant's own rate:
-	// "tenant:acme" in Config.Limits or Operator.SetLimit.
-	TenantLimitPrefix  = engine.TenantLimitPrefix
-	DefaultMaxAttempts = outboxtype.DefaultMaxAttempts
-	DefaultBaseDelay   = outboxtype.DefaultBaseDelay
-	DefaultMaxDelay    = outboxtype.DefaultMaxDelay
 )
 
 // Failure reasons an effect's last_error starts with.
@@ -220,35 +90,40 @@ var ErrNotFound = engine.ErrNotFound
 func Key(eventID uuid.UUID, kind string) string { return engine.Key(eventID, kind) }
 
 // Dispatcher runs the River workers that fire side effects.
-type Dispatcher struct{ d *engine.Dispatcher }
+type Dispatcher engine.Dispatcher
 
-// NewDispatcher validates cfg and builds a dispatcher; Start runs it.
+// NewDispatcher checks cfg, naming the field at fault, and builds a
+// dispatcher with cfg's zero fields at their defaults; Start runs it.
 func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
-	// engine.Config has these fields, in this order: the conversion stops
-	// compiling if the two drift apart.
-	d, err := engine.NewDispatcher(pool, engine.Config(cfg))
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	d, err := engine.NewDispatcher(pool, cfg.wiring())
 	if err != nil {
 		return nil, err
 	}
-	return &Dispatcher{d: d}, nil
+	return (*Dispatcher)(d), nil
 }
+
+func (d *Dispatcher) engine() *engine.Dispatcher { return (*engine.Dispatcher)(d) }
 
 // Start starts dispatching. Cancelling ctx begins a graceful stop, as Stop
 // does.
-func (d *Dispatcher) Start(ctx context.Context) error { return d.d.Start(ctx) }
+func (d *Dispatcher) Start(ctx context.Context) error { return d.engine().Start(ctx) }
 
 // Stop stops fetching and lets in-flight attempts finish for
 // Config.ShutdownTimeout (or until ctx ends), then cancels them. A
 // cancelled attempt leaves its effect fired, to be re-fired with the same
 // key by this or another replica.
-func (d *Dispatcher) Stop(ctx context.Context) error { return d.d.Stop(ctx) }
+func (d *Dispatcher) Stop(ctx context.Context) error { return d.engine().Stop(ctx) }
 
 // Stopped is closed once the dispatcher has stopped.
-func (d *Dispatcher) Stopped() <-chan struct{} { return d.d.Stopped() }
+func (d *Dispatcher) Stopped() <-chan struct{} { return d.engine().Stopped() }
 
 // Limits is what this process knows of the rate limits now (for metrics:
 // see dispatchmetrics.Limits).
-func (d *Dispatcher) Limits() []outboxtype.LimitState { return d.d.Limits() }
+func (d *Dispatcher) Limits() []outboxtype.LimitState { return d.engine().Limits() }
 
 // Operator inspects and repairs effects, with the guards and audit trail
 // of outboxctl and the web view (they use it too).
@@ -256,7 +131,7 @@ type Operator struct{ op *engine.Operator }
 
 // NewOperator returns the operator API over cfg.Schema.
 func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
-	op, err := engine.NewOperator(pool, engine.OperatorConfig(cfg))
+	op, err := engine.NewOperator(pool, cfg.Schema, cfg.Guarantees, cfg.InDoubt)
 	if err != nil {
 		return nil, err
 	}

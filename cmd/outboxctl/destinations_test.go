@@ -12,11 +12,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
-	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/sideeffectstest"
 )
 
 // TestAHangingPartnerIsNamed: a partner that stops answering opens its
@@ -38,7 +39,7 @@ func TestAHangingPartnerIsNamed(t *testing.T) {
 	}
 	wh, err := webhook.New(webhook.Config{Secret: runbookSecret, AllowedNetworks: loopback, Timeout: 300 * time.Millisecond, MaxPerHost: 4})
 	require.NoError(t, err)
-	testdispatch.Start(t, r.db, engine.Config{Retry: outboxtype.RetryPolicy{MaxAttempts: 20}, Settings: map[string]any{"rescue_after": "2m0s"}}, wh)
+	sideeffectstest.Start(t, r.db.Pool, sideeffects.Config{Schema: r.db.Schema, Providers: []providers.Provider{wh}, Retry: outboxtype.RetryPolicy{MaxAttempts: 20}, Settings: map[string]any{"rescue_after": "2m0s"}})
 	ctx := context.Background()
 	var ids []uuid.UUID
 	for i := range 10 {

@@ -9,10 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
-	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/sideeffectstest"
 )
 
 // TestRetryFailedSinceStartsAPacedReplay: an operator replays what failed
@@ -57,7 +58,7 @@ func TestRetryFailedSinceStartsAPacedReplay(t *testing.T) {
 	// outboxd runs it.
 	wh, err := webhook.New(webhook.Config{Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
 	require.NoError(t, err)
-	testdispatch.Start(t, b.db, engine.Config{}, wh)
+	sideeffectstest.Start(t, b.db.Pool, sideeffects.Config{Schema: b.db.Schema, Providers: []providers.Provider{wh}})
 	var r outboxtype.Replay
 	require.Eventually(t, func() bool {
 		out, err := b.run(t, "", "replays", "show", "1", "--json")

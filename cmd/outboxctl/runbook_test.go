@@ -15,14 +15,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
-	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/sideeffectstest"
 )
 
 // The runbook in docs/outboxctl.md, performed: for each failure reason a
@@ -69,7 +70,7 @@ func (r *runbook) start(t *testing.T) {
 	require.NoError(t, err)
 	sgp, err := sendgrid.New(sendgrid.Config{APIKey: "SG.runbook", APIHost: r.sg.URL, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	testdispatch.Start(t, r.db, engine.Config{Retry: outboxtype.RetryPolicy{MaxAttempts: 2}, SweepInterval: time.Second}, wh, sgp)
+	sideeffectstest.Start(t, r.db.Pool, sideeffects.Config{Schema: r.db.Schema, Providers: []providers.Provider{wh, sgp}, Retry: outboxtype.RetryPolicy{MaxAttempts: 2}, SweepInterval: time.Second})
 }
 
 func (r *runbook) enqueue(t *testing.T, name string, e outbox.Effect) uuid.UUID {

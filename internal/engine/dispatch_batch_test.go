@@ -321,7 +321,7 @@ func TestAnEffectAskedForTwiceInOneClaimIsClaimedOnce(t *testing.T) {
 	t.Parallel()
 	b := setupWorker(t, workerOpts{})
 	e := b.enqueue(t, "/orders")
-	d, err := engine.NewDispatcher(b.db.Pool, b.cfg)
+	d, err := newDispatcher(b.db.Pool, b.cfg)
 	require.NoError(t, err)
 	got, err := engine.ClaimFirstMany(context.Background(), d, []uuid.UUID{e.ID, e.ID})
 	require.NoError(t, err)

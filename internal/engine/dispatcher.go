@@ -5,13 +5,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"math"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,66 +16,61 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/outboxd/outboxd/outboxtype"
-	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
 )
 
-// Defaults for Config's zero values. Together they bound crash recovery: an
-// effect left fired by a killed process is rescued by River after
-// RescueAfter, noticed within River's 30s rescuer interval, and re-fired
-// after the first retry delay, about 3 minutes in all with the defaults; a
-// dispatcher that starts later rescues such a job within seconds.
-const (
-	// DefaultConcurrency is high because most workers wait: on the shared
-	// claim and confirm statements (larger batches are cheaper per effect)
-	// or on a provider. Measured in docs/performance.md.
-	DefaultConcurrency = 400
-	DefaultJobTimeout  = time.Minute
-	DefaultRescueAfter = 2 * time.Minute
-	// DefaultShutdownTimeout is how long Stop lets in-flight calls finish.
-	DefaultShutdownTimeout = 30 * time.Second
-	// DefaultFetchCooldown and DefaultFetchPollInterval are tighter than
-	// River's (100ms, 1s), chosen by measurement (docs/performance.md): an
-	// effect is usually fired within a few milliseconds of its commit, and
-	// within the poll interval when its insert notification was coalesced
-	// with another.
-	DefaultFetchCooldown     = 5 * time.Millisecond
-	DefaultFetchPollInterval = 100 * time.Millisecond
-)
+// Wiring is what NewDispatcher builds a dispatcher from: a
+// sideeffects.Config, checked and given its defaults there, put in the
+// terms of the parts that use it, as River's client hands each of its
+// parts a config of its own.
+type Wiring struct {
+	Schema    string
+	Providers []providers.Provider
+	// Workers is each provider queue's number of workers.
+	Workers map[string]int
+	// River holds the River client's own settings: its timings, logger,
+	// middleware and TestOnly. NewDispatcher adds its ID, schema, queues,
+	// workers and periodic jobs.
+	River river.Config
+	// Calls is how the worker calls providers and reports what it did.
+	Calls CallSettings
+	// Limits are the rate limits and the tenants' windows.
+	Limits LimitSettings
+	// Upkeep is the sweeper's and the purge's timing.
+	Upkeep UpkeepSettings
+	// Settings are recorded for operators while the dispatcher runs.
+	Settings map[string]any
+}
 
-// Config configures a Dispatcher. Its fields are documented once, on
-// sideeffects.Config, its public face, which has the same fields in the
-// same order and is converted to it (the conversion stops compiling if
-// the two drift apart).
-type Config struct {
-	Schema                string
-	Providers             []providers.Provider
-	Concurrency           map[string]int
-	InDoubt               map[string]providers.InDoubtPolicy
-	Retry                 outboxtype.RetryPolicy
-	JobTimeout            time.Duration
-	ShutdownTimeout       time.Duration
-	RescueAfter           time.Duration
-	FetchCooldown         time.Duration
-	FetchPollInterval     time.Duration
-	SweepInterval         time.Duration
-	SweepGrace            time.Duration
-	Retention             time.Duration
-	RetentionInterval     time.Duration
-	CompletedJobRetention time.Duration
-	Limits                map[string]float64
-	LimitPause            time.Duration
-	TenantWindow          int
-	TenantWeights         map[string]float64
-	Metrics               outboxtype.Observer
-	Tracer                outboxtype.Tracer
-	RiverMiddleware       []rivertype.Middleware
-	Logger                *slog.Logger
-	Settings              map[string]any
-	TestOnly              bool
+// CallSettings are the worker's: the in-doubt policies by kind, the retry
+// schedule (with its defaults), and where measurements and spans go.
+type CallSettings struct {
+	InDoubt map[string]providers.InDoubtPolicy
+	Retry   outboxtype.RetryPolicy
+	Metrics outboxtype.Observer
+	Tracer  outboxtype.Tracer
+}
+
+// LimitSettings are the limiter's and the tenant feeder's: rates by limit
+// key as configured (a provider's name stands for its account), the first
+// pause after a 429 that names no delay, and the tenants' windows.
+type LimitSettings struct {
+	Rates         map[string]float64
+	Pause         time.Duration
+	TenantWindow  int
+	TenantWeights map[string]float64
+}
+
+// UpkeepSettings time the maintenance jobs: how often the sweeper runs and
+// what it leaves alone, and how long ended effects are kept (0 or less
+// keeps them) and how often the purge runs.
+type UpkeepSettings struct {
+	SweepEvery     time.Duration
+	SweepGrace     time.Duration
+	Retention      time.Duration
+	RetentionEvery time.Duration
 }
 
 // heartbeatInterval is how often a running dispatcher refreshes its
@@ -108,129 +99,12 @@ type Dispatcher struct {
 	intake  *intake
 }
 
-// withDefaults fills in the zero fields of cfg, as River's Config does.
-func (cfg Config) withDefaults() Config {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	cfg.JobTimeout = cmp.Or(cfg.JobTimeout, DefaultJobTimeout)
-	cfg.RescueAfter = cmp.Or(cfg.RescueAfter, DefaultRescueAfter)
-	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout)
-	cfg.FetchCooldown = cmp.Or(cfg.FetchCooldown, DefaultFetchCooldown)
-	cfg.FetchPollInterval = cmp.Or(cfg.FetchPollInterval, DefaultFetchPollInterval)
-	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, DefaultSweepInterval)
-	cfg.SweepGrace = cmp.Or(cfg.SweepGrace, DefaultSweepGrace)
-	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
-	cfg.RetentionInterval = cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval)
-	cfg.CompletedJobRetention = cmp.Or(cfg.CompletedJobRetention, DefaultCompletedJobRetention)
-	cfg.Retry = cfg.Retry.WithDefaults()
-	cfg.LimitPause = cmp.Or(cfg.LimitPause, DefaultLimitPause)
-	cfg.TenantWindow = cmp.Or(cfg.TenantWindow, DefaultTenantWindow)
-	return cfg
-}
-
-// validate checks cfg after withDefaults, naming the setting at fault; the
-// checks run in a fixed order, so the same config always reports the same
-// error.
-func (cfg Config) validate() error {
-	if err := pgschema.Check(cfg.Schema); err != nil {
-		return fmt.Errorf("dispatcher: Schema: %w", err)
-	}
-	if len(cfg.Providers) == 0 {
-		return errors.New("dispatcher: no providers configured")
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"job timeout", cfg.JobTimeout}, {"rescue-after", cfg.RescueAfter}, {"shutdown timeout", cfg.ShutdownTimeout},
-		{"fetch cooldown", cfg.FetchCooldown}, {"fetch poll interval", cfg.FetchPollInterval}, {"sweep interval", cfg.SweepInterval},
-		{"sweep grace", cfg.SweepGrace}, {"retention interval", cfg.RetentionInterval}, {"retry base delay", cfg.Retry.BaseDelay},
-		{"retry max delay", cfg.Retry.MaxDelay}, {"completed job retention", cfg.CompletedJobRetention}} {
-		if d.v < 0 {
-			return fmt.Errorf("dispatcher: %s is %s: it must not be negative", d.name, d.v)
-		}
-	}
-	if cfg.Retry.MaxAttempts < 0 {
-		return fmt.Errorf("dispatcher: retry max attempts is %d: it must not be negative", cfg.Retry.MaxAttempts)
-	}
-	if cfg.SweepInterval < time.Second {
-		return fmt.Errorf("dispatcher: sweep interval is %s: it must be at least 1s", cfg.SweepInterval)
-	}
-	if cfg.Retry.MaxDelay < cfg.Retry.BaseDelay {
-		return fmt.Errorf("dispatcher: retry max delay (%s) must not be shorter than the retry base delay (%s)", cfg.Retry.MaxDelay, cfg.Retry.BaseDelay)
-	}
-	if cfg.RescueAfter <= cfg.JobTimeout {
-		return fmt.Errorf("dispatcher: rescue-after (%s) must exceed job-timeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
-	}
-	seen := map[string]bool{}
-	for _, p := range cfg.Providers {
-		name := p.Name()
-		if seen[name] {
-			return fmt.Errorf("dispatcher: provider %q configured twice", name)
-		}
-		seen[name] = true
-		if n := cfg.Concurrency[name]; n < 0 {
-			return fmt.Errorf("dispatcher: concurrency for %q must be positive, got %d", name, n)
-		}
-		if t, ok := p.(providers.Timed); ok && cfg.JobTimeout <= t.Timeout() {
-			return fmt.Errorf("dispatcher: job timeout (%s) must exceed the %s provider's timeout (%s): the job would be cancelled before the call could time out and report why", cfg.JobTimeout, name, t.Timeout())
-		}
-		g := p.Guarantees()
-		if g.KeyWindow < 0 || g.KeyWindowMargin < 0 || (g.KeyWindow > 0 && g.KeyWindow <= g.KeyWindowMargin) {
-			return fmt.Errorf("dispatcher: the %s key window (%s) must exceed its margin (%s): no retry could ever be made", name, g.KeyWindow, g.KeyWindowMargin)
-		}
-		if span := retrySpan(cfg.Retry, cfg.JobTimeout); g.WindowCoversRetries && g.KeyWindow > 0 && g.KeyWindow-g.KeyWindowMargin < span {
-			return fmt.Errorf("dispatcher: the %s key window (%s, less its %s margin) is shorter than the retry schedule (%d attempts, up to %s with calls): make the window at least %s, or retry less", name, g.KeyWindow, g.KeyWindowMargin, cfg.Retry.WithDefaults().MaxAttempts, span, span+g.KeyWindowMargin)
-		}
-		if cfg.Retention > 0 && g.KeyWindow > 0 && cfg.Retention <= g.KeyWindow {
-			return fmt.Errorf("dispatcher: retention (%s) must exceed the %s key window (%s): a purged effect no longer deduplicates", cfg.Retention, name, g.KeyWindow)
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(cfg.Concurrency)) {
-		if !seen[name] {
-			return fmt.Errorf("dispatcher: concurrency set for unknown provider %q", name)
-		}
-	}
-	if cfg.LimitPause < 0 {
-		return fmt.Errorf("dispatcher: limit pause is %s: it must not be negative", cfg.LimitPause)
-	}
-	if cfg.TenantWindow < 0 {
-		return fmt.Errorf("dispatcher: tenant window is %d: it must be positive", cfg.TenantWindow)
-	}
-	for _, t := range slices.Sorted(maps.Keys(cfg.TenantWeights)) {
-		if w := cfg.TenantWeights[t]; !(w > 0) || math.IsInf(w, 0) {
-			return fmt.Errorf("dispatcher: tenant %q has weight %g: a weight is a positive number", t, w)
-		}
-	}
-	for _, key := range slices.Sorted(maps.Keys(cfg.Limits)) {
-		if err := checkLimit(key, cfg.Limits[key], seen); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkLimit checks one configured limit: a positive rate, for a provider
-// this process has (by name, or a key that starts with "<provider>:").
-func checkLimit(key string, rate float64, providers map[string]bool) error {
-	name, rest, _ := strings.Cut(key, ":")
-	switch {
-	case name+":" == TenantLimitPrefix && rest != "" && (rate > 0) && !math.IsInf(rate, 0):
-		return nil
-	case !providers[name]:
-		return fmt.Errorf("dispatcher: limit %q: no provider %q is configured: name a provider's account (stripe) or a key such as webhook:api.partner.example", key, name)
-	case !(rate > 0) || math.IsInf(rate, 0):
-		return fmt.Errorf("dispatcher: limit %q: rate %v: it must be a positive number of requests a second", key, rate)
-	}
-	return nil
-}
-
-// limitKeys resolves cfg's limits and the providers' published ones: the
-// account key of each provider that has one, and every key's rate (a
-// provider's name stands for its account).
-func limitKeys(cfg Config) (accounts map[string]string, rates map[string]float64, defaults map[string]float64, err error) {
+// limitKeys resolves the configured limits and the providers' published
+// ones: the account key of each provider that has one, and every key's
+// rate (a provider's name stands for its account).
+func limitKeys(ps []providers.Provider, limits map[string]float64) (accounts map[string]string, rates map[string]float64, defaults map[string]float64, err error) {
 	accounts, rates, defaults = map[string]string{}, map[string]float64{}, map[string]float64{}
-	for _, p := range cfg.Providers {
+	for _, p := range ps {
 		lp, ok := p.(providers.Limited)
 		if !ok {
 			continue
@@ -242,7 +116,7 @@ func limitKeys(cfg Config) (accounts map[string]string, rates map[string]float64
 			}
 		}
 	}
-	for key, rate := range cfg.Limits {
+	for key, rate := range limits {
 		if !strings.Contains(key, ":") {
 			acct, ok := accounts[key]
 			if !ok {
@@ -255,18 +129,19 @@ func limitKeys(cfg Config) (accounts map[string]string, rates map[string]float64
 	return accounts, rates, defaults, nil
 }
 
-// NewDispatcher validates cfg and builds a dispatcher; Start runs it.
-func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
+// NewDispatcher builds a dispatcher from w (package sideeffects checks a
+// Config and wires it); Start runs it.
+func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
+	logger := w.River.Logger
+	if logger == nil {
+		logger = slog.Default()
 	}
-	store := NewStore(cfg.Schema)
-	accounts, rates, defaults, err := limitKeys(cfg)
+	store := NewStore(w.Schema)
+	accounts, rates, defaults, err := limitKeys(w.Providers, w.Limits.Rates)
 	if err != nil {
 		return nil, err
 	}
-	lim := newLimiter(pool, store, cfg.Logger, cfg.LimitPause)
+	lim := newLimiter(pool, store, logger, w.Limits.Pause)
 	for key, rate := range defaults {
 		if _, set := rates[key]; !set {
 			lim.ensure(key, rate, "default")
@@ -275,76 +150,76 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	for key, rate := range rates {
 		lim.ensure(key, rate, "config")
 	}
-	w := &Worker{
-		tenants:       newTenantFeeder(cfg.TenantWindow, cfg.TenantWeights),
+	worker := &Worker{
+		tenants:       newTenantFeeder(w.Limits.TenantWindow, w.Limits.TenantWeights),
 		limits:        lim,
 		accountLimits: accounts,
-		accountWait:   accountWaitFor(cfg.JobTimeout),
+		accountWait:   accountWaitFor(w.River.JobTimeout),
 		pool:          pool,
 		store:         store,
-		providers:     make(map[string]providers.Provider, len(cfg.Providers)),
-		inDoubt:       cfg.InDoubt,
-		retry:         cfg.Retry,
-		logger:        cfg.Logger,
-		metrics:       cmp.Or[outboxtype.Observer](cfg.Metrics, noObserver{}),
-		tracer:        cfg.Tracer,
+		providers:     make(map[string]providers.Provider, len(w.Providers)),
+		inDoubt:       w.Calls.InDoubt,
+		retry:         w.Calls.Retry,
+		logger:        logger,
+		metrics:       cmp.Or[outboxtype.Observer](w.Calls.Metrics, noObserver{}),
+		tracer:        w.Calls.Tracer,
 	}
-	queues := make(map[string]river.QueueConfig, len(cfg.Providers))
-	for _, p := range cfg.Providers {
+	queues := make(map[string]river.QueueConfig, len(w.Providers))
+	for _, p := range w.Providers {
 		name := p.Name()
-		w.providers[name] = p
+		worker.providers[name] = p
 		if sh, ok := p.(providers.SecretHolder); ok {
-			w.secrets = append(w.secrets, sh.Secrets()...)
+			worker.secrets = append(worker.secrets, sh.Secrets()...)
 		}
-		w.providerNames = append(w.providerNames, name)
-		queues[name] = river.QueueConfig{MaxWorkers: cmp.Or(cfg.Concurrency[name], DefaultConcurrency)}
+		worker.providerNames = append(worker.providerNames, name)
+		queues[name] = river.QueueConfig{MaxWorkers: w.Workers[name]}
 	}
 	queues[MaintenanceQueue] = river.QueueConfig{MaxWorkers: 1}
 	queues[ReplayQueue] = river.QueueConfig{MaxWorkers: replayWorkers}
 	// Paced replays retry through an Operator that knows what this
 	// process's providers promise, as outboxctl's does from the flags.
-	guarantees := make(map[string]providers.Guarantees, len(cfg.Providers))
-	for _, p := range cfg.Providers {
+	guarantees := make(map[string]providers.Guarantees, len(w.Providers))
+	for _, p := range w.Providers {
 		guarantees[p.Name()] = p.Guarantees()
 	}
-	replayOp := &Operator{pool: pool, store: store, cfg: OperatorConfig{Schema: cfg.Schema, Guarantees: guarantees, InDoubt: cfg.InDoubt}}
+	replayOp := &Operator{pool: pool, store: store, told: guarantees, inDoubt: w.Calls.InDoubt}
 	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, w); err != nil {
+	if err := river.AddWorkerSafely(workers, worker); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	batches := &batchWorker{w: w, slots: make(map[string]chan struct{}, len(cfg.Providers))}
+	batches := &batchWorker{w: worker, slots: make(map[string]chan struct{}, len(w.Providers))}
 	for name, q := range queues {
 		batches.slots[name] = make(chan struct{}, q.MaxWorkers)
 	}
 	if err := river.AddWorkerSafely[BatchArgs](workers, batches); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	replays := &replayWorker{pool: pool, store: store, op: replayOp, logger: cfg.Logger}
+	replays := &replayWorker{pool: pool, store: store, op: replayOp, logger: logger}
 	if err := river.AddWorkerSafely[ReplayArgs](workers, replays); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	if err := river.AddWorkerSafely[SweepArgs](workers, &sweepWorker{pool: pool, store: store, grace: cfg.SweepGrace, logger: cfg.Logger}); err != nil {
+	if err := river.AddWorkerSafely[SweepArgs](workers, &sweepWorker{pool: pool, store: store, grace: w.Upkeep.SweepGrace, logger: logger}); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	periodicJobs := []*river.PeriodicJob{periodic(cfg.SweepInterval, SweepArgs{})}
-	if err := river.AddWorkerSafely[RetentionArgs](workers, &retentionWorker{pool: pool, store: store, retention: cfg.Retention, logger: cfg.Logger}); err != nil {
+	periodicJobs := []*river.PeriodicJob{periodic(w.Upkeep.SweepEvery, SweepArgs{})}
+	if err := river.AddWorkerSafely[RetentionArgs](workers, &retentionWorker{pool: pool, store: store, retention: w.Upkeep.Retention, logger: logger}); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	if cfg.Retention > 0 {
-		periodicJobs = append(periodicJobs, periodic(cfg.RetentionInterval, RetentionArgs{}))
+	if w.Upkeep.Retention > 0 {
+		periodicJobs = append(periodicJobs, periodic(w.Upkeep.RetentionEvery, RetentionArgs{}))
 	}
 	// Expired idempotency keys (outbox/idempotency) go whatever the
 	// effects' retention.
-	if err := river.AddWorkerSafely[KeyExpiryArgs](workers, &keyExpiryWorker{pool: pool, store: store, logger: cfg.Logger}); err != nil {
+	if err := river.AddWorkerSafely[KeyExpiryArgs](workers, &keyExpiryWorker{pool: pool, store: store, logger: logger}); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	periodicJobs = append(periodicJobs, periodic(cfg.RetentionInterval, KeyExpiryArgs{}))
-	if err := river.AddWorkerSafely[SummaryArgs](workers, &summaryWorker{pool: pool, store: store, retention: cfg.Retention}); err != nil {
+	periodicJobs = append(periodicJobs, periodic(w.Upkeep.RetentionEvery, KeyExpiryArgs{}))
+	if err := river.AddWorkerSafely[SummaryArgs](workers, &summaryWorker{pool: pool, store: store, retention: w.Upkeep.Retention}); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	periodicJobs = append(periodicJobs, periodic(summaryInterval, SummaryArgs{}))
 	windows := map[string]time.Duration{}
-	for _, p := range cfg.Providers {
+	for _, p := range w.Providers {
 		if g := p.Guarantees(); g.KeyWindow > g.KeyWindowMargin {
 			windows[p.Name()] = g.KeyWindow - g.KeyWindowMargin
 		}
@@ -357,24 +232,10 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	// (attempted_by); it is also this process's record in
 	// outboxd_dispatchers, so that a job left running names its process.
 	record := recordID()
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		ID:                   record,
-		Schema:               cfg.Schema,
-		Queues:               queues,
-		Workers:              workers,
-		JobTimeout:           cfg.JobTimeout,
-		RescueStuckJobsAfter: cfg.RescueAfter,
-		// Cancelled and discarded jobs keep River's default (24h): each
-		// marks an effect an operator may be looking at.
-		CompletedJobRetentionPeriod: cfg.CompletedJobRetention,
-		SoftStopTimeout:             cfg.ShutdownTimeout,
-		FetchCooldown:               cfg.FetchCooldown,
-		FetchPollInterval:           cfg.FetchPollInterval,
-		Logger:                      cfg.Logger,
-		PeriodicJobs:                periodicJobs,
-		Middleware:                  cfg.RiverMiddleware,
-		TestOnly:                    cfg.TestOnly,
-	})
+	rc := w.River
+	rc.ID, rc.Schema, rc.Logger = record, w.Schema, logger
+	rc.Queues, rc.Workers, rc.PeriodicJobs = queues, workers, periodicJobs
+	client, err := river.NewClient(riverpgxv5.New(pool), &rc)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: river client: %w", err)
 	}
@@ -385,15 +246,15 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	// just after another waits for the next notified insert or for the
 	// fetch poll. Their own insert client notifies every millisecond at
 	// most, as the applications' do (outbox.New).
-	inserts, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: cfg.Schema, FetchCooldown: time.Millisecond, Logger: cfg.Logger})
+	inserts, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: w.Schema, FetchCooldown: time.Millisecond, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: river insert client: %w", err)
 	}
-	w.client = inserts
-	return &Dispatcher{record: record, settings: cfg.Settings, heartbeat: make(chan struct{}), pool: pool, store: store, logger: cfg.Logger,
-		client: client, worker: w, replays: replays, intake: &intake{
-			pool: pool, store: store, schema: cfg.Schema, logger: cfg.Logger, client: inserts,
-			tenants: w.tenants,
+	worker.client = inserts
+	return &Dispatcher{record: record, settings: w.Settings, heartbeat: make(chan struct{}), pool: pool, store: store, logger: logger,
+		client: client, worker: worker, replays: replays, intake: &intake{
+			pool: pool, store: store, schema: w.Schema, logger: logger, client: inserts,
+			tenants: worker.tenants,
 		}}, nil
 }
 
@@ -480,9 +341,9 @@ func (d *Dispatcher) announce(ctx context.Context) {
 	}()
 }
 
-// Stop stops fetching and lets in-flight attempts finish for
-// Config.ShutdownTimeout, after which River cancels them (its soft stop).
-// If ctx ends first, they are cancelled then (River's StopAndCancel). It
+// Stop stops fetching and lets in-flight attempts finish for River's
+// SoftStopTimeout (sideeffects.Config.ShutdownTimeout), after which River
+// cancels them (its soft stop). If ctx ends first, they are cancelled then (River's StopAndCancel). It
 // returns when every worker has returned. A cancelled attempt leaves its
 // effect fired, to be re-fired with the same key by this or another
 // replica.
@@ -515,21 +376,3 @@ func (d *Dispatcher) Stopped() <-chan struct{} { return d.client.Stopped() }
 // Limits is what this process knows of the rate limits now: each key's
 // rate (as lowered by 429s), pause, and the workers waiting for it here.
 func (d *Dispatcher) Limits() []KeyState { return d.worker.limits.states() }
-
-// retrySpan is the longest an effect's attempts can last from its first
-// fire to its last: every delay of the schedule at its longest, and every
-// call but the last taking the whole job timeout.
-func retrySpan(p outboxtype.RetryPolicy, jobTimeout time.Duration) time.Duration {
-	p = p.WithDefaults()
-	var span time.Duration
-	for a := 1; a < p.MaxAttempts; a++ {
-		d := p.MaxDelay
-		if a-1 < 40 {
-			if exp := p.BaseDelay << (a - 1); exp > 0 && exp < d {
-				d = exp
-			}
-		}
-		span += d + jobTimeout
-	}
-	return span
-}

@@ -24,6 +24,7 @@ import (
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // faultyReceiver answers like a bad day in production: timeouts, resets,
@@ -95,7 +96,7 @@ func TestProviderFaultsEndConfirmedOrFailedWithReason(t *testing.T) {
 	require.NoError(t, err)
 
 	policy := outboxtype.RetryPolicy{MaxAttempts: 8, BaseDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond}
-	d, err := engine.NewDispatcher(db.Pool, engine.Config{
+	d, err := newDispatcher(db.Pool, sideeffects.Config{
 		Schema: db.Schema, Providers: []providers.Provider{p}, Concurrency: map[string]int{"webhook": 20},
 		Retry: policy, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond,
 		// Every 429 pauses the one destination and lowers its rate;

@@ -56,13 +56,10 @@ const (
 	// be spent, so that times nobody used are not sent together with
 	// those of the next block.
 	leaseTTL = 50 * time.Millisecond
-	// DefaultLimitPause is the first pause of a key after a 429 that named
-	// no delay (stripe-go's own retries start at 500 ms); each episode in
-	// a row doubles it, up to maxLimitPause. A key pauses for every
-	// replica: a few requests that arrived bunched should not cost it a
-	// whole second of its rate.
-	DefaultLimitPause = 500 * time.Millisecond
-	maxLimitPause     = time.Minute
+	// maxLimitPause bounds a key's pause after a 429 that named no
+	// delay: each such episode in a row doubles the first pause
+	// (sideeffects.DefaultLimitPause), up to this.
+	maxLimitPause = time.Minute
 	// minRate is the lowest rate a 429 brings a key to.
 	minRate = 0.2
 	// adaptiveForget is how long after its last 429 a key with no rate of

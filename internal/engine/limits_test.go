@@ -284,7 +284,7 @@ func TestLimitsAreCheckedAtStart(t *testing.T) {
 	} {
 		cfg := b.cfg
 		cfg.Limits = tc.limits
-		_, err := engine.NewDispatcher(b.db.Pool, cfg)
+		_, err := newDispatcher(b.db.Pool, cfg)
 		require.ErrorContains(t, err, tc.want)
 	}
 }

@@ -18,17 +18,8 @@ import (
 // MaintenanceQueue runs the sweeper and retention jobs, one at a time.
 const MaintenanceQueue = "outboxd_maintenance"
 
-// Defaults for the maintenance settings of Config.
-const (
-	DefaultSweepInterval     = time.Minute
-	DefaultSweepGrace        = time.Minute
-	DefaultRetention         = 30 * 24 * time.Hour
-	DefaultRetentionInterval = time.Hour
-	// DefaultCompletedJobRetention is how long River keeps a completed
-	// dispatch job; see Config.CompletedJobRetention.
-	DefaultCompletedJobRetention = time.Hour
-	sweepBatch                   = 1000
-)
+// sweepBatch is how many effects one sweep looks at.
+const sweepBatch = 1000
 
 // SweepArgs are the arguments of the periodic sweep job.
 type SweepArgs struct{}

@@ -107,7 +107,7 @@ func TestRetentionMustExceedKeyWindows(t *testing.T) {
 	t.Parallel()
 	b := setupWorker(t, workerOpts{})
 	b.cfg.Retention = time.Hour
-	_, err := engine.NewDispatcher(b.db.Pool, b.cfg)
+	_, err := newDispatcher(b.db.Pool, b.cfg)
 	require.ErrorContains(t, err, "must exceed the webhook key window")
 }
 

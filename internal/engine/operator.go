@@ -29,16 +29,11 @@ type Operator struct {
 	pool  *pgxpool.Pool
 	store *Store
 	river *river.Client[pgx.Tx]
-	cfg   OperatorConfig
-}
-
-// OperatorConfig tells the operator what the dispatchers were told, so
-// that a redrive applies the same rules a worker would. Its fields are
-// documented on sideeffects.OperatorConfig, converted to it.
-type OperatorConfig struct {
-	Schema     string
-	Guarantees map[string]providers.Guarantees
-	InDoubt    map[string]providers.InDoubtPolicy
+	// told is the providers' guarantees and inDoubt the in-doubt policies
+	// by kind, as the dispatchers were told them, so that a redrive
+	// applies the rules a worker would (sideeffects.OperatorConfig).
+	told    map[string]providers.Guarantees
+	inDoubt map[string]providers.InDoubtPolicy
 }
 
 // RedriveReserve is the part of a key window a retry must leave: a retry
@@ -47,16 +42,17 @@ type OperatorConfig struct {
 // min(2h, a quarter of the window).
 func RedriveReserve(window time.Duration) time.Duration { return min(2*time.Hour, window/4) }
 
-// NewOperator builds an Operator.
-func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
-	if err := pgschema.Check(cfg.Schema); err != nil {
+// NewOperator builds an Operator over schema that knows what the
+// dispatchers were told of the providers' guarantees and in-doubt policies.
+func NewOperator(pool *pgxpool.Pool, schema string, guarantees map[string]providers.Guarantees, inDoubt map[string]providers.InDoubtPolicy) (*Operator, error) {
+	if err := pgschema.Check(schema); err != nil {
 		return nil, fmt.Errorf("operator: Schema: %w", err)
 	}
-	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: cfg.Schema})
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
 	if err != nil {
 		return nil, fmt.Errorf("operator: river client: %w", err)
 	}
-	return &Operator{pool: pool, store: NewStore(cfg.Schema), river: rc, cfg: cfg}, nil
+	return &Operator{pool: pool, store: NewStore(schema), river: rc, told: guarantees, inDoubt: inDoubt}, nil
 }
 
 // Pool is the operator's pool, for reads through Store.
@@ -69,7 +65,7 @@ func (o *Operator) Store() *Store { return o.store }
 // as this operator's settings know it (at_most_once for a provider they do
 // not name).
 func (o *Operator) Policy(provider, kind string) providers.InDoubtPolicy {
-	return policyOf(o.cfg.InDoubt, o.cfg.Guarantees[provider], kind)
+	return policyOf(o.inDoubt, o.told[provider], kind)
 }
 
 // policyOf is the in-doubt policy of kind at a provider with guarantees g:
@@ -89,7 +85,7 @@ func policyOf(inDoubt map[string]providers.InDoubtPolicy, g providers.Guarantees
 // (a provider an application built into its own dispatcher); known is
 // false when neither has them.
 func (o *Operator) guarantees(ctx context.Context, db DB, provider string) (g providers.Guarantees, known bool, err error) {
-	if g, ok := o.cfg.Guarantees[provider]; ok {
+	if g, ok := o.told[provider]; ok {
 		return g, true, nil
 	}
 	return o.store.ProviderGuarantees(ctx, db, provider)
@@ -150,7 +146,7 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *outboxtype.Effect, 
 		}
 		warnings = append(warnings, "the provider's key window is unknown: forced, fired again without a window check")
 	}
-	if e.InDoubt && policyOf(o.cfg.InDoubt, g, e.Kind) == providers.AtMostOnce {
+	if e.InDoubt && policyOf(o.inDoubt, g, e.Kind) == providers.AtMostOnce {
 		if !opts.AllowDuplicate {
 			ch.Override = outboxtype.OverrideAllowDuplicate
 			return fmt.Sprintf("in doubt and at_most_once: an earlier request may have been delivered, and %s has no idempotency key to stop a second one. "+

@@ -26,12 +26,9 @@ import (
 
 func (b *workerBundle) operator(t *testing.T) *engine.Operator {
 	t.Helper()
-	op, err := engine.NewOperator(b.db.Pool, engine.OperatorConfig{
-		Schema: b.db.Schema,
-		Guarantees: map[string]providers.Guarantees{
-			webhook.Name: webhook.Config{}.Guarantees(), sendgrid.Name: sendgrid.Guarantees,
-		},
-	})
+	op, err := engine.NewOperator(b.db.Pool, b.db.Schema, map[string]providers.Guarantees{
+		webhook.Name: webhook.Config{}.Guarantees(), sendgrid.Name: sendgrid.Guarantees,
+	}, nil)
 	require.NoError(t, err)
 	return op
 }

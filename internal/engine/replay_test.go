@@ -162,7 +162,7 @@ func TestReplayCancelledStopsAndResumesAfterARestart(t *testing.T) {
 	t.Run("a restart resumes where it stood, retrying nothing twice", func(t *testing.T) {
 		t.Parallel()
 		b := setupWorker(t, workerOpts{})
-		d1, err := engine.NewDispatcher(b.db.Pool, b.cfg)
+		d1, err := newDispatcher(b.db.Pool, b.cfg)
 		require.NoError(t, err)
 		require.NoError(t, d1.Start(ctx))
 		engine.SetReplayTiming(d1, 100*time.Millisecond, 200*time.Millisecond)

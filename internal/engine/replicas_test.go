@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // ledger records, across replicas, which effects are being fired right now
@@ -86,7 +86,7 @@ func TestReplicasShareWorkAndFireEachEffectOnce(t *testing.T) {
 	}
 
 	for n := 1; n <= 3; n++ {
-		d, err := engine.NewDispatcher(db.Pool, engine.Config{
+		d, err := newDispatcher(db.Pool, sideeffects.Config{
 			Schema:            db.Schema,
 			Providers:         []providers.Provider{&countingProvider{n: n, ledger: l}},
 			Concurrency:       map[string]int{"noop": 10},

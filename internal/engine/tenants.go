@@ -26,9 +26,6 @@ import (
 // effects counts against it, besides its provider's account or destination.
 const TenantLimitPrefix = "tenant:"
 
-// DefaultTenantWindow is Config.TenantWindow's default.
-const DefaultTenantWindow = 32
-
 // tenantFeeder is one process's side of the tenants' queues.
 type tenantFeeder struct {
 	window  int

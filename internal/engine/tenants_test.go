@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 func (b *workerBundle) enqueueFor(t *testing.T, tenant, path string) uuid.UUID {
@@ -111,7 +112,7 @@ func TestTenantWindowsAreWeighted(t *testing.T) {
 	b := setupWorker(t, workerOpts{})
 	b.cfg.TenantWindow = 2
 	b.cfg.TenantWeights = map[string]float64{"big": 2}
-	d, err := engine.NewDispatcher(b.db.Pool, b.cfg) // not started: the feeder runs by hand
+	d, err := newDispatcher(b.db.Pool, b.cfg) // not started: the feeder runs by hand
 	require.NoError(t, err)
 	ctx := context.Background()
 	for range 6 {
@@ -138,7 +139,7 @@ func TestTenantWindowsAreWeighted(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+b.db.Schema+`.outboxd_tenant_queue`).Scan(&queued))
 	require.Equal(t, 2+4+1, queued, "two of big's, four of small's and the scheduled one; not the chained one")
 
-	_, err = engine.NewDispatcher(b.db.Pool, engine.Config{Schema: b.db.Schema, Providers: b.cfg.Providers, TenantWeights: map[string]float64{"x": 0}})
+	_, err = newDispatcher(b.db.Pool, sideeffects.Config{Schema: b.db.Schema, Providers: b.cfg.Providers, TenantWeights: map[string]float64{"x": 0}})
 	require.ErrorContains(t, err, `tenant "x" has weight 0`)
 }
 

@@ -7,7 +7,7 @@ import (
 	"github.com/outboxd/outboxd/providers"
 )
 
-// Spans of a dispatch, when the dispatcher traces (Config.Tracer).
+// Spans of a dispatch, when the dispatcher traces (sideeffects.Config.Tracer).
 const (
 	spanDispatch = "outboxd.dispatch"
 	spanCall     = "outboxd.provider_call"

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
@@ -27,6 +28,7 @@ import (
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
 	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
@@ -39,7 +41,7 @@ type workerBundle struct {
 	ob    *outbox.Outbox
 	recv  *fakes.Receiver
 	store *engine.Store
-	cfg   engine.Config
+	cfg   sideeffects.Config
 }
 
 type workerOpts struct {
@@ -66,7 +68,7 @@ func setupWorker(t *testing.T, opts workerOpts) *workerBundle {
 	require.NoError(t, err)
 	return &workerBundle{
 		db: db, ob: ob, recv: recv, store: engine.NewStore(db.Schema),
-		cfg: engine.Config{
+		cfg: sideeffects.Config{
 			Schema:            db.Schema,
 			Providers:         []providers.Provider{p},
 			Retry:             outboxtype.RetryPolicy{MaxAttempts: opts.maxAttempts, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond},
@@ -88,7 +90,7 @@ func cmpOr(a, b time.Duration) time.Duration {
 // start runs a dispatcher until the test ends.
 func (b *workerBundle) start(t *testing.T) *engine.Dispatcher {
 	t.Helper()
-	d, err := engine.NewDispatcher(b.db.Pool, b.cfg)
+	d, err := newDispatcher(b.db.Pool, b.cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(func() {
@@ -291,7 +293,7 @@ func TestShutdownMidCallLeavesFiredForNextProcess(t *testing.T) {
 		<-r.Context().Done() // hang until the caller gives up
 		return 0
 	})
-	first, err := engine.NewDispatcher(b.db.Pool, b.cfg)
+	first, err := newDispatcher(b.db.Pool, b.cfg)
 	require.NoError(t, err)
 	require.NoError(t, first.Start(context.Background()))
 	e := b.enqueue(t, "/slow")
@@ -363,7 +365,7 @@ func TestShutdownDrainsInFlightCalls(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 		return http.StatusNoContent
 	})
-	d, err := engine.NewDispatcher(b.db.Pool, b.cfg)
+	d, err := newDispatcher(b.db.Pool, b.cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
 	e := b.enqueue(t, "/slow")
@@ -412,7 +414,7 @@ func TestHangingReceiverDoesNotStallOtherDestinations(t *testing.T) {
 	t.Cleanup(func() { close(release); hanging.Close() })
 
 	// More effects for the hanging host than the queue has workers.
-	hangingEffects := engine.DefaultConcurrency + 50
+	hangingEffects := sideeffects.DefaultConcurrency + 50
 	for range hangingEffects {
 		b.enqueueURL(t, hanging.URL+"/slow")
 	}
@@ -609,7 +611,7 @@ func TestShutdownTimeoutCancelsHangingAttempts(t *testing.T) {
 	})
 	cfg := b.cfg
 	cfg.ShutdownTimeout = 100 * time.Millisecond
-	d, err := engine.NewDispatcher(b.db.Pool, cfg)
+	d, err := newDispatcher(b.db.Pool, cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
 	e := b.enqueue(t, "/hang")
@@ -648,4 +650,12 @@ func TestARunningJobNamesItsDispatcher(t *testing.T) {
 	require.Len(t, running, 1)
 	require.Equal(t, ds[0].ID, running[0].HeldBy)
 	require.Equal(t, 1, running[0].Jobs)
+}
+
+// newDispatcher builds a dispatcher as an application does
+// (sideeffects.NewDispatcher) and returns the engine's, which the tests'
+// hooks reach into.
+func newDispatcher(pool *pgxpool.Pool, cfg sideeffects.Config) (*engine.Dispatcher, error) {
+	d, err := sideeffects.NewDispatcher(pool, cfg)
+	return (*engine.Dispatcher)(d), err
 }

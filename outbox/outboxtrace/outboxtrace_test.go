@@ -25,12 +25,14 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
-	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outbox/outboxtrace"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/sideeffectstest"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -160,7 +162,7 @@ func TestOneTraceFromRequestToProviderCall(t *testing.T) {
 
 	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loopback, Timeout: 10 * time.Second})
 	require.NoError(t, err)
-	d1 := testdispatch.Start(t, db, engine.Config{Tracer: outboxtrace.New(first.tp), RiverMiddleware: []rivertype.Middleware{outboxtrace.RiverMiddleware(first.tp)}}, wh)
+	d1 := sideeffectstest.Start(t, db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{wh}, Tracer: outboxtrace.New(first.tp), RiverMiddleware: []rivertype.Middleware{outboxtrace.RiverMiddleware(first.tp)}})
 	<-inFlight
 	killed, cancel := context.WithCancel(ctx)
 	cancel() // no grace: the call in flight is cut off, its outcome unknown
@@ -168,7 +170,7 @@ func TestOneTraceFromRequestToProviderCall(t *testing.T) {
 
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	testdispatch.Start(t, db, engine.Config{Tracer: outboxtrace.New(second.tp), Logger: logger}, wh)
+	sideeffectstest.Start(t, db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{wh}, Tracer: outboxtrace.New(second.tp), Logger: logger})
 	st := engine.NewStore(db.Schema)
 	require.Eventually(t, func() bool {
 		e, err := st.Get(ctx, db.Pool, res.Effects[0].ID)

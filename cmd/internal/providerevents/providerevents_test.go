@@ -22,11 +22,13 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
-	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
+	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/sideeffectstest"
 )
 
 const stripeSecret = "whsec_test_events_secret"
@@ -157,7 +159,7 @@ func TestInDoubtEmailIsConfirmedByItsEvent(t *testing.T) {
 	sg.Respond(fakes.Status(500))
 	sgp, err := sendgrid.New(sendgrid.Config{APIKey: "SG.events", APIHost: sg.URL, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	testdispatch.Start(t, e.db, engine.Config{Retry: outboxtype.RetryPolicy{MaxAttempts: 3}}, sgp)
+	sideeffectstest.Start(t, e.db.Pool, sideeffects.Config{Schema: e.db.Schema, Providers: []providers.Provider{sgp}, Retry: outboxtype.RetryPolicy{MaxAttempts: 3}})
 	eff := e.enqueue(t, mail())
 	require.Eventually(t, func() bool { return e.get(t, eff.ID).State == outboxtype.StateFailed }, 30*time.Second, 10*time.Millisecond)
 	require.Contains(t, *e.get(t, eff.ID).LastError, "in doubt: not re-sent")

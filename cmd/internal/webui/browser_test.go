@@ -31,12 +31,12 @@ import (
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
-	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/sideeffectstest"
 )
 
 const (
@@ -73,7 +73,7 @@ func newSite(t *testing.T) *site {
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loop, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	testdispatch.Start(t, s.db, engine.Config{Retry: outboxtype.RetryPolicy{MaxAttempts: 2}, Settings: map[string]any{"rescue_after": "2m0s"}}, wh)
+	sideeffectstest.Start(t, s.db.Pool, sideeffects.Config{Schema: s.db.Schema, Providers: []providers.Provider{wh}, Retry: outboxtype.RetryPolicy{MaxAttempts: 2}, Settings: map[string]any{"rescue_after": "2m0s"}})
 	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema,
 		Guarantees: map[string]providers.Guarantees{"webhook": wh.Guarantees()}})
 	require.NoError(t, err)

@@ -20,11 +20,12 @@ import (
 	"github.com/outboxd/outboxd/cmd/internal/webui"
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
-	"github.com/outboxd/outboxd/internal/testdispatch"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/endpoint"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
+	"github.com/outboxd/outboxd/sideeffects/sideeffectstest"
 )
 
 // verifier is an endpoint's receiver: it answers 2xx to a request its
@@ -71,7 +72,7 @@ func TestEndpointsInTheBrowser(t *testing.T) {
 	require.NoError(t, err)
 	ep, err := endpoint.New(endpoint.Config{DB: db.Pool, Schema: db.Schema, Key: key, Webhook: webhook.Config{AllowedNetworks: loop, Timeout: 2 * time.Second}})
 	require.NoError(t, err)
-	testdispatch.Start(t, db, engine.Config{Retry: outboxtype.RetryPolicy{MaxAttempts: 3}}, ep)
+	sideeffectstest.Start(t, db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{ep}, Retry: outboxtype.RetryPolicy{MaxAttempts: 3}})
 	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
 	require.NoError(t, err)
 	h, err := webui.New(webui.Config{Schema: db.Schema, Operator: op, AdminToken: adminToken, Endpoints: reg, EndpointsDB: db.Pool,
