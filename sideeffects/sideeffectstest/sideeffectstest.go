@@ -1,7 +1,8 @@
 // Package sideeffectstest runs a real dispatcher inside a test, as an
 // application's end-to-end test wants one: enqueue with package outbox,
-// start a dispatcher over the test's schema with a provider pointed at a
-// local server, and wait for the effect's state.
+// run a dispatcher over the test's schema with a provider pointed at a
+// local server, and read what became of the effect (sideeffects.Operator's
+// Get) or what the server received.
 //
 //	sideeffectstest.Start(t, pool, sideeffects.Config{
 //		Schema:    schema,
