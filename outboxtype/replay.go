@@ -95,3 +95,13 @@ type TenantReport struct {
 	OldestQueued *time.Time `json:"oldest_queued,omitempty"`
 	InFlight     int64      `json:"in_flight"`
 }
+
+// TenantTotal is every tenant's queue at one provider together: how many
+// tenants have due effects waiting for a place in their window, how many
+// effects that is, and since when the oldest has waited.
+type TenantTotal struct {
+	Provider     string     `json:"provider"`
+	Tenants      int64      `json:"tenants"`
+	Queued       int64      `json:"queued"`
+	OldestQueued *time.Time `json:"oldest_queued,omitempty"`
+}

@@ -397,6 +397,13 @@ func (o *Operator) Tenants(ctx context.Context, limit int) ([]outboxtype.TenantR
 	return o.op.Store().TenantReports(ctx, o.op.Pool(), limit)
 }
 
+// TenantTotals sums, by provider, every tenant's effects due and waiting
+// for a place in its window: how many tenants, how many effects, the
+// oldest.
+func (o *Operator) TenantTotals(ctx context.Context) ([]outboxtype.TenantTotal, error) {
+	return o.op.Store().TenantTotals(ctx, o.op.Pool())
+}
+
 // UnacknowledgedDrift counts the drift records nobody acknowledged.
 func (o *Operator) UnacknowledgedDrift(ctx context.Context) (int64, error) {
 	return o.op.Store().UnacknowledgedDrift(ctx, o.op.Pool())

@@ -199,6 +199,8 @@ func TestRunServesHealthAndDrainsOnSignal(t *testing.T) {
 	resp.Body.Close()
 	require.NoError(t, err)
 	require.Contains(t, string(body), "outboxd_effects_scrape_ok 1")
+	require.Contains(t, string(body), "outboxd_limits_scrape_ok 1")
+	require.Contains(t, string(body), "outboxd_tenants_scrape_ok 1")
 	require.Contains(t, string(body), "go_goroutines")
 
 	cancel() // what SIGTERM does through signal.NotifyContext

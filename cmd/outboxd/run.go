@@ -580,7 +580,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		dispatchmetrics.NewStateCollector(pool, g.Schema), dispatchmetrics.NewDestinationCollector(provs...),
-		dispatchmetrics.NewLimitCollector(pool, g.Schema))
+		dispatchmetrics.NewLimitCollector(pool, g.Schema), dispatchmetrics.NewTenantCollector(pool, g.Schema, 0))
 	metrics, err := dispatchmetrics.New(reg)
 	if err != nil {
 		return err

@@ -140,6 +140,28 @@ func (in *intake) feedTenants(ctx context.Context) (int, bool, error) {
 	return n, true, nil
 }
 
+const sqlTenantTotals = `
+SELECT provider, count(DISTINCT tenant)::bigint, count(*)::bigint, min(due_at)
+FROM /*schema*/outboxd_tenant_queue WHERE due_at <= now() GROUP BY provider ORDER BY provider`
+
+// TenantTotals sums the tenants' due queues by provider, every tenant
+// counted (TenantReports lists the longest queues only).
+func (s *Store) TenantTotals(ctx context.Context, db DB) ([]outboxtype.TenantTotal, error) {
+	rows, err := db.Query(ctx, s.sql(sqlTenantTotals))
+	if err != nil {
+		return nil, fmt.Errorf("tenant totals: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.TenantTotal, error) {
+		var t outboxtype.TenantTotal
+		err := r.Scan(&t.Provider, &t.Tenants, &t.Queued, &t.OldestQueued)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tenant totals: %w", err)
+	}
+	return out, nil
+}
+
 // tenantPoll bounds how long a queued tenant effect waits for a place
 // freed on another replica (this process's own ends wake it at once).
 const tenantPoll = 50 * time.Millisecond

@@ -5,6 +5,7 @@
 package dispatchmetrics
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -336,6 +337,89 @@ func (c *LimitCollector) Collect(ch chan<- prometheus.Metric) {
 			age = now.Sub(*l.OldestKeyWindowFrom).Seconds()
 		}
 		ch <- prometheus.MustNewConstMetric(c.windowAge, prometheus.GaugeValue, age, l.Key)
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+}
+
+// DefaultTenantSeries is how many tenants a TenantCollector reports one by
+// one when it is given no number.
+const DefaultTenantSeries = 20
+
+// TenantCollector reports the tenants' queues (fair shares) at scrape
+// time, as every replica shares them (the same values from each). By
+// provider, over every tenant: how many tenants have due effects waiting
+// for a place in their window, those effects, and the longest wait. One
+// by one, for the tenants with the most effects waiting only (so that
+// tenants cannot grow the series without bound): each one's waiting
+// effects, longest wait and effects in flight. `outboxctl tenants` lists
+// them all.
+type TenantCollector struct {
+	op                              *sideeffects.Operator
+	opErr                           error
+	top                             int
+	tenants, queued, oldest         *prometheus.Desc
+	tQueued, tOldest, tInFlight, up *prometheus.Desc
+	timeout                         time.Duration
+}
+
+// NewTenantCollector builds a collector for the tenants' queues in
+// schema, reporting top tenants one by one (DefaultTenantSeries if 0).
+func NewTenantCollector(pool *pgxpool.Pool, schema string, top int) *TenantCollector {
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema})
+	p, pt := []string{"provider"}, []string{"provider", "tenant"}
+	return &TenantCollector{op: op, opErr: err, top: cmp.Or(top, DefaultTenantSeries), timeout: 5 * time.Second,
+		tenants: prometheus.NewDesc("outboxd_tenants_waiting", "Tenants with effects due and waiting for a place in their window, all tenants.", p, nil),
+		queued:  prometheus.NewDesc("outboxd_tenants_queued_effects", "Effects due and waiting for a place in their tenant's window, all tenants; waiting is not an attempt.", p, nil),
+		oldest:  prometheus.NewDesc("outboxd_tenants_oldest_wait_seconds", "How long the effect waiting longest for a place in its tenant's window has waited (since it was due), all tenants.", p, nil),
+		tQueued: prometheus.NewDesc("outboxd_tenant_queued_effects", "A tenant's effects due and waiting for a place in its window (the tenants with the most).", pt, nil),
+		tOldest: prometheus.NewDesc("outboxd_tenant_oldest_wait_seconds", "How long a tenant's effect waiting longest for a place in its window has waited (the tenants with the most waiting).", pt, nil),
+		tInFlight: prometheus.NewDesc("outboxd_tenant_in_flight_effects",
+			"A tenant's effects given a job and not ended: the part of its window in use (the tenants with the most waiting).", pt, nil),
+		up: prometheus.NewDesc("outboxd_tenants_scrape_ok", "1 if the tenants' queues could be read for this scrape, 0 otherwise.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *TenantCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.tenants, c.queued, c.oldest, c.tQueued, c.tOldest, c.tInFlight, c.up} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *TenantCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.opErr != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	totals, err := c.op.TenantTotals(ctx)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	tenants, err := c.op.Tenants(ctx, c.top)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	now := time.Now()
+	since := func(t *time.Time) float64 {
+		if t == nil {
+			return 0
+		}
+		return max(0, now.Sub(*t).Seconds())
+	}
+	for _, t := range totals {
+		ch <- prometheus.MustNewConstMetric(c.tenants, prometheus.GaugeValue, float64(t.Tenants), t.Provider)
+		ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(t.Queued), t.Provider)
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, since(t.OldestQueued), t.Provider)
+	}
+	for _, t := range tenants {
+		ch <- prometheus.MustNewConstMetric(c.tQueued, prometheus.GaugeValue, float64(t.Queued), t.Provider, t.Tenant)
+		ch <- prometheus.MustNewConstMetric(c.tOldest, prometheus.GaugeValue, since(t.OldestQueued), t.Provider, t.Tenant)
+		ch <- prometheus.MustNewConstMetric(c.tInFlight, prometheus.GaugeValue, float64(t.InFlight), t.Provider, t.Tenant)
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 }
