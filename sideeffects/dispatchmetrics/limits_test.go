@@ -2,13 +2,10 @@ package dispatchmetrics_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -32,15 +29,7 @@ func TestLimitSeries(t *testing.T) {
 	require.NoError(t, err)
 	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
-	var id uuid.UUID
-	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"},
-			outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/o", "body": {}}`)})
-		if err == nil {
-			id = res.Effects[0].ID
-		}
-		return err
-	}))
+	id := enqueueWebhook(t, db, ob, outbox.Effect{})
 	require.NoError(t, store.MarkWaiting(ctx, db.Pool, id, key))
 	_, err = db.Pool.Exec(ctx, `UPDATE `+db.Schema+`.side_effects SET key_window_from = now() - interval '20 hours' WHERE id = $1`, id)
 	require.NoError(t, err)

@@ -29,17 +29,7 @@ func TestTenantSeries(t *testing.T) {
 	ob, err := outbox.New(outbox.Config{Schema: db.Schema})
 	require.NoError(t, err)
 	enqueue := func(tenant string, notBefore time.Time) uuid.UUID {
-		var id uuid.UUID
-		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-			res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"},
-				outbox.Effect{Kind: "webhook.order_paid", Provider: "webhook", Tenant: tenant, NotBefore: notBefore,
-					Payload: json.RawMessage(`{"url": "https://hooks.example.com/o", "body": {}}`)})
-			if err == nil {
-				id = res.Effects[0].ID
-			}
-			return err
-		}))
-		return id
+		return enqueueWebhook(t, db, ob, outbox.Effect{Tenant: tenant, NotBefore: notBefore})
 	}
 	// acme: four effects, one of them given its job (in flight); beta:
 	// one due for ten minutes, one scheduled for tomorrow.
@@ -79,4 +69,22 @@ outboxd_tenants_waiting{provider="webhook"} 2
 		"outboxd_tenants_scrape_ok", "outboxd_tenants_waiting"))
 	require.InDelta(t, 600, gauge(t, reg, "outboxd_tenants_oldest_wait_seconds"), 60,
 		"beta's effect, due ten minutes ago, is the longest wait, though beta is not among the tenants listed one by one")
+}
+
+// enqueueWebhook commits one event with effect, made a webhook to
+// hooks.example.com, and returns the effect's id.
+func enqueueWebhook(t *testing.T, db *testdb.DB, ob *outbox.Outbox, effect outbox.Effect) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	effect.Kind, effect.Provider = "webhook.order_paid", "webhook"
+	effect.Payload = json.RawMessage(`{"url": "https://hooks.example.com/o", "body": {}}`)
+	var id uuid.UUID
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"}, effect)
+		if err == nil {
+			id = res.Effects[0].ID
+		}
+		return err
+	}))
+	return id
 }
