@@ -11,13 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testbrokers"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/kafka/kafkaschema"
 	"github.com/outboxd/outboxd/providers/nats/natsschema"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // startJetStream runs a NATS server with JetStream in the test's process,
@@ -81,12 +81,13 @@ func TestRunRelaysEventsToJetStreamAndKafka(t *testing.T) {
 		require.NoError(t, <-done, logs.String())
 	}()
 
-	store := engine.NewStore(db.Schema)
+	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
+	require.NoError(t, err)
 	refs := map[string]string{}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, e := range effects {
 		for {
-			got, err := store.Get(ctx, db.Pool, e.ID)
+			got, err := op.Get(ctx, e.ID)
 			require.NoError(t, err)
 			if got.State == outboxtype.StateConfirmed {
 				refs[e.Kind] = deref(got.ProviderRef)

@@ -16,11 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers/endpoint"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // TestRunDeliversToEndpoints: with --endpoint-key, outboxd run delivers an
@@ -82,11 +82,12 @@ func TestRunDeliversToEndpoints(t *testing.T) {
 			"--webhook-secret", testSecret, "--webhook-allow-cidrs", "127.0.0.0/8", "--endpoint-key", keyText})
 		done <- cmd.ExecuteContext(runCtx)
 	}()
-	store := engine.NewStore(db.Schema)
+	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
+	require.NoError(t, err)
 	deadline := time.Now().Add(30 * time.Second)
 	for _, e := range res.Effects {
 		for {
-			g, err := store.Get(ctx, db.Pool, e.ID)
+			g, err := op.Get(ctx, e.ID)
 			require.NoError(t, err)
 			if g.State == outboxtype.StateConfirmed {
 				break

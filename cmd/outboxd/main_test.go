@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
@@ -30,6 +29,7 @@ import (
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -280,14 +280,15 @@ func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
 		done <- cmd.ExecuteContext(runCtx)
 	}()
 
-	store := engine.NewStore(db.Schema)
+	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
+	require.NoError(t, err)
 	want := map[string]outboxtype.State{"webhook.order_paid": outboxtype.StateConfirmed,
 		"stripe.refund": outboxtype.StateFailed, "email.receipt": outboxtype.StateFailed}
 	secrets := []string{testSecret, strings.TrimPrefix(testSecret, "whsec_"), stripeKey, sendgridKey}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, e := range effects {
 		for {
-			got, err := store.Get(ctx, db.Pool, e.ID)
+			got, err := op.Get(ctx, e.ID)
 			require.NoError(t, err)
 			if got.State == want[e.Kind] {
 				for _, secret := range secrets {
@@ -417,9 +418,10 @@ func TestRunConfirmsAnInDoubtEmailFromItsProviderEvent(t *testing.T) {
 		}
 		return err
 	}))
-	store := engine.NewStore(db.Schema)
+	op, err := sideeffects.NewOperator(db.Pool, sideeffects.OperatorConfig{Schema: db.Schema})
+	require.NoError(t, err)
 	state := func() *outboxtype.Effect {
-		e, err := store.Get(context.Background(), db.Pool, eff.ID)
+		e, err := op.Get(context.Background(), eff.ID)
 		require.NoError(t, err)
 		return e
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/cmd/internal/providerevents"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
@@ -34,12 +33,12 @@ import (
 const stripeSecret = "whsec_test_events_secret"
 
 type env struct {
-	db    *testdb.DB
-	srv   *httptest.Server
-	store *engine.Store
-	ob    *outbox.Outbox
-	sg    *fakes.SendGridEventSigner
-	obs   *observer
+	db  *testdb.DB
+	srv *httptest.Server
+	op  *sideeffects.Operator
+	ob  *outbox.Outbox
+	sg  *fakes.SendGridEventSigner
+	obs *observer
 }
 
 type observer struct{ events []outboxtype.EventResult }
@@ -63,7 +62,8 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, err)
 	e.srv = httptest.NewServer(h)
 	t.Cleanup(e.srv.Close)
-	e.store = engine.NewStore(e.db.Schema)
+	e.op, err = sideeffects.NewOperator(e.db.Pool, sideeffects.OperatorConfig{Schema: e.db.Schema})
+	require.NoError(t, err)
 	e.ob, err = outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: e.db.Schema})
 	require.NoError(t, err)
 	return e
@@ -85,7 +85,7 @@ func (e *env) enqueue(t *testing.T, eff outbox.Effect) *outboxtype.Effect {
 
 func (e *env) get(t *testing.T, id uuid.UUID) *outboxtype.Effect {
 	t.Helper()
-	got, err := e.store.Get(context.Background(), e.db.Pool, id)
+	got, err := e.op.Get(context.Background(), id)
 	require.NoError(t, err)
 	return got
 }
@@ -174,7 +174,7 @@ func TestInDoubtEmailIsConfirmedByItsEvent(t *testing.T) {
 	require.Equal(t, "14c5d75ce93", *got.ProviderRef)
 	require.Nil(t, got.LastError)
 	require.Equal(t, 1, e.count(t, "side_effect_audit WHERE effect_id = $1 AND action = 'event_confirm'", eff.ID), "five deliveries, applied once")
-	audit, err := e.store.Audit(context.Background(), e.db.Pool, eff.ID)
+	audit, err := e.op.Audit(context.Background(), eff.ID)
 	require.NoError(t, err)
 	require.Equal(t, "provider:sendgrid", audit[len(audit)-1].Actor)
 	require.Equal(t, "confirmed by provider event sg_evt_processed_1 (processed)", audit[len(audit)-1].Reason)
@@ -197,7 +197,7 @@ func TestDeliveryStatusHandlesOutOfOrderEvents(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	require.Contains(t, body, `"processed": 2`)
 	require.Equal(t, outboxtype.StateConfirmed, e.get(t, eff.ID).State, "confirmed by the first of them")
-	d, err := e.store.Delivery(context.Background(), e.db.Pool, eff.ID)
+	d, err := e.op.Delivery(context.Background(), eff.ID)
 	require.NoError(t, err)
 	require.Equal(t, "delivered", d.Status, "processed, older, does not overwrite delivered")
 
@@ -205,7 +205,7 @@ func TestDeliveryStatusHandlesOutOfOrderEvents(t *testing.T) {
 	bounce["reason"] = "550 5.1.1 user unknown"
 	status, _ = e.sendgridEvents(t, bounce)
 	require.Equal(t, http.StatusOK, status)
-	d, err = e.store.Delivery(context.Background(), e.db.Pool, eff.ID)
+	d, err = e.op.Delivery(context.Background(), eff.ID)
 	require.NoError(t, err)
 	require.Equal(t, "bounce", d.Status)
 	require.Equal(t, "550 5.1.1 user unknown", d.Detail)
@@ -292,7 +292,7 @@ func TestDriftIsRecorded(t *testing.T) {
 	e.stripeEvent(t, "evt_refund_failed", "refund.failed", map[string]any{"id": "re_1", "object": "refund", "status": "failed",
 		"failure_reason": "expired_or_canceled_card", "metadata": md(refund.IdempotencyKey)})
 
-	drift, err := e.store.Drift(context.Background(), e.db.Pool, outboxtype.DriftFilter{})
+	drift, err := e.op.Drift(context.Background(), outboxtype.DriftFilter{})
 	require.NoError(t, err)
 	byReason := map[string]outboxtype.DriftRecord{}
 	for _, d := range drift {

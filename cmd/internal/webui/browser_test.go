@@ -28,7 +28,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/cmd/internal/webui"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
@@ -48,17 +47,16 @@ const (
 // receiver, the web view in front of it, and effects in the situations an
 // operator meets.
 type site struct {
-	db    *testdb.DB
-	store *engine.Store
-	recv  *fakes.Receiver
-	ui    *httptest.Server
-	ids   map[string]uuid.UUID
+	db   *testdb.DB
+	op   *sideeffects.Operator
+	recv *fakes.Receiver
+	ui   *httptest.Server
+	ids  map[string]uuid.UUID
 }
 
 func newSite(t *testing.T) *site {
 	t.Helper()
 	s := &site{db: testdb.New(t), ids: map[string]uuid.UUID{}}
-	s.store = engine.NewStore(s.db.Schema)
 	var err error
 	s.recv, err = fakes.NewReceiver(secret)
 	require.NoError(t, err)
@@ -77,6 +75,7 @@ func newSite(t *testing.T) *site {
 	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema,
 		Guarantees: map[string]providers.Guarantees{"webhook": wh.Guarantees()}})
 	require.NoError(t, err)
+	s.op = op
 	h, err := webui.New(webui.Config{Schema: s.db.Schema, Operator: op, AdminToken: adminToken,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
@@ -111,7 +110,7 @@ func newSite(t *testing.T) *site {
 func (s *site) wait(t *testing.T, name string, state outboxtype.State) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		e, err := s.store.Get(context.Background(), s.db.Pool, s.ids[name])
+		e, err := s.op.Get(context.Background(), s.ids[name])
 		return err == nil && e.State == state
 	}, 30*time.Second, 10*time.Millisecond, "%s: want %s", name, state)
 }
@@ -215,7 +214,7 @@ func TestWebViewInABrowser(t *testing.T) {
 	br.shot("overview")
 
 	// Search by idempotency key.
-	busy, err := s.store.Get(context.Background(), s.db.Pool, s.ids["busy"])
+	busy, err := s.op.Get(context.Background(), s.ids["busy"])
 	require.NoError(t, err)
 	br.do(chromedp.Navigate(s.url("effects")), chromedp.WaitVisible(chromedp.CSS(`input[name="q"]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name="q"]`), busy.IdempotencyKey), chromedp.Submit(chromedp.CSS(`input[name="q"]`)),
@@ -252,7 +251,7 @@ func TestWebViewInABrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "retry by web:ada: failed -> pending")
 	s.wait(t, "busy", outboxtype.StateConfirmed)
-	audit, err := s.store.Audit(context.Background(), s.db.Pool, busy.ID)
+	audit, err := s.op.Audit(context.Background(), busy.ID)
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
 	require.Equal(t, "retry", audit[0].Action)
@@ -278,7 +277,7 @@ func TestWebViewInABrowser(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	br.do(chromedp.WaitReady(chromedp.CSS("body")))
 	require.Contains(t, br.text("body"), "refused")
-	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids["gone"])
+	e, err := s.op.Get(context.Background(), s.ids["gone"])
 	require.NoError(t, err)
 	require.Equal(t, outboxtype.StateFailed, e.State, "not cancelled")
 }
@@ -311,7 +310,7 @@ func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, post(adminToken, url.Values{"reason": {"x"}}, nil).StatusCode, "no CSRF token")
 	require.Equal(t, http.StatusForbidden, post(adminToken, url.Values{"reason": {"x"}, "csrf": {strings.Repeat("a", 64)}},
 		&http.Cookie{Name: "outboxd_csrf", Value: strings.Repeat("b", 64)}).StatusCode, "a token not this browser's")
-	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids["gone"])
+	e, err := s.op.Get(context.Background(), s.ids["gone"])
 	require.NoError(t, err)
 	require.Equal(t, outboxtype.StateFailed, e.State)
 
@@ -321,7 +320,7 @@ func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	resp = post(adminToken, url.Values{"csrf": {tok}, "reason": {"endpoint retired"}}, &http.Cookie{Name: "outboxd_csrf", Value: tok})
 	require.Equal(t, http.StatusOK, resp.StatusCode, "followed the redirect to the effect page")
-	e, err = s.store.Get(context.Background(), s.db.Pool, s.ids["gone"])
+	e, err = s.op.Get(context.Background(), s.ids["gone"])
 	require.NoError(t, err)
 	require.Equal(t, outboxtype.StateCancelled, e.State)
 
@@ -336,7 +335,7 @@ func TestActionsNeedTheCredentialAndTheCSRFToken(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	e, err = s.store.Get(context.Background(), s.db.Pool, s.ids["busy"])
+	e, err = s.op.Get(context.Background(), s.ids["busy"])
 	require.NoError(t, err)
 	require.NotNil(t, e.AcknowledgedAt, "acknowledged by the script")
 
@@ -541,7 +540,7 @@ func TestABlockedChainInTheBrowser(t *testing.T) {
 
 func (s *site) effectState(t *testing.T, name string) outboxtype.State {
 	t.Helper()
-	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids[name])
+	e, err := s.op.Get(context.Background(), s.ids[name])
 	require.NoError(t, err)
 	return e.State
 }
@@ -553,7 +552,7 @@ func (s *site) effectState(t *testing.T, name string) outboxtype.State {
 func TestSearchTakesKeysAsPeoplePasteThem(t *testing.T) {
 	t.Parallel()
 	s := newSite(t)
-	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids["busy"])
+	e, err := s.op.Get(context.Background(), s.ids["busy"])
 	require.NoError(t, err)
 	for _, q := range []string{strings.ToUpper(e.IdempotencyKey), e.IdempotencyKey[:12], e.IdempotencyKey[:12] + "…", e.IdempotencyKey[:20]} {
 		resp, err := http.Get(s.url("effects?q=" + url.QueryEscape(q)))
@@ -845,7 +844,7 @@ func TestNamedOperatorsAreAudited(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	audit, err := s.store.Audit(context.Background(), s.db.Pool, s.ids["gone"])
+	audit, err := s.op.Audit(context.Background(), s.ids["gone"])
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
 	require.Equal(t, "web:bob", audit[0].Actor)
@@ -886,7 +885,7 @@ func TestBulkActionsFromTheSearch(t *testing.T) {
 	br.do(chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "acknowledge by web:ada: 1 of 2 effects changed")
 	require.NotNil(t, s.effect(t, "gone").AcknowledgedAt)
-	audit, err := s.store.Audit(context.Background(), s.db.Pool, s.ids["gone"])
+	audit, err := s.op.Audit(context.Background(), s.ids["gone"])
 	require.NoError(t, err)
 	require.Equal(t, "web:ada", audit[len(audit)-1].Actor)
 	require.Equal(t, "both reviewed", audit[len(audit)-1].Reason)
@@ -931,14 +930,14 @@ func TestConfirmWebhooksInBulk(t *testing.T) {
 	gone := s.effect(t, "gone")
 	require.Equal(t, outboxtype.StateConfirmed, gone.State)
 	require.Equal(t, "webhook-id "+gone.IdempotencyKey, *gone.ProviderRef)
-	e, err := s.store.Get(context.Background(), s.db.Pool, mail)
+	e, err := s.op.Get(context.Background(), mail)
 	require.NoError(t, err)
 	require.Equal(t, outboxtype.StateFailed, e.State, "the email waits for its reference")
 }
 
 func (s *site) effect(t *testing.T, name string) *outboxtype.Effect {
 	t.Helper()
-	e, err := s.store.Get(context.Background(), s.db.Pool, s.ids[name])
+	e, err := s.op.Get(context.Background(), s.ids[name])
 	require.NoError(t, err)
 	return e
 }
@@ -983,7 +982,7 @@ func TestATrustedProxyNamesThePerson(t *testing.T) {
 	require.Equal(t, http.StatusOK, do(behind, http.MethodGet, "/ui/", "carol@example.com", nil))
 	require.Equal(t, http.StatusOK, do(behind, http.MethodPost, "/ui/effects/"+s.ids["gone"].String()+"/actions/acknowledge",
 		"carol@example.com", url.Values{"reason": {"endpoint retired"}}))
-	audit, err := s.store.Audit(context.Background(), s.db.Pool, s.ids["gone"])
+	audit, err := s.op.Audit(context.Background(), s.ids["gone"])
 	require.NoError(t, err)
 	require.Equal(t, "web:carol@example.com", audit[len(audit)-1].Actor)
 

@@ -29,7 +29,7 @@ func TestDriftIsSeenAndReviewedFromTheWebView(t *testing.T) {
 	apply := func(name, eventID string) {
 		e := s.effect(t, name)
 		require.NoError(t, pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
-			_, err := s.store.ApplyProviderEvent(ctx, tx, providers.EventReport{Provider: "webhook", EventID: eventID, Type: "order.paid.delivered",
+			_, err := s.op.ApplyProviderEvent(ctx, tx, providers.EventReport{Provider: "webhook", EventID: eventID, Type: "order.paid.delivered",
 				Key: e.IdempotencyKey, ObjectID: "rcv_" + eventID, Outcome: providers.EventDone, Status: "processed", At: time.Now()})
 			return err
 		}))
@@ -57,10 +57,10 @@ func TestDriftIsSeenAndReviewedFromTheWebView(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#ack-drift")), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "1 drift record(s) acknowledged")
 	require.Contains(t, br.text("#no-drift"), "No drift to review")
-	n, err := s.store.UnacknowledgedDrift(ctx, s.db.Pool)
+	n, err := s.op.UnacknowledgedDrift(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	recs, err := s.store.Drift(ctx, s.db.Pool, outboxtype.DriftFilter{Acknowledged: true})
+	recs, err := s.op.Drift(ctx, outboxtype.DriftFilter{Acknowledged: true})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, "web:ada", *recs[0].AcknowledgedBy)
@@ -82,7 +82,7 @@ func TestDriftIsSeenAndReviewedFromTheWebView(t *testing.T) {
 
 	// No reason, or no record ticked: refused, nothing acknowledged.
 	require.NoError(t, pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
-		_, err := s.store.ApplyProviderEvent(ctx, tx, providers.EventReport{Provider: "webhook", EventID: "evt_3", Type: "order.paid.delivered",
+		_, err := s.op.ApplyProviderEvent(ctx, tx, providers.EventReport{Provider: "webhook", EventID: "evt_3", Type: "order.paid.delivered",
 			Key: strings.Repeat("ab", 32), Outcome: providers.EventDone, At: time.Now()})
 		return err
 	}))
@@ -99,14 +99,14 @@ func TestDriftIsSeenAndReviewedFromTheWebView(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	open, err := s.store.Drift(ctx, s.db.Pool, outboxtype.DriftFilter{})
+	open, err := s.op.Drift(ctx, outboxtype.DriftFilter{})
 	require.NoError(t, err)
 	require.Len(t, open, 1)
 	id := strconv.FormatInt(open[0].ID, 10)
 	require.Equal(t, http.StatusBadRequest, post(url.Values{"id": {id}}))
 	require.Equal(t, http.StatusBadRequest, post(url.Values{"reason": {"x"}}))
 	require.Equal(t, http.StatusBadRequest, post(url.Values{"id": {"#1; drop"}, "reason": {"x"}}))
-	n, err = s.store.UnacknowledgedDrift(ctx, s.db.Pool)
+	n, err = s.op.UnacknowledgedDrift(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 }

@@ -66,7 +66,7 @@ func TestEditAPayloadNoProviderSaw(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#edit-submit")), chromedp.WaitVisible(chromedp.CSS("#diff")))
 	require.Contains(t, br.text("#diff"), `url: "ftp://`)
 	require.Contains(t, br.text("#dryrun"), "would move failed -> pending with this payload and the same key")
-	got, err := s.store.Get(ctx, s.db.Pool, id)
+	got, err := s.op.Get(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, outboxtype.StateFailed, got.State, "the first click shows the dry run")
 	br.do(chromedp.Click(chromedp.CSS("#edit-submit")), chromedp.WaitVisible(chromedp.CSS("#flash")))
@@ -74,7 +74,7 @@ func TestEditAPayloadNoProviderSaw(t *testing.T) {
 	got = waitState(t, s, id, outboxtype.StateConfirmed)
 	require.Equal(t, key, got.IdempotencyKey, "the same key")
 	require.JSONEq(t, fixed, string(got.Payload))
-	audit, err := s.store.Audit(ctx, s.db.Pool, id)
+	audit, err := s.op.Audit(ctx, id)
 	require.NoError(t, err)
 	var details struct {
 		Before json.RawMessage `json:"payload_before"`
@@ -104,7 +104,7 @@ func waitState(t *testing.T, s *site, id uuid.UUID, state outboxtype.State) *out
 	var e *outboxtype.Effect
 	require.Eventually(t, func() bool {
 		var err error
-		e, err = s.store.Get(context.Background(), s.db.Pool, id)
+		e, err = s.op.Get(context.Background(), id)
 		return err == nil && e.State == state
 	}, 30*time.Second, 10*time.Millisecond, "want %s", state)
 	return e

@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/cmd/internal/webui"
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
@@ -64,7 +63,6 @@ func TestEndpointsInTheBrowser(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t)
-	store := engine.NewStore(db.Schema)
 	key, err := endpoint.ParseKey(endpoint.NewKey())
 	require.NoError(t, err)
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
@@ -112,7 +110,7 @@ func TestEndpointsInTheBrowser(t *testing.T) {
 	require.NotContains(t, br.text("#endpoint"), "partner-token", "a header's value is never shown")
 	br.do(chromedp.Click(chromedp.CSS("#test-endpoint")), chromedp.WaitVisible(chromedp.CSS("#test-effect")))
 	testEffect := uuid.MustParse(strings.TrimSpace(br.text("#test-effect")))
-	waitState(t, &site{db: db, store: store}, testEffect, outboxtype.StateConfirmed)
+	waitState(t, &site{db: db, op: op}, testEffect, outboxtype.StateConfirmed)
 	rcv.mu.Lock()
 	require.Equal(t, 1, rcv.verified, "the receiver verified the test event with the secret it was shown")
 	rcv.mu.Unlock()
@@ -134,7 +132,7 @@ func TestEndpointsInTheBrowser(t *testing.T) {
 	held, err := reg.SendTest(ctx, db.Pool, eps[0].ID, endpoint.Change{Actor: "test"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		e, err := store.Get(ctx, db.Pool, held)
+		e, err := op.Get(ctx, held)
 		if err != nil || e.WaitingFor == nil || *e.WaitingFor != endpoint.LimitKey(eps[0].ID) {
 			return false
 		}
@@ -152,8 +150,8 @@ func TestEndpointsInTheBrowser(t *testing.T) {
 	br.do(chromedp.SetValue(chromedp.CSS(`form[action$="/enable"] textarea[name="reason"]`), "receiver back"),
 		chromedp.Click(chromedp.CSS("#enable-endpoint")), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "what it held goes out now")
-	waitState(t, &site{db: db, store: store}, held, outboxtype.StateConfirmed)
-	e, err := store.Get(ctx, db.Pool, held)
+	waitState(t, &site{db: db, op: op}, held, outboxtype.StateConfirmed)
+	e, err := op.Get(ctx, held)
 	require.NoError(t, err)
 	require.Equal(t, 1, e.Attempts, "held, not retried")
 

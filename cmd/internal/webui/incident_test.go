@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/cmd/internal/webui"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -72,7 +73,7 @@ func TestAnIncidentFromTheWebViewAlone(t *testing.T) {
 	// 1. Drift: the receiver processed "gone" after all (it answered 410).
 	gone := s.effect(t, "gone")
 	require.NoError(t, pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
-		_, err := s.store.ApplyProviderEvent(ctx, tx, providers.EventReport{Provider: "webhook", EventID: "evt_late", Type: "order.paid.delivered",
+		_, err := s.op.ApplyProviderEvent(ctx, tx, providers.EventReport{Provider: "webhook", EventID: "evt_late", Type: "order.paid.delivered",
 			Key: gone.IdempotencyKey, ObjectID: "rcv_1", Outcome: providers.EventDone, At: time.Now()})
 		return err
 	}))
@@ -84,7 +85,7 @@ func TestAnIncidentFromTheWebViewAlone(t *testing.T) {
 	partnerLog := []string{s.mustKey(t, partner[1]), s.mustKey(t, partner[3])}
 	// 3. A call of a process that was killed 20 minutes ago.
 	dead := enqueue("webhook.capture", "/captured", later)
-	require.NoError(t, s.store.RecordDispatcher(ctx, s.db.Pool, "outboxd-killed", "host-a", 4242, map[string]any{"rescue_after": "2m0s"}))
+	require.NoError(t, engine.NewStore(s.db.Schema).RecordDispatcher(ctx, s.db.Pool, "outboxd-killed", "host-a", 4242, map[string]any{"rescue_after": "2m0s"}))
 	sql(`UPDATE S.outboxd_dispatchers SET seen_at = now() - interval '20 minutes' WHERE id = 'outboxd-killed'`)
 	sql(`UPDATE S.side_effects SET state = 'fired', attempts = 1, total_attempts = 1, fired_at = now() - interval '25 minutes',
 		first_fired_at = now() - interval '25 minutes', key_window_from = now() - interval '25 minutes', not_before = NULL WHERE id = $1`, dead)
@@ -201,7 +202,7 @@ func TestAnIncidentFromTheWebViewAlone(t *testing.T) {
 
 	require.Contains(t, overview(), "Nothing needs you")
 	for i, id := range partner {
-		e, err := s.store.Get(ctx, s.db.Pool, id)
+		e, err := s.op.Get(ctx, id)
 		require.NoError(t, err)
 		if i == 1 || i == 3 {
 			require.Equal(t, outboxtype.StateConfirmed, e.State)
@@ -240,7 +241,7 @@ func (b b) waitText(sel, text string) {
 
 func (s *site) mustKey(t *testing.T, id uuid.UUID) string {
 	t.Helper()
-	e, err := s.store.Get(context.Background(), s.db.Pool, id)
+	e, err := s.op.Get(context.Background(), id)
 	require.NoError(t, err)
 	return e.IdempotencyKey
 }

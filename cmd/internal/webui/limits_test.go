@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -23,7 +24,7 @@ func TestLimitsAndTenantsInTheWebView(t *testing.T) {
 	s := newSite(t)
 	ctx := context.Background()
 	const key = "webhook:api.partner.example"
-	_, _, err := s.store.Throttle(ctx, s.db.Pool, key, time.Minute, time.Second, 12, true, nil)
+	_, _, err := engine.NewStore(s.db.Schema).Throttle(ctx, s.db.Pool, key, time.Minute, time.Second, 12, true, nil)
 	require.NoError(t, err)
 	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: s.db.Schema})
 	require.NoError(t, err)
@@ -52,7 +53,7 @@ func TestLimitsAndTenantsInTheWebView(t *testing.T) {
 	br.do(chromedp.Click(chromedp.CSS(`input[name="resume"]`)), chromedp.Click(chromedp.CSS("#set-limit")), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "Limit "+key+" changed")
 	require.Regexp(t, key+`\s+20/s\s+operator:web:ada\s+\S+\s+-\s+1`, br.text("#limits"), "rate set, pause ended")
-	hist, err := s.store.LimitHistory(ctx, s.db.Pool, key, 5)
+	hist, err := s.op.LimitHistory(ctx, key, 5)
 	require.NoError(t, err)
 	require.Len(t, hist, 1)
 	require.Equal(t, "web:ada", hist[0].Actor)

@@ -43,7 +43,7 @@ func TestConfirmOnlyWhatTheReceiverLogged(t *testing.T) {
 			}
 			return err
 		}))
-		e, err := s.store.Get(ctx, s.db.Pool, id)
+		e, err := s.op.Get(ctx, id)
 		require.NoError(t, err)
 		effects = append(effects, e)
 	}
@@ -67,7 +67,7 @@ func TestConfirmOnlyWhatTheReceiverLogged(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "confirm by web:ada: 2 of 2 effects changed")
 	for i, e := range effects {
-		got, err := s.store.Get(ctx, s.db.Pool, e.ID)
+		got, err := s.op.Get(ctx, e.ID)
 		require.NoError(t, err)
 		if i == 0 || i == 2 {
 			require.Equal(t, outboxtype.StateConfirmed, got.State, "effect %d was logged", i)

@@ -63,7 +63,7 @@ func TestAskTheProviderFromTheWebView(t *testing.T) {
 	_, err = s.db.Pool.Exec(ctx, `UPDATE `+s.db.Schema+`.side_effects SET state = 'failed', in_doubt = true, attempts = 1,
 		first_fired_at = now(), key_window_from = now(), last_error = 'in doubt: not re-sent: no response: timeout' WHERE id = $1`, id)
 	require.NoError(t, err)
-	e, err := s.store.Get(ctx, s.db.Pool, id)
+	e, err := s.op.Get(ctx, id)
 	require.NoError(t, err)
 	found := map[string]any{"id": "cus_found", "object": "customer", "created": 1700000000,
 		"metadata": map[string]any{"outboxd_idempotency_key": e.IdempotencyKey}}
@@ -80,18 +80,18 @@ func TestAskTheProviderFromTheWebView(t *testing.T) {
 	for _, r := range st.Requests() {
 		require.Equal(t, http.MethodGet, r.Method, "asking reads only")
 	}
-	got, err := s.store.Get(ctx, s.db.Pool, id)
+	got, err := s.op.Get(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, outboxtype.StateFailed, got.State, "asking changes nothing")
 
 	br.do(chromedp.Click(chromedp.CSS("#next")), chromedp.WaitVisible(chromedp.CSS("#dryrun")))
 	require.Contains(t, br.text("#dryrun"), "failed -> confirmed")
 	br.do(chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
-	got, err = s.store.Get(ctx, s.db.Pool, id)
+	got, err = s.op.Get(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, outboxtype.StateConfirmed, got.State)
 	require.Equal(t, "cus_found", *got.ProviderRef)
-	audit, err := s.store.Audit(ctx, s.db.Pool, id)
+	audit, err := s.op.Audit(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "web:ada", audit[len(audit)-1].Actor)
 	require.Contains(t, audit[len(audit)-1].Reason, "asked stripe: customer cus_found found")

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // TestRefusalsSayWhatIsMissing: a click without a credential is told

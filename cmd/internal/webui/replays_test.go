@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // TestAReplayFromTheWebView: after an outage an admin replays what failed
@@ -45,7 +46,7 @@ func TestAReplayFromTheWebView(t *testing.T) {
 	require.Contains(t, br.text("#replay-progress"), "2 selected: 2 retried, 0 skipped, 0 left")
 	s.wait(t, "gone", outboxtype.StateConfirmed)
 	s.wait(t, "busy", outboxtype.StateConfirmed)
-	audit, err := s.store.Audit(context.Background(), s.db.Pool, s.ids["gone"])
+	audit, err := s.op.Audit(context.Background(), s.ids["gone"])
 	require.NoError(t, err)
 	require.Equal(t, "web:ada (replay 1)", audit[len(audit)-1].Actor)
 

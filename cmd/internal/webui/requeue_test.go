@@ -4,8 +4,9 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
-	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // TestRequeueAndDispatchersFromTheWebView: an effect written by SQL with no
