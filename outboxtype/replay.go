@@ -74,6 +74,16 @@ func (r Replay) Selects() string {
 // Left is how many of the selected effects it has not looked at yet.
 func (r Replay) Left() int { return max(0, r.Selected-r.Retried-r.Skipped) }
 
+// ReplayPace is one change of a running replay's pace: to Pace from
+// Previous (effects a second), by Actor for Reason.
+type ReplayPace struct {
+	Pace     float64   `json:"pace"`
+	Previous float64   `json:"previous"`
+	Actor    string    `json:"actor"`
+	Reason   string    `json:"reason"`
+	At       time.Time `json:"at"`
+}
+
 // ReplaySkip is an effect a replay did not retry, and why.
 type ReplaySkip struct {
 	EffectID uuid.UUID `json:"effect_id"`

@@ -385,11 +385,28 @@ func (o *Operator) ResumeReplay(ctx context.Context, id int64) (bool, error) {
 	return o.op.ResumeReplay(ctx, id)
 }
 
+// SetReplayPace changes running replay id's pace (effects a second) from
+// its next step, by actor for reason, and returns the pace it had; a
+// replay waiting for a slow step is woken. It reports false when the
+// replay is not running.
+func (o *Operator) SetReplayPace(ctx context.Context, id int64, pace float64, actor, reason string) (float64, bool, error) {
+	return o.op.SetReplayPace(ctx, id, pace, actor, reason)
+}
+
+// ReplayPaces are the changes of replay id's pace, oldest first.
+func (o *Operator) ReplayPaces(ctx context.Context, id int64) ([]outboxtype.ReplayPace, error) {
+	return o.op.ReplayPaces(ctx, id)
+}
+
 // ErrReplayNotFound is returned for a replay id that does not exist.
 var ErrReplayNotFound = engine.ErrReplayNotFound
 
 // CheckReplaySpec says what is wrong with spec, naming the field, or nil.
 func CheckReplaySpec(spec outboxtype.ReplaySpec) error { return engine.CheckReplaySpec(spec) }
+
+// CheckReplayPace says what is wrong with a replay's pace (effects a
+// second), or nil.
+func CheckReplayPace(pace float64) error { return engine.CheckReplayPace(pace) }
 
 // Tenants lists the tenants with effects waiting for a place in their
 // window or in flight (fair shares), the longest queue first, at most limit.

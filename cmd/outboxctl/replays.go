@@ -56,15 +56,25 @@ func (r *replayFlags) spec(f *actFlags, args []string) (outboxtype.ReplaySpec, e
 	if err != nil {
 		return spec, err
 	}
-	pace, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(r.pace), "/s"), 64)
-	if err != nil || math.IsNaN(pace) || math.IsInf(pace, 0) || pace <= 0 {
-		return spec, cli.Usagef("--pace %q: give effects a second, e.g. 20/s", r.pace)
+	pace, err := parsePace("--pace", r.pace)
+	if err != nil {
+		return spec, err
 	}
 	spec = outboxtype.ReplaySpec{FailedSince: since, Kind: f.kind, Provider: f.provider, Host: r.host, Tenant: r.tenant, Pace: pace, AllowDuplicate: f.allowDuplicate}
 	if err := sideeffects.CheckReplaySpec(spec); err != nil {
 		return spec, cli.Usagef("%s", err)
 	}
 	return spec, nil
+}
+
+// parsePace reads a pace in effects a second ("20/s" or "20"); what names
+// where it was given.
+func parsePace(what, s string) (float64, error) {
+	pace, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "/s"), 64)
+	if err != nil || math.IsNaN(pace) || math.IsInf(pace, 0) || pace <= 0 {
+		return 0, cli.Usagef("%s %q: give effects a second, e.g. 20/s", what, s)
+	}
+	return pace, nil
 }
 
 // parseSince reads a duration before now ("2h") or a time (RFC 3339).
@@ -112,7 +122,7 @@ func newReplaysCmd(a *app) *cobra.Command {
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "replays",
-		Short: "Paced replays (retry --failed-since --pace): progress, skips, cancel",
+		Short: "Paced replays (retry --failed-since --pace): progress, skips, pace, cancel",
 		Long: `List paced replays, newest first: what each selects, its pace, how many
 effects it has retried and skipped, and how many are left. Start one with
 outboxctl retry --failed-since 2h --pace 20/s --reason TEXT. outboxd runs it
@@ -147,7 +157,7 @@ retried with every refusal retry has, and skipped effects say why
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 20, "at most this many replays")
-	cmd.AddCommand(newReplaysShowCmd(a), newReplaysCancelCmd(a), newReplaysResumeCmd(a))
+	cmd.AddCommand(newReplaysShowCmd(a), newReplaysPaceCmd(a), newReplaysCancelCmd(a), newReplaysResumeCmd(a))
 	return cmd
 }
 
@@ -203,18 +213,26 @@ func newReplaysShowCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			paces, err := a.op.ReplayPaces(ctx, id)
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			if a.JSON {
 				return printJSON(out, struct {
 					outboxtype.Replay
 					Skips []outboxtype.ReplaySkip `json:"skips"`
-				}{r, skips})
+					Paces []outboxtype.ReplayPace `json:"paces"`
+				}{r, skips, paces})
 			}
 			tw := table(out)
 			fmt.Fprintf(tw, "replay\t%d\n", r.ID)
 			fmt.Fprintf(tw, "state\t%s\n", replayState(r))
 			fmt.Fprintf(tw, "selects\t%s (failed before %s; acknowledged failures are not replayed)\n", r.Selects(), r.FailedBefore.UTC().Format(time.RFC3339))
 			fmt.Fprintf(tw, "pace\t%s\n", perSecond(r.Spec.Pace))
+			for _, p := range paces {
+				fmt.Fprintf(tw, "\t%s from %s at %s by %s: %s\n", perSecond(p.Pace), perSecond(p.Previous), p.At.UTC().Format(time.RFC3339), p.Actor, p.Reason)
+			}
 			fmt.Fprintf(tw, "progress\t%d selected: %d retried, %d skipped, %d left", r.Selected, r.Retried, r.Skipped, r.Left())
 			if r.Again > 0 {
 				fmt.Fprintf(tw, " (%d to look at again: a River job was still running for them)", r.Again)
@@ -254,6 +272,54 @@ func newReplaysShowCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many skipped effects")
+	return cmd
+}
+
+func newReplaysPaceCmd(a *app) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "pace <id> <effects a second> --reason TEXT",
+		Short: "Change a running replay's pace from its next step",
+		Long: `Change how many effects a second a running replay retries, from its next
+step: slower when a provider answers 429s or a receiver struggles, faster
+when it copes. A replay waiting for its next step at a slow pace is woken.
+The change, who made it and why are kept with the replay (replays show).`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseReplayID(args[0])
+			if err != nil {
+				return err
+			}
+			pace, err := parsePace("pace", args[1])
+			if err != nil {
+				return err
+			}
+			if err := sideeffects.CheckReplayPace(pace); err != nil {
+				return cli.Usagef("%s", err)
+			}
+			if strings.TrimSpace(reason) == "" {
+				return cli.Usagef("--reason is required: it is recorded with the replay")
+			}
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			previous, ok, err := a.op.SetReplayPace(ctx, id, pace, a.actor(), reason)
+			if err != nil {
+				return replayErr(err, id)
+			}
+			if !ok {
+				r, err := a.op.Replay(ctx, id)
+				if err != nil {
+					return err
+				}
+				return fmt.Errorf("replay %d is %s, not running: its pace stays %s", id, r.State, perSecond(r.Spec.Pace))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "replay %d: pace %s, was %s, from its next step\n", id, perSecond(pace), perSecond(previous))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the replay (required)")
 	return cmd
 }
 

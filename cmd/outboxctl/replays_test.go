@@ -89,6 +89,26 @@ func TestRetryFailedSinceStartsAPacedReplay(t *testing.T) {
 	out, err = b.run(t, "", "retry", "--failed-since", "10m", "--pace", "0.01", "--reason", "slowly")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "replay 2 started")
+	// Its pace, changed while it runs: bad input changes nothing.
+	for _, bad := range [][]string{
+		{"replays", "pace", "2", "0.02"},
+		{"replays", "pace", "2", "fast", "--reason", "x"},
+		{"replays", "pace", "2", "0", "--reason", "x"},
+		{"replays", "pace", "2", "5000/s", "--reason", "x"},
+		{"replays", "pace", "two", "1", "--reason", "x"},
+	} {
+		out, err := b.run(t, "", bad...)
+		require.Equal(t, 2, cli.ExitCode(err), "%v: %v %s", bad, err, out)
+	}
+	out, err = b.run(t, "", "replays", "pace", "2", "0.02/s", "--reason", "the partner copes")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "replay 2: pace 0.02/s, was 0.01/s, from its next step")
+	out, err = b.run(t, "", "replays", "show", "2")
+	require.NoError(t, err)
+	require.Regexp(t, `pace\s+0.02/s\n\s+0.02/s from 0.01/s at \S+ by oncall@example.com: the partner copes`, out)
+	out, err = b.run(t, "", "replays", "pace", "1", "5", "--reason", "x")
+	require.Equal(t, 1, cli.ExitCode(err), out)
+	require.ErrorContains(t, err, "replay 1 is done, not running: its pace stays 10/s")
 	out, err = b.run(t, "", "replays", "cancel", "2")
 	require.Equal(t, 2, cli.ExitCode(err), out)
 	out, err = b.run(t, "", "replays", "cancel", "2", "--reason", "partner asked to wait")
@@ -96,5 +116,5 @@ func TestRetryFailedSinceStartsAPacedReplay(t *testing.T) {
 	require.Contains(t, out, "replay 2 cancelled")
 	out, err = b.run(t, "", "replays")
 	require.NoError(t, err)
-	require.Regexp(t, `2\s+cancelled\s+failed since \S+\s+0.01/s`, out, "a slow pace is not shown as 0/s")
+	require.Regexp(t, `2\s+cancelled\s+failed since \S+\s+0.02/s`, out, "a slow pace is not shown as 0/s")
 }

@@ -38,10 +38,13 @@ const MaxReplayPace = 1000
 
 // How a replay runs: a step of effects every replayStep (or every
 // 1/pace when slower), for at most replayRun per River job execution;
-// then the job snoozes until its next step and runs again.
+// then the job snoozes until its next step and runs again. Waiting for a
+// step, it reads the replay again at least every replayRecheck, so that a
+// changed pace (or a cancel) takes effect within it.
 const (
-	replayStep = 250 * time.Millisecond
-	replayRun  = time.Minute
+	replayStep    = 250 * time.Millisecond
+	replayRun     = time.Minute
+	replayRecheck = 5 * time.Second
 )
 
 // ReplayArgs are the arguments of the job that runs replay ReplayID.
@@ -96,7 +99,9 @@ RETURNING id`
 
 	sqlReplays = `SELECT ` + replayColumns + ` FROM /*schema*/outboxd_replays r ORDER BY r.id DESC LIMIT $1`
 
-	sqlReplay = `SELECT ` + replayColumns + `, r.cursor_at, r.cursor_id FROM /*schema*/outboxd_replays r WHERE r.id = $1`
+	sqlReplay = `SELECT ` + replayColumns + `, r.cursor_at, r.cursor_id, r.next_step_at FROM /*schema*/outboxd_replays r WHERE r.id = $1`
+
+	sqlReplayNextStep = `UPDATE /*schema*/outboxd_replays SET next_step_at = $2 WHERE id = $1`
 
 	sqlReplaySkips = `
 SELECT k.effect_id, coalesce(e.kind, ''), k.reason, k.transient, k.created_at
@@ -107,6 +112,18 @@ WHERE k.replay_id = $1 ORDER BY k.created_at, k.effect_id LIMIT $2`
 UPDATE /*schema*/outboxd_replays SET state = 'cancelled', cancelled_by = $2, cancel_reason = $3,
 	finished_at = now(), updated_at = now()
 WHERE id = $1 AND state = 'running'`
+
+	// A running replay's new pace, and the change's record; the previous
+	// pace comes back, nothing when the replay is not running.
+	sqlSetReplayPace = `
+WITH r AS (SELECT id, pace FROM /*schema*/outboxd_replays WHERE id = $1 AND state = 'running' FOR UPDATE),
+u AS (UPDATE /*schema*/outboxd_replays x SET pace = $2, next_step_at = now(), updated_at = now() FROM r WHERE x.id = r.id RETURNING r.pace AS previous)
+INSERT INTO /*schema*/outboxd_replay_paces (replay_id, pace, previous, actor, reason)
+SELECT $1, $2, previous, $3, $4 FROM u RETURNING previous`
+
+	sqlReplayPaces = `
+SELECT pace, previous, actor, reason, created_at FROM /*schema*/outboxd_replay_paces
+WHERE replay_id = $1 ORDER BY created_at, pace`
 
 	sqlReplaySkip = `
 INSERT INTO /*schema*/outboxd_replay_skips (replay_id, effect_id, reason, transient) VALUES ($1, $2, $3, $4)
@@ -153,10 +170,17 @@ func CheckReplaySpec(spec ReplaySpec) error {
 		return errors.New("failed_since is required: replay the effects that failed since when?")
 	case spec.FailedSince.After(time.Now()):
 		return fmt.Errorf("failed_since %s is in the future", spec.FailedSince.UTC().Format(time.RFC3339))
-	case math.IsNaN(spec.Pace) || spec.Pace <= 0:
+	}
+	return CheckReplayPace(spec.Pace)
+}
+
+// CheckReplayPace says what is wrong with a replay's pace, or nil.
+func CheckReplayPace(pace float64) error {
+	switch {
+	case math.IsNaN(pace) || pace <= 0:
 		return errors.New("pace must be a positive number of effects a second, for example 10")
-	case spec.Pace > MaxReplayPace:
-		return fmt.Errorf("pace %g is over the limit of %d effects a second", spec.Pace, MaxReplayPace)
+	case pace > MaxReplayPace:
+		return fmt.Errorf("pace %g is over the limit of %d effects a second", pace, MaxReplayPace)
 	}
 	return nil
 }
@@ -235,7 +259,7 @@ func (o *Operator) Replay(ctx context.Context, id int64) (Replay, error) {
 // replay reads replay id with its cursor.
 func (s *Store) replay(ctx context.Context, db DB, id int64) (Replay, replayCursor, error) {
 	var c replayCursor
-	r, err := scanReplay(db.QueryRow(ctx, s.sql(sqlReplay), id), &c.at, &c.id)
+	r, err := scanReplay(db.QueryRow(ctx, s.sql(sqlReplay), id), &c.at, &c.id, &c.due)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, c, fmt.Errorf("replay %d: %w", id, ErrReplayNotFound)
 	}
@@ -248,6 +272,8 @@ func (s *Store) replay(ctx context.Context, db DB, id int64) (Replay, replayCurs
 type replayCursor struct {
 	at *time.Time
 	id *uuid.UUID
+	// due is when the next step is (nil: at once).
+	due *time.Time
 }
 
 // ReplaySkips are up to limit effects replay id did not retry, and why.
@@ -281,6 +307,66 @@ func (o *Operator) CancelReplay(ctx context.Context, id int64, actor, reason str
 		return false, fmt.Errorf("cancel replay %d: %w", id, err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// SetReplayPace changes running replay id's pace from its next step, by
+// actor for reason, and returns the pace it had. A replay whose job waits
+// for its next step (a slow pace) is woken, so that a faster pace does not
+// wait for the slow one's step. It reports false when the replay is not
+// running.
+func (o *Operator) SetReplayPace(ctx context.Context, id int64, pace float64, actor, reason string) (float64, bool, error) {
+	if err := CheckReplayPace(pace); err != nil {
+		return 0, false, err
+	}
+	if actor == "" || reason == "" {
+		return 0, false, errors.New("changing a replay's pace needs an actor and a reason")
+	}
+	r, err := o.Replay(ctx, id)
+	if err != nil {
+		return 0, false, err
+	}
+	var previous float64
+	changed := false
+	err = pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, o.store.sql(sqlSetReplayPace), id, pace, actor, reason).Scan(&previous)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		changed = true
+		if r.Job == 0 {
+			return nil
+		}
+		// River leaves a running job alone: it reads the new pace at its
+		// next step.
+		if _, err := o.river.JobRetryTx(ctx, tx, r.Job); err != nil && !errors.Is(err, river.ErrNotFound) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("replay %d: pace: %w", id, err)
+	}
+	return previous, changed, nil
+}
+
+// ReplayPaces are the changes of replay id's pace, oldest first.
+func (o *Operator) ReplayPaces(ctx context.Context, id int64) ([]outboxtype.ReplayPace, error) {
+	rows, err := o.pool.Query(ctx, o.store.sql(sqlReplayPaces), id)
+	if err != nil {
+		return nil, fmt.Errorf("replay %d: paces: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.ReplayPace, error) {
+		var p outboxtype.ReplayPace
+		err := r.Scan(&p.Pace, &p.Previous, &p.Actor, &p.Reason, &p.At)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replay %d: paces: %w", id, err)
+	}
+	return out, nil
 }
 
 // ResumeReplay gives a running replay whose River job is gone (discarded
@@ -331,7 +417,6 @@ func (w *replayWorker) runFor() time.Duration {
 func (w *replayWorker) Work(ctx context.Context, job *river.Job[ReplayArgs]) error {
 	id := job.Args.ReplayID
 	end := time.Now().Add(w.runFor())
-	next := time.Now()
 	for {
 		r, cur, err := w.store.replay(ctx, w.pool, id)
 		if errors.Is(err, ErrReplayNotFound) {
@@ -342,6 +427,23 @@ func (w *replayWorker) Work(ctx context.Context, job *river.Job[ReplayArgs]) err
 		}
 		if r.State != outboxtype.ReplayRunning {
 			return nil
+		}
+		if cur.due != nil {
+			if wait := time.Until(*cur.due); wait > 0 {
+				// Not due yet: wait, reading the replay again at least
+				// every replayRecheck (its pace may change, or it may be
+				// cancelled), here or, past this run, snoozed.
+				wait = min(wait, replayRecheck)
+				if time.Now().Add(wait).After(end) {
+					return river.JobSnooze(wait)
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(wait):
+				}
+				continue
+			}
 		}
 		n, every := replayBatch(r.Spec.Pace, w.step)
 		outcome, err := w.takeStep(ctx, r, cur, n)
@@ -360,18 +462,16 @@ func (w *replayWorker) Work(ctx context.Context, job *river.Job[ReplayArgs]) err
 			// Only effects to look at again remain, none due yet.
 			every = max(every, time.Second)
 		}
-		next = next.Add(every)
-		if now := time.Now(); next.Before(now.Add(-every)) {
-			// Far behind (a slow step): do not burst to catch up.
-			next = now
+		// Steps keep their cadence (the next is due one interval after
+		// this one was), but a step far behind (a slow step, a process
+		// that stopped) does not make the next ones burst to catch up.
+		now := time.Now()
+		next := now.Add(every)
+		if cur.due != nil && cur.due.Add(every).After(now.Add(-every)) {
+			next = cur.due.Add(every)
 		}
-		if next.After(end) {
-			return river.JobSnooze(max(0, time.Until(next)))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Until(next)):
+		if _, err := w.pool.Exec(ctx, w.store.sql(sqlReplayNextStep), id, next); err != nil {
+			return err
 		}
 	}
 }

@@ -196,6 +196,56 @@ func TestReplayCancelledStopsAndResumesAfterARestart(t *testing.T) {
 	})
 }
 
+// TestAReplaysPaceChangesFromItsNextStep: an operator who started a
+// replay too slowly speeds it up; the replay, asleep until its next slow
+// step (a thousand seconds away), is woken and finishes at the new pace,
+// and the change is kept with who made it and why.
+func TestAReplaysPaceChangesFromItsNextStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupWorker(t, workerOpts{})
+	d := b.start(t)
+	engine.SetReplayTiming(d, 100*time.Millisecond, 200*time.Millisecond)
+	ids := b.failedEffects(t, "/orders", 6)
+	op := b.operator(t)
+	r, err := op.StartReplay(ctx, engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour), Pace: 0.001},
+		outboxtype.ActionOpts{Actor: "oncall", Reason: "partner back"})
+	require.NoError(t, err)
+	// Its first step: one effect retried, or looked at again later if
+	// River had not yet marked its failing job finished.
+	r = b.waitForReplay(t, op, r.ID, func(r engine.Replay) bool { return r.Retried+r.Again == 1 })
+	require.Less(t, r.Retried, len(ids))
+
+	for _, bad := range []float64{0, -1, 5000} {
+		_, _, err := op.SetReplayPace(ctx, r.ID, bad, "oncall", "faster")
+		require.ErrorContains(t, err, "pace", "pace %g", bad)
+	}
+	_, _, err = op.SetReplayPace(ctx, r.ID, 100, "oncall", "")
+	require.ErrorContains(t, err, "a reason")
+	_, _, err = op.SetReplayPace(ctx, r.ID+100, 100, "oncall", "faster")
+	require.ErrorIs(t, err, engine.ErrReplayNotFound)
+
+	previous, ok, err := op.SetReplayPace(ctx, r.ID, 100, "oncall", "the partner copes")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.InDelta(t, 0.001, previous, 1e-9)
+	r = b.waitForReplay(t, op, r.ID, func(r engine.Replay) bool { return r.State == outboxtype.ReplayDone })
+	require.Equal(t, len(ids), r.Retried)
+	require.InDelta(t, 100, r.Spec.Pace, 1e-9)
+
+	paces, err := op.ReplayPaces(ctx, r.ID)
+	require.NoError(t, err)
+	require.Len(t, paces, 1, "the refused changes left nothing")
+	require.InDelta(t, 100, paces[0].Pace, 1e-9)
+	require.InDelta(t, 0.001, paces[0].Previous, 1e-9)
+	require.Equal(t, "oncall", paces[0].Actor)
+	require.Equal(t, "the partner copes", paces[0].Reason)
+
+	_, ok, err = op.SetReplayPace(ctx, r.ID, 5, "oncall", "slower")
+	require.NoError(t, err)
+	require.False(t, ok, "a replay that is done has no pace to change")
+}
+
 func TestReplaySpecIsCheckedBeforeAnyWrite(t *testing.T) {
 	t.Parallel()
 	b := setupWorker(t, workerOpts{})

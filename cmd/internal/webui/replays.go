@@ -162,8 +162,15 @@ func (u *ui) startReplay(w http.ResponseWriter, r *http.Request) {
 type replayData struct {
 	Row   replayRow
 	Skips []outboxtype.ReplaySkip
+	Paces []paceRow
 	Done  string
 	Error string
+}
+
+// paceRow is one change of a replay's pace, in words.
+type paceRow struct {
+	outboxtype.ReplayPace
+	To, From string
 }
 
 func (u *ui) replayID(w http.ResponseWriter, r *http.Request) (int64, bool) {
@@ -186,6 +193,8 @@ func (u *ui) replay(w http.ResponseWriter, r *http.Request) {
 		d.Done = "Started: outboxd retries its effects in the background, at its pace. Reload to follow it."
 	case r.URL.Query().Get("cancelled") != "":
 		d.Done = "Cancelled: what it retried stays retried; what it had not looked at stays failed."
+	case r.URL.Query().Get("paced") != "":
+		d.Done = "Pace changed: the replay's next step takes it."
 	}
 	u.showReplay(w, r, id, d, http.StatusOK)
 }
@@ -204,22 +213,38 @@ func (u *ui) showReplay(w http.ResponseWriter, r *http.Request, id int64, d *rep
 		u.fail(w, http.StatusInternalServerError, "could not read the replay's skips", err)
 		return
 	}
+	paces, err := u.op.ReplayPaces(r.Context(), id)
+	if err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read the replay's paces", err)
+		return
+	}
+	for _, p := range paces {
+		d.Paces = append(d.Paces, paceRow{ReplayPace: p, To: rate(p.Pace), From: rate(p.Previous)})
+	}
 	d.Row = rowOf(rp)
 	u.render(w, r, status, "replay", "Replay "+strconv.FormatInt(id, 10), d)
 }
 
-func (u *ui) cancelReplay(w http.ResponseWriter, r *http.Request) {
-	actor, ok := u.acting(w, r)
-	if !ok {
-		return
+// replayAction reads what an action on a replay needs: the acting admin,
+// the replay's id, and a reason (refused without one).
+func (u *ui) replayAction(w http.ResponseWriter, r *http.Request) (actor string, id int64, reason string, ok bool) {
+	if actor, ok = u.acting(w, r); !ok {
+		return "", 0, "", false
 	}
-	id, ok := u.replayID(w, r)
-	if !ok {
-		return
+	if id, ok = u.replayID(w, r); !ok {
+		return "", 0, "", false
 	}
-	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	reason = strings.TrimSpace(r.PostFormValue("reason"))
 	if reason == "" {
 		u.showReplay(w, r, id, &replayData{Error: "a reason is required: it is recorded with the replay"}, http.StatusBadRequest)
+		return "", 0, "", false
+	}
+	return actor, id, reason, true
+}
+
+func (u *ui) cancelReplay(w http.ResponseWriter, r *http.Request) {
+	actor, id, reason, ok := u.replayAction(w, r)
+	if !ok {
 		return
 	}
 	done, err := u.op.CancelReplay(r.Context(), id, actor, reason)
@@ -237,4 +262,35 @@ func (u *ui) cancelReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	u.cfg.Logger.Info("web replay cancelled", "replay", id, "actor", actor)
 	http.Redirect(w, r, u.cfg.Prefix+"replays/"+strconv.FormatInt(id, 10)+"?cancelled=1", http.StatusSeeOther)
+}
+
+func (u *ui) setReplayPace(w http.ResponseWriter, r *http.Request) {
+	actor, id, reason, ok := u.replayAction(w, r)
+	if !ok {
+		return
+	}
+	pace, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(r.PostFormValue("pace")), "/s"), 64)
+	if err != nil {
+		err = errors.New("give effects a second, e.g. 20")
+	} else {
+		err = sideeffects.CheckReplayPace(pace)
+	}
+	if err != nil {
+		u.showReplay(w, r, id, &replayData{Error: fmt.Sprintf("pace %q: %v", r.PostFormValue("pace"), err)}, http.StatusBadRequest)
+		return
+	}
+	previous, done, err := u.op.SetReplayPace(r.Context(), id, pace, actor, reason)
+	switch {
+	case errors.Is(err, sideeffects.ErrReplayNotFound):
+		u.fail(w, http.StatusNotFound, fmt.Sprintf("no replay %d", id), nil)
+		return
+	case err != nil:
+		u.fail(w, http.StatusInternalServerError, "could not change the replay's pace", err)
+		return
+	case !done:
+		u.showReplay(w, r, id, &replayData{Error: "not changed: the replay is not running"}, http.StatusConflict)
+		return
+	}
+	u.cfg.Logger.Info("web replay pace changed", "replay", id, "pace", pace, "previous", previous, "actor", actor)
+	http.Redirect(w, r, u.cfg.Prefix+"replays/"+strconv.FormatInt(id, 10)+"?paced=1", http.StatusSeeOther)
 }

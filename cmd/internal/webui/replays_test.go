@@ -58,7 +58,37 @@ func TestAReplayFromTheWebView(t *testing.T) {
 	fill("1h", "0.01", "one at a time")
 	br.do(chromedp.Click(chromedp.CSS("#replay-submit")), chromedp.WaitVisible(chromedp.CSS("#plan")))
 	br.do(chromedp.Click(chromedp.CSS("#replay-submit")), chromedp.WaitVisible(chromedp.CSS("#cancel-replay")))
-	br.do(chromedp.SendKeys(chromedp.CSS(`textarea[name="reason"]`), "partner asked to wait"),
+	require.Contains(t, br.text("#replay-pace"), "0.01/s")
+
+	// Its pace, changed from its page: refused without a reason or over
+	// the limit, then recorded with who and why. Each try starts from the
+	// page afresh, so that what is waited for is the answer's.
+	page, err := chromedp.Run(br.ctx, chromedp.Location())
+	require.NoError(t, err)
+	page, _, _ = strings.Cut(page, "?")
+	pace := func(p, reason, answer string) {
+		br.do(chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#pace-replay")),
+			chromedp.SetValue(chromedp.CSS(`form[action$="/pace"] input[name="pace"]`), p))
+		if reason != "" {
+			br.do(chromedp.SendKeys(chromedp.CSS(`form[action$="/pace"] textarea[name="reason"]`), reason))
+		}
+		// The form's required fields are the browser's; the server checks
+		// them too.
+		br.do(chromedp.Evaluate[chromedp.Void](`document.querySelector('form[action$="/pace"]').noValidate = true`),
+			chromedp.Click(chromedp.CSS("#pace-replay")), chromedp.WaitVisible(chromedp.CSS(answer)))
+	}
+	pace("5000", "faster", "#error")
+	require.Contains(t, br.text("#error"), "over the limit of 1000")
+	pace("0.02", "", "#error")
+	require.Contains(t, br.text("#error"), "a reason is required")
+	require.Contains(t, br.text("#replay-pace"), "0.01/s")
+	require.NotContains(t, br.text("#replay-pace"), "0.02/s", "nothing changed")
+	pace("0.02", "partner copes", "#flash")
+	require.Contains(t, br.text("#flash"), "Pace changed")
+	require.Contains(t, br.text("#replay-pace"), "0.02/s from 0.01/s")
+	require.Contains(t, br.text("#replay-pace"), "by web:ada: partner copes")
+
+	br.do(chromedp.SendKeys(chromedp.CSS(`form[action$="/cancel"] textarea[name="reason"]`), "partner asked to wait"),
 		chromedp.Click(chromedp.CSS("#cancel-replay")), chromedp.WaitNotPresent(chromedp.CSS("#cancel-replay")), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, br.text("#flash"), "Cancelled")
 	require.True(t, strings.HasPrefix(br.text("#replay-state"), "cancelled"))

@@ -208,6 +208,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("POST "+p+"replays", u.startReplay)
 	mux.HandleFunc("GET "+p+"replays/{id}", u.replay)
 	mux.HandleFunc("POST "+p+"replays/{id}/cancel", u.cancelReplay)
+	mux.HandleFunc("POST "+p+"replays/{id}/pace", u.setReplayPace)
 	mux.Handle("GET "+p+"static/", http.StripPrefix(p+"static/", http.FileServerFS(static)))
 	if p != "/" {
 		mux.Handle("GET /{$}", http.RedirectHandler(p, http.StatusFound))
