@@ -14,8 +14,9 @@ import (
 	"github.com/outboxd/outboxd/sideeffects"
 )
 
-// Paced replays (docs/replays.md): the list, one replay with its skips,
-// and, for admins, starting one (a dry run first) and cancelling one.
+// Paced replays (docs/replays.md): the list, one replay with its skips and
+// pace changes, and, for admins, starting one (a dry run first), changing
+// a running one's pace and cancelling one.
 
 type replaysData struct {
 	Replays []replayRow
