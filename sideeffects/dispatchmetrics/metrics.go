@@ -125,35 +125,59 @@ func (m *Metrics) providerEvent(ev providers.EventReport, res sideeffects.EventR
 	}
 }
 
+// reader is what the collectors that read the database at scrape time
+// share: the operator API over the schema, the scrape's time limit, and
+// the series that says whether the read succeeded.
+type reader struct {
+	op      *sideeffects.Operator
+	opErr   error
+	up      *prometheus.Desc
+	timeout time.Duration
+}
+
+func newReader(pool *pgxpool.Pool, schema string, up *prometheus.Desc) reader {
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema})
+	return reader{op: op, opErr: err, up: up, timeout: 5 * time.Second}
+}
+
+// collect runs read within the scrape's time limit and reports up: 0 when
+// the operator could not be built or read failed (what read sent before
+// it failed stays sent), 1 otherwise.
+func (r reader) collect(ch chan<- prometheus.Metric, read func(ctx context.Context) error) {
+	ok := 0.0
+	if r.opErr == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		defer cancel()
+		if read(ctx) == nil {
+			ok = 1
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(r.up, prometheus.GaugeValue, ok)
+}
+
 // StateCollector reports the effects table itself at scrape time: how many
 // effects are pending, fired and failed per kind, and how old the oldest of
 // each is. Every replica reports the same database-wide values.
 type StateCollector struct {
-	op      *sideeffects.Operator
-	opErr   error
+	reader
 	count   *prometheus.Desc
 	oldest  *prometheus.Desc
-	up      *prometheus.Desc
 	blocked *prometheus.Desc
 	waiting *prometheus.Desc
 	oldestB *prometheus.Desc
 	drift   *prometheus.Desc
-	timeout time.Duration
 }
 
 // NewStateCollector builds a collector for the effects table in schema.
 func NewStateCollector(pool *pgxpool.Pool, schema string) *StateCollector {
-	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema})
 	return &StateCollector{
-		op:    op,
-		opErr: err,
+		reader: newReader(pool, schema, prometheus.NewDesc("outboxd_effects_scrape_ok",
+			"1 if the effects table could be read for this scrape, 0 otherwise.", nil, nil)),
 		count: prometheus.NewDesc("outboxd_effects",
 			"Effects in a live or failed state, by state and kind.", []string{"state", "kind"}, nil),
 		oldest: prometheus.NewDesc("outboxd_oldest_effect_age_seconds",
 			"Age of the oldest effect in a state, by state and kind: since creation for pending and failed, since the last fire for fired.",
 			[]string{"state", "kind"}, nil),
-		up: prometheus.NewDesc("outboxd_effects_scrape_ok",
-			"1 if the effects table could be read for this scrape, 0 otherwise.", nil, nil),
 		blocked: prometheus.NewDesc("outboxd_blocked_ordering_keys",
 			"Ordering keys with an effect waiting behind an earlier effect of the key that has not ended.", nil, nil),
 		waiting: prometheus.NewDesc("outboxd_blocked_effects",
@@ -162,7 +186,6 @@ func NewStateCollector(pool *pgxpool.Pool, schema string) *StateCollector {
 			"Age of the oldest effect waiting behind an earlier effect of its ordering key (since created, or due).", nil, nil),
 		drift: prometheus.NewDesc("outboxd_drift_unacknowledged",
 			"Drift records no operator acknowledged (outboxctl drift ack): disagreements with a provider still to review.", nil, nil),
-		timeout: 5 * time.Second,
 	}
 }
 
@@ -179,36 +202,29 @@ func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	if c.opErr != nil {
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-		return
-	}
-	gauges, err := c.op.StateGauges(ctx)
-	if err != nil {
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-		return
-	}
-	for _, g := range gauges {
-		ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(g.Count), string(g.State), g.Kind)
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, g.OldestAge.Seconds(), string(g.State), g.Kind)
-	}
-	b, err := c.op.BlockedChains(ctx)
-	if err != nil {
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(c.blocked, prometheus.GaugeValue, float64(b.Keys))
-	ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(b.Effects))
-	ch <- prometheus.MustNewConstMetric(c.oldestB, prometheus.GaugeValue, b.OldestAge.Seconds())
-	drift, err := c.op.UnacknowledgedDrift(ctx)
-	if err != nil {
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(c.drift, prometheus.GaugeValue, float64(drift))
-	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	c.collect(ch, func(ctx context.Context) error {
+		gauges, err := c.op.StateGauges(ctx)
+		if err != nil {
+			return err
+		}
+		for _, g := range gauges {
+			ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(g.Count), string(g.State), g.Kind)
+			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, g.OldestAge.Seconds(), string(g.State), g.Kind)
+		}
+		b, err := c.op.BlockedChains(ctx)
+		if err != nil {
+			return err
+		}
+		ch <- prometheus.MustNewConstMetric(c.blocked, prometheus.GaugeValue, float64(b.Keys))
+		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(b.Effects))
+		ch <- prometheus.MustNewConstMetric(c.oldestB, prometheus.GaugeValue, b.OldestAge.Seconds())
+		drift, err := c.op.UnacknowledgedDrift(ctx)
+		if err != nil {
+			return err
+		}
+		ch <- prometheus.MustNewConstMetric(c.drift, prometheus.GaugeValue, float64(drift))
+		return nil
+	})
 }
 
 // DestinationCollector reports, at scrape time, what this process's
@@ -268,18 +284,16 @@ func (c *DestinationCollector) Collect(ch chan<- prometheus.Metric) {
 // requests let through (counters: their rate is the achieved rate), and
 // the effects waiting for it.
 type LimitCollector struct {
-	op                                        *sideeffects.Operator
-	opErr                                     error
+	reader
 	rate, current, paused, throttled, granted *prometheus.Desc
-	waiting, oldestWait, windowAge, up        *prometheus.Desc
-	timeout                                   time.Duration
+	waiting, oldestWait, windowAge            *prometheus.Desc
 }
 
 // NewLimitCollector builds a collector for the limits in schema.
 func NewLimitCollector(pool *pgxpool.Pool, schema string) *LimitCollector {
-	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema})
 	l := []string{"key"}
-	return &LimitCollector{op: op, opErr: err, timeout: 5 * time.Second,
+	return &LimitCollector{
+		reader:     newReader(pool, schema, prometheus.NewDesc("outboxd_limits_scrape_ok", "1 if the limits could be read for this scrape, 0 otherwise.", nil, nil)),
 		rate:       prometheus.NewDesc("outboxd_limit_rate", "A limit key's configured rate, requests a second (keys with none are not reported).", l, nil),
 		current:    prometheus.NewDesc("outboxd_limit_current_rate", "The rate a limit key may take now, lowered by 429s and climbing back (0: not limited).", l, nil),
 		paused:     prometheus.NewDesc("outboxd_limit_paused_seconds", "Seconds left of the pause a 429 put on a limit key (0: not paused).", l, nil),
@@ -289,7 +303,6 @@ func NewLimitCollector(pool *pgxpool.Pool, schema string) *LimitCollector {
 		oldestWait: prometheus.NewDesc("outboxd_limit_oldest_wait_seconds", "How long the effect waiting longest for a limit key has waited.", l, nil),
 		windowAge: prometheus.NewDesc("outboxd_limit_waiting_key_window_age_seconds",
 			"Age of the oldest key window among the effects waiting for a limit key (since the first request with its key; 0: none sent yet). Alert well before the provider's key window (Stripe: 24h): past it the effect fails for reconciliation.", l, nil),
-		up: prometheus.NewDesc("outboxd_limits_scrape_ok", "1 if the limits could be read for this scrape, 0 otherwise.", nil, nil),
 	}
 }
 
@@ -302,43 +315,38 @@ func (c *LimitCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *LimitCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.opErr != nil {
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	limits, err := c.op.Limits(ctx)
-	if err != nil {
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-		return
-	}
-	now := time.Now()
-	for _, l := range limits {
-		if l.Rate != nil {
-			ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, *l.Rate, l.Key)
+	c.collect(ch, func(ctx context.Context) error {
+		limits, err := c.op.Limits(ctx)
+		if err != nil {
+			return err
 		}
-		paused := 0.0
-		if l.PausedUntil != nil {
-			paused = max(0, l.PausedUntil.Sub(now).Seconds())
+		now := time.Now()
+		for _, l := range limits {
+			if l.Rate != nil {
+				ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, *l.Rate, l.Key)
+			}
+			paused := 0.0
+			if l.PausedUntil != nil {
+				paused = max(0, l.PausedUntil.Sub(now).Seconds())
+			}
+			wait := 0.0
+			if l.WaitingSince != nil {
+				wait = now.Sub(*l.WaitingSince).Seconds()
+			}
+			ch <- prometheus.MustNewConstMetric(c.current, prometheus.GaugeValue, l.CurrentRate, l.Key)
+			ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, paused, l.Key)
+			ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(l.Throttles), l.Key)
+			ch <- prometheus.MustNewConstMetric(c.granted, prometheus.CounterValue, float64(l.Granted), l.Key)
+			ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(l.WaitingEffects), l.Key)
+			ch <- prometheus.MustNewConstMetric(c.oldestWait, prometheus.GaugeValue, wait, l.Key)
+			age := 0.0
+			if l.OldestKeyWindowFrom != nil && l.WaitingEffects > 0 {
+				age = now.Sub(*l.OldestKeyWindowFrom).Seconds()
+			}
+			ch <- prometheus.MustNewConstMetric(c.windowAge, prometheus.GaugeValue, age, l.Key)
 		}
-		wait := 0.0
-		if l.WaitingSince != nil {
-			wait = now.Sub(*l.WaitingSince).Seconds()
-		}
-		ch <- prometheus.MustNewConstMetric(c.current, prometheus.GaugeValue, l.CurrentRate, l.Key)
-		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, paused, l.Key)
-		ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(l.Throttles), l.Key)
-		ch <- prometheus.MustNewConstMetric(c.granted, prometheus.CounterValue, float64(l.Granted), l.Key)
-		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(l.WaitingEffects), l.Key)
-		ch <- prometheus.MustNewConstMetric(c.oldestWait, prometheus.GaugeValue, wait, l.Key)
-		age := 0.0
-		if l.OldestKeyWindowFrom != nil && l.WaitingEffects > 0 {
-			age = now.Sub(*l.OldestKeyWindowFrom).Seconds()
-		}
-		ch <- prometheus.MustNewConstMetric(c.windowAge, prometheus.GaugeValue, age, l.Key)
-	}
-	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+		return nil
+	})
 }
 
 // DefaultTenantSeries is how many tenants a TenantCollector reports one by
@@ -354,20 +362,18 @@ const DefaultTenantSeries = 20
 // effects, longest wait and effects in flight. `outboxctl tenants` lists
 // them all.
 type TenantCollector struct {
-	op                              *sideeffects.Operator
-	opErr                           error
-	top                             int
-	tenants, queued, oldest         *prometheus.Desc
-	tQueued, tOldest, tInFlight, up *prometheus.Desc
-	timeout                         time.Duration
+	reader
+	top                         int
+	tenants, queued, oldest     *prometheus.Desc
+	tQueued, tOldest, tInFlight *prometheus.Desc
 }
 
 // NewTenantCollector builds a collector for the tenants' queues in
 // schema, reporting top tenants one by one (DefaultTenantSeries if 0).
 func NewTenantCollector(pool *pgxpool.Pool, schema string, top int) *TenantCollector {
-	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema})
 	p, pt := []string{"provider"}, []string{"provider", "tenant"}
-	return &TenantCollector{op: op, opErr: err, top: cmp.Or(top, DefaultTenantSeries), timeout: 5 * time.Second,
+	return &TenantCollector{top: cmp.Or(top, DefaultTenantSeries),
+		reader:  newReader(pool, schema, prometheus.NewDesc("outboxd_tenants_scrape_ok", "1 if the tenants' queues could be read for this scrape, 0 otherwise.", nil, nil)),
 		tenants: prometheus.NewDesc("outboxd_tenants_waiting", "Tenants with effects due and waiting for a place in their window, all tenants.", p, nil),
 		queued:  prometheus.NewDesc("outboxd_tenants_queued_effects", "Effects due and waiting for a place in their tenant's window, all tenants; waiting is not an attempt.", p, nil),
 		oldest:  prometheus.NewDesc("outboxd_tenants_oldest_wait_seconds", "How long the effect waiting longest for a place in its tenant's window has waited (since it was due), all tenants.", p, nil),
@@ -375,7 +381,6 @@ func NewTenantCollector(pool *pgxpool.Pool, schema string, top int) *TenantColle
 		tOldest: prometheus.NewDesc("outboxd_tenant_oldest_wait_seconds", "How long a tenant's effect waiting longest for a place in its window has waited (the tenants with the most waiting).", pt, nil),
 		tInFlight: prometheus.NewDesc("outboxd_tenant_in_flight_effects",
 			"A tenant's effects given a job and not ended: the part of its window in use (the tenants with the most waiting).", pt, nil),
-		up: prometheus.NewDesc("outboxd_tenants_scrape_ok", "1 if the tenants' queues could be read for this scrape, 0 otherwise.", nil, nil),
 	}
 }
 
@@ -388,38 +393,32 @@ func (c *TenantCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *TenantCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.opErr != nil {
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	totals, err := c.op.TenantTotals(ctx)
-	if err != nil {
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-		return
-	}
-	tenants, err := c.op.Tenants(ctx, c.top)
-	if err != nil {
-		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
-		return
-	}
-	now := time.Now()
-	since := func(t *time.Time) float64 {
-		if t == nil {
-			return 0
+	c.collect(ch, func(ctx context.Context) error {
+		totals, err := c.op.TenantTotals(ctx)
+		if err != nil {
+			return err
 		}
-		return max(0, now.Sub(*t).Seconds())
-	}
-	for _, t := range totals {
-		ch <- prometheus.MustNewConstMetric(c.tenants, prometheus.GaugeValue, float64(t.Tenants), t.Provider)
-		ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(t.Queued), t.Provider)
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, since(t.OldestQueued), t.Provider)
-	}
-	for _, t := range tenants {
-		ch <- prometheus.MustNewConstMetric(c.tQueued, prometheus.GaugeValue, float64(t.Queued), t.Provider, t.Tenant)
-		ch <- prometheus.MustNewConstMetric(c.tOldest, prometheus.GaugeValue, since(t.OldestQueued), t.Provider, t.Tenant)
-		ch <- prometheus.MustNewConstMetric(c.tInFlight, prometheus.GaugeValue, float64(t.InFlight), t.Provider, t.Tenant)
-	}
-	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+		tenants, err := c.op.Tenants(ctx, c.top)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		since := func(t *time.Time) float64 {
+			if t == nil {
+				return 0
+			}
+			return max(0, now.Sub(*t).Seconds())
+		}
+		for _, t := range totals {
+			ch <- prometheus.MustNewConstMetric(c.tenants, prometheus.GaugeValue, float64(t.Tenants), t.Provider)
+			ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(t.Queued), t.Provider)
+			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, since(t.OldestQueued), t.Provider)
+		}
+		for _, t := range tenants {
+			ch <- prometheus.MustNewConstMetric(c.tQueued, prometheus.GaugeValue, float64(t.Queued), t.Provider, t.Tenant)
+			ch <- prometheus.MustNewConstMetric(c.tOldest, prometheus.GaugeValue, since(t.OldestQueued), t.Provider, t.Tenant)
+			ch <- prometheus.MustNewConstMetric(c.tInFlight, prometheus.GaugeValue, float64(t.InFlight), t.Provider, t.Tenant)
+		}
+		return nil
+	})
 }

@@ -88,3 +88,18 @@ func enqueueWebhook(t *testing.T, db *testdb.DB, ob *outbox.Outbox, effect outbo
 	}))
 	return id
 }
+
+// TestScrapesThatCannotReadSaySo: each collector that reads the database
+// reports its scrape_ok as 0 when the read fails (here, a schema outboxd
+// was never migrated into), which is what an alert on it watches.
+func TestScrapesThatCannotReadSaySo(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	const missing = "outboxd_never_migrated"
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(dispatchmetrics.NewStateCollector(db.Pool, missing), dispatchmetrics.NewLimitCollector(db.Pool, missing),
+		dispatchmetrics.NewTenantCollector(db.Pool, missing, 0))
+	for _, name := range []string{"outboxd_effects_scrape_ok", "outboxd_limits_scrape_ok", "outboxd_tenants_scrape_ok"} {
+		require.Zero(t, gauge(t, reg, name), name)
+	}
+}
