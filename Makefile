@@ -1,7 +1,7 @@
 # outboxd — the two commands a newcomer needs are `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test vet lint build bench test-chaos fuzz devdb-stop
+.PHONY: demo test vet lint build bench test-chaos fuzz devdb-stop schema
 
 # The two commands find a Postgres by themselves: DATABASE_URL and
 # TEST_DATABASE_URL, or one on 127.0.0.1:5432, or a private cluster that
@@ -28,9 +28,11 @@ vet:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 
-## lint: gofmt and staticcheck (pinned here; CI runs it before the tests)
+## lint: gofmt, go.mod/go.sum tidy, staticcheck (pinned here; CI runs it before the tests)
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
+	@cd bench && $(GO) mod tidy -diff >/dev/null || { echo "bench/go.mod or go.sum is not tidy: run go mod tidy in bench/"; exit 1; }
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt -w these files:"; echo "$$out"; exit 1; fi
 	$(GO) run $(STATICCHECK) ./...
@@ -62,3 +64,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzValidatePayload$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./providers/sendgrid/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./providers/stripe/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./providers/sendgrid/
+
+## schema: write migrations/schema.sql, the schema the migrations make (a test keeps it current)
+schema:
+	@$(DEVDB) OUTBOXD_WRITE_SCHEMA=1 $(GO) test -count=1 -run '^TestSchemaFileIsCurrent$$' ./migrations/
