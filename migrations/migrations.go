@@ -10,7 +10,8 @@ package migrations
 
 import "embed"
 
-// FS holds the goose migration files.
+// FS holds the goose migration files (schema.sql beside them is for
+// reading and is not embedded).
 //
-//go:embed *.sql
+//go:embed 0*.sql
 var FS embed.FS
