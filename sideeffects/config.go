@@ -91,6 +91,13 @@ type Config struct {
 	// LimitPause is how long a 429 that names no delay pauses its limit
 	// key, doubled for each such 429 in a row. Default 500ms.
 	LimitPause time.Duration
+	// MaxProviderDelay is the longest outboxd waits because a provider
+	// asked it to (Retry-After in seconds or as a date, a rate-limit reset):
+	// a longer delay is cut to this, logged and raised as the operational
+	// event outboxd.provider.delay_bounded. A 429 pauses a limit key that
+	// every replica and every effect to that destination share, so one
+	// answer must not stop them for years. Default 10m.
+	MaxProviderDelay time.Duration
 	// TenantWindow is how many effects of one tenant, per provider, may
 	// have a dispatch job at once (queued in River or being worked);
 	// the rest wait in their tenant's queue, so that another tenant's new
@@ -159,11 +166,14 @@ const (
 	// a row doubles it, up to a minute. A key pauses for every replica: a
 	// few requests that arrived bunched should not cost it a whole second
 	// of its rate.
-	DefaultLimitPause   = 500 * time.Millisecond
-	DefaultTenantWindow = 32
-	DefaultMaxAttempts  = outboxtype.DefaultMaxAttempts
-	DefaultBaseDelay    = outboxtype.DefaultBaseDelay
-	DefaultMaxDelay     = outboxtype.DefaultMaxDelay
+	DefaultLimitPause = 500 * time.Millisecond
+	// DefaultMaxProviderDelay bounds a delay a provider names; see
+	// Config.MaxProviderDelay.
+	DefaultMaxProviderDelay = 10 * time.Minute
+	DefaultTenantWindow     = 32
+	DefaultMaxAttempts      = outboxtype.DefaultMaxAttempts
+	DefaultBaseDelay        = outboxtype.DefaultBaseDelay
+	DefaultMaxDelay         = outboxtype.DefaultMaxDelay
 )
 
 // TenantLimitPrefix starts the limit key of a tenant's own rate:
@@ -187,6 +197,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.CompletedJobRetention = cmp.Or(cfg.CompletedJobRetention, DefaultCompletedJobRetention)
 	cfg.Retry = cfg.Retry.WithDefaults()
 	cfg.LimitPause = cmp.Or(cfg.LimitPause, DefaultLimitPause)
+	cfg.MaxProviderDelay = cmp.Or(cfg.MaxProviderDelay, DefaultMaxProviderDelay)
 	cfg.TenantWindow = cmp.Or(cfg.TenantWindow, DefaultTenantWindow)
 	return cfg
 }
@@ -253,6 +264,9 @@ func (cfg Config) validate() error {
 			return fmt.Errorf("dispatcher: concurrency set for unknown provider %q", name)
 		}
 	}
+	if cfg.MaxProviderDelay < 0 {
+		return fmt.Errorf("dispatcher: max provider delay is %s: it must not be negative", cfg.MaxProviderDelay)
+	}
 	if cfg.LimitPause < 0 {
 		return fmt.Errorf("dispatcher: limit pause is %s: it must not be negative", cfg.LimitPause)
 	}
@@ -311,7 +325,8 @@ func (cfg Config) wiring() engine.Wiring {
 			Middleware:                  cfg.RiverMiddleware,
 			TestOnly:                    cfg.TestOnly,
 		},
-		Calls: engine.CallSettings{InDoubt: cfg.InDoubt, Retry: cfg.Retry, Metrics: cfg.Metrics, Tracer: cfg.Tracer},
+		Calls: engine.CallSettings{InDoubt: cfg.InDoubt, Retry: cfg.Retry, MaxProviderDelay: cfg.MaxProviderDelay,
+			Metrics: cfg.Metrics, Tracer: cfg.Tracer},
 		Limits: engine.LimitSettings{Rates: cfg.Limits, Pause: cfg.LimitPause,
 			TenantWindow: cfg.TenantWindow, TenantWeights: cfg.TenantWeights},
 		Upkeep: engine.UpkeepSettings{SweepEvery: cfg.SweepInterval, SweepGrace: cfg.SweepGrace,

@@ -57,18 +57,19 @@ type runConfig struct {
 	ShutdownTimeout time.Duration
 	MaxConns        int32
 
-	Concurrency    map[string]int
-	Limits         map[string]string
-	TenantWindow   int
-	TenantWeights  map[string]string
-	MaxAttempts    int
-	RetryBaseDelay time.Duration
-	RetryMaxDelay  time.Duration
-	JobTimeout     time.Duration
-	RescueAfter    time.Duration
-	SweepInterval  time.Duration
-	Retention      time.Duration
-	JobRetention   time.Duration
+	Concurrency      map[string]int
+	Limits           map[string]string
+	TenantWindow     int
+	TenantWeights    map[string]string
+	MaxAttempts      int
+	RetryBaseDelay   time.Duration
+	RetryMaxDelay    time.Duration
+	MaxProviderDelay time.Duration
+	JobTimeout       time.Duration
+	RescueAfter      time.Duration
+	SweepInterval    time.Duration
+	Retention        time.Duration
+	JobRetention     time.Duration
 
 	Policies cli.Policies
 
@@ -157,6 +158,9 @@ already older than --rescue-after and re-fires it within seconds.
 	envflag.Bind(f, "retry-base-delay", "OUTBOXD_RETRY_BASE_DELAY")
 	f.DurationVar(&c.RetryMaxDelay, "retry-max-delay", sideeffects.DefaultMaxDelay, "longest delay between attempts")
 	envflag.Bind(f, "retry-max-delay", "OUTBOXD_RETRY_MAX_DELAY")
+	f.DurationVar(&c.MaxProviderDelay, "max-provider-delay", sideeffects.DefaultMaxProviderDelay,
+		"longest wait a provider's answer (Retry-After, a reset time) is obeyed for; longer ones are cut to this and raise outboxd.provider.delay_bounded")
+	envflag.Bind(f, "max-provider-delay", "OUTBOXD_MAX_PROVIDER_DELAY")
 	f.DurationVar(&c.JobTimeout, "job-timeout", sideeffects.DefaultJobTimeout, "cancel an attempt running longer (must exceed provider timeouts)")
 	envflag.Bind(f, "job-timeout", "OUTBOXD_JOB_TIMEOUT")
 	f.DurationVar(&c.RescueAfter, "rescue-after", sideeffects.DefaultRescueAfter, "re-run a job whose worker vanished after this long (must exceed --job-timeout)")
@@ -341,6 +345,7 @@ func (c *runConfig) settings(names []string, provs []providers.Provider) map[str
 		"max_attempts":            c.MaxAttempts,
 		"retry_base_delay":        c.RetryBaseDelay.String(),
 		"retry_max_delay":         c.RetryMaxDelay.String(),
+		"max_provider_delay":      c.MaxProviderDelay.String(),
 		"job_timeout":             c.JobTimeout.String(),
 		"rescue_after":            c.RescueAfter.String(),
 		"sweep_interval":          c.SweepInterval.String(),
@@ -417,6 +422,7 @@ func (c *runConfig) validate() error {
 		{"--shutdown-timeout", "OUTBOXD_SHUTDOWN_TIMEOUT", c.ShutdownTimeout, 0},
 		{"--retry-base-delay", "OUTBOXD_RETRY_BASE_DELAY", c.RetryBaseDelay, time.Millisecond},
 		{"--retry-max-delay", "OUTBOXD_RETRY_MAX_DELAY", c.RetryMaxDelay, time.Millisecond},
+		{"--max-provider-delay", "OUTBOXD_MAX_PROVIDER_DELAY", c.MaxProviderDelay, time.Second},
 		{"--job-timeout", "OUTBOXD_JOB_TIMEOUT", c.JobTimeout, time.Second},
 		{"--rescue-after", "OUTBOXD_RESCUE_AFTER", c.RescueAfter, time.Second},
 		{"--sweep-interval", "OUTBOXD_SWEEP_INTERVAL", c.SweepInterval, time.Second},
@@ -788,6 +794,7 @@ func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, 
 		TenantWeights:         c.tenantWeights(),
 		InDoubt:               inDoubt,
 		Retry:                 sideeffects.RetryPolicy{MaxAttempts: c.MaxAttempts, BaseDelay: c.RetryBaseDelay, MaxDelay: c.RetryMaxDelay},
+		MaxProviderDelay:      c.MaxProviderDelay,
 		JobTimeout:            c.JobTimeout,
 		RescueAfter:           c.RescueAfter,
 		// River's soft stop: in-flight calls get this long after a signal,

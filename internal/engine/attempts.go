@@ -33,3 +33,13 @@ func (s *Store) Attempts(ctx context.Context, db DB, id uuid.UUID) ([]outboxtype
 		return a, err
 	})
 }
+
+// DelayBounded raises outboxd.provider.delay_bounded: the provider's
+// answer to effect e asked outboxd to wait asked, and it waits bound
+// (limitKey is the limit it paused, "" for none).
+func (s *Store) DelayBounded(ctx context.Context, db DB, e *outboxtype.Effect, limitKey string, asked, bound time.Duration) error {
+	if _, err := db.Exec(ctx, s.sql(sqlDelayBounded), e.ID, e.Kind, e.Provider, limitKey, asked.Seconds(), bound.Seconds(), e.Tenant); err != nil {
+		return fmt.Errorf("record the bounded delay of effect %s: %w", e.ID, err)
+	}
+	return nil
+}

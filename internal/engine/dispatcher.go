@@ -49,8 +49,11 @@ type Wiring struct {
 type CallSettings struct {
 	InDoubt map[string]providers.InDoubtPolicy
 	Retry   outboxtype.RetryPolicy
-	Metrics outboxtype.Observer
-	Tracer  outboxtype.Tracer
+	// MaxProviderDelay bounds a delay a provider names (Retry-After, a
+	// window) before it is obeyed.
+	MaxProviderDelay time.Duration
+	Metrics          outboxtype.Observer
+	Tracer           outboxtype.Tracer
 }
 
 // LimitSettings are the limiter's and the tenant feeder's: rates by limit
@@ -160,6 +163,7 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 		providers:     make(map[string]providers.Provider, len(w.Providers)),
 		inDoubt:       w.Calls.InDoubt,
 		retry:         w.Calls.Retry,
+		maxDelay:      w.Calls.MaxProviderDelay,
 		logger:        logger,
 		metrics:       cmp.Or[outboxtype.Observer](w.Calls.Metrics, noObserver{}),
 		tracer:        w.Calls.Tracer,

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net/http"
 	"net/url"
@@ -342,4 +343,44 @@ func TestTheLineOfAKeyIsCountedOverEveryReplica(t *testing.T) {
 	lines, err := b.store.WaitingFor(ctx, b.db.Pool, []string{key, other, "webhook:none.example"})
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{key: 9, other: 3}, lines)
+}
+
+// TestAProviderCannotPauseAKeyForYears: a 429 asking for 999,999,999
+// seconds, then one dated in year 9999, each pause the receiver's limit
+// key for --max-provider-delay (here 1s), not for decades: the effect is
+// delivered after two bounded waits, and the key's pause never reached
+// past the bound.
+func TestAProviderCannotPauseAKeyForYears(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.cfg.MaxProviderDelay = time.Second
+	b.recv.Respond("/years",
+		fakes.Status(http.StatusTooManyRequests, "Retry-After", "999999999"),
+		fakes.Status(http.StatusTooManyRequests, "Retry-After", "Fri, 31 Dec 9999 23:59:59 GMT"))
+	b.start(t)
+	e := b.enqueue(t, "/years")
+	u, err := url.Parse(b.recv.URL)
+	require.NoError(t, err)
+	key := "webhook:" + u.Host
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		row, err := b.store.LimitOf(context.Background(), b.db.Pool, key)
+		if !errors.Is(err, engine.ErrNotFound) { // no row before the first 429
+			require.NoError(t, err)
+		}
+		if row != nil && row.PausedUntil != nil {
+			require.True(t, row.PausedUntil.Before(row.Now.Add(2*time.Second)),
+				"the key is paused until %s, more than the bound after %s", row.PausedUntil, row.Now)
+		}
+		got := b.effect(t, e.ID)
+		if got.State == outboxtype.StateConfirmed {
+			require.Equal(t, 3, got.TotalAttempts, "two bounded waits, then the request that went through")
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "not delivered in 20s: %+v", got)
+		time.Sleep(50 * time.Millisecond)
+	}
+	ds := b.recv.Deliveries()
+	require.Len(t, ds, 3)
+	require.GreaterOrEqual(t, ds[1].At.Sub(ds[0].At), 990*time.Millisecond, "the bounded wait is still obeyed")
 }

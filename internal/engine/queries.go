@@ -920,6 +920,14 @@ const (
 INSERT INTO /*schema*/side_effect_attempts (effect_id, attempt, started_at, duration_ms, outcome, error, host)
 VALUES ($1, $2, $3, $4, $5, $6, $7)`
 
+	// The operational event of a delay a provider named that was longer
+	// than outboxd waits ($5 asked, $6 waited, in seconds; $4 the limit
+	// key it paused, '' for none).
+	sqlDelayBounded = `
+SELECT /*schema*/outboxd_emit('outboxd.provider.delay_bounded', 'side_effect', $1::text,
+	jsonb_build_object('effect_id', $1::uuid, 'kind', $2::text, 'provider', $3::text, 'limit', nullif($4::text, ''),
+		'asked_seconds', $5::float8, 'waited_seconds', $6::float8, 'tenant', $7::text))`
+
 	sqlAttemptsOf = `
 SELECT effect_id, attempt, started_at, duration_ms, outcome, error, host FROM /*schema*/side_effect_attempts
 WHERE effect_id = $1 ORDER BY attempt, started_at`

@@ -37,8 +37,14 @@ type Worker struct {
 	// before they are logged or stored (last_error, River's job errors).
 	secrets []string
 	retry   outboxtype.RetryPolicy
-	logger  *slog.Logger
-	metrics outboxtype.Observer
+	// maxDelay bounds what a provider's answer may ask outboxd to wait;
+	// boundedAt is when this process last raised the event of a bounded
+	// delay, by limit key (once per maxDelay and key: a 429 storm is one
+	// alert, not one per effect).
+	maxDelay  time.Duration
+	boundedAt sync.Map // limit key -> time.Time
+	logger    *slog.Logger
+	metrics   outboxtype.Observer
 	// tracer, when set, traces each dispatch and provider call;
 	// traceparents hands the trace context of an effect's event from the
 	// batched claim to its dispatch (effect id -> traceparent).
@@ -425,6 +431,7 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 	g := p.Guarantees()
 	policy := w.policy(claimed.Kind, g)
 	class, after := providers.Classify(sendErr)
+	after = w.boundDelay(bctx, log, claimed, limitKey, after)
 	if limitKey != "" && providers.IsThrottled(sendErr) {
 		return w.throttled(bctx, log, p, claimed, before, start, sendErr, limitKey, after)
 	}
@@ -481,6 +488,32 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 	log.Warn("attempt failed; will retry", "next_attempt_at", next)
 	w.retryAt.Store(id, next)
 	return sendErr
+}
+
+// boundDelay is the delay a provider named (after), bounded by maxDelay: a
+// Retry-After of years, an HTTP date in year 9999 or milliseconds sent as
+// seconds would otherwise pause a limit key that every replica and every
+// effect to that destination share, with nothing failing and so nothing
+// alerting. A bounded delay is logged and raised as the operational event
+// outboxd.provider.delay_bounded (per limit key, at most once per maxDelay
+// by this process).
+func (w *Worker) boundDelay(ctx context.Context, log *slog.Logger, claimed *outboxtype.Effect, limitKey string, after time.Duration) time.Duration {
+	if w.maxDelay <= 0 || after <= w.maxDelay {
+		return after
+	}
+	log.Warn("the provider asked outboxd to wait longer than --max-provider-delay: it waits that long instead",
+		"asked", after, "bound", w.maxDelay, "limit", limitKey)
+	if limitKey != "" {
+		now := time.Now()
+		if last, ok := w.boundedAt.Load(limitKey); ok && now.Sub(last.(time.Time)) < w.maxDelay {
+			return w.maxDelay
+		}
+		w.boundedAt.Store(limitKey, now)
+	}
+	if err := w.store.DelayBounded(ctx, w.pool, claimed, limitKey, after, w.maxDelay); err != nil {
+		log.Warn("could not raise the operational event of a bounded delay", "record_error", err)
+	}
+	return w.maxDelay
 }
 
 // throttled handles a provider's 429 for claimed, whose request counts
