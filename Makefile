@@ -1,7 +1,7 @@
 # outboxd — the two commands a newcomer needs are `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test vet lint build bench test-chaos fuzz devdb-stop schema
+.PHONY: demo test vet lint build bench test-bench test-chaos fuzz devdb-stop schema
 
 # The two commands find a Postgres by themselves: DATABASE_URL and
 # TEST_DATABASE_URL, or one on 127.0.0.1:5432, or a private cluster that
@@ -15,6 +15,10 @@ demo:
 ## test: go vet, then every test with the race detector (TEST_DATABASE_URL)
 test: vet
 	@$(DEVDB) $(GO) test -race -count=1 -timeout 20m ./...
+
+## test-bench: the benchmark end to end at a tiny size (every phase, then a short soak; ~2 min)
+test-bench:
+	@$(DEVDB) OUTBOXD_BENCH_SMOKE=1 $(GO) test -race -count=1 -timeout 15m -run '^(TestBenchRuns|TestSoakRuns)$$' ./cmd/outboxbench/
 
 ## devdb-stop: stop the private Postgres scripts/devdb may have started
 devdb-stop:

@@ -368,10 +368,13 @@ func (b *bench) burnDownWith(ctx context.Context, name string, n int, p provider
 }
 
 // updates reads how many updates of side_effects Postgres counted since the
-// counters were reset, and how many were HOT. Backends report their counts
-// up to a few seconds after their transactions, so it waits (at most 15s)
-// for at least want updates to be counted.
+// counters were reset, and how many were HOT. An idle backend reports its
+// counts up to 10 seconds after its last transaction, and one that exits
+// reports them as it goes: so the pool's connections are closed first (the
+// next statement opens new ones), and it waits at most 15s for at least
+// want updates to be counted.
 func (b *bench) updates(ctx context.Context, want int64) (all, hot int64, err error) {
+	b.pool.Reset()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		err = b.pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables

@@ -15,10 +15,23 @@ import (
 	"github.com/outboxd/outboxd/internal/testdb"
 )
 
+// smokeEnv runs the benchmark's end-to-end runs (make test-bench, a CI step
+// of its own): each is a whole benchmark at a tiny size, minutes of both
+// cores, and make test stays a suite of minutes without them.
+const smokeEnv = "OUTBOXD_BENCH_SMOKE"
+
+func needsSmoke(t *testing.T) {
+	t.Helper()
+	if os.Getenv(smokeEnv) == "" {
+		t.Skip("a whole benchmark run: make test-bench (" + smokeEnv + "=1) runs it")
+	}
+}
+
 // TestBenchRuns runs every phase at a tiny size: it checks that the
 // benchmark works end to end and reports every figure, not how fast anything
 // is.
 func TestBenchRuns(t *testing.T) {
+	needsSmoke(t)
 	t.Parallel()
 	out := filepath.Join(t.TempDir(), "bench.json")
 	var buf bytes.Buffer
@@ -159,6 +172,7 @@ func TestBenchRuns(t *testing.T) {
 // TestSoakRuns runs a soak with two-second "minutes": every row reports
 // the traffic and the tables.
 func TestSoakRuns(t *testing.T) {
+	needsSmoke(t)
 	t.Parallel()
 	out := filepath.Join(t.TempDir(), "soak.json")
 	var buf bytes.Buffer
