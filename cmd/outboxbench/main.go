@@ -86,6 +86,10 @@ type settings struct {
 	CPUProfile string        `json:"-"`
 	Skip       string        `json:"-"`
 	IntakeOnly bool          `json:"intake_only,omitempty"`
+	// DropIndexes are indexes of the migrated schema dropped before the
+	// phases: a candidate storage layout measured against today's in the
+	// same conditions (docs/storage.md). Reads that need them get slower.
+	DropIndexes string `json:"drop_indexes,omitempty"`
 }
 
 // report is everything measured, as written to JSON.
@@ -164,6 +168,7 @@ func main() {
 	flag.IntVar(&s.LimitsEffects, "limits-effects", 3000, "Stripe effects in the limits phase's backlog (at 100/s; the webhook backlog is half, at 50/s)")
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
+	flag.StringVar(&s.DropIndexes, "drop-indexes", "", "comma-separated indexes (or constraints) of outboxd's tables to drop before the phases, to measure a candidate storage layout (docs/storage.md)")
 	flag.BoolVar(&s.IntakeOnly, "intake-only", false, "in the dispatch phase, burn down only -effects effects found in the intake (outbox.JobsByDispatcher), beside River's baselines")
 	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,fanout,idempotency,dispatch,webhook,brokers,replicas,latency,history,purge,admin,limits, and watermill (the peer in bench/watermill)")
 	flag.Parse()
@@ -243,6 +248,9 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 		return err
 	}
 	defer drop()
+	if err := dropIndexes(ctx, pool, schema, s.DropIndexes); err != nil {
+		return err
+	}
 	bn := &bench{s: s, pool: pool, schema: schema}
 	defer func() {
 		for _, f := range bn.cleanup {
@@ -601,4 +609,28 @@ func progress(label string, total int, current func() int, done <-chan struct{})
 			draw()
 		}
 	}
+}
+
+// dropIndexes drops each index named in list (comma-separated) from the
+// bench schema, or the constraint of that name that owns it.
+func dropIndexes(ctx context.Context, pool *pgxpool.Pool, schema, list string) error {
+	for _, name := range strings.Split(list, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		var table string
+		err := pool.QueryRow(ctx, `SELECT coalesce((SELECT conrelid::regclass::text FROM pg_constraint
+			WHERE conname = $2 AND connamespace = $1::regnamespace), '')`, schema, name).Scan(&table)
+		if err != nil {
+			return fmt.Errorf("-drop-indexes %s: %w", name, err)
+		}
+		stmt := "DROP INDEX " + pgx.Identifier{schema, name}.Sanitize()
+		if table != "" {
+			stmt = "ALTER TABLE " + table + " DROP CONSTRAINT " + pgx.Identifier{name}.Sanitize()
+		}
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("-drop-indexes %s: %w", name, err)
+		}
+	}
+	return nil
 }
