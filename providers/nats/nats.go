@@ -103,7 +103,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	opts := append([]natsgo.Option{natsgo.Name("outboxd"), natsgo.ReconnectBufSize(-1)}, cfg.Options...)
 	nc, err := natsgo.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", redacted(cfg.URL), err)
+		return nil, connectError(cfg.URL, err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -234,7 +234,7 @@ var _ providers.Reconciler = (*Asker)(nil)
 func NewAsker(url string, opts ...natsgo.Option) (*Asker, error) {
 	nc, err := natsgo.Connect(url, append([]natsgo.Option{natsgo.Name("outboxctl")}, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", redacted(url), err)
+		return nil, connectError(url, err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -332,14 +332,49 @@ func classify(err error) error {
 	return providers.InDoubt(err)
 }
 
-// redacted is urls with the user information of each hidden.
+// redacted is urls with the user information of each hidden, in every form
+// the client accepts: nats.go reads a URL without "://" as nats://, so
+// "user:pass@host:4222" has a password too. A URL that does not parse
+// keeps only what follows its last "@".
 func redacted(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, raw := range parts {
-		if u, err := url.Parse(strings.TrimSpace(raw)); err == nil && u.User != nil {
+		raw = strings.TrimSpace(raw)
+		s := raw
+		if !strings.Contains(s, "://") {
+			s = "nats://" + s
+		}
+		u, err := url.Parse(s)
+		switch {
+		case err != nil:
+			if at := strings.LastIndex(raw, "@"); at >= 0 {
+				parts[i] = "redacted@" + raw[at+1:]
+			}
+		case u.User != nil:
 			u.User = url.User("redacted")
 			parts[i] = u.String()
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// connectError is err from connecting to urls, without the URLs' user
+// information: nats.go's own error quotes a URL it could not parse, and
+// its parser's detail may quote part of a password, so that error is
+// replaced whole.
+func connectError(urls string, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("connect to %s: a URL does not parse: the form is nats://[user:password@]host:port, several joined by commas", redacted(urls))
+	}
+	msg := err.Error()
+	for _, raw := range strings.Split(urls, ",") {
+		if raw = strings.TrimSpace(raw); raw != "" {
+			msg = strings.ReplaceAll(msg, raw, redacted(raw))
+		}
+	}
+	if msg == err.Error() {
+		return fmt.Errorf("connect to %s: %w", redacted(urls), err)
+	}
+	return fmt.Errorf("connect to %s: %s", redacted(urls), msg)
 }

@@ -285,3 +285,31 @@ func TestAPublishWhileReconnectingIsNotBuffered(t *testing.T) {
 	require.True(t, providers.IsThrottled(err), "%v", err)
 	require.ErrorContains(t, err, "nothing was published")
 }
+
+// TestNoURLFormLeaksItsPassword: every form of URL nats.go accepts has its
+// password hidden wherever outboxd shows the URL (the limit key, errors,
+// the dispatcher's settings): with a scheme, without one (nats.go reads
+// it as nats://), in a list, and a URL that does not parse, whose error
+// nats.go would quote.
+func TestNoURLFormLeaksItsPassword(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"nats://alice:s3cret@nats.internal:4222",
+		"alice:s3cret@nats.internal:4222",
+		"nats://bob:other@a:4222, alice:s3cret@b:4222",
+		"tls://alice:s3cret@nats.internal:4222",
+		"nats://alice:s3cr%zzet@nats.internal:4222",
+	} {
+		got := nats.Redacted(u)
+		require.NotContains(t, got, "s3cr", u)
+		require.NotContains(t, got, "other", u)
+		require.Contains(t, got, "redacted@", u)
+	}
+	require.Equal(t, "nats://nats.internal:4222", nats.Redacted("nats://nats.internal:4222"), "no user information: as it was")
+
+	_, err := nats.NewAsker("nats://alice:s3cr%zzet@127.0.0.1:1")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cr")
+	require.NotContains(t, err.Error(), "zzet")
+	require.Contains(t, err.Error(), "does not parse")
+}
