@@ -32,6 +32,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -56,8 +57,9 @@ type Config struct {
 	URL string
 	// Streams names every JetStream stream the effects publish to.
 	// Required: the shortest of their duplicate windows is the key window.
-	// A message stored by a stream not named here is confirmed all the
-	// same, deduplicated by that stream's window, which nothing checked.
+	// Effects publish only to the subjects these streams capture: any
+	// other subject (JetStream's own $JS.API, another stream's) is not
+	// published to, and the effect is retried until a stream captures it.
 	Streams []string
 	// Timeout bounds one publish, until its acknowledgement. Default 10s.
 	Timeout time.Duration
@@ -80,7 +82,18 @@ type Provider struct {
 	nc     *natsgo.Conn
 	js     jetstream.JetStream
 	window time.Duration
+
+	// subjects are the subject filters of the configured streams, read at
+	// start and again (at most every subjectsRefresh) when a payload's
+	// subject is captured by none: only those subjects are published to.
+	mu         sync.Mutex
+	subjects   []string
+	subjectsAt time.Time
 }
+
+// subjectsRefresh is how often, at most, the streams' subjects are read
+// again for a subject none of them captured.
+const subjectsRefresh = 10 * time.Second
 
 var _ providers.Provider = (*Provider)(nil)
 
@@ -126,11 +139,78 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 			p.window = w
 		}
 	}
+	if err := p.readSubjects(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
 	if p.window <= cfg.KeyWindowMargin {
 		nc.Close()
 		return nil, fmt.Errorf("the streams' duplicate window (%s) must exceed the key window margin (%s)", p.window, cfg.KeyWindowMargin)
 	}
 	return p, nil
+}
+
+// readSubjects reads the subject filters of the configured streams (a
+// stream with none takes its own name as its subject).
+func (p *Provider) readSubjects(ctx context.Context) error {
+	var subjects []string
+	for _, name := range p.cfg.Streams {
+		s, err := p.js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("stream %q: %w", name, err)
+		}
+		if subs := s.CachedInfo().Config.Subjects; len(subs) > 0 {
+			subjects = append(subjects, subs...)
+		} else {
+			subjects = append(subjects, name)
+		}
+	}
+	p.mu.Lock()
+	p.subjects, p.subjectsAt = subjects, time.Now()
+	p.mu.Unlock()
+	return nil
+}
+
+// captured reports whether a configured stream captures subject, reading
+// the streams again if none did and they were read over subjectsRefresh
+// ago (a subject added to a stream is published to without a restart).
+func (p *Provider) captured(ctx context.Context, subject string) bool {
+	p.mu.Lock()
+	subjects, at := p.subjects, p.subjectsAt
+	p.mu.Unlock()
+	if matchesAny(subjects, subject) {
+		return true
+	}
+	if time.Since(at) < subjectsRefresh || p.readSubjects(ctx) != nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return matchesAny(p.subjects, subject)
+}
+
+// matchesAny reports whether subject matches one of the filters, as NATS
+// matches them: "*" is one token, a trailing ">" one or more.
+func matchesAny(filters []string, subject string) bool {
+	tokens := strings.Split(subject, ".")
+	for _, f := range filters {
+		if subjectMatches(strings.Split(f, "."), tokens) {
+			return true
+		}
+	}
+	return false
+}
+
+func subjectMatches(filter, subject []string) bool {
+	for i, tok := range filter {
+		if tok == ">" {
+			return len(subject) > i
+		}
+		if i >= len(subject) || (tok != "*" && tok != subject[i]) {
+			return false
+		}
+	}
+	return len(filter) == len(subject)
 }
 
 // URL is the server URL(s) of the configuration, user information hidden.
@@ -176,6 +256,13 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 		// A request made now would wait in the client's reconnect buffer,
 		// its outcome unknown: none is made, and the server's key waits.
 		return providers.Result{}, providers.Throttled(fmt.Errorf("not connected to NATS (%s): nothing was published", st), 5*time.Second)
+	}
+	if !p.captured(ctx, pub.Subject) {
+		// Publishing elsewhere would reach what the configured streams do
+		// not hold, JetStream's own API included, with outboxd's
+		// credentials: nothing is sent.
+		return providers.Result{}, providers.Retryable(fmt.Errorf("no stream of --nats-streams (%s) captures subject %q: nothing was published; add the subject to one of them",
+			strings.Join(p.cfg.Streams, ", "), pub.Subject), subjectsRefresh)
 	}
 	msg := natsgo.NewMsg(pub.Subject)
 	msg.Data = pub.Data

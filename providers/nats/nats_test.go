@@ -110,7 +110,7 @@ func TestAPublishNoStreamTakesIsRetriedAndOneTooLargeRefused(t *testing.T) {
 	_, err := p.Send(context.Background(), request(strings.Repeat("ab", 32), `{"subject":"invoices.sent"}`))
 	class, _ := providers.Classify(err)
 	require.Equal(t, providers.ClassRetryable, class, "nothing was stored: %v", err)
-	require.ErrorContains(t, err, "no JetStream stream answered")
+	require.ErrorContains(t, err, `no stream of --nats-streams (ORDERS) captures subject "invoices.sent"`)
 
 	big := `{"subject":"orders.paid","data":"` + strings.Repeat("x", 5000) + `"}`
 	_, err = p.Send(context.Background(), request(strings.Repeat("cd", 32), big))
@@ -312,4 +312,38 @@ func TestNoURLFormLeaksItsPassword(t *testing.T) {
 	require.NotContains(t, err.Error(), "s3cr")
 	require.NotContains(t, err.Error(), "zzet")
 	require.Contains(t, err.Error(), "does not parse")
+}
+
+// TestAnEffectCannotDriveTheJetStreamAPI: a subject of JetStream's own API
+// is refused when enqueued and when dispatched (an effect written by SQL),
+// and a subject only a stream outside --nats-streams captures is not
+// published to: the configured stream keeps its messages, the other
+// stream gets none.
+func TestAnEffectCannotDriveTheJetStreamAPI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, js := startJetStream(t, time.Hour)
+	p := newProvider(t, url)
+	_, err := p.Send(ctx, request(strings.Repeat("ab", 32), `{"subject":"orders.paid"}`))
+	require.NoError(t, err)
+
+	for _, subject := range []string{"$JS.API.STREAM.PURGE.ORDERS", "$KV.config.key", "_INBOX.abc"} {
+		payload := `{"subject":"` + subject + `"}`
+		require.ErrorContains(t, natsschema.Schema{}.ValidatePayload("nats.relay", json.RawMessage(payload)), "payload.subject", subject)
+		_, err := p.Send(ctx, request(strings.Repeat("cd", 32), payload))
+		require.True(t, providers.IsRefused(err), "%s: %v", subject, err)
+	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "INVOICES", Subjects: []string{"invoices.>"}})
+	require.NoError(t, err)
+	_, err = p.Send(ctx, request(strings.Repeat("ef", 32), `{"subject":"invoices.sent"}`))
+	class, _ := providers.Classify(err)
+	require.Equal(t, providers.ClassRetryable, class, "%v", err)
+
+	for name, want := range map[string]uint64{"ORDERS": 1, "INVOICES": 0} {
+		s, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		require.Equal(t, want, info.State.Msgs, name)
+	}
 }

@@ -103,6 +103,8 @@ func CheckSubject(s string) string {
 		return fmt.Sprintf("%d bytes, over the limit of %d", len(s), maxSubjectBytes)
 	case strings.ContainsAny(s, " \t\r\n"):
 		return fmt.Sprintf("%q: no whitespace in a subject", s)
+	case strings.HasPrefix(s, "$") || strings.HasPrefix(s, "_INBOX."):
+		return fmt.Sprintf("%q: subjects starting with $ or _INBOX. are NATS's own (the JetStream and KV APIs, replies), not a stream's", s)
 	}
 	for _, tok := range strings.Split(s, ".") {
 		switch tok {
