@@ -41,6 +41,8 @@ func TestEndpointsFromTheCommandLine(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &created))
 	id := created.Endpoint.ID.String()
 	require.Regexp(t, `^whsec_`, created.Secret)
+	require.NotContains(t, out, "partner-token", "header values may be credentials: not in --json either")
+	require.Equal(t, map[string]string{"Authorization": "(set)"}, created.Endpoint.Headers)
 
 	out, err = b.run(t, "", "endpoints")
 	require.NoError(t, err)
@@ -60,6 +62,11 @@ func TestEndpointsFromTheCommandLine(t *testing.T) {
 	out, err = b.run(t, "", "endpoints", "show", id, "--json")
 	require.NoError(t, err)
 	require.Contains(t, out, "https://hooks.partner.example/in", "a dry run changes nothing")
+	require.NotContains(t, out, "partner-token")
+	out, err = b.run(t, "", "endpoints", "--json")
+	require.NoError(t, err)
+	require.Contains(t, out, id)
+	require.NotContains(t, out, "partner-token")
 	_, err = b.run(t, "", "endpoints", "edit", id, "--url", "https://new.partner.example/in", "--reason", "partner moved")
 	require.NoError(t, err)
 

@@ -75,6 +75,21 @@ type Endpoint struct {
 	ClientCertificate *CertificateInfo `json:"client_certificate,omitempty"`
 }
 
+// MarshalJSON writes the endpoint with each header value replaced by
+// "(set)": header values are credentials (a static Authorization), shown
+// by no output, --json included.
+func (ep Endpoint) MarshalJSON() ([]byte, error) {
+	type plain Endpoint
+	out := plain(ep)
+	if len(ep.Headers) > 0 {
+		out.Headers = make(map[string]string, len(ep.Headers))
+		for name := range ep.Headers {
+			out.Headers[name] = "(set)"
+		}
+	}
+	return json.Marshal(out)
+}
+
 // CertificateInfo describes an endpoint's client certificate.
 type CertificateInfo struct {
 	Subject  string    `json:"subject"`
