@@ -127,7 +127,11 @@ func (d *Dispatcher) Limits() []outboxtype.LimitState { return d.engine().Limits
 
 // Operator inspects and repairs effects, with the guards and audit trail
 // of outboxctl and the web view (they use it too).
-type Operator struct{ op *engine.Operator }
+type Operator struct {
+	op *engine.Operator
+	// told are the guarantees the operator's own settings give.
+	told map[string]providers.Guarantees
+}
 
 // NewOperator returns the operator API over cfg.Schema.
 func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
@@ -135,7 +139,30 @@ func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Operator{op: op}, nil
+	return &Operator{op: op, told: cfg.Guarantees}, nil
+}
+
+// KeyWindows is, by provider, how long after the first request with its
+// key an effect may still be fired: its key window less the margin. Every
+// provider a dispatcher runs is there (brokers and an application's own
+// included), as the dispatchers last recorded it; the operator's own
+// settings (OperatorConfig.Guarantees) take precedence. A provider with no
+// key window is missing.
+func (o *Operator) KeyWindows(ctx context.Context) (map[string]time.Duration, error) {
+	recorded, err := o.op.Store().AllProviderGuarantees(ctx, o.op.Pool())
+	if err != nil {
+		return nil, err
+	}
+	for name, g := range o.told {
+		recorded[name] = g
+	}
+	out := make(map[string]time.Duration, len(recorded))
+	for name, g := range recorded {
+		if g.KeyWindow > 0 {
+			out[name] = g.KeyWindow - g.KeyWindowMargin
+		}
+	}
+	return out, nil
 }
 
 // Get returns the effect with id.

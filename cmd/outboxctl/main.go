@@ -49,6 +49,9 @@ type app struct {
 
 	pool *pgxpool.Pool
 	op   *sideeffects.Operator
+	// windows are the providers' key windows less their margins
+	// (sideeffects.Operator.KeyWindows), read when the database is opened.
+	windows map[string]time.Duration
 }
 
 func newRootCmd(stdin io.Reader) *cobra.Command {
@@ -79,15 +82,10 @@ func newRootCmd(stdin io.Reader) *cobra.Command {
 	return root
 }
 
-// keyWindow is a provider's key window minus margin under the configured
-// policies (zero: none); it drives the "key window" diagnoses.
-func (a *app) keyWindow(provider string) time.Duration {
-	g := a.Policies.Guarantees()[provider]
-	if g.KeyWindow <= 0 {
-		return 0
-	}
-	return g.KeyWindow - g.KeyWindowMargin
-}
+// keyWindow is a provider's key window minus margin (zero: none), as the
+// configured policies give it or else as the dispatchers running the
+// provider recorded it; it drives the "key window" diagnoses.
+func (a *app) keyWindow(provider string) time.Duration { return a.windows[provider] }
 
 // situation is what stuck's diagnoses know of the dispatchers
 // (oncall.SituationOf): how many reported in the last minute, what
@@ -138,6 +136,9 @@ func (a *app) open(ctx context.Context) error {
 		return err
 	}
 	a.op = op
+	if a.windows, err = op.KeyWindows(ctx); err != nil {
+		return err
+	}
 	return nil
 }
 

@@ -898,3 +898,24 @@ func TestShowListsEveryAttempt(t *testing.T) {
 	require.Contains(t, out, "what now: Done: the provider acknowledged it")
 	require.Contains(t, out, "1 before it completed, the last: snoozed behind the gate")
 }
+
+// TestABrokersKeyWindowIsTheOneItsDispatcherRecorded: outboxctl's flags
+// name no key window for a NATS effect; the one its dispatcher recorded
+// (the stream's duplicate window, 2h here) drives the diagnoses, so an
+// effect first sent 1h50m ago is shown closing its window.
+func TestABrokersKeyWindowIsTheOneItsDispatcherRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET provider = 'nats', kind = 'nats.order_paid',
+		first_fired_at = now() - interval '110 minutes', key_window_from = now() - interval '110 minutes' WHERE id = $1`, b.ids["window_closing"])
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO `+b.db.Schema+`.outboxd_provider_guarantees (provider, key_window_ms, key_window_margin_ms, in_doubt, reported_by)
+		VALUES ('nats', 7200000, 10000, 'at_least_once', 'outboxd-1')`)
+	require.NoError(t, err)
+
+	out, err := b.run(t, "", "show", b.ids["window_closing"].String())
+	require.NoError(t, err)
+	require.Regexp(t, `key_window_from\s+\S+ \(no re-fire after \S+, in 10m0s\)`, out)
+	require.Contains(t, b.stuckWhy(t)[b.ids["window_closing"]], "key window closes in")
+}

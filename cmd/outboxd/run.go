@@ -709,7 +709,12 @@ func validators(provs []providers.Provider) map[string]providers.Validator {
 // webView builds the web view with the operator API and the policies
 // outboxctl uses.
 func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[string]providers.InDoubtPolicy, provs []providers.Provider, log *slog.Logger) (http.Handler, error) {
+	// The providers this process runs know their own windows (a broker's
+	// is its stream's); the policies name the rest.
 	guarantees := c.Policies.Guarantees()
+	for _, p := range provs {
+		guarantees[p.Name()] = p.Guarantees()
+	}
 	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema, Guarantees: guarantees, InDoubt: inDoubt})
 	if err != nil {
 		return nil, err

@@ -42,6 +42,27 @@ func (s *Store) RecordGuarantees(ctx context.Context, db DB, id string, provs []
 	return nil
 }
 
+// AllProviderGuarantees returns every provider's guarantees as the
+// dispatchers last recorded them.
+func (s *Store) AllProviderGuarantees(ctx context.Context, db DB) (map[string]providers.Guarantees, error) {
+	rows, err := db.Query(ctx, s.sql(sqlAllProviderGuarantees))
+	if err != nil {
+		return nil, fmt.Errorf("provider guarantees: %w", err)
+	}
+	out := map[string]providers.Guarantees{}
+	for rows.Next() {
+		var name, inDoubt string
+		var window, margin int64
+		if err := rows.Scan(&name, &window, &margin, &inDoubt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("provider guarantees: %w", err)
+		}
+		out[name] = providers.Guarantees{KeyWindow: time.Duration(window) * time.Millisecond,
+			KeyWindowMargin: time.Duration(margin) * time.Millisecond, InDoubt: providers.InDoubtPolicy(inDoubt)}
+	}
+	return out, rows.Err()
+}
+
 // ProviderGuarantees returns provider's guarantees as a dispatcher last
 // recorded them, and false when none did.
 func (s *Store) ProviderGuarantees(ctx context.Context, db DB, provider string) (providers.Guarantees, bool, error) {

@@ -947,6 +947,9 @@ ON CONFLICT (provider) DO UPDATE SET key_window_ms = EXCLUDED.key_window_ms, key
 	sqlProviderGuarantees = `
 SELECT key_window_ms, key_window_margin_ms, in_doubt FROM /*schema*/outboxd_provider_guarantees WHERE provider = $1`
 
+	sqlAllProviderGuarantees = `
+SELECT provider, key_window_ms, key_window_margin_ms, in_doubt FROM /*schema*/outboxd_provider_guarantees`
+
 	sqlDispatcherSeen = `
 UPDATE /*schema*/outboxd_dispatchers SET seen_at = now(), stopped_at = CASE WHEN $2 THEN now() END,
 	destinations = CASE WHEN $2 THEN '[]' ELSE coalesce($3, destinations) END
