@@ -240,11 +240,19 @@ func (b *batchWorker) handOverUnended(ctx context.Context, ids []uuid.UUID) erro
 
 // retryTime is when the effect whose attempt just failed is retried: the
 // time the attempt chose, or the schedule's first step.
+//
+// Never a time before now: River replaces a retry time in the past with
+// its own default schedule (errors^4 seconds: 21 minutes after six), which
+// left effects waiting long after their cause had ended. A time chosen in
+// Work may have passed by the time River asks (a short delay and slow
+// bookkeeping), and one left by a run River did not ask about (its last
+// attempt) is stale.
 func (w *Worker) retryTime(id uuid.UUID) time.Time {
+	now := time.Now()
 	if t, ok := w.retryAt.LoadAndDelete(id); ok {
-		return t.(time.Time)
+		return latest(t.(time.Time), now)
 	}
-	return time.Now().Add(w.retry.Delay(1))
+	return now.Add(w.retry.Delay(1))
 }
 
 // NextRetry implements river.Worker: a batch River runs again is run at

@@ -49,3 +49,15 @@ func FewJobsPlan(ctx context.Context, db DB, fn func(DB) error) error {
 func ClaimFirstMany(ctx context.Context, d *Dispatcher, ids []uuid.UUID) ([]*outboxtype.Effect, error) {
 	return d.worker.claimFirstMany(ctx, ids)
 }
+
+// RetryTimeOf is the retry time a worker gives River for an effect whose
+// last run chose stored.
+func RetryTimeOf(stored time.Time) time.Time {
+	w := &Worker{}
+	id := uuid.New()
+	w.retryAt.Store(id, stored)
+	return w.retryTime(id)
+}
+
+// Snooze is snooze, for tests.
+var Snooze = snooze

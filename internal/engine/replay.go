@@ -435,7 +435,7 @@ func (w *replayWorker) Work(ctx context.Context, job *river.Job[ReplayArgs]) err
 				// cancelled), here or, past this run, snoozed.
 				wait = min(wait, replayRecheck)
 				if time.Now().Add(wait).After(end) {
-					return river.JobSnooze(wait)
+					return snooze(wait)
 				}
 				select {
 				case <-ctx.Done():

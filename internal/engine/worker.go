@@ -246,7 +246,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[DispatchArgs], firstOn
 		}
 		if !ok {
 			w.markWaiting(ctx, id, key)
-			return river.JobSnooze(wait)
+			return snooze(wait)
 		}
 	}
 	// Most jobs are an effect's first attempt: claimed together with the
@@ -318,7 +318,7 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 			if _, err := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); err != nil {
 				return err
 			}
-			return river.JobSnooze(wait)
+			return snooze(wait)
 		}
 		release = r
 	}
@@ -348,7 +348,7 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 				return err
 			}
 			w.markWaiting(ctx, id, key)
-			return river.JobSnooze(wait)
+			return snooze(wait)
 		}
 	}
 	// The destination's slot is held for the request only, not for the
@@ -490,6 +490,12 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 	return sendErr
 }
 
+// snooze is every "come back later" of a job: River's JobSnooze, which
+// panics on a negative wait, with the wait at least zero. A wait computed
+// as "until a time" is negative as soon as that time has passed, which it
+// may have between the check and the computation.
+func snooze(wait time.Duration) error { return river.JobSnooze(max(wait, 0)) }
+
 // boundDelay is the delay a provider named (after), bounded by maxDelay: a
 // Retry-After of years, an HTTP date in year 9999 or milliseconds sent as
 // seconds would otherwise pause a limit key that every replica and every
@@ -551,7 +557,7 @@ func (w *Worker) throttled(bctx context.Context, log *slog.Logger, p providers.P
 	if released {
 		w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: outboxtype.StatePending})
 	}
-	return river.JobSnooze(max(0, time.Until(next))) // JobSnooze refuses a negative wait
+	return snooze(time.Until(next))
 }
 
 // limitKey is the limit claimed's request counts against: its provider's
@@ -605,7 +611,7 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 		}
 		if batch != 0 {
 			w.logger.Info("effect fired by a batch job still running: its own job waits", "effect_id", id, "batch_job", batch)
-			return nil, nil, river.JobSnooze(batchWait)
+			return nil, nil, snooze(batchWait)
 		}
 	}
 	p, ok := w.providers[e.Provider]
@@ -615,7 +621,7 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 	if e.NotBefore != nil && time.Now().Before(*e.NotBefore) {
 		// A job that runs before the effect is due (its schedule moved, or
 		// a sweep or redrive inserted it) waits for it.
-		return nil, nil, river.JobSnooze(time.Until(*e.NotBefore))
+		return nil, nil, snooze(time.Until(*e.NotBefore))
 	}
 	g := p.Guarantees()
 	log := w.logger.With("effect_id", id, "kind", e.Kind, "provider", e.Provider, "attempt", e.Attempts)
@@ -645,7 +651,7 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 			// waits; when the chain moves, the intake makes it available at
 			// once (WakeChains), and the snooze only bounds a missed wake.
 			log.Info("effect waits behind an earlier effect of its ordering key", "ordering_key", *e.OrderingKey, "behind", *head)
-			return nil, nil, river.JobSnooze(blockedSnooze(e))
+			return nil, nil, snooze(blockedSnooze(e))
 		}
 	}
 	if claimed == nil {

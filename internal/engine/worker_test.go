@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
@@ -658,4 +659,23 @@ func TestARunningJobNamesItsDispatcher(t *testing.T) {
 func newDispatcher(pool *pgxpool.Pool, cfg sideeffects.Config) (*engine.Dispatcher, error) {
 	d, err := sideeffects.NewDispatcher(pool, cfg)
 	return (*engine.Dispatcher)(d), err
+}
+
+// TestNoWaitIsNegative: a retry time that passed before River asked for it
+// is now, not a time in the past (River would replace it with its own
+// schedule, errors^4 seconds: 21 minutes after six errors), and a snooze
+// until a time that just passed is a snooze of zero, not River's panic.
+func TestNoWaitIsNegative(t *testing.T) {
+	t.Parallel()
+	before := time.Now()
+	got := engine.RetryTimeOf(before.Add(-time.Hour))
+	require.False(t, got.Before(before), "a past retry time becomes now: %s", got)
+	future := time.Now().Add(time.Minute)
+	require.Equal(t, future, engine.RetryTimeOf(future), "a time still ahead is kept")
+
+	var err error
+	require.NotPanics(t, func() { err = engine.Snooze(-5 * time.Second) })
+	var se *rivertype.JobSnoozeError
+	require.ErrorAs(t, err, &se)
+	require.Zero(t, se.Duration)
 }
