@@ -291,12 +291,12 @@ func (cfg Config) validate() error {
 func checkLimit(key string, rate float64, providers map[string]bool) error {
 	name, rest, _ := strings.Cut(key, ":")
 	switch {
-	case name+":" == TenantLimitPrefix && rest != "" && (rate > 0) && !math.IsInf(rate, 0):
+	case outboxtype.CheckRate(rate) != nil:
+		return fmt.Errorf("dispatcher: limit %q: rate %v: %w", key, rate, outboxtype.CheckRate(rate))
+	case name+":" == TenantLimitPrefix && rest != "":
 		return nil
 	case !providers[name]:
 		return fmt.Errorf("dispatcher: limit %q: no provider %q is configured: name a provider's account (stripe) or a key such as webhook:api.partner.example", key, name)
-	case !(rate > 0) || math.IsInf(rate, 0):
-		return fmt.Errorf("dispatcher: limit %q: rate %v: it must be a positive number of requests a second", key, rate)
 	}
 	return nil
 }

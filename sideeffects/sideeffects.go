@@ -356,6 +356,11 @@ func (o *Operator) Limits(ctx context.Context) ([]outboxtype.LimitReport, error)
 // the key no rate of its own (it slows on 429s only). resume ends a 429's
 // pause. Audited with actor and reason; it returns the rate the key had.
 func (o *Operator) SetLimit(ctx context.Context, key string, rate *float64, actor, reason string, resume bool) (*float64, error) {
+	if rate != nil {
+		if err := outboxtype.CheckRate(*rate); err != nil {
+			return nil, fmt.Errorf("limit %s: rate %g: %w", key, *rate, err)
+		}
+	}
 	return o.op.Store().SetLimit(ctx, o.op.Pool(), key, rate, actor, reason, resume)
 }
 

@@ -127,6 +127,7 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:api.partner.example=fast"}, nil, "--limit (OUTBOXD_LIMITS)"},
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "twilio=5"}, nil, `no provider "twilio"`},
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:x=0"}, nil, "positive number"},
+		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:x=1e-12"}, nil, "at least 0.001"},
 		{[]string{"run", "--webhook-secret", testSecret, "--tenant-window", "0"}, nil, "--tenant-window (OUTBOXD_TENANT_WINDOW) is 0"},
 		{[]string{"run", "--webhook-secret", testSecret, "--tenant-weight", "acme=heavy"}, nil, "--tenant-weight (OUTBOXD_TENANT_WEIGHTS) acme=heavy"},
 		// The web view beyond loopback is a deliberate choice, and reads

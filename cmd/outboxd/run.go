@@ -35,6 +35,7 @@ import (
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outbox/outboxtrace"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/bundled"
 	"github.com/outboxd/outboxd/providers/endpoint"
@@ -503,8 +504,11 @@ func (c *runConfig) validate() error {
 	}
 	for key, v := range c.Limits {
 		rate, err := strconv.ParseFloat(strings.TrimSuffix(v, "/s"), 64)
-		if err != nil || !(rate > 0) || math.IsInf(rate, 0) {
-			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: the rate must be a positive number of requests a second, e.g. %s=50", key, v, key)
+		if err == nil {
+			err = outboxtype.CheckRate(rate)
+		}
+		if err != nil {
+			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: the rate must be a positive number of requests a second, at least %g, e.g. %s=50", key, v, outboxtype.MinRate, key)
 		}
 		name, _, _ := strings.Cut(key, ":")
 		if !slices.Contains(builtinNames(), name) && name+":" != sideeffects.TenantLimitPrefix {

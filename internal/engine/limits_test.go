@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // clockAt is the bucket's clock a test moves: t0 plus d.
@@ -281,6 +282,8 @@ func TestLimitsAreCheckedAtStart(t *testing.T) {
 		{map[string]float64{"webhook:a.example": 0}, "must be a positive number"},
 		{map[string]float64{"webhook:a.example": -3}, "must be a positive number"},
 		{map[string]float64{"webhook:a.example": math.Inf(1)}, "must be a positive number"},
+		{map[string]float64{"webhook:a.example": 1e-12}, "below the floor of 0.001"},
+		{map[string]float64{"tenant:acme": 1e-12}, "below the floor of 0.001"},
 		{map[string]float64{"webhook": 5}, "has no account limit"},
 	} {
 		cfg := b.cfg
@@ -288,6 +291,17 @@ func TestLimitsAreCheckedAtStart(t *testing.T) {
 		_, err := newDispatcher(b.db.Pool, cfg)
 		require.ErrorContains(t, err, tc.want)
 	}
+
+	// At run time too: a rate that would overflow the time between two
+	// requests, and so switch the limit off, is refused with nothing set.
+	op, err := sideeffects.NewOperator(b.db.Pool, sideeffects.OperatorConfig{Schema: b.db.Schema})
+	require.NoError(t, err)
+	tiny := 1e-11
+	_, err = op.SetLimit(context.Background(), "webhook:a.example", &tiny, "oncall", "test", false)
+	require.ErrorContains(t, err, "below the floor of 0.001")
+	limits, err := op.Limits(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, limits, "nothing was set")
 }
 
 // TestTheBucketsClockNeverRunsBackwards: a lease whose transaction began

@@ -176,9 +176,10 @@ func CheckReplaySpec(spec ReplaySpec) error {
 
 // CheckReplayPace says what is wrong with a replay's pace, or nil.
 func CheckReplayPace(pace float64) error {
+	if err := outboxtype.CheckRate(pace); err != nil {
+		return fmt.Errorf("pace: %w", err)
+	}
 	switch {
-	case math.IsNaN(pace) || pace <= 0:
-		return errors.New("pace must be a positive number of effects a second, for example 10")
 	case pace > MaxReplayPace:
 		return fmt.Errorf("pace %g is over the limit of %d effects a second", pace, MaxReplayPace)
 	}

@@ -258,7 +258,8 @@ func TestReplaySpecIsCheckedBeforeAnyWrite(t *testing.T) {
 	}{
 		{engine.ReplaySpec{Pace: 1}, "failed_since is required"},
 		{engine.ReplaySpec{FailedSince: time.Now().Add(time.Hour), Pace: 1}, "in the future"},
-		{engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour)}, "pace must be a positive number"},
+		{engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour)}, "pace: it must be a positive number"},
+		{engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour), Pace: 1e-12}, "pace: 1e-12 a second is below the floor of 0.001"},
 		{engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour), Pace: 5000}, "over the limit of 1000"},
 	} {
 		_, err := op.StartReplay(ctx, tc.spec, opts)
