@@ -105,12 +105,20 @@ func (r *LimitRow) Effective() float64 {
 	return min(r.ceiling(), *r.CurrentRate+r.step()*max(0, r.Now.Sub(r.CurrentAt).Seconds()))
 }
 
-// ceiling is the rate a key climbs back to after 429s: its own, or none.
+// ceiling is the rate a key climbs back to after 429s: its own; for a key
+// with none, twice the rate its last 429 lowered it to, about the rate
+// that drew that 429. Unbounded, a key climbed through every quiet spell
+// (a tenth a second with no request to test it), so each burst after one
+// started from a rate the partner had never accepted: 20 requests every
+// 90 s to a 5/s receiver took the key to over 2,000,000/s.
 func (r *LimitRow) ceiling() float64 {
 	if r.Rate != nil {
 		return *r.Rate
 	}
-	return math.Inf(1)
+	if r.CurrentRate == nil {
+		return math.Inf(1)
+	}
+	return 2 * *r.CurrentRate
 }
 
 // step is how much a key's lowered rate climbs back each second: a tenth

@@ -398,3 +398,22 @@ func TestAProviderCannotPauseAKeyForYears(t *testing.T) {
 	require.Len(t, ds, 3)
 	require.GreaterOrEqual(t, ds[1].At.Sub(ds[0].At), 990*time.Millisecond, "the bounded wait is still obeyed")
 }
+
+// TestAKeyWithoutARateClimbsNoHigherThanWhatDrewIts429: a key with no rate
+// of its own, lowered to 5/s by a 429, climbs back during a quiet spell to
+// 10/s (about the rate that drew the 429), not by a tenth a second without
+// end: bursts 90 s apart to a 5/s receiver once took such a key past
+// 2,000,000/s, so that every burst started unlimited.
+func TestAKeyWithoutARateClimbsNoHigherThanWhatDrewIts429(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	lowered := 5.0
+	r := engine.LimitRow{CurrentRate: &lowered, CurrentAt: now.Add(-90 * time.Second), LastThrottleAt: &[]time.Time{now.Add(-90 * time.Second)}[0], Now: now}
+	require.Equal(t, 10.0, r.Effective())
+	step, ceiling := r.Climb()
+	require.Zero(t, step, "climbed all the way back")
+	require.Equal(t, 10.0, ceiling)
+
+	r.CurrentAt = now.Add(-2 * time.Second)
+	require.Equal(t, 7.0, r.Effective(), "climbing at 1/s until then")
+}
