@@ -919,3 +919,16 @@ func TestABrokersKeyWindowIsTheOneItsDispatcherRecorded(t *testing.T) {
 	require.Regexp(t, `key_window_from\s+\S+ \(no re-fire after \S+, in 10m0s\)`, out)
 	require.Contains(t, b.stuckWhy(t)[b.ids["window_closing"]], "key window closes in")
 }
+
+// TestStuckSaysWhenItsListIsCut: a list cut at --limit says so and where
+// the rest is; a whole list says nothing more.
+func TestStuckSaysWhenItsListIsCut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out, err := b.run(t, "", "stuck", "--limit", "2")
+	require.NoError(t, err)
+	require.Contains(t, out, "the 2 oldest shown; there are more: `outboxctl stuck --by-cause`")
+	out, err = b.run(t, "", "stuck")
+	require.NoError(t, err)
+	require.NotContains(t, out, "there are more")
+}

@@ -48,9 +48,14 @@ between attempts (a hanging receiver) reads as retrying.`,
 			if byCause {
 				return a.printStuckGroups(cmd.OutOrStdout(), cmd, olderThan, limit)
 			}
-			stuck, err := a.op.Stuck(ctx, olderThan, limit)
+			// One more than shown, to say whether the list was cut.
+			stuck, err := a.op.Stuck(ctx, olderThan, limit+1)
 			if err != nil {
 				return err
+			}
+			cut := len(stuck) > limit
+			if cut {
+				stuck = stuck[:limit]
 			}
 			now := time.Now()
 			sit, err := a.situation(ctx, now, firedBound, cmd.Flags().Changed("fired-bound"))
@@ -94,7 +99,13 @@ between attempts (a hanging receiver) reads as retrying.`,
 				shown[r.ID] = true
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Kind, r.Provider, r.State, r.Attempts, ago(r.UpdatedAt), r.Diagnosis)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if cut {
+				fmt.Fprintf(out, "\nthe %d oldest shown; there are more: `outboxctl stuck --by-cause` groups every stuck effect by its cause, or raise --limit\n", limit)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().DurationVar(&olderThan, "older-than", time.Minute, "only live effects unchanged for at least this long (below the crash-recovery bound, so an effect past it shows)")
