@@ -68,6 +68,21 @@ func TestEditCorrectsAPayloadNoProviderSaw(t *testing.T) {
 	require.Equal(t, outboxtype.ActionEditPayload, last.Action)
 	require.Contains(t, string(last.Details), `"payload_after": {"url": "https://hooks.example.com/fixed"`)
 
+	// A receiver that answered 422 twice (webhook 4xx are retried) refused
+	// the fields each time and acted on none: the payload is for the
+	// operator to fix, with its key.
+	unprocessable := b.ids["retrying"]
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET state = 'failed', total_attempts = 2, attempts = 2,
+		last_error = 'retries exhausted after 2 attempts: retryable: HTTP 422' WHERE id = $1`, unprocessable)
+	require.NoError(t, err)
+	for n := 1; n <= 2; n++ {
+		require.NoError(t, b.store.RecordAttempt(ctx, b.db.Pool, outboxtype.Attempt{EffectID: unprocessable, Attempt: n, StartedAt: time.Now(),
+			Outcome: "retryable", Error: `retryable: HTTP 422: {"error": "amount must be positive"}`, Host: "hooks.example.com"}))
+	}
+	out, err = b.run(t, "", "edit", unprocessable.String(), "--payload", fixed, "--reason", "amount sign fixed")
+	require.NoError(t, err, out)
+	require.Equal(t, outboxtype.StatePending, b.effect(t, "retrying").State)
+
 	// The receiver answered 410: it saw the request.
 	other := b.ids["failed_old_window"].String()
 	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET total_attempts = 1 WHERE id = $1`, b.ids["failed_old_window"])

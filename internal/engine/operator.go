@@ -286,10 +286,15 @@ func unsentProof(e *outboxtype.Effect, attempts []outboxtype.Attempt) string {
 	if n := max(e.TotalAttempts, e.Attempts); len(attempts) < n {
 		return fmt.Sprintf("%d of its %d attempts have no recorded outcome, so nothing proves they made no request%s", n-len(attempts), n, fix)
 	}
-	for i, a := range attempts {
+	for _, a := range attempts {
 		switch {
 		case a.Outcome == "refused":
-		case i == len(attempts)-1 && a.Outcome == providers.ClassPermanent.String() && validationRefusal(e.Provider, a.Error):
+		// An answer the provider's profile reads as a refusal of the
+		// request's fields: a webhook receiver's 400 or 422 is classed
+		// retryable (the receiver may accept it later) and may come back
+		// on every retry, and none of them acted.
+		case (a.Outcome == providers.ClassPermanent.String() || a.Outcome == providers.ClassRetryable.String()) &&
+			validationRefusal(e.Provider, a.Error):
 		default:
 			return fmt.Sprintf("attempt %d reached %s (%s: %s), which may have acted on it or keep a result for its key%s",
 				a.Attempt, e.Provider, a.Outcome, a.Error, fix)
