@@ -19,7 +19,6 @@ func newEditCmd(a *app) *cobra.Command {
 	var (
 		payload, payloadFile, reason string
 		dryRun                       bool
-		allow                        []string
 	)
 	cmd := &cobra.Command{
 		Use:   "edit <effect id | key> --payload JSON --reason TEXT",
@@ -61,7 +60,7 @@ a conflict. Fix it there too.
 			if strings.TrimSpace(reason) == "" && !dryRun {
 				return cli.Usagef("--reason is required: say what was wrong and who confirmed the fix")
 			}
-			networks, err := cli.AllowedNetworks(allow)
+			networks, err := cli.AllowedNetworks(a.Policies.WebhookAllowCIDRs)
 			if err != nil {
 				return err
 			}
@@ -110,7 +109,6 @@ a conflict. Fix it there too.
 	fl.StringVar(&payloadFile, "payload-file", "", "read the corrected payload from this file")
 	fl.StringVar(&reason, "reason", "", "what was wrong and who confirmed the fix, for the audit trail (required)")
 	fl.BoolVar(&dryRun, "dry-run", false, "show the changes and whether the edit would be done; change nothing")
-	fl.StringSliceVar(&allow, "webhook-allow-cidrs", nil, "non-public networks a webhook URL may point to (as outboxd run's --webhook-allow-cidrs)")
 	return cmd
 }
 

@@ -93,3 +93,25 @@ func TestEditCorrectsAPayloadNoProviderSaw(t *testing.T) {
 	require.ErrorContains(t, err, "attempt 1 reached webhook (permanent: permanent: HTTP 410 (endpoint gone))")
 	require.ErrorContains(t, err, "fix the payload where the effect was enqueued and enqueue it as a new event")
 }
+
+// TestEditReadsTheNetworksOutboxdRunReads: OUTBOXD_WEBHOOK_ALLOW_CIDRS,
+// which outboxd run and outboxctl endpoints read, lets edit point a
+// webhook at an allowed private network too; without it the URL is
+// refused. (Not parallel: it sets the environment.)
+func TestEditReadsTheNetworksOutboxdRunReads(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	id := b.ids["failed"]
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET total_attempts = 1 WHERE id = $1`, id)
+	require.NoError(t, err)
+	require.NoError(t, b.store.RecordAttempt(ctx, b.db.Pool, outboxtype.Attempt{EffectID: id, Attempt: 1, StartedAt: time.Now(),
+		Outcome: "refused", Error: `refused before sending (no request made): payload.url: scheme "ftp" not allowed`}))
+	internal := `{"url": "http://10.1.2.3/in", "body": {}}`
+
+	_, err = b.run(t, "", "edit", id.String(), "--payload", internal, "--reason", "r")
+	require.ErrorContains(t, err, "10.1.2.3 is a private address")
+	t.Setenv("OUTBOXD_WEBHOOK_ALLOW_CIDRS", "10.0.0.0/8")
+	out, err := b.run(t, "", "edit", id.String(), "--payload", internal, "--reason", "the partner's VPN address")
+	require.NoError(t, err, out)
+	require.Equal(t, outboxtype.StatePending, b.effect(t, "failed").State)
+}

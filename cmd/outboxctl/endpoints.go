@@ -24,8 +24,7 @@ import (
 
 type endpointsApp struct {
 	*app
-	key     string
-	allowed []string
+	key string
 }
 
 func newEndpointsCmd(a *app) *cobra.Command {
@@ -48,8 +47,6 @@ Every change is audited with --actor and, where it changes deliveries,
 	cmd.PersistentFlags().StringVar(&e.key, "endpoint-key", "", "the key that seals endpoint secrets (needed by create and rotate)")
 	envflag.Bind(cmd.PersistentFlags(), "endpoint-key", "OUTBOXD_ENDPOINT_KEY")
 	envflag.Secret(cmd.PersistentFlags(), "endpoint-key")
-	cmd.PersistentFlags().StringSliceVar(&e.allowed, "webhook-allow-cidrs", nil, "non-public networks endpoint URLs may point at, as outboxd run's (default: none)")
-	envflag.Bind(cmd.PersistentFlags(), "webhook-allow-cidrs", "OUTBOXD_WEBHOOK_ALLOW_CIDRS")
 	cmd.AddCommand(e.newKeyCmd(), e.createCmd(), e.showCmd(), e.editCmd(), e.disableCmd(), e.enableCmd(), e.rotateCmd(), e.clientCertCmd(), e.testCmd())
 	return cmd
 }
@@ -70,7 +67,7 @@ func (e *endpointsApp) registry(ctx context.Context, sealing bool) (*endpoint.Re
 	if err := e.open(ctx); err != nil {
 		return nil, err
 	}
-	allowed, err := cli.AllowedNetworks(e.allowed)
+	allowed, err := cli.AllowedNetworks(e.Policies.WebhookAllowCIDRs)
 	if err != nil {
 		return nil, err
 	}

@@ -77,7 +77,6 @@ type runConfig struct {
 	WebhookSecret     string
 	WebhookPrevious   []string
 	WebhookTimeout    time.Duration
-	WebhookAllowCIDRs []string
 	WebhookMaxPerHost int
 	WebhookCAFile     string
 	// EndpointKey seals the registered endpoints' secrets; it enables the
@@ -181,8 +180,6 @@ already older than --rescue-after and re-fires it within seconds.
 	envflag.Secret(f, "webhook-previous-secrets")
 	f.DurationVar(&c.WebhookTimeout, "webhook-timeout", webhook.DefaultTimeout, "timeout of one webhook request")
 	envflag.Bind(f, "webhook-timeout", "OUTBOXD_WEBHOOK_TIMEOUT")
-	f.StringSliceVar(&c.WebhookAllowCIDRs, "webhook-allow-cidrs", nil, "non-public networks webhooks may reach, e.g. 10.0.0.0/8 (default: none)")
-	envflag.Bind(f, "webhook-allow-cidrs", "OUTBOXD_WEBHOOK_ALLOW_CIDRS")
 	f.IntVar(&c.WebhookMaxPerHost, "webhook-max-per-host", webhook.DefaultMaxPerHost, "concurrent webhook requests per destination host; a host that keeps not answering is also backed off")
 	envflag.Bind(f, "webhook-max-per-host", "OUTBOXD_WEBHOOK_MAX_PER_HOST")
 	f.StringVar(&c.WebhookCAFile, "webhook-ca-file", "", "PEM certificates of the authorities receivers' certificates are checked against, instead of the system's (receivers behind a private CA)")
@@ -254,7 +251,7 @@ func (c *runConfig) providers(ctx context.Context) (provs []providers.Provider, 
 	// Checked against --job-timeout in this order, so that the error names
 	// the same flag on every start.
 	var timeouts []providerTimeout
-	allowed, err := cli.AllowedNetworks(c.WebhookAllowCIDRs)
+	allowed, err := cli.AllowedNetworks(c.Policies.WebhookAllowCIDRs)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -357,7 +354,7 @@ func (c *runConfig) settings(names []string, provs []providers.Provider) map[str
 	for _, n := range names {
 		switch n {
 		case webhook.Name:
-			s["webhook"] = map[string]any{"timeout": c.WebhookTimeout.String(), "allow_cidrs": c.WebhookAllowCIDRs,
+			s["webhook"] = map[string]any{"timeout": c.WebhookTimeout.String(), "allow_cidrs": c.Policies.WebhookAllowCIDRs,
 				"max_per_host": c.WebhookMaxPerHost, "key_window": c.Policies.WebhookKeyWindow.String()}
 		case stripe.Name:
 			s["stripe"] = map[string]any{"api_base": c.StripeAPIBase, "timeout": c.StripeTimeout.String(),

@@ -18,14 +18,16 @@ import (
 )
 
 // Policies are the settings that decide whether an effect may be fired
-// again: the providers' key windows and the per-kind in-doubt policies.
-// outboxd run and outboxctl read them from the same flags and environment
-// variables, so an operator's redrive applies the rules the workers apply.
+// again, and where: the providers' key windows, the per-kind in-doubt
+// policies and the non-public networks webhooks may reach. outboxd run
+// and outboxctl read them from the same flags and environment variables,
+// so an operator's redrive or edit applies the rules the workers apply.
 type Policies struct {
 	InDoubt               map[string]string
 	WebhookKeyWindow      time.Duration
 	StripeKeyWindow       time.Duration
 	StripeKeyWindowMargin time.Duration
+	WebhookAllowCIDRs     []string
 }
 
 // Bind adds the policy flags to fs.
@@ -38,6 +40,8 @@ func (p *Policies) Bind(fs *pflag.FlagSet) {
 	envflag.Bind(fs, "stripe-key-window", "OUTBOXD_STRIPE_KEY_WINDOW")
 	fs.DurationVar(&p.StripeKeyWindowMargin, "stripe-key-window-margin", stripe.DefaultKeyWindowMargin, "kept back from --stripe-key-window for clock skew and in-flight time")
 	envflag.Bind(fs, "stripe-key-window-margin", "OUTBOXD_STRIPE_KEY_WINDOW_MARGIN")
+	fs.StringSliceVar(&p.WebhookAllowCIDRs, "webhook-allow-cidrs", nil, "non-public networks webhooks and endpoints may reach, e.g. 10.0.0.0/8 (default: none)")
+	envflag.Bind(fs, "webhook-allow-cidrs", "OUTBOXD_WEBHOOK_ALLOW_CIDRS")
 }
 
 // Validate checks ranges and relations, naming the setting at fault.

@@ -21,5 +21,5 @@ func ExamplePayload_EffectPayload() {
 	// Output:
 	// {"url":"https://hooks.example.com/orders","body":{"type":"order.paid","order":"ord_42"}}
 	// <nil>
-	// payload.url: 127.0.0.1 is a loopback address: to reach it, allow its network (webhook.Schema.AllowedNetworks at enqueue, the webhook provider's AllowedNetworks at dispatch)
+	// payload.url: 127.0.0.1 is a loopback address: to reach it, allow its network (outboxd and outboxctl: --webhook-allow-cidrs, OUTBOXD_WEBHOOK_ALLOW_CIDRS; in Go, webhook.Schema.AllowedNetworks at enqueue and the provider's AllowedNetworks at dispatch)
 }

@@ -103,7 +103,7 @@ func checkHost(host string, allowed []netip.Prefix, names bool) error {
 	if ip, err := netip.ParseAddr(name); err == nil {
 		ip = ip.Unmap()
 		if reason := blockedReason(ip, allowed); reason != "" {
-			return fmt.Errorf("%s is a %s address: to reach it, allow its network (webhook.Schema.AllowedNetworks at enqueue, the webhook provider's AllowedNetworks at dispatch)", ip, reason)
+			return fmt.Errorf("%s is a %s address: to reach it, allow its network (outboxd and outboxctl: --webhook-allow-cidrs, OUTBOXD_WEBHOOK_ALLOW_CIDRS; in Go, webhook.Schema.AllowedNetworks at enqueue and the provider's AllowedNetworks at dispatch)", ip, reason)
 		}
 		return nil
 	}
@@ -125,15 +125,15 @@ func checkHost(host string, allowed []netip.Prefix, names bool) error {
 	}
 	if loopbackAllowed := blockedReason(netip.AddrFrom4([4]byte{127, 0, 0, 1}), allowed) == ""; !loopbackAllowed &&
 		(last == "localhost") {
-		return fmt.Errorf("host %q resolves to a loopback address: to reach it, allow 127.0.0.0/8 (webhook.Schema.AllowedNetworks)", host)
+		return fmt.Errorf("host %q resolves to a loopback address: to reach it, allow 127.0.0.0/8 (--webhook-allow-cidrs, OUTBOXD_WEBHOOK_ALLOW_CIDRS; in Go, webhook.Schema.AllowedNetworks)", host)
 	}
 	if len(allowed) == 0 {
 		if len(labels) == 1 {
-			return fmt.Errorf("host %q: a single-label name resolves on the local network: use a public DNS name, or allow the private network it is on (webhook.Schema.AllowedNetworks)", host)
+			return fmt.Errorf("host %q: a single-label name resolves on the local network: use a public DNS name, or allow the private network it is on (--webhook-allow-cidrs, OUTBOXD_WEBHOOK_ALLOW_CIDRS; in Go, webhook.Schema.AllowedNetworks)", host)
 		}
 		for _, suffix := range localSuffixes {
 			if name == suffix || strings.HasSuffix(strings.ToLower(name), "."+suffix) {
-				return fmt.Errorf("host %q: names under .%s resolve on the local network: use a public DNS name, or allow the private network it is on (webhook.Schema.AllowedNetworks)", host, suffix)
+				return fmt.Errorf("host %q: names under .%s resolve on the local network: use a public DNS name, or allow the private network it is on (--webhook-allow-cidrs, OUTBOXD_WEBHOOK_ALLOW_CIDRS; in Go, webhook.Schema.AllowedNetworks)", host, suffix)
 			}
 		}
 	}
