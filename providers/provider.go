@@ -40,6 +40,10 @@ type Request struct {
 	// Event is the effect's event, read for providers that publish it
 	// (EventPublisher); nil for the others.
 	Event *SourceEvent
+	// Tenant is the tenant the effect was enqueued for ("" for none): a
+	// provider that serves tenants' own destinations sends an effect only
+	// to its own tenant's.
+	Tenant string
 }
 
 // SourceEvent is the domain event an effect belongs to, as the

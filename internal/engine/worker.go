@@ -377,6 +377,7 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 		Attempt:  claimed.Attempts,
 		EventID:  claimed.SourceID.String(),
 		Event:    event,
+		Tenant:   deref(claimed.Tenant),
 	})
 	sendErr = providers.Redact(sendErr, w.secrets)
 	if call != nil {

@@ -235,6 +235,7 @@ func (p *Provider) cached(id uuid.UUID) (cachedHost, bool) {
 type loaded struct {
 	url      *url.URL
 	host     string
+	tenant   string
 	headers  map[string]string
 	disabled bool
 	reason   string
@@ -268,18 +269,18 @@ const readTimeout = 10 * time.Second
 // read reads endpoint id with its secrets still signing, current first;
 // nil when it does not exist.
 func (p *Provider) read(ctx context.Context, id uuid.UUID) (*loaded, error) {
-	var rawURL, reason, certPEM string
+	var rawURL, reason, certPEM, tenant string
 	var headers, sealedKey []byte
 	var disabled bool
 	var maxInFlight int
 	var failing bool
 	var deliveredAt *time.Time
 	var sealed [][]byte
-	err := p.db.QueryRow(ctx, `SELECT e.url, e.headers, e.disabled_at IS NOT NULL, coalesce(e.disabled_reason, ''),
+	err := p.db.QueryRow(ctx, `SELECT e.url, coalesce(e.tenant, ''), e.headers, e.disabled_at IS NOT NULL, coalesce(e.disabled_reason, ''),
 		coalesce(e.client_cert, ''), e.client_key_sealed, coalesce(e.max_in_flight, 0), e.failing_since IS NOT NULL, e.delivered_at,
 		coalesce((SELECT array_agg(s.sealed ORDER BY s.expires_at DESC NULLS FIRST, s.id DESC) FROM `+pgschema.Table(p.schema, "outboxd_endpoint_secrets")+` s
 			WHERE s.endpoint_id = e.id AND (s.expires_at IS NULL OR s.expires_at > now())), '{}')
-		FROM `+pgschema.Table(p.schema, "outboxd_endpoints")+` e WHERE e.id = $1`, id).Scan(&rawURL, &headers, &disabled, &reason, &certPEM, &sealedKey, &maxInFlight, &failing, &deliveredAt, &sealed)
+		FROM `+pgschema.Table(p.schema, "outboxd_endpoints")+` e WHERE e.id = $1`, id).Scan(&rawURL, &tenant, &headers, &disabled, &reason, &certPEM, &sealedKey, &maxInFlight, &failing, &deliveredAt, &sealed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -290,7 +291,7 @@ func (p *Provider) read(ctx context.Context, id uuid.UUID) (*loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s url: %w", id, err)
 	}
-	ep := &loaded{url: u, host: strings.ToLower(u.Host), disabled: disabled, reason: reason, failing: failing, deliveredAt: deliveredAt}
+	ep := &loaded{url: u, host: strings.ToLower(u.Host), tenant: tenant, disabled: disabled, reason: reason, failing: failing, deliveredAt: deliveredAt}
 	if err := json.Unmarshal(headers, &ep.headers); err != nil {
 		return nil, fmt.Errorf("endpoint %s headers: %w", id, err)
 	}
@@ -365,6 +366,11 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 		return providers.Result{}, providers.Retryable(err, 0)
 	case ep == nil:
 		return providers.Result{}, providers.Refused(fmt.Errorf("endpoint %s is not registered (removed?): nothing was sent", pl.EndpointID))
+	case ep.tenant != req.Tenant:
+		// An endpoint:<id> effect names its endpoint itself: one tenant's
+		// event must not reach another tenant's receiver.
+		return providers.Result{}, providers.Refused(fmt.Errorf("endpoint %s belongs to tenant %q and the effect to tenant %q: nothing was sent",
+			pl.EndpointID, ep.tenant, req.Tenant))
 	case ep.disabled:
 		return providers.Result{}, providers.Throttled(fmt.Errorf("endpoint %s is disabled (%s): its deliveries wait, spending no attempt, until it is enabled", pl.EndpointID, ep.reason), HeldRecheck)
 	case len(ep.signers) == 0:

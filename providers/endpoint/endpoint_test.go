@@ -23,8 +23,10 @@ import (
 
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/endpoint"
+	"github.com/outboxd/outboxd/providers/endpoint/endpointschema"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -294,3 +296,38 @@ func TestEnqueueRefusesAMisusedSubscribersEffect(t *testing.T) {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestAnEndpointReceivesOnlyItsOwnTenantsEffects: an endpoint:<id> effect
+// written directly (by SQL, or an application naming the endpoint) for
+// another tenant than the endpoint's is refused with nothing sent, so one
+// tenant's data never reaches another tenant's receiver; the endpoint's
+// own tenant's effect is delivered.
+func TestAnEndpointReceivesOnlyItsOwnTenantsEffects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	rcv := newReceiver(t)
+	ep, secret := f.create(t, endpoint.Endpoint{URL: rcv.URL + "/hooks", Tenant: "acme", EventTypes: []string{"order.*"}})
+	rcv.setSecret(secret)
+	op := f.dispatch(t, f.provider(t))
+
+	direct := func(tenant, order string) uuid.UUID {
+		res := f.enqueue(t, outbox.Event{ID: outbox.EventID("direct", order), Type: "order.paid", Payload: json.RawMessage(`{"order":"` + order + `"}`)},
+			outbox.Effect{Kind: endpointschema.KindPrefix + ep.ID.String(), Provider: endpointschema.Name, Tenant: tenant,
+				Payload: json.RawMessage(`{"endpoint_id":"` + ep.ID.String() + `"}`)})
+		return res.Effects[0].ID
+	}
+	foreign := direct("globex", "globex_1")
+	own := direct("acme", "acme_1")
+	for id, want := range map[uuid.UUID]outboxtype.State{foreign: outboxtype.StateFailed, own: outboxtype.StateConfirmed} {
+		require.Eventually(t, func() bool {
+			e, err := op.Get(ctx, id)
+			return err == nil && e.State == want
+		}, 20*time.Second, 20*time.Millisecond)
+	}
+	e, err := op.Get(ctx, foreign)
+	require.NoError(t, err)
+	require.Contains(t, *e.LastError, `belongs to tenant "acme" and the effect to tenant "globex": nothing was sent`)
+	require.Equal(t, 1, rcv.requests(), "only acme's own effect reached acme's receiver")
+	require.NotContains(t, string(rcv.bodies[0]), "globex")
+}
