@@ -522,17 +522,28 @@ each audited, and only new events reach it.`,
 
 func (e *endpointsApp) rotateCmd() *cobra.Command {
 	var overlap time.Duration
+	var retire bool
 	cmd := &cobra.Command{
-		Use:   "rotate <id> [--overlap 24h]",
+		Use:   "rotate <id> [--overlap 24h | --retire-old]",
 		Short: "Give an endpoint a new signing secret, printed once; the old one signs too for --overlap",
-		Args:  cobra.ExactArgs(1),
+		Long: `Give an endpoint a new signing secret, printed once. The old one keeps
+signing beside it for --overlap (at most a week), so that the receiver can
+move to the new one. After a leak, --retire-old stops the old secret, and
+every one rotated out before it, signing at once: the receiver must take
+the new secret before its next delivery verifies.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := endpointArg(args[0])
 			if err != nil {
 				return err
 			}
-			if overlap <= 0 {
-				return cli.Usagef("--overlap %s: give how long the old secret keeps signing, e.g. 24h (the receiver moves to the new one meanwhile)", overlap)
+			switch {
+			case retire && cmd.Flags().Changed("overlap"):
+				return cli.Usagef("--retire-old and --overlap: choose one (--retire-old is no overlap at all)")
+			case retire:
+				overlap = endpoint.RetireAtOnce
+			case overlap <= 0 || overlap > endpoint.MaxOverlap:
+				return cli.Usagef("--overlap %s: give how long the old secret keeps signing, e.g. 24h, at most %s (the receiver moves to the new one meanwhile); after a leak, --retire-old", overlap, endpoint.MaxOverlap)
 			}
 			ctx := cmd.Context()
 			reg, err := e.registry(ctx, true)
@@ -545,14 +556,20 @@ func (e *endpointsApp) rotateCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if e.JSON {
-				return printJSON(out, map[string]any{"endpoint": id, "secret": secret, "old_secret_until": time.Now().Add(overlap)})
+				until := time.Now().Add(max(overlap, 0))
+				return printJSON(out, map[string]any{"endpoint": id, "secret": secret, "old_secret_until": until, "retired_old": retire})
 			}
 			fmt.Fprintf(out, "endpoint %s: new signing secret (shown once): %s\n", id, secret)
+			if retire {
+				fmt.Fprintln(out, "every earlier secret stopped signing: requests carry the new one only")
+				return nil
+			}
 			fmt.Fprintf(out, "requests carry signatures by both until %s; then only the new one\n", time.Now().Add(overlap).Format(time.RFC3339))
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&overlap, "overlap", endpoint.DefaultOverlap, "how long the old secret keeps signing beside the new one")
+	cmd.Flags().DurationVar(&overlap, "overlap", endpoint.DefaultOverlap, "how long the old secret keeps signing beside the new one (at most a week)")
+	cmd.Flags().BoolVar(&retire, "retire-old", false, "after a leak: every earlier secret stops signing at once")
 	return cmd
 }
 

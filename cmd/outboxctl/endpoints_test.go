@@ -114,4 +114,14 @@ func TestEndpointsFromTheCommandLine(t *testing.T) {
 		require.Regexp(t, `\s`+action+`\s+oncall@example.com`, out)
 	}
 	require.Contains(t, out, "secret      rotated, signs until")
+
+	// After a leak: no overlap, every earlier secret retired.
+	_, err = b.run(t, "", "endpoints", "rotate", id, "--endpoint-key", key, "--overlap", "720h")
+	require.Equal(t, 2, cli.ExitCode(err), "over the week's cap: %v", err)
+	out, err = b.run(t, "", "endpoints", "rotate", id, "--endpoint-key", key, "--retire-old")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "every earlier secret stopped signing")
+	out, err = b.run(t, "", "endpoints", "show", id)
+	require.NoError(t, err)
+	require.NotContains(t, out, "secret      rotated", "no earlier secret signs any more")
 }

@@ -128,8 +128,15 @@ var ErrNotFound = errors.New("endpoint: not found")
 var ErrNoKey = errors.New("endpoint: no endpoint key: give the key that seals endpoint secrets (OUTBOXD_ENDPOINT_KEY; outboxctl endpoints new-key prints one)")
 
 // DefaultOverlap is how long a rotated secret keeps signing beside the new
-// one, so that receivers can move to the new secret.
-const DefaultOverlap = 24 * time.Hour
+// one, so that receivers can move to the new secret; MaxOverlap is the
+// longest it may (a secret rotated out is one an operator wants gone);
+// RetireAtOnce, as Rotate's overlap, stops every earlier secret signing at
+// once: the rotation after a leak.
+const (
+	DefaultOverlap = 24 * time.Hour
+	MaxOverlap     = 7 * 24 * time.Hour
+	RetireAtOnce   = time.Duration(-1)
+)
 
 // RegistryConfig configures a Registry.
 type RegistryConfig struct {
@@ -492,8 +499,10 @@ func (r *Registry) SetClientCertificate(ctx context.Context, db DB, id uuid.UUID
 
 // Rotate gives an endpoint a new signing secret, returned this once; the
 // one it replaces keeps signing beside it for overlap (DefaultOverlap
-// when 0; a negative overlap retires it at once), so that receivers
-// verify either until they move. Secrets that expired are removed.
+// when 0, at most MaxOverlap), so that receivers verify either until they
+// move. A negative overlap (RetireAtOnce) stops the one it replaces and
+// every one rotated out before it signing at once. Secrets that expired
+// are removed.
 func (r *Registry) Rotate(ctx context.Context, db DB, id uuid.UUID, overlap time.Duration, by Change) (string, error) {
 	if r.key == nil {
 		return "", ErrNoKey
@@ -504,6 +513,10 @@ func (r *Registry) Rotate(ctx context.Context, db DB, id uuid.UUID, overlap time
 	if overlap == 0 {
 		overlap = DefaultOverlap
 	}
+	if overlap > MaxOverlap {
+		return "", fmt.Errorf("endpoint: rotate: overlap %s is over the cap of %s: a rotated-out secret signs for at most a week", overlap, MaxOverlap)
+	}
+	retire := overlap < 0
 	overlap = max(overlap, 0)
 	secret := newSecret()
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -516,8 +529,10 @@ func (r *Registry) Rotate(ctx context.Context, db DB, id uuid.UUID, overlap time
 		if _, err := tx.Exec(ctx, `DELETE FROM `+r.table("outboxd_endpoint_secrets")+` WHERE endpoint_id = $1 AND expires_at <= now()`, id); err != nil {
 			return fmt.Errorf("endpoint: rotate: %w", err)
 		}
+		// The current secret signs for the overlap; retiring, every
+		// secret still signing stops now.
 		if _, err := tx.Exec(ctx, `UPDATE `+r.table("outboxd_endpoint_secrets")+` SET expires_at = now() + $2::interval
-			WHERE endpoint_id = $1 AND expires_at IS NULL`, id, overlap); err != nil {
+			WHERE endpoint_id = $1 AND (expires_at IS NULL OR ($3 AND expires_at > now()))`, id, overlap, retire); err != nil {
 			return fmt.Errorf("endpoint: rotate: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO `+r.table("outboxd_endpoint_secrets")+` (endpoint_id, sealed) VALUES ($1, $2)`,
@@ -527,7 +542,7 @@ func (r *Registry) Rotate(ctx context.Context, db DB, id uuid.UUID, overlap time
 		if _, err := tx.Exec(ctx, `UPDATE `+r.table("outboxd_endpoints")+` SET updated_at = now() WHERE id = $1`, id); err != nil {
 			return fmt.Errorf("endpoint: rotate: %w", err)
 		}
-		return r.audit(ctx, tx, id, "rotate", by, map[string]any{"overlap": overlap.String()})
+		return r.audit(ctx, tx, id, "rotate", by, map[string]any{"overlap": overlap.String(), "retired_earlier": retire})
 	})
 	if err != nil {
 		return "", err

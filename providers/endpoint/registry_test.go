@@ -372,3 +372,42 @@ func TestAnEndpointsCapOnRequestsInFlight(t *testing.T) {
 	require.ErrorAs(t, err, &verr)
 	require.Equal(t, "max_in_flight", verr.Field)
 }
+
+// TestARotationAfterALeakRetiresEveryEarlierSecret: two rotations leave
+// three secrets signing; a rotation with RetireAtOnce leaves only the new
+// one, so a leaked earlier secret verifies nothing from then on. An
+// overlap over the cap is refused, with nothing changed.
+func TestARotationAfterALeakRetiresEveryEarlierSecret(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	p := f.provider(t)
+	r := newReceiver(t)
+	ep, s0 := f.create(t, endpoint.Endpoint{URL: r.URL, EventTypes: []string{"*"}})
+	s1, err := f.reg.Rotate(ctx, f.db.Pool, ep.ID, time.Hour, admin)
+	require.NoError(t, err)
+	s2, err := f.reg.Rotate(ctx, f.db.Pool, ep.ID, time.Hour, admin)
+	require.NoError(t, err)
+	got, err := f.reg.Get(ctx, f.db.Pool, ep.ID)
+	require.NoError(t, err)
+	require.Len(t, got.Secrets, 3, "the current one and two rotated out, all signing")
+
+	_, err = f.reg.Rotate(ctx, f.db.Pool, ep.ID, 30*24*time.Hour, admin)
+	require.ErrorContains(t, err, "over the cap of 168h0m0s")
+	got, err = f.reg.Get(ctx, f.db.Pool, ep.ID)
+	require.NoError(t, err)
+	require.Len(t, got.Secrets, 3, "a refused rotation changes nothing")
+
+	s3, err := f.reg.Rotate(ctx, f.db.Pool, ep.ID, endpoint.RetireAtOnce, endpoint.Change{Actor: "ops", Reason: "s1 leaked in a log"})
+	require.NoError(t, err)
+	r.setSecret(s3)
+	_, err = p.Send(ctx, request(ep.ID))
+	require.NoError(t, err)
+	require.Len(t, strings.Fields(r.got[0].Get("webhook-signature")), 1, "the new secret alone signs")
+	for _, old := range []string{s0, s1, s2} {
+		require.False(t, verifies(t, old, r, 0))
+	}
+	got, err = f.reg.Get(ctx, f.db.Pool, ep.ID)
+	require.NoError(t, err)
+	require.Len(t, got.Secrets, 1)
+}
