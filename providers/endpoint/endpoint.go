@@ -240,7 +240,10 @@ type loaded struct {
 	disabled bool
 	reason   string
 	signers  []*standardwebhooks.Webhook
-	cert     *tls.Certificate
+	// sensitive are its secrets and header values: a receiver that echoes
+	// them in its answer must not have them stored or logged.
+	sensitive []string
+	cert      *tls.Certificate
 	// failing and deliveredAt are what the row said of its last
 	// deliveries, so that a success writes only when it changes them.
 	failing     bool
@@ -310,6 +313,11 @@ func (p *Provider) read(ctx context.Context, id uuid.UUID) (*loaded, error) {
 			return nil, &secretError{fmt.Errorf("endpoint %s secret %d: %w", id, i, err)}
 		}
 		ep.signers = append(ep.signers, w)
+		ep.sensitive = append(ep.sensitive, secret)
+	}
+	for _, v := range ep.headers {
+		// "Bearer <token>": the token may be echoed alone.
+		ep.sensitive = append(ep.sensitive, v, v[strings.LastIndex(v, " ")+1:])
 	}
 	if certPEM != "" {
 		keyPEM, err := p.key.openFor(id, purposeClientKey, sealedKey)
@@ -381,6 +389,9 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 		return providers.Result{}, providers.Refused(fmt.Errorf("encode body: %w", err))
 	}
 	res, err := p.sender.Deliver(ctx, webhook.Delivery{URL: ep.url, Body: body, Headers: ep.headers, Key: req.Key, Signers: ep.signers, ClientCert: ep.cert})
+	// Redacted here, at the source: last_error, the attempt history, the
+	// logs, River's job errors and the operational events all read it.
+	err = providers.Redact(err, ep.sensitive)
 	if ctx.Err() == nil && !providers.IsThrottled(err) && !providers.IsRefused(err) {
 		// The endpoint's own answer (or silence): a 429 says it is alive,
 		// a refusal was outboxd's.

@@ -331,3 +331,51 @@ func TestAnEndpointReceivesOnlyItsOwnTenantsEffects(t *testing.T) {
 	require.Equal(t, 1, rcv.requests(), "only acme's own effect reached acme's receiver")
 	require.NotContains(t, string(rcv.bodies[0]), "globex")
 }
+
+// TestAReceiversEchoOfItsCredentialsIsNotKept: a receiver that answers
+// 422 quoting the endpoint's Authorization header and its signing secret
+// leaves neither in the effect's last error, its attempt history or the
+// operator's view of it.
+func TestAReceiversEchoOfItsCredentialsIsNotKept(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	var secret string
+	var mu sync.Mutex
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		s := secret
+		mu.Unlock()
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		_, _ = io.WriteString(w, `{"error":"rejected `+r.Header.Get("Authorization")+` token `+strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")+` signed with `+s+`"}`)
+	}))
+	t.Cleanup(echo.Close)
+	_, s := f.create(t, endpoint.Endpoint{URL: echo.URL + "/hooks", EventTypes: []string{"order.*"},
+		Headers: map[string]string{"Authorization": "Bearer partner-token-4711"}})
+	mu.Lock()
+	secret = s
+	mu.Unlock()
+
+	res := f.enqueue(t, outbox.Event{ID: outbox.EventID("echo", "1"), Type: "order.paid", Payload: json.RawMessage(`{"order":"1"}`)}, outbox.ToSubscribers())
+	require.Len(t, res.Effects, 1)
+	op := f.dispatch(t, f.provider(t))
+	id := res.Effects[0].ID
+	require.Eventually(t, func() bool {
+		e, err := op.Get(ctx, id)
+		return err == nil && e.LastError != nil
+	}, 20*time.Second, 20*time.Millisecond)
+	e, err := op.Get(ctx, id)
+	require.NoError(t, err)
+	attempts, err := op.Attempts(ctx, id)
+	require.NoError(t, err)
+	require.NotEmpty(t, attempts)
+	texts := []string{*e.LastError}
+	for _, a := range attempts {
+		texts = append(texts, a.Error)
+	}
+	for _, text := range texts {
+		require.Contains(t, text, "HTTP 422")
+		require.NotContains(t, text, "partner-token-4711")
+		require.NotContains(t, text, strings.TrimPrefix(s, "whsec_"))
+	}
+}
