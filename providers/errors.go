@@ -52,7 +52,10 @@ type Error struct {
 	// NotSent is true of a refusal by outboxd itself, before any request
 	// was made (see Refused): no provider saw it.
 	NotSent bool
-	Err     error
+	// Held is true of a destination held back on outboxd's side (see
+	// Held): its limit key waits, but nothing answered 429.
+	Held bool
+	Err  error
 }
 
 // RefusedPrefix starts the text of a Refused error.
@@ -133,7 +136,7 @@ func Redact(err error, secrets []string) error {
 		if !changed {
 			return err
 		}
-		return &Error{Class: pe.Class, RetryAfter: pe.RetryAfter, Throttled: pe.Throttled, NotSent: pe.NotSent, Err: inner}
+		return &Error{Class: pe.Class, RetryAfter: pe.RetryAfter, Throttled: pe.Throttled, NotSent: pe.NotSent, Held: pe.Held, Err: inner}
 	}
 	clean, changed := redactErr(err, secrets)
 	if !changed {

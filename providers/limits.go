@@ -36,6 +36,21 @@ func Throttled(err error, after time.Duration) error {
 	return &Error{Class: ClassRetryable, RetryAfter: after, Throttled: true, Err: err}
 }
 
+// Held marks err as a destination held back on outboxd's side (an endpoint
+// an operator or outboxd disabled), with nothing sent: its limit key waits
+// until recheck, as after a 429, and what waits for it goes out when the
+// hold is lifted; but no provider refused anything, so the key's 429s are
+// not counted and its rate is not lowered.
+func Held(err error, recheck time.Duration) error {
+	return &Error{Class: ClassRetryable, RetryAfter: recheck, Throttled: true, Held: true, Err: err}
+}
+
+// IsHeld reports whether err is a hold on outboxd's side (Held).
+func IsHeld(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.Held
+}
+
 // IsThrottled reports whether err is a rate-limit refusal (Throttled).
 func IsThrottled(err error) bool {
 	var pe *Error

@@ -468,6 +468,28 @@ func (l *limiter) throttled(ctx context.Context, key string, after time.Duration
 	return st.pausedUntil, !wasPaused, nil
 }
 
+// held pauses key until after from now for every replica because a
+// destination is held back on outboxd's side (a disabled endpoint): as
+// throttled does, but nothing answered 429, so the key's 429s are not
+// counted and its rate stays as it was. It returns when the key's pause
+// ends and whether this began it.
+func (l *limiter) held(ctx context.Context, key string, after time.Duration) (time.Time, bool, error) {
+	l.mu.Lock()
+	st := l.state(key)
+	wasPaused := time.Now().Before(st.pausedUntil)
+	l.mu.Unlock()
+	left, err := l.store.Hold(ctx, l.pool, key, after)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	until := time.Now().Add(left)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st.pausedUntil = latest(st.pausedUntil, until)
+	st.pausedAt = time.Now()
+	return st.pausedUntil, !wasPaused, nil
+}
+
 // pauseEnded reads key's row before a request is sent away for the whole
 // of its pause, at most once a refresh: an operator who ended the pause
 // (a limit resumed, an endpoint enabled) woke the effects waiting for it,

@@ -157,6 +157,12 @@ var (
 	current_rate = $4, current_at = $5, throttled_in_a_row = $6, throttles = throttles + 1, last_throttle_at = $2, updated_at = $2
 WHERE key = $1`
 	sqlLimitInsert = `INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING`
+	// A hold on outboxd's side ($2 its length): the key pauses until then
+	// (or later, if it already was), counting no 429 and keeping its rate.
+	// Returns how long the pause has left.
+	sqlLimitHold = `INSERT INTO /*schema*/outboxd_limits AS l (key, rate_source, paused_until) VALUES ($1, 'default', now() + $2::interval)
+ON CONFLICT (key) DO UPDATE SET paused_until = greatest(l.paused_until, excluded.paused_until), updated_at = now()
+RETURNING extract(epoch FROM paused_until - now())::float8`
 	// A start-up setting replaces any rate but an operator's.
 	sqlLimitConfigure = `INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source) VALUES ($1, $2, $3)
 ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, rate_source = excluded.rate_source, updated_at = now()
@@ -182,6 +188,14 @@ WHERE id = $1 AND state = 'pending' AND waiting_for IS DISTINCT FROM $2`
 	// fired -> pending after a 429: the attempt does not count (attempts
 	// back by one; total_attempts keeps it, a request was made), and the
 	// effect waits for its limit key.
+	// fired -> as it was before a claim whose delivery was held on
+	// outboxd's side (nothing sent: sqlUnclaim's columns, $2..$7), waiting
+	// for limit key $9 with $8 saying why.
+	sqlReleaseHeld = `UPDATE /*schema*/side_effects
+SET state = $2, attempts = attempts - 1, total_attempts = total_attempts - 1, in_doubt = $3,
+	fired_at = $4, first_fired_at = $5, key_window_from = $6, next_attempt_at = $7, last_error = $8,
+	waiting_for = $9, waiting_since = coalesce(waiting_since, now()), updated_at = now()
+WHERE id = $1 AND state = 'fired'`
 	sqlReleaseThrottled = `UPDATE /*schema*/side_effects
 SET state = 'pending', attempts = attempts - 1, in_doubt = $4, last_error = $2, next_attempt_at = $3,
 	waiting_for = $5, waiting_since = coalesce(waiting_since, now()), updated_at = now()
@@ -354,6 +368,16 @@ func (s *Store) Throttle(ctx context.Context, db TxDB, key string, after, base t
 	return until, left, nil
 }
 
+// Hold pauses key for after on every replica without counting a 429 (see
+// limiter.held) and returns how long its pause has left.
+func (s *Store) Hold(ctx context.Context, db DB, key string, after time.Duration) (time.Duration, error) {
+	var left float64
+	if err := db.QueryRow(ctx, s.sql(sqlLimitHold), key, after).Scan(&left); err != nil {
+		return 0, fmt.Errorf("hold limit %s: %w", key, err)
+	}
+	return time.Duration(left * float64(time.Second)), nil
+}
+
 // WaitingFor counts the effects waiting for each of keys (over every
 // replica); a key none waits for is missing.
 func (s *Store) WaitingFor(ctx context.Context, db DB, keys []string) (map[string]int, error) {
@@ -508,6 +532,14 @@ func (s *Store) LimitHistory(ctx context.Context, db DB, key string, limit int) 
 // next.
 func (s *Store) ReleaseThrottled(ctx context.Context, db DB, id uuid.UUID, lastError string, next time.Time, inDoubt bool, key string) (bool, error) {
 	return s.exec(ctx, db, "release throttled", s.sql(sqlReleaseThrottled), id, lastError, next, inDoubt, key)
+}
+
+// ReleaseHeld undoes the claim of before, whose delivery was held on
+// outboxd's side with nothing sent, and makes it wait for limit key with
+// lastError saying why.
+func (s *Store) ReleaseHeld(ctx context.Context, db DB, before *outboxtype.Effect, lastError, key string) (bool, error) {
+	return s.exec(ctx, db, "release held", s.sql(sqlReleaseHeld), before.ID, before.State, before.InDoubt,
+		before.FiredAt, before.FirstFiredAt, before.KeyWindowFrom, before.NextAttemptAt, lastError, key)
 }
 
 // OutcomeThrottled is the attempt history's outcome of a request the

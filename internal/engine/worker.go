@@ -528,15 +528,32 @@ func (w *Worker) boundDelay(ctx context.Context, log *slog.Logger, claimed *outb
 // the effect waits for it, pending, without the attempt counting.
 func (w *Worker) throttled(bctx context.Context, log *slog.Logger, p providers.Provider, claimed, before *outboxtype.Effect,
 	start time.Time, sendErr error, key string, after time.Duration) error {
-	until, first, err := w.limits.throttled(bctx, key, after)
+	held := providers.IsHeld(sendErr)
+	pause := w.limits.throttled
+	if held {
+		pause = w.limits.held
+	}
+	until, first, err := pause(bctx, key, after)
 	if err != nil {
 		return err
 	}
 	w.metrics.Observe(outboxtype.Throttled{Effect: claimed, Key: key, Until: until})
-	if first {
+	switch {
+	case first && held:
+		log.Info("destination held on outboxd's side (a disabled endpoint): its deliveries wait, spending no attempt", "limit", key, "until", until, "error", providers.Summary(sendErr))
+	case first:
 		log.Info("limit paused on the provider's answer (a 429, or a broker out of reach): every replica waits", "limit", key, "until", until, "error", providers.Summary(sendErr))
-	} else {
+	default:
 		log.Debug("refused for rate during a pause of its limit", "limit", key, "error", providers.Summary(sendErr))
+	}
+	if held {
+		// Nothing was sent: the claim is undone (attempts, key window and
+		// doubt as they were) and the effect waits, pending, for the hold
+		// to end or be lifted.
+		if _, err := w.store.ReleaseHeld(context.WithoutCancel(bctx), w.pool, before, sendErr.Error(), key); err != nil {
+			return err
+		}
+		return snooze(time.Until(until.Add(jitterUpTo(time.Second))))
 	}
 	host := ""
 	if h, ok := p.(providers.Hoster); ok {

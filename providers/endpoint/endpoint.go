@@ -380,7 +380,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 		return providers.Result{}, providers.Refused(fmt.Errorf("endpoint %s belongs to tenant %q and the effect to tenant %q: nothing was sent",
 			pl.EndpointID, ep.tenant, req.Tenant))
 	case ep.disabled:
-		return providers.Result{}, providers.Throttled(fmt.Errorf("endpoint %s is disabled (%s): its deliveries wait, spending no attempt, until it is enabled", pl.EndpointID, ep.reason), HeldRecheck)
+		return providers.Result{}, providers.Held(fmt.Errorf("endpoint %s is disabled (%s): its deliveries wait, spending no attempt, until it is enabled", pl.EndpointID, ep.reason), HeldRecheck)
 	case len(ep.signers) == 0:
 		return providers.Result{}, providers.Refused(fmt.Errorf("endpoint %s has no signing secret: rotate it to give it one", pl.EndpointID))
 	}

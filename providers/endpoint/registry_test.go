@@ -180,6 +180,21 @@ func TestADisabledEndpointsDeliveriesWaitAndKeepTheirKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, sideeffects.StatePending, e.State)
 	require.Zero(t, r.requests())
+	// Held, nothing was sent: no request counted, no key window begun,
+	// and the endpoint's limit key paused without a 429 counted.
+	require.Zero(t, e.TotalAttempts, "a held delivery is no request")
+	require.Nil(t, e.KeyWindowFrom, "no request has carried its key yet")
+	limits, err := op.Limits(ctx)
+	require.NoError(t, err)
+	found := false
+	for _, l := range limits {
+		if l.Key == endpoint.LimitKey(ep.ID) {
+			found = true
+			require.Zero(t, l.Throttles, "the endpoint answered no 429")
+			require.NotNil(t, l.PausedUntil, "its key waits for the hold")
+		}
+	}
+	require.True(t, found, "the endpoint's limit key is listed")
 	// The stuck list says what holds it back, in the endpoint's words.
 	stuck, err := op.Stuck(ctx, 0, 100)
 	require.NoError(t, err)
