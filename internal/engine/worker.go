@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
@@ -220,7 +221,28 @@ func (w *Worker) nextInChains(ctx context.Context, tx pgx.Tx, reqs []confirmReq,
 
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
-	return w.work(ctx, job, false)
+	return forRiver(w.work(ctx, job, false))
+}
+
+// forRiver is what River receives of a provider's error: its summary
+// (class and status, keys cut), not the receiver's body. River logs it at
+// INFO, keeps it in river_job.errors and otelriver puts it in a span's
+// status; the whole answer, redacted, is in last_error and the attempt
+// history. Other errors (the database's) reach River as they are.
+func forRiver(err error) error {
+	var pe *providers.Error
+	if err == nil || !errors.As(err, &pe) {
+		return err
+	}
+	var cancel *rivertype.JobCancelError
+	if errors.As(err, &cancel) {
+		return river.JobCancel(errors.New(providers.Summary(cancel.Unwrap())))
+	}
+	var snoozed *rivertype.JobSnoozeError
+	if errors.As(err, &snoozed) {
+		return err
+	}
+	return errors.New(providers.Summary(err))
 }
 
 // errNotFirst is what work returns, in a batch, for an effect that was not

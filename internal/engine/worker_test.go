@@ -679,3 +679,33 @@ func TestNoWaitIsNegative(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	require.Zero(t, se.Duration)
 }
+
+// TestRiverGetsASummaryNotTheReceiversBody: River logs a job's error at
+// INFO and keeps it in river_job.errors (otelriver puts it in a span): it
+// gets the class and status, while the receiver's whole answer stays in
+// the effect's attempt history for operators.
+func TestRiverGetsASummaryNotTheReceiversBody(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	b.recv.Respond("/busy", func(w http.ResponseWriter, _ *http.Request) int {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"error": "maintenance", "echo": "token-echo-7731"}`)
+		return http.StatusServiceUnavailable
+	})
+	b.start(t)
+	e := b.enqueue(t, "/busy")
+	b.waitFor(t, e.ID, outboxtype.StateConfirmed)
+
+	var errs []string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT coalesce(array_agg(x->>'error'), '{}') FROM `+b.db.Schema+`.river_job,
+		jsonb_array_elements(coalesce(to_jsonb(errors), '[]'::jsonb)) x WHERE args->>'effect_id' = $1::text`, e.ID).Scan(&errs))
+	require.NotEmpty(t, errs, "the 503 was an errored run of the job")
+	for _, text := range errs {
+		require.Contains(t, text, "HTTP 503")
+		require.NotContains(t, text, "token-echo-7731")
+	}
+	attempts, err := b.store.Attempts(context.Background(), b.db.Pool, e.ID)
+	require.NoError(t, err)
+	require.Len(t, attempts, 1)
+	require.Contains(t, attempts[0].Error, "token-echo-7731", "operators still read the receiver's answer")
+}
