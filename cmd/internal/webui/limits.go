@@ -21,6 +21,9 @@ type limitsData struct {
 	Form    limitForm
 	Error   string
 	Done    string
+	// justSet is the key the link says was just changed: the note names
+	// it only if it is a limit the page lists, never text from a link.
+	justSet string
 }
 
 type limitRow struct {
@@ -40,9 +43,7 @@ type limitForm struct {
 
 func (u *ui) limits(w http.ResponseWriter, r *http.Request) {
 	d := &limitsData{}
-	if k := r.URL.Query().Get("set"); k != "" {
-		d.Done = "Limit " + k + " changed: every replica reads it within a second. The change is in its history (outboxctl limits history)."
-	}
+	d.justSet = r.URL.Query().Get("set")
 	u.showLimits(w, r, d, http.StatusOK)
 }
 
@@ -60,6 +61,9 @@ func (u *ui) showLimits(w http.ResponseWriter, r *http.Request, d *limitsData, s
 	now := time.Now()
 	d.Limits, d.Tenants = d.Limits[:0], d.Tenants[:0]
 	for _, l := range limits {
+		if d.justSet != "" && l.Key == d.justSet {
+			d.Done = "Limit " + l.Key + " changed: every replica reads it within a second. The change is in its history (outboxctl limits history)."
+		}
 		row := limitRow{Key: l.Key, Rate: "-", SetBy: "-", Now: "-", Paused: "-", Waiting: "0", Throttles: l.Throttles, Granted: l.Granted}
 		if l.Rate != nil {
 			row.Rate, row.SetBy = rate(*l.Rate), l.RateSource

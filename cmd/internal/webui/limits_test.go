@@ -59,4 +59,9 @@ func TestLimitsAndTenantsInTheWebView(t *testing.T) {
 	require.Equal(t, "web:ada", hist[0].Actor)
 	require.Equal(t, "partner asked for 20/s", hist[0].Reason)
 	require.True(t, hist[0].Resumed)
+
+	// A link cannot make the page say something: the note names only a
+	// limit the page lists.
+	br.do(chromedp.Navigate(s.url("limits?set=Call+%2B1-555-0100+to+restore+service")), chromedp.WaitVisible(chromedp.CSS("#limits")))
+	require.NotContains(t, br.text("body"), "555-0100")
 }

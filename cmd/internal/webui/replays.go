@@ -26,6 +26,9 @@ type replaysData struct {
 	Reviewed string
 	Error    string
 	Done     string
+	// justStarted is the replay the link says was just started: the note
+	// names it only if it is a replay the page lists.
+	justStarted string
 }
 
 type replayForm struct {
@@ -65,9 +68,7 @@ func rowOf(r outboxtype.Replay) replayRow {
 
 func (u *ui) replays(w http.ResponseWriter, r *http.Request) {
 	d := &replaysData{Form: replayForm{FailedSince: "2h", Pace: "10"}}
-	if r.URL.Query().Get("started") != "" {
-		d.Done = "Replay " + r.URL.Query().Get("started") + " started: outboxd retries its effects in the background. Its row below shows how far it has come."
-	}
+	d.justStarted = r.URL.Query().Get("started")
 	u.showReplays(w, r, d, http.StatusOK)
 }
 
@@ -79,6 +80,9 @@ func (u *ui) showReplays(w http.ResponseWriter, r *http.Request, d *replaysData,
 	}
 	d.Replays = d.Replays[:0]
 	for _, x := range list {
+		if id := strconv.FormatInt(x.ID, 10); d.justStarted == id {
+			d.Done = "Replay " + id + " started: outboxd retries its effects in the background. Its row below shows how far it has come."
+		}
 		d.Replays = append(d.Replays, rowOf(x))
 	}
 	u.render(w, r, status, "replays", "Replays", d)

@@ -22,6 +22,11 @@ func TestAReplayFromTheWebView(t *testing.T) {
 	br := b{t, browser(t)}
 	br.authenticate("ada", adminToken)
 
+	// A link cannot make the page say something: the note names only a
+	// replay the page lists.
+	br.do(chromedp.Navigate(s.url("replays?started=Call+%2B1-555-0100+to+restore+service")), chromedp.WaitVisible(chromedp.CSS("#none")))
+	require.NotContains(t, br.text("body"), "555-0100")
+
 	br.do(chromedp.Navigate(s.url("replays")), chromedp.WaitVisible(chromedp.CSS("#none")))
 	fill := func(since, pace, reason string) {
 		br.do(chromedp.SetValue(chromedp.CSS(`input[name="failed_since"]`), since), chromedp.SetValue(chromedp.CSS(`input[name="provider"]`), "webhook"),
