@@ -200,6 +200,7 @@ func (f *endpointFlags) bind(cmd *cobra.Command, create bool) {
 
 func (e *endpointsApp) createCmd() *cobra.Command {
 	var f endpointFlags
+	var reason string
 	cmd := &cobra.Command{
 		Use:   "create --url URL --types TYPES",
 		Short: "Register an endpoint; its signing secret is printed once",
@@ -222,7 +223,7 @@ func (e *endpointsApp) createCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			got, secret, err := reg.Create(ctx, e.pool, ep, endpoint.Change{Actor: e.actor()})
+			got, secret, err := reg.Create(ctx, e.pool, ep, endpoint.Change{Actor: e.actor(), Reason: reason})
 			if err != nil {
 				return failed(err)
 			}
@@ -233,12 +234,17 @@ func (e *endpointsApp) createCmd() *cobra.Command {
 			if e.JSON {
 				return printJSON(out, map[string]any{"endpoint": got, "secret": secret})
 			}
-			fmt.Fprintf(out, "endpoint %s created: %s receives %s\n", got.ID, got.URL, strings.Join(got.EventTypes, ", "))
+			owner := "no tenant's"
+			if got.Tenant != "" {
+				owner = "tenant " + got.Tenant + "'s"
+			}
+			fmt.Fprintf(out, "endpoint %s created (%s): %s receives %s\n", got.ID, owner, got.URL, strings.Join(got.EventTypes, ", "))
 			fmt.Fprintf(out, "signing secret (shown once; give it to the endpoint's owner): %s\n", secret)
 			return nil
 		},
 	}
 	f.bind(cmd, true)
+	cmd.Flags().StringVar(&reason, "reason", "", "why (audited)")
 	return cmd
 }
 
@@ -523,6 +529,7 @@ each audited, and only new events reach it.`,
 func (e *endpointsApp) rotateCmd() *cobra.Command {
 	var overlap time.Duration
 	var retire bool
+	var reason string
 	cmd := &cobra.Command{
 		Use:   "rotate <id> [--overlap 24h | --retire-old]",
 		Short: "Give an endpoint a new signing secret, printed once; the old one signs too for --overlap",
@@ -550,7 +557,7 @@ the new secret before its next delivery verifies.`,
 			if err != nil {
 				return err
 			}
-			secret, err := reg.Rotate(ctx, e.pool, id, overlap, endpoint.Change{Actor: e.actor()})
+			secret, err := reg.Rotate(ctx, e.pool, id, overlap, endpoint.Change{Actor: e.actor(), Reason: reason})
 			if err != nil {
 				return failed(err)
 			}
@@ -570,6 +577,7 @@ the new secret before its next delivery verifies.`,
 	}
 	cmd.Flags().DurationVar(&overlap, "overlap", endpoint.DefaultOverlap, "how long the old secret keeps signing beside the new one (at most a week)")
 	cmd.Flags().BoolVar(&retire, "retire-old", false, "after a leak: every earlier secret stops signing at once")
+	cmd.Flags().StringVar(&reason, "reason", "", "why (audited)")
 	return cmd
 }
 

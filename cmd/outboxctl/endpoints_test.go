@@ -32,7 +32,7 @@ func TestEndpointsFromTheCommandLine(t *testing.T) {
 	require.ErrorContains(t, err, "--url", "a private address is refused, naming the flag")
 
 	out, err := b.run(t, "", "endpoints", "create", "--endpoint-key", key, "--url", "https://hooks.partner.example/in",
-		"--types", "order.*,invoice.paid", "--header", "Authorization=Bearer partner-token", "--rate", "20", "--json")
+		"--types", "order.*,invoice.paid", "--header", "Authorization=Bearer partner-token", "--rate", "20", "--reason", "partner onboarding", "--json")
 	require.NoError(t, err, out)
 	var created struct {
 		Endpoint endpoint.Endpoint
@@ -93,7 +93,7 @@ func TestEndpointsFromTheCommandLine(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, outboxtype.StateCancelled, e.State)
 
-	out, err = b.run(t, "", "endpoints", "rotate", id, "--endpoint-key", key, "--overlap", "2h")
+	out, err = b.run(t, "", "endpoints", "rotate", id, "--endpoint-key", key, "--overlap", "2h", "--reason", "yearly rotation")
 	require.NoError(t, err)
 	require.Regexp(t, `new signing secret \(shown once\): whsec_`, out)
 	require.NotContains(t, out, created.Secret)
@@ -113,6 +113,12 @@ func TestEndpointsFromTheCommandLine(t *testing.T) {
 	for _, action := range []string{"create", "edit", "disable", "enable", "rotate"} {
 		require.Regexp(t, `\s`+action+`\s+oncall@example.com`, out)
 	}
+	require.Regexp(t, `\srotate\s+oncall@example.com\s+yearly rotation`, out, "rotate takes --reason, audited")
+	require.Regexp(t, `\screate\s+oncall@example.com\s+partner onboarding`, out, "so does create")
+
+	acme, err := b.run(t, "", "endpoints", "create", "--endpoint-key", key, "--url", "https://acme.partner.example/in", "--types", "order.*", "--tenant", "acme")
+	require.NoError(t, err, acme)
+	require.Contains(t, acme, "created (tenant acme's): https://acme.partner.example/in receives order.*", "the output says whose it is")
 	require.Contains(t, out, "secret      rotated, signs until")
 
 	// After a leak: no overlap, every earlier secret retired.
