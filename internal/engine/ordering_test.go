@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -541,4 +542,43 @@ CREATE TRIGGER test_hold_wake BEFORE DELETE ON %[1]s.outbox_order_wake FOR EACH 
 		return err
 	}))
 	require.Equal(t, 1, jobs(), "the next effect's job")
+}
+
+// TestAChainGoesOnWhenItsHeadIsFixed: an effect behind a failed head has
+// a job of its own that snoozed behind it (five minutes: the effect is an
+// hour old); once an operator fixes the head's payload and it is
+// confirmed, the next effect goes at once, not when that snooze ends.
+func TestAChainGoesOnWhenItsHeadIsFixed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupWorker(t, workerOpts{})
+	b.start(t)
+	src := b.enqueue(t, "/ok")
+	b.waitFor(t, src.ID, outboxtype.StateConfirmed)
+	head, next := uuid.New(), uuid.New()
+	for _, e := range []struct {
+		id  uuid.UUID
+		seq int
+		url string
+	}{{head, 1, strings.Replace(b.recv.URL, "http://", "ftp://", 1) + "/refund"}, {next, 2, b.recv.URL + "/receipt"}} {
+		_, err := b.db.Pool.Exec(ctx, `INSERT INTO `+b.db.Schema+`.side_effects (id, source_id, kind, provider, payload, ordering_key, ordering_seq, created_at)
+			SELECT $2, source_id, $3, 'webhook', $4, 'pay_77', $5, now() - interval '1 hour' FROM `+b.db.Schema+`.side_effects WHERE id = $1`,
+			src.ID, e.id, fmt.Sprintf("webhook.step_%d", e.seq), `{"url": "`+e.url+`", "body": {}}`, e.seq)
+		require.NoError(t, err)
+	}
+	op := b.operator(t)
+	_, err := op.Requeue(ctx, []uuid.UUID{head, next}, outboxtype.ActionOpts{Actor: "backfill", Reason: "written by SQL"})
+	require.NoError(t, err)
+	b.waitFor(t, head, outboxtype.StateFailed)
+	require.Eventually(t, func() bool {
+		var at time.Time
+		err := b.db.Pool.QueryRow(ctx, `SELECT scheduled_at FROM `+b.db.Schema+`.river_job WHERE args->>'effect_id' = $1::text`, next).Scan(&at)
+		return err == nil && time.Until(at) > time.Minute
+	}, 20*time.Second, 20*time.Millisecond, "the next effect's job snoozed behind its head")
+
+	_, err = op.EditPayload(ctx, head, json.RawMessage(`{"url": "`+b.recv.URL+`/refund", "body": {}}`), webhook.Schema{AllowedNetworks: loopback},
+		outboxtype.ActionOpts{Actor: "oncall", Reason: "the backfill wrote ftp://"})
+	require.NoError(t, err)
+	b.waitFor(t, head, outboxtype.StateConfirmed)
+	b.waitFor(t, next, outboxtype.StateConfirmed)
 }
