@@ -102,6 +102,16 @@ type Guarantees struct {
 	WindowCoversRetries bool
 }
 
+// Refirable is how long after the first request that carried a key an
+// effect may still be fired with it: KeyWindow less KeyWindowMargin, or
+// zero when the provider has no window.
+func (g Guarantees) Refirable() time.Duration {
+	if g.KeyWindow <= 0 {
+		return 0
+	}
+	return g.KeyWindow - g.KeyWindowMargin
+}
+
 // Validator checks an effect's payload. Enqueue calls it before writing, so
 // a payload a provider cannot send never reaches the database.
 type Validator interface {

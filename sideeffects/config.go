@@ -252,7 +252,7 @@ func (cfg Config) validate() error {
 		if g.KeyWindow < 0 || g.KeyWindowMargin < 0 || (g.KeyWindow > 0 && g.KeyWindow <= g.KeyWindowMargin) {
 			return fmt.Errorf("dispatcher: the %s key window (%s) must exceed its margin (%s): no retry could ever be made", name, g.KeyWindow, g.KeyWindowMargin)
 		}
-		if span := retrySpan(cfg.Retry, cfg.JobTimeout); g.WindowCoversRetries && g.KeyWindow > 0 && g.KeyWindow-g.KeyWindowMargin < span {
+		if span := retrySpan(cfg.Retry, cfg.JobTimeout); g.WindowCoversRetries && g.KeyWindow > 0 && g.Refirable() < span {
 			return fmt.Errorf("dispatcher: the %s key window (%s, less its %s margin) is shorter than the retry schedule (%d attempts, up to %s with calls): make the window at least %s, or retry less", name, g.KeyWindow, g.KeyWindowMargin, cfg.Retry.WithDefaults().MaxAttempts, span, span+g.KeyWindowMargin)
 		}
 		if cfg.Retention > 0 && g.KeyWindow > 0 && cfg.Retention <= g.KeyWindow {

@@ -158,8 +158,8 @@ func (o *Operator) KeyWindows(ctx context.Context) (map[string]time.Duration, er
 	}
 	out := make(map[string]time.Duration, len(recorded))
 	for name, g := range recorded {
-		if g.KeyWindow > 0 {
-			out[name] = g.KeyWindow - g.KeyWindowMargin
+		if w := g.Refirable(); w != 0 {
+			out[name] = w
 		}
 	}
 	return out, nil

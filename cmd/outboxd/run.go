@@ -738,13 +738,7 @@ func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[strin
 		Operators: c.WebOperatorTokens, ReadNeedsCredential: !loopbackAddr(c.WebAddr) && !c.WebAnonymousRead,
 		TrustedUserHeader: c.WebTrustedUserHeader, TrustedProxies: proxies,
 		FiredBound: c.RescueAfter + time.Minute, Reconcilers: reconcilers(provs), Validators: validators(provs),
-		KeyWindow: func(provider string) time.Duration {
-			g := guarantees[provider]
-			if g.KeyWindow <= 0 {
-				return 0
-			}
-			return g.KeyWindow - g.KeyWindowMargin
-		}})
+		KeyWindow: func(provider string) time.Duration { return guarantees[provider].Refirable() }})
 }
 
 // healthHandler serves /healthz (the process is alive) and /readyz (the

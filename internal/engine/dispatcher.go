@@ -224,8 +224,8 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 	periodicJobs = append(periodicJobs, periodic(summaryInterval, SummaryArgs{}))
 	windows := map[string]time.Duration{}
 	for _, p := range w.Providers {
-		if g := p.Guarantees(); g.KeyWindow > g.KeyWindowMargin {
-			windows[p.Name()] = g.KeyWindow - g.KeyWindowMargin
+		if w := p.Guarantees().Refirable(); w > 0 {
+			windows[p.Name()] = w
 		}
 	}
 	if err := river.AddWorkerSafely[KeyWindowWatchArgs](workers, &keyWindowWorker{pool: pool, store: store, windows: windows}); err != nil {

@@ -157,7 +157,7 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *outboxtype.Effect, 
 		ch.ClearsDoubt = true
 		warnings = append(warnings, "re-sent although an earlier request may have been delivered: the recipient may get it twice")
 	}
-	if window := g.KeyWindow - g.KeyWindowMargin; g.KeyWindow > 0 && e.KeyWindowFrom != nil {
+	if window := g.Refirable(); window != 0 && e.KeyWindowFrom != nil {
 		closes := e.KeyWindowFrom.Add(window)
 		left := time.Until(closes)
 		if left < RedriveReserve(window) {

@@ -792,5 +792,5 @@ func keyDeadline(e *outboxtype.Effect, g providers.Guarantees) time.Time {
 	if g.KeyWindow <= 0 || e.KeyWindowFrom == nil {
 		return time.Time{}
 	}
-	return e.KeyWindowFrom.Add(g.KeyWindow - g.KeyWindowMargin)
+	return e.KeyWindowFrom.Add(g.Refirable())
 }
