@@ -188,14 +188,6 @@ WHERE id = $1 AND state = 'pending' AND waiting_for IS DISTINCT FROM $2`
 	// fired -> pending after a 429: the attempt does not count (attempts
 	// back by one; total_attempts keeps it, a request was made), and the
 	// effect waits for its limit key.
-	// fired -> as it was before a claim whose delivery was held on
-	// outboxd's side (nothing sent: sqlUnclaim's columns, $2..$7), waiting
-	// for limit key $9 with $8 saying why.
-	sqlReleaseHeld = `UPDATE /*schema*/side_effects
-SET state = $2, attempts = attempts - 1, total_attempts = total_attempts - 1, in_doubt = $3,
-	fired_at = $4, first_fired_at = $5, key_window_from = $6, next_attempt_at = $7, last_error = $8,
-	waiting_for = $9, waiting_since = coalesce(waiting_since, now()), updated_at = now()
-WHERE id = $1 AND state = 'fired'`
 	sqlReleaseThrottled = `UPDATE /*schema*/side_effects
 SET state = 'pending', attempts = attempts - 1, in_doubt = $4, last_error = $2, next_attempt_at = $3,
 	waiting_for = $5, waiting_since = coalesce(waiting_since, now()), updated_at = now()
@@ -532,14 +524,6 @@ func (s *Store) LimitHistory(ctx context.Context, db DB, key string, limit int) 
 // next.
 func (s *Store) ReleaseThrottled(ctx context.Context, db DB, id uuid.UUID, lastError string, next time.Time, inDoubt bool, key string) (bool, error) {
 	return s.exec(ctx, db, "release throttled", s.sql(sqlReleaseThrottled), id, lastError, next, inDoubt, key)
-}
-
-// ReleaseHeld undoes the claim of before, whose delivery was held on
-// outboxd's side with nothing sent, and makes it wait for limit key with
-// lastError saying why.
-func (s *Store) ReleaseHeld(ctx context.Context, db DB, before *outboxtype.Effect, lastError, key string) (bool, error) {
-	return s.exec(ctx, db, "release held", s.sql(sqlReleaseHeld), before.ID, before.State, before.InDoubt,
-		before.FiredAt, before.FirstFiredAt, before.KeyWindowFrom, before.NextAttemptAt, lastError, key)
 }
 
 // OutcomeThrottled is the attempt history's outcome of a request the

@@ -388,11 +388,15 @@ INSERT INTO /*schema*/side_effect_audit (effect_id, action, actor, reason, from_
 SELECT $1, 'late_ack', 'outboxd', $4, upd.state, upd.state, $3 FROM upd`
 
 	// fired -> back to what it was before a claim whose request was never
-	// made ($2.. the columns as they were).
+	// made ($2..$7 the columns as they were). When it was held back on
+	// outboxd's side ($9 the limit key it waits for, $8 why), the effect
+	// also says so; otherwise $8 and $9 are NULL and change nothing.
 	sqlUnclaim = `
 UPDATE /*schema*/side_effects
 SET state = $2, attempts = attempts - 1, total_attempts = total_attempts - 1, in_doubt = $3,
-	fired_at = $4, first_fired_at = $5, key_window_from = $6, next_attempt_at = $7, updated_at = now()
+	fired_at = $4, first_fired_at = $5, key_window_from = $6, next_attempt_at = $7,
+	last_error = coalesce($8, last_error), waiting_for = coalesce($9, waiting_for),
+	waiting_since = CASE WHEN $9::text IS NULL THEN waiting_since ELSE coalesce(waiting_since, now()) END, updated_at = now()
 WHERE id = $1 AND state = 'fired'`
 
 	// fired -> pending: the provider proved it did not act.

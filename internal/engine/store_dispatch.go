@@ -172,7 +172,15 @@ func (s *Store) RecordLateAck(ctx context.Context, db DB, id uuid.UUID, ref stri
 // does not count.
 func (s *Store) Unclaim(ctx context.Context, db DB, before *outboxtype.Effect) (bool, error) {
 	return s.exec(ctx, db, "unclaim", s.sql(sqlUnclaim), before.ID, before.State, before.InDoubt,
-		before.FiredAt, before.FirstFiredAt, before.KeyWindowFrom, before.NextAttemptAt)
+		before.FiredAt, before.FirstFiredAt, before.KeyWindowFrom, before.NextAttemptAt, nil, nil)
+}
+
+// ReleaseHeld undoes the claim of before, whose delivery was held on
+// outboxd's side with nothing sent, and makes it wait for limit key with
+// lastError saying why.
+func (s *Store) ReleaseHeld(ctx context.Context, db DB, before *outboxtype.Effect, lastError, key string) (bool, error) {
+	return s.exec(ctx, db, "release held", s.sql(sqlUnclaim), before.ID, before.State, before.InDoubt,
+		before.FiredAt, before.FirstFiredAt, before.KeyWindowFrom, before.NextAttemptAt, lastError, key)
 }
 
 // Release moves effect id from fired back to pending after an attempt the
