@@ -90,6 +90,9 @@ type settings struct {
 	// phases: a candidate storage layout measured against today's in the
 	// same conditions (docs/storage.md). Reads that need them get slower.
 	DropIndexes string `json:"drop_indexes,omitempty"`
+	// FillFactor, when not 0, is side_effects' fillfactor set before the
+	// phases: room left on each page for its row's next versions.
+	FillFactor int `json:"fillfactor,omitempty"`
 }
 
 // report is everything measured, as written to JSON.
@@ -169,6 +172,7 @@ func main() {
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
 	flag.StringVar(&s.DropIndexes, "drop-indexes", "", "comma-separated indexes (or constraints) of outboxd's tables to drop before the phases, to measure a candidate storage layout (docs/storage.md)")
+	flag.IntVar(&s.FillFactor, "fillfactor", 0, "side_effects' fillfactor (10-100) set before the phases, to measure a candidate storage layout (0: the migrated one)")
 	flag.BoolVar(&s.IntakeOnly, "intake-only", false, "in the dispatch phase, burn down only -effects effects found in the intake (outbox.JobsByDispatcher), beside River's baselines")
 	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,fanout,idempotency,dispatch,webhook,brokers,replicas,latency,history,purge,admin,limits, and watermill (the peer in bench/watermill)")
 	flag.Parse()
@@ -250,6 +254,15 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 	defer drop()
 	if err := dropIndexes(ctx, pool, schema, s.DropIndexes); err != nil {
 		return err
+	}
+	if s.FillFactor != 0 {
+		if s.FillFactor < 10 || s.FillFactor > 100 {
+			return fmt.Errorf("-fillfactor %d: give 10 to 100", s.FillFactor)
+		}
+		if _, err := pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s SET (fillfactor = %d)",
+			pgx.Identifier{schema, "side_effects"}.Sanitize(), s.FillFactor)); err != nil {
+			return fmt.Errorf("-fillfactor: %w", err)
+		}
 	}
 	bn := &bench{s: s, pool: pool, schema: schema}
 	defer func() {
