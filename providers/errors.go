@@ -53,9 +53,13 @@ type Error struct {
 	// was made (see Refused): no provider saw it.
 	NotSent bool
 	// Held is true of a destination held back on outboxd's side (see
-	// Held): its limit key waits, but nothing answered 429.
+	// Held) or out of reach (see Unreachable): its limit key waits, but
+	// nothing answered 429.
 	Held bool
-	Err  error
+	// Unreachable is true of a destination out of reach with nothing sent
+	// (see Unreachable).
+	Unreachable bool
+	Err         error
 }
 
 // RefusedPrefix starts the text of a Refused error.
@@ -136,7 +140,7 @@ func Redact(err error, secrets []string) error {
 		if !changed {
 			return err
 		}
-		return &Error{Class: pe.Class, RetryAfter: pe.RetryAfter, Throttled: pe.Throttled, NotSent: pe.NotSent, Held: pe.Held, Err: inner}
+		return &Error{Class: pe.Class, RetryAfter: pe.RetryAfter, Throttled: pe.Throttled, NotSent: pe.NotSent, Held: pe.Held, Unreachable: pe.Unreachable, Err: inner}
 	}
 	clean, changed := redactErr(err, secrets)
 	if !changed {

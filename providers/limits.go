@@ -45,7 +45,27 @@ func Held(err error, recheck time.Duration) error {
 	return &Error{Class: ClassRetryable, RetryAfter: recheck, Throttled: true, Held: true, Err: err}
 }
 
-// IsHeld reports whether err is a hold on outboxd's side (Held).
+// Unreachable marks err as a destination that could not be reached, with
+// nothing written to it (a broker refusing connections, a client not
+// connected): like Held, its limit key waits until recheck on every
+// replica and the effect's claim is undone (no attempt spent), but its
+// rate is not lowered, since nothing said "too fast": when the
+// destination answers again, what waited goes out at the key's full rate.
+// A request that may have been written (a publish in flight when the
+// connection dropped) is not Unreachable: it is in doubt.
+func Unreachable(err error, recheck time.Duration) error {
+	return &Error{Class: ClassRetryable, RetryAfter: recheck, Throttled: true, Held: true, Unreachable: true, Err: err}
+}
+
+// IsUnreachable reports whether err is a destination out of reach with
+// nothing sent (Unreachable).
+func IsUnreachable(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.Unreachable
+}
+
+// IsHeld reports whether err is a hold on outboxd's side (Held) or a
+// destination out of reach (Unreachable).
 func IsHeld(err error) bool {
 	var pe *Error
 	return errors.As(err, &pe) && pe.Held

@@ -138,3 +138,111 @@ func TestChaosBrokers(t *testing.T) {
 	t.Logf("JetStream: %d messages for %d events from %d publishes, %d answered as duplicates; Kafka: %d records for %d events, %d copies skipped by the inbox",
 		info.State.Msgs, n, fires, replayed, records, applied, records-applied)
 }
+
+// TestChaosNATSOutage stops nats-server for 20 s in the middle of a relay
+// of 3,000 events, with outboxd's default retry settings, and starts it
+// again: every event is published within the time the backlog needs at
+// the rate seen before the outage plus 10 s, no attempt is made while the
+// server is down (a refused connection waits, it is not an attempt), and
+// only publishes in flight when it went down may be recorded in doubt.
+func TestChaosNATSOutage(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	// A duplicate window that covers outboxd's default retry schedule.
+	broker, err := testbrokers.StartJetStream(ctx, 6*time.Hour)
+	require.NoError(t, err)
+	t.Cleanup(broker.Close)
+
+	const n, concurrency = 3000, 10
+	ob, err := outbox.New(outbox.Config{Schema: w.db.Schema})
+	require.NoError(t, err)
+	for batch := 0; batch < n; batch += 500 {
+		require.NoError(t, pgx.BeginFunc(ctx, w.db.Pool, func(tx pgx.Tx) error {
+			for i := batch; i < batch+500; i++ {
+				order := fmt.Sprintf("o%05d", i)
+				if _, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("chaos-outage", order), Type: "order.paid",
+					Payload: []byte(`{"order": "` + order + `"}`)},
+					outbox.EffectOf("nats.order_paid", natsschema.Publish{Subject: "orders.paid"})); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	msgs := func() int {
+		var c int
+		require.NoError(t, w.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+w.db.Schema+`.side_effects WHERE state = 'confirmed'`).Scan(&c))
+		return c
+	}
+	start := time.Now()
+	cmd := w.startOnly(t, "--nats-url", broker.URL, "--nats-streams", testbrokers.Stream, "--nats-timeout", "2s",
+		"--concurrency", fmt.Sprintf("nats=%d", concurrency), "--shutdown-timeout", "5s")
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGKILL); _ = cmd.Wait() })
+	// Throttle the relay a little so that the outage lands mid-relay
+	// whatever this machine's speed: stop the server at a third.
+	for msgs() < n/3 {
+		require.True(t, time.Since(start) < 2*time.Minute, "only %d of %d published in 2 minutes", msgs(), n)
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := msgs()
+	rate := float64(before) / time.Since(start).Seconds()
+	broker.Down()
+	down := time.Now()
+	time.Sleep(20 * time.Second)
+	require.NoError(t, broker.Up())
+	up := time.Now()
+	t.Logf("down at %d of %d published (%.0f/s before); up after %s", before, n, rate, up.Sub(down).Round(time.Second))
+
+	// Every effect published within the backlog's time at that rate + 10s.
+	left := n - msgs()
+	within := time.Duration(float64(left)/rate*float64(time.Second)) + 10*time.Second
+	var first time.Duration
+	for msgs() < n {
+		if first == 0 && msgs() > n-left {
+			first = time.Since(up)
+			t.Logf("first publish %s after the server came back", first.Round(100*time.Millisecond))
+		}
+		if time.Since(up) > within {
+			logWaiting(t, w)
+		}
+		require.True(t, time.Since(up) < within, "%d of %d effects not published %s after the server came back (backlog %d at %.0f/s)",
+			n-msgs(), n, within, left, rate)
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("all %d published %s after the server came back (allowed %s)", n, time.Since(up).Round(100*time.Millisecond), within.Round(time.Second))
+
+	info, err := broker.Stream.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, n, info.State.Msgs, "each event is in the stream once")
+	var during, inDoubt int
+	require.NoError(t, w.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE started_at > $1 AND started_at < $2 AND outcome <> 'throttled'),
+		count(*) FILTER (WHERE outcome = 'in_doubt') FROM `+w.db.Schema+`.side_effect_attempts`,
+		down.Add(3*time.Second), up).Scan(&during, &inDoubt))
+	require.Zero(t, during, "attempts made while the server was down")
+	require.LessOrEqual(t, inDoubt, concurrency, "only publishes in flight when the server went down can be in doubt")
+}
+
+// logWaiting logs what the effects not yet confirmed wait for: their
+// state, limit key and River job, grouped.
+func logWaiting(t *testing.T, w *world) {
+	rows, err := w.db.Pool.Query(context.Background(), `SELECT e.state, coalesce(e.waiting_for, ''), e.in_doubt,
+		coalesce(j.state::text, 'no job'), count(*),
+		coalesce(extract(epoch FROM min(j.scheduled_at) - now())::int, 0), coalesce(extract(epoch FROM max(j.scheduled_at) - now())::int, 0),
+		min(left(coalesce(e.last_error, ''), 120))
+		FROM `+w.db.Schema+`.side_effects e
+		LEFT JOIN `+w.db.Schema+`.river_job j ON j.state NOT IN ('completed', 'cancelled', 'discarded')
+			AND (j.args->>'effect_id' = e.id::text OR j.args->'effect_ids' ? e.id::text)
+		WHERE e.state <> 'confirmed' GROUP BY 1, 2, 3, 4 ORDER BY 5 DESC`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var state, waiting, job, lastErr string
+		var inDoubt bool
+		var count, minIn, maxIn int
+		require.NoError(t, rows.Scan(&state, &waiting, &inDoubt, &job, &count, &minIn, &maxIn, &lastErr))
+		t.Logf("%d %s (waiting for %q, in doubt %v), job %s due in %d..%ds: %s", count, state, waiting, inDoubt, job, minIn, maxIn, lastErr)
+	}
+	var limits string
+	require.NoError(t, w.db.Pool.QueryRow(context.Background(), `SELECT coalesce(jsonb_agg(to_jsonb(l))::text, '') FROM `+w.db.Schema+`.outboxd_limits l`).Scan(&limits))
+	t.Logf("limits: %s", limits)
+}

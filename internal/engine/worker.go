@@ -561,10 +561,12 @@ func (w *Worker) throttled(bctx context.Context, log *slog.Logger, p providers.P
 	}
 	w.metrics.Observe(outboxtype.Throttled{Effect: claimed, Key: key, Until: until})
 	switch {
+	case first && providers.IsUnreachable(sendErr):
+		log.Info("destination out of reach, nothing sent: what goes to it waits, spending no attempt, and goes out at its full rate once it answers", "limit", key, "until", until, "error", providers.Summary(sendErr))
 	case first && held:
 		log.Info("destination held on outboxd's side (a disabled endpoint): its deliveries wait, spending no attempt", "limit", key, "until", until, "error", providers.Summary(sendErr))
 	case first:
-		log.Info("limit paused on the provider's answer (a 429, or a broker out of reach): every replica waits", "limit", key, "until", until, "error", providers.Summary(sendErr))
+		log.Info("limit paused on the provider's answer (a 429): every replica waits", "limit", key, "until", until, "error", providers.Summary(sendErr))
 	default:
 		log.Debug("refused for rate during a pause of its limit", "limit", key, "error", providers.Summary(sendErr))
 	}

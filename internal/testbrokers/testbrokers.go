@@ -6,6 +6,7 @@ package testbrokers
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -25,10 +26,35 @@ type JetStream struct {
 	JS     jetstream.JetStream
 	Stream jetstream.Stream
 	stop   func()
+	opts   *server.Options
+	srv    *server.Server
 }
 
 // Close shuts the server down and removes its storage.
 func (j *JetStream) Close() { j.stop() }
+
+// Down shuts the server down as an outage would, keeping its storage:
+// clients get connection refused until Up.
+func (j *JetStream) Down() {
+	j.srv.Shutdown()
+	j.srv.WaitForShutdown()
+}
+
+// Up starts the server again on the same port with the same storage, so
+// its streams and their message ids come back.
+func (j *JetStream) Up() error {
+	srv, err := server.NewServer(j.opts)
+	if err != nil {
+		return err
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return fmt.Errorf("nats-server did not start again")
+	}
+	j.srv = srv
+	return nil
+}
 
 // StartJetStream starts a NATS server with JetStream on a free loopback
 // port, with file storage in a directory of its own, and creates stream
@@ -38,23 +64,27 @@ func StartJetStream(ctx context.Context, window time.Duration) (*JetStream, erro
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true})
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true}
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	go srv.Start()
-	stop := func() { srv.Shutdown(); srv.WaitForShutdown(); os.RemoveAll(dir) }
+	j := &JetStream{opts: opts, srv: srv}
+	stop := func() { j.srv.Shutdown(); j.srv.WaitForShutdown(); os.RemoveAll(dir) }
 	if !srv.ReadyForConnections(10 * time.Second) {
 		stop()
 		return nil, fmt.Errorf("nats-server did not start")
 	}
-	nc, err := natsgo.Connect(srv.ClientURL())
+	// Up starts again on the port this start was given.
+	opts.Port = srv.Addr().(*net.TCPAddr).Port
+	nc, err := natsgo.Connect(srv.ClientURL(), natsgo.MaxReconnects(-1))
 	if err != nil {
 		stop()
 		return nil, err
 	}
-	j := &JetStream{URL: srv.ClientURL(), stop: func() { nc.Close(); stop() }}
+	j.URL, j.stop = srv.ClientURL(), func() { nc.Close(); stop() }
 	if j.JS, err = jetstream.New(nc); err == nil {
 		j.Stream, err = j.JS.CreateStream(ctx, jetstream.StreamConfig{Name: Stream, Subjects: []string{"orders", "orders.>"}, Duplicates: window})
 	}

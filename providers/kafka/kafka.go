@@ -168,7 +168,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 		err := p.cl.Ping(pctx)
 		cancel()
 		if err != nil {
-			return providers.Result{}, providers.Throttled(fmt.Errorf("no Kafka broker can be reached (%v): nothing was produced", err), 5*time.Second)
+			return providers.Result{}, providers.Unreachable(fmt.Errorf("no Kafka broker can be reached (%v): nothing was produced", err), 2*time.Second)
 		}
 	}
 	rec := &kgo.Record{Topic: r.Topic, Value: r.Value}

@@ -225,8 +225,8 @@ func TestAClusterOutageSpendsNoAttempts(t *testing.T) {
 	cluster.Close()
 	require.Eventually(t, func() bool {
 		_, err := p.Send(ctx, request(strings.Repeat("ab", 32), `{"topic":"orders"}`))
-		return providers.IsThrottled(err)
-	}, 20*time.Second, 10*time.Millisecond, "with no broker to reach, nothing is produced and it says so as a refusal for rate")
+		return providers.IsUnreachable(err)
+	}, 20*time.Second, 10*time.Millisecond, "with no broker to reach, nothing is produced and it says the cluster is out of reach")
 
 	db := testdb.New(t)
 	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})

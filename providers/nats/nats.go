@@ -246,6 +246,13 @@ func (p *Provider) Limit(payload json.RawMessage) providers.Limit {
 	return providers.Limit{Key: Name + ":" + p.URL()}
 }
 
+// recheck is how long the server's key waits when the client is not
+// connected before the next effect looks again. Looking costs no request
+// (the client's own status), and the client reconnects every two seconds
+// (nats.go's ReconnectWait): what waited goes out within about that long
+// of the server answering again.
+const recheck = time.Second
+
 // Send implements providers.Provider.
 func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.Result, error) {
 	pub, err := natsschema.Parse(req.Payload)
@@ -255,7 +262,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	if st := p.nc.Status(); st != natsgo.CONNECTED {
 		// A request made now would wait in the client's reconnect buffer,
 		// its outcome unknown: none is made, and the server's key waits.
-		return providers.Result{}, providers.Throttled(fmt.Errorf("not connected to NATS (%s): nothing was published", st), 5*time.Second)
+		return providers.Result{}, providers.Unreachable(fmt.Errorf("not connected to NATS (%s): nothing was published", st), recheck)
 	}
 	if !p.captured(ctx, pub.Subject) {
 		// Publishing elsewhere would reach what the configured streams do
@@ -408,7 +415,7 @@ func classify(err error) error {
 		// The connection dropped between the look at it and the publish:
 		// nothing was written, and the server's key waits as it would
 		// have.
-		return providers.Throttled(fmt.Errorf("not connected to NATS (reconnecting): nothing was published: %w", err), 5*time.Second)
+		return providers.Unreachable(fmt.Errorf("not connected to NATS (reconnecting): nothing was published: %w", err), recheck)
 	case errors.Is(err, natsgo.ErrConnectionClosed), errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, natsgo.ErrBadSubject):
 		// Refused by the client before anything was written.
 		if errors.Is(err, natsgo.ErrConnectionClosed) {

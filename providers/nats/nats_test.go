@@ -234,8 +234,8 @@ func TestABrokerOutageSpendsNoAttempts(t *testing.T) {
 	srv.WaitForShutdown()
 	require.Eventually(t, func() bool {
 		_, err := p.Send(ctx, request(strings.Repeat("ab", 32), `{"subject":"orders.paid"}`))
-		return providers.IsThrottled(err)
-	}, 10*time.Second, 10*time.Millisecond, "a disconnected provider publishes nothing and says so as a refusal for rate")
+		return providers.IsUnreachable(err)
+	}, 10*time.Second, 10*time.Millisecond, "a disconnected provider publishes nothing and says the server is out of reach")
 
 	db := testdb.New(t)
 	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
@@ -269,6 +269,14 @@ func TestABrokerOutageSpendsNoAttempts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, e.Attempts, "the outage spent no attempt")
 	require.Equal(t, "ORDERS/1", *e.ProviderRef)
+	limits, err := op.Limits(ctx)
+	require.NoError(t, err)
+	for _, l := range limits {
+		if l.Key == p.Limit(nil).Key {
+			require.Zero(t, l.Throttles, "an unreachable server said nothing about rate: no 429 is counted")
+			require.Zero(t, l.CurrentRate, "nor is its rate lowered (none was learnt)")
+		}
+	}
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -282,7 +290,7 @@ func TestAPublishWhileReconnectingIsNotBuffered(t *testing.T) {
 	url, _ := startJetStream(t, time.Hour)
 	require.Equal(t, -1, nats.ReconnectBuf(newProvider(t, url)), "no reconnect buffer")
 	err := nats.Classify(natsgo.ErrReconnectBufExceeded)
-	require.True(t, providers.IsThrottled(err), "%v", err)
+	require.True(t, providers.IsUnreachable(err), "%v", err)
 	require.ErrorContains(t, err, "nothing was published")
 }
 
