@@ -77,6 +77,9 @@ type Provider struct {
 type health struct {
 	open   atomic.Int64
 	failed atomic.Bool
+	// connects counts the connections ever opened: a produce that began
+	// with none open and saw none opened could not have written anything.
+	connects atomic.Int64
 }
 
 func (h *health) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
@@ -85,8 +88,12 @@ func (h *health) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Co
 		return
 	}
 	h.open.Add(1)
+	h.connects.Add(1)
 	h.failed.Store(false)
 }
+
+// connections is the number open now and the number ever opened.
+func (h *health) connections() (open, ever int64) { return h.open.Load(), h.connects.Load() }
 
 func (h *health) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { h.open.Add(-1) }
 
@@ -199,8 +206,14 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
+	open, ever := p.health.connections()
 	got, err := p.cl.ProduceSync(ctx, rec).First()
 	if err != nil {
+		if _, now := p.health.connections(); open <= 0 && now == ever {
+			// No connection was open when the produce began and none
+			// opened while it lasted: the record was written nowhere.
+			return providers.Result{}, providers.Unreachable(fmt.Errorf("no Kafka broker could be reached: nothing was produced: %w", err), 2*time.Second)
+		}
 		return providers.Result{}, classify(err)
 	}
 	return providers.Result{Ref: fmt.Sprintf("%s/%d/%d", got.Topic, got.Partition, got.Offset)}, nil

@@ -262,3 +262,37 @@ func TestAClusterOutageSpendsNoAttempts(t *testing.T) {
 	require.Equal(t, 1, e.Attempts, "the outage spent no attempt")
 	require.Equal(t, "orders/0/0", *e.ProviderRef)
 }
+
+// TestAProduceWithNoBrokerToDialIsNotInDoubt: a produce that begins with
+// no connection open, before the client has failed to dial (so without the
+// ping that guards a cluster known to be down), and opens none, wrote
+// nothing anywhere: it is out of reach (the key waits, no attempt spent),
+// not in doubt.
+func TestAProduceWithNoBrokerToDialIsNotInDoubt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster, brokers, err := testbrokers.StartKafka(1)
+	require.NoError(t, err)
+	// Idle connections are closed after a second, so that the client
+	// holds none when the cluster goes away.
+	p, err := kafka.New(ctx, kafka.Config{Brokers: brokers, Timeout: time.Second, Options: []kgo.Opt{kgo.ConnIdleTimeout(time.Second)}})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	_, err = p.Send(ctx, request(strings.Repeat("cd", 32), `{"topic":"orders"}`))
+	require.NoError(t, err)
+
+	cluster.Close()
+	require.Eventually(t, func() bool {
+		open, _ := kafka.Connections(p)
+		return open == 0
+	}, 10*time.Second, 10*time.Millisecond, "the client saw its connections close")
+	kafka.ForgetDialFailure(p)
+	_, ever := kafka.Connections(p)
+	_, err = p.Send(ctx, request(strings.Repeat("ab", 32), `{"topic":"orders"}`))
+	require.Error(t, err)
+	_, now := kafka.Connections(p)
+	require.Equal(t, ever, now, "no connection opened during the produce")
+	require.True(t, providers.IsUnreachable(err), "%v", err)
+	class, _ := providers.Classify(err)
+	require.Equal(t, providers.ClassRetryable, class, "%v", err)
+}
