@@ -563,21 +563,38 @@ LIMIT $2`
 // rest come at the time they were given.
 const MaxResumeWakes = 10000
 
+// resumeMargin is how long past a limit refresh ResumeLimit waits before
+// it wakes the effects waiting for the key it resumed.
+const resumeMargin = 300 * time.Millisecond
+
 // ResumeLimit ends the pause and the lowered rate of key (a 429's, or a
 // destination that held its effects back, such as a disabled endpoint)
-// for every replica, and makes the effects waiting for it due now. Audited
+// for every replica, and makes the effects waiting for it due. Audited
 // with actor and reason; it returns how many effects it woke.
+//
+// The effects are woken once every replica has read the key's row again
+// (limitRefresh, plus a margin): a replica that still remembered the pause
+// would send a woken effect away for the rest of it.
 func (o *Operator) ResumeLimit(ctx context.Context, key, actor, reason string) (int, error) {
-	woken := 0
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		var rate *float64
 		err := tx.QueryRow(ctx, o.store.sql(sqlLimitResume), key).Scan(&rate)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if _, err := tx.Exec(ctx, o.store.sql(sqlLimitAudit), key, actor, reason, rate, rate, true); err != nil {
-			return err
-		}
+		_, err = tx.Exec(ctx, o.store.sql(sqlLimitAudit), key, actor, reason, rate, rate, true)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("resume limit %s: %w", key, err)
+	}
+	select {
+	case <-time.After(limitRefresh + resumeMargin):
+	case <-ctx.Done():
+		return 0, fmt.Errorf("resume limit %s: resumed; its waiting effects go at the time they were given: %w", key, ctx.Err())
+	}
+	woken := 0
+	err = pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, o.store.sql(sqlJobsWaitingFor), key, MaxResumeWakes)
 		if err != nil {
 			return err

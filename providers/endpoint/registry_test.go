@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -425,4 +426,65 @@ func TestARotationAfterALeakRetiresEveryEarlierSecret(t *testing.T) {
 	got, err = f.reg.Get(ctx, f.db.Pool, ep.ID)
 	require.NoError(t, err)
 	require.Len(t, got.Secrets, 1)
+}
+
+// TestEnablingAnEndpointSendsEveryHeldDeliveryAtOnce: 60 deliveries held
+// by a disabled endpoint, half with jobs of their own and half found by
+// the dispatcher, all wait pending; enabling it says 60 go out and sends
+// all of them long before the next look (endpoint.HeldRecheck).
+func TestEnablingAnEndpointSendsEveryHeldDeliveryAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	r := newReceiver(t)
+	ep, secret := f.create(t, endpoint.Endpoint{URL: r.URL, EventTypes: []string{"order.*"}})
+	r.setSecret(secret)
+	byDispatcher, err := outbox.New(outbox.Config{Schema: f.db.Schema, Jobs: outbox.JobsByDispatcher})
+	require.NoError(t, err)
+	const n = 60
+	var ids []uuid.UUID
+	for i := range n {
+		ob := f.ob
+		if i%2 == 1 {
+			ob = byDispatcher
+		}
+		require.NoError(t, pgx.BeginFunc(ctx, f.db.Pool, func(tx pgx.Tx) error {
+			res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("held-many", fmt.Sprint(i)), Type: "order.paid"}, outbox.ToSubscribers())
+			if err == nil {
+				ids = append(ids, res.Effects[0].ID)
+			}
+			return err
+		}))
+	}
+	require.NoError(t, f.reg.Disable(ctx, f.db.Pool, ep.ID, endpoint.Change{Actor: "ops", Reason: "receiver down"}))
+	op := f.dispatch(t, f.provider(t))
+	waiting := func() (pending, waitingForKey int) {
+		require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE waiting_for = $2) FROM "+
+			f.db.Schema+".side_effects WHERE id = ANY($1)", ids, endpoint.LimitKey(ep.ID)).Scan(&pending, &waitingForKey))
+		return
+	}
+	require.Eventually(t, func() bool {
+		_, w := waiting()
+		return w == n
+	}, 30*time.Second, 50*time.Millisecond, "every delivery waits for its endpoint")
+	pending, _ := waiting()
+	require.Equal(t, n, pending, "a held delivery is pending, whatever state it was claimed in")
+	// The batch that found the dispatcher's half has handed each to a job
+	// of its own.
+	require.Eventually(t, func() bool {
+		var running int
+		require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+f.db.Schema+".river_job WHERE kind = 'outboxd.dispatch_batch' AND state = 'running'").Scan(&running))
+		return running == 0
+	}, 10*time.Second, 20*time.Millisecond)
+
+	res, err := op.EnableEndpoint(ctx, f.reg, ep.ID, false, "ops", "receiver back")
+	require.NoError(t, err)
+	require.Equal(t, n, res.Held)
+	require.Equal(t, n, res.Delivering, "enable says how many go out now")
+	require.Eventually(t, func() bool {
+		var confirmed int
+		require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+f.db.Schema+".side_effects WHERE id = ANY($1) AND state = 'confirmed'", ids).Scan(&confirmed))
+		return confirmed == n
+	}, endpoint.HeldRecheck/2, 50*time.Millisecond, "every held delivery goes out at once, not at the next look")
+	require.Equal(t, n, r.requests())
 }
