@@ -354,14 +354,21 @@ func (o *Operator) Limits(ctx context.Context) ([]outboxtype.LimitReport, error)
 // SetLimit sets limit key's rate at run time for every replica (within a
 // second), kept over the rates replicas are started with; rate nil leaves
 // the key no rate of its own (it slows on 429s only). resume ends a 429's
-// pause. Audited with actor and reason; it returns the rate the key had.
+// pause and, once every replica has seen it end, makes the effects waiting
+// for the key due (see ResumeLimit). Audited with actor and reason; it
+// returns the rate the key had.
 func (o *Operator) SetLimit(ctx context.Context, key string, rate *float64, actor, reason string, resume bool) (*float64, error) {
 	if rate != nil {
 		if err := outboxtype.CheckRate(*rate); err != nil {
 			return nil, fmt.Errorf("limit %s: rate %g: %w", key, *rate, err)
 		}
 	}
-	return o.op.Store().SetLimit(ctx, o.op.Pool(), key, rate, actor, reason, resume)
+	before, err := o.op.Store().SetLimit(ctx, o.op.Pool(), key, rate, actor, reason, resume)
+	if err != nil || !resume {
+		return before, err
+	}
+	_, err = o.op.WakeWaiting(ctx, []string{key})
+	return before, err
 }
 
 // ResumeLimit ends the pause and the lowered rate of limit key (a 429's,
@@ -372,6 +379,12 @@ func (o *Operator) SetLimit(ctx context.Context, key string, rate *float64, acto
 // it woke.
 func (o *Operator) ResumeLimit(ctx context.Context, key, actor, reason string) (int, error) {
 	return o.op.ResumeLimit(ctx, key, actor, reason)
+}
+
+// ResumeLimits is ResumeLimit for each of keys (an operator lifting every
+// hold at once), and returns how many effects it woke for each.
+func (o *Operator) ResumeLimits(ctx context.Context, keys []string, actor, reason string) (map[string]int, error) {
+	return o.op.ResumeLimits(ctx, keys, actor, reason)
 }
 
 // LimitHistory lists the run-time changes of key's rate ("" every key),

@@ -72,7 +72,7 @@ spends none of an effect's retry budget. See docs/limits.md.`,
 			return tw.Flush()
 		},
 	}
-	cmd.AddCommand(newLimitsSetCmd(a), newLimitsHistoryCmd(a))
+	cmd.AddCommand(newLimitsSetCmd(a), newLimitsResumeCmd(a), newLimitsHistoryCmd(a))
 	return cmd
 }
 
@@ -147,6 +147,77 @@ provider's name, a colon and what it limits by.`,
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (required, audited)")
 	cmd.Flags().BoolVar(&resume, "resume", false, "also end the pause a 429 put on the key")
+	return cmd
+}
+
+func newLimitsResumeCmd(a *app) *cobra.Command {
+	var (
+		reason string
+		all    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "resume <key>... | --all --reason TEXT",
+		Short: "Lift a limit key's hold now: its pause ends and what waits for it goes out, audited",
+		Long: `End the pause of each key (a 429's, a broker out of reach, a disabled
+endpoint's hold) and its lowered rate, for every replica, and make the
+effects waiting for it due at once: about a second later, once every
+replica has read the key again, at the key's rate (at most 10,000 a key
+per call; the rest at the time they were given). --all lifts every key
+that is paused or has effects waiting. A disabled endpoint holds its
+deliveries again at their next attempt: enable it with "outboxctl
+endpoints enable".`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) > 0) {
+				return cli.Usagef("name the keys to resume (as `outboxctl limits` lists them), or give --all")
+			}
+			if strings.TrimSpace(reason) == "" {
+				return cli.Usagef("--reason is required: say why the hold is lifted")
+			}
+			ctx := cmd.Context()
+			if err := a.open(ctx); err != nil {
+				return err
+			}
+			reports, err := a.op.Limits(ctx)
+			if err != nil {
+				return err
+			}
+			known := map[string]bool{}
+			var keys []string
+			for _, l := range reports {
+				known[l.Key] = true
+				if all && (l.WaitingEffects > 0 || l.PausedUntil != nil && l.PausedUntil.After(time.Now())) {
+					keys = append(keys, l.Key)
+				}
+			}
+			for _, k := range args {
+				if !known[k] {
+					return cli.Usagef("%q is no limit key: `outboxctl limits` lists them", k)
+				}
+				keys = append(keys, k)
+			}
+			out := cmd.OutOrStdout()
+			if len(keys) == 0 {
+				if a.JSON {
+					return printJSON(out, map[string]int{})
+				}
+				fmt.Fprintln(out, "no limit key is paused or has effects waiting")
+				return nil
+			}
+			woken, err := a.op.ResumeLimits(ctx, keys, a.actor(), reason)
+			if err != nil {
+				return err
+			}
+			if a.JSON {
+				return printJSON(out, woken)
+			}
+			for _, k := range keys {
+				fmt.Fprintf(out, "limit %s resumed: %d waiting effects go out now\n", k, woken[k])
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required, audited)")
+	cmd.Flags().BoolVar(&all, "all", false, "every key that is paused or has effects waiting")
 	return cmd
 }
 

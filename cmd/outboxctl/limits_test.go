@@ -50,9 +50,18 @@ func TestLimitsShowWaitingAndChangeAudited(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "no changes of limits at run time", "bad input changed nothing")
 
+	// The waiting effect's job sleeps until the pause it was given ends;
+	// --resume makes it due now.
+	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.river_job SET state = 'scheduled', scheduled_at = now() + interval '1 hour'
+		WHERE args->>'effect_id' = $1::text`, b.ids["pending"])
+	require.NoError(t, err)
 	out, err = b.run(t, "", "limits", "set", key, "20", "--resume", "--reason", "partner asked for 20/s")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "limit webhook:hooks.example.com: none -> 20/s, pause ended")
+	var due bool
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT scheduled_at <= now() FROM `+b.db.Schema+`.river_job WHERE args->>'effect_id' = $1::text`,
+		b.ids["pending"]).Scan(&due))
+	require.True(t, due, "the effect waiting for the key is due now")
 	var limits []struct {
 		Key         string     `json:"key"`
 		Rate        *float64   `json:"rate"`
@@ -77,4 +86,58 @@ func TestLimitsShowWaitingAndChangeAudited(t *testing.T) {
 	out, err = b.run(t, "", "limits", "history", key)
 	require.NoError(t, err)
 	require.Regexp(t, `webhook:hooks.example.com\s+none\s+20/s, resumed\s+oncall@example.com\s+partner asked for 20/s`, out)
+}
+
+// TestLimitsResumeLiftsEveryHold: one command lifts the holds of named keys
+// or of every key that holds something, audited, and what waited is due
+// at once; bad input changes nothing.
+func TestLimitsResumeLiftsEveryHold(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const a, other = "webhook:a.example.com", "nats:nats://127.0.0.1:4222"
+	for _, key := range []string{a, other} {
+		_, _, err := b.store.Throttle(ctx, b.db.Pool, key, time.Hour, time.Second, 0, true, nil)
+		require.NoError(t, err)
+	}
+	require.NoError(t, b.store.MarkWaiting(ctx, b.db.Pool, b.ids["pending"], a))
+	// Its job sleeps until the pause it was given ends.
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.river_job SET state = 'scheduled', scheduled_at = now() + interval '1 hour'
+		WHERE args->>'effect_id' = $1::text`, b.ids["pending"])
+	require.NoError(t, err)
+
+	for _, bad := range [][]string{
+		{"limits", "resume", "--reason", "x"},
+		{"limits", "resume", a, "--all", "--reason", "x"},
+		{"limits", "resume", a},
+		{"limits", "resume", "webhook:nobody.example.com", "--reason", "x"},
+	} {
+		_, err := b.run(t, "", bad...)
+		require.Equal(t, 2, cli.ExitCode(err), "%v: %v", bad, err)
+	}
+	out, err := b.run(t, "", "limits", "history")
+	require.NoError(t, err)
+	require.Contains(t, out, "no changes of limits at run time", "bad input changed nothing")
+
+	out, err = b.run(t, "", "limits", "resume", "--all", "--reason", "partner and broker back")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "limit "+a+" resumed: 1 waiting effects go out now")
+	require.Contains(t, out, "limit "+other+" resumed: 0 waiting effects go out now")
+	var due bool
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT scheduled_at <= now() FROM `+b.db.Schema+`.river_job WHERE args->>'effect_id' = $1::text`,
+		b.ids["pending"]).Scan(&due))
+	require.True(t, due, "the waiting effect's job is due now")
+	var limits []struct {
+		Key         string     `json:"key"`
+		PausedUntil *time.Time `json:"paused_until"`
+	}
+	out, err = b.run(t, "", "limits", "--json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &limits))
+	for _, l := range limits {
+		require.Nil(t, l.PausedUntil, "%s resumed", l.Key)
+	}
+	out, err = b.run(t, "", "limits", "history")
+	require.NoError(t, err)
+	require.Regexp(t, `webhook:a.example.com\s+none\s+none, resumed\s+oncall@example.com\s+partner and broker back`, out)
 }

@@ -571,48 +571,66 @@ const resumeMargin = 300 * time.Millisecond
 // destination that held its effects back, such as a disabled endpoint)
 // for every replica, and makes the effects waiting for it due. Audited
 // with actor and reason; it returns how many effects it woke.
-//
-// The effects are woken once every replica has read the key's row again
-// (limitRefresh, plus a margin): a replica that still remembered the pause
-// would send a woken effect away for the rest of it.
 func (o *Operator) ResumeLimit(ctx context.Context, key, actor, reason string) (int, error) {
+	woken, err := o.ResumeLimits(ctx, []string{key}, actor, reason)
+	return woken[key], err
+}
+
+// ResumeLimits is ResumeLimit for each of keys, each audited, and returns
+// how many effects it woke for each.
+func (o *Operator) ResumeLimits(ctx context.Context, keys []string, actor, reason string) (map[string]int, error) {
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-		var rate *float64
-		err := tx.QueryRow(ctx, o.store.sql(sqlLimitResume), key).Scan(&rate)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		_, err = tx.Exec(ctx, o.store.sql(sqlLimitAudit), key, actor, reason, rate, rate, true)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("resume limit %s: %w", key, err)
-	}
-	select {
-	case <-time.After(limitRefresh + resumeMargin):
-	case <-ctx.Done():
-		return 0, fmt.Errorf("resume limit %s: resumed; its waiting effects go at the time they were given: %w", key, ctx.Err())
-	}
-	woken := 0
-	err = pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, o.store.sql(sqlJobsWaitingFor), key, MaxResumeWakes)
-		if err != nil {
-			return err
-		}
-		jobs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return err
-		}
-		for _, id := range jobs {
-			if _, err := o.river.JobRetryTx(ctx, tx, id); err != nil {
-				return fmt.Errorf("make job %d due: %w", id, err)
+		for _, key := range keys {
+			var rate *float64
+			err := tx.QueryRow(ctx, o.store.sql(sqlLimitResume), key).Scan(&rate)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("resume limit %s: %w", key, err)
+			}
+			if _, err := tx.Exec(ctx, o.store.sql(sqlLimitAudit), key, actor, reason, rate, rate, true); err != nil {
+				return fmt.Errorf("resume limit %s: %w", key, err)
 			}
 		}
-		woken = len(jobs)
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("resume limit %s: %w", key, err)
+		return nil, err
+	}
+	return o.WakeWaiting(ctx, keys)
+}
+
+// WakeWaiting makes the effects waiting for each of keys due, once every
+// replica has read the keys' rows again (limitRefresh, plus a margin): a
+// replica that still remembered a pause just ended would send a woken
+// effect away for the rest of it. Called after a pause ends or a rate is
+// raised; it returns how many effects it woke for each key.
+func (o *Operator) WakeWaiting(ctx context.Context, keys []string) (map[string]int, error) {
+	select {
+	case <-time.After(limitRefresh + resumeMargin):
+	case <-ctx.Done():
+		return nil, fmt.Errorf("limits %s changed; their waiting effects go at the time they were given: %w", strings.Join(keys, ", "), ctx.Err())
+	}
+	woken := map[string]int{}
+	for _, key := range keys {
+		err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, o.store.sql(sqlJobsWaitingFor), key, MaxResumeWakes)
+			if err != nil {
+				return err
+			}
+			jobs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				return err
+			}
+			for _, id := range jobs {
+				if _, err := o.river.JobRetryTx(ctx, tx, id); err != nil {
+					return fmt.Errorf("make job %d due: %w", id, err)
+				}
+			}
+			woken[key] = len(jobs)
+			return nil
+		})
+		if err != nil {
+			return woken, fmt.Errorf("wake the effects waiting for limit %s: %w", key, err)
+		}
 	}
 	return woken, nil
 }
