@@ -184,6 +184,12 @@ func TestOneTraceFromRequestToProviderCall(t *testing.T) {
 	require.Equal(t, "new", attr(enqueue[0], "outboxd.result").AsString())
 
 	for i, p := range []process{first, second} {
+		// A span is exported when it ends, which may come a moment after
+		// the confirmation the test waited for.
+		require.Eventually(t, func() bool {
+			spans := p.exp.GetSpans()
+			return len(named(spans, "outboxd.dispatch")) > 0 && len(named(spans, "outboxd.provider_call")) > 0
+		}, 10*time.Second, 10*time.Millisecond, "process %d ended its spans", i+1)
 		spans := p.exp.GetSpans()
 		dispatch := named(spans, "outboxd.dispatch")
 		require.Len(t, dispatch, 1, "process %d", i+1)
