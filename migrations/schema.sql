@@ -550,7 +550,7 @@ CREATE FUNCTION outboxd.outboxd_subscribers(ev_id uuid, ev_type text, for_tenant
     SELECT ep.id, 'endpoint:' || ep.id, 'endpoint', jsonb_build_object('endpoint_id', ep.id)
     FROM outboxd.outboxd_endpoints ep
     WHERE NOT EXISTS (SELECT 1 FROM outboxd.outbox_events o WHERE o.id = ev_id)
-        AND ep.disabled_at IS NULL AND coalesce(ep.tenant, '') = coalesce(for_tenant, '')
+        AND coalesce(ep.tenant, '') = coalesce(for_tenant, '')
         AND EXISTS (SELECT 1 FROM unnest(ep.event_types) AS p
             WHERE p = ev_type OR (p = '*' AND NOT starts_with(ev_type, 'outboxd.'))
                 OR (right(p, 2) = '.*' AND starts_with(ev_type, left(p, -1))))
@@ -1678,7 +1678,7 @@ CREATE INDEX outboxd_endpoint_secrets_endpoint_idx ON outboxd.outboxd_endpoint_s
 -- Name: outboxd_endpoints_fanout_idx; Type: INDEX; Schema: outboxd; Owner: -
 --
 
-CREATE INDEX outboxd_endpoints_fanout_idx ON outboxd.outboxd_endpoints USING btree (COALESCE(tenant, ''::text)) WHERE (disabled_at IS NULL);
+CREATE INDEX outboxd_endpoints_fanout_idx ON outboxd.outboxd_endpoints USING btree (COALESCE(tenant, ''::text));
 
 --
 -- Name: outboxd_limit_audit_key_idx; Type: INDEX; Schema: outboxd; Owner: -

@@ -180,18 +180,21 @@ func TestAnEventFansOutToItsSubscribersInTheCallersTransaction(t *testing.T) {
 	// Rolled back with the caller's transaction: nothing of it stays.
 	tx, err := f.db.Pool.Begin(ctx)
 	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
 	res, err := f.ob.Enqueue(ctx, tx, ev, outbox.ToSubscribers())
 	require.NoError(t, err)
-	require.Len(t, res.Effects, 2, "written in the caller's transaction")
+	require.Len(t, res.Effects, 3, "written in the caller's transaction")
 	require.NoError(t, tx.Rollback(ctx))
 	var n int
 	require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+f.db.Schema+".side_effects").Scan(&n))
 	require.Zero(t, n, "a rolled-back fan-out leaves no effect")
 
+	// The disabled endpoint gets its delivery too, held until it is
+	// enabled: it misses nothing.
 	res = f.enqueue(t, ev, outbox.ToSubscribers())
-	want := []uuid.UUID{eps["prefix"].ID, eps["exact"].ID}
+	want := []uuid.UUID{eps["prefix"].ID, eps["exact"].ID, eps["disabled"].ID}
 	slices.SortFunc(want, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
-	require.Len(t, res.Effects, 2)
+	require.Len(t, res.Effects, 3)
 	for i, e := range res.Effects {
 		require.Equal(t, "endpoint:"+want[i].String(), e.Kind)
 		require.Equal(t, keyOf(ev.ID, want[i]), e.Key, "the key is sha256(event id + \":endpoint:\" + endpoint id)")
@@ -206,14 +209,19 @@ func TestAnEventFansOutToItsSubscribersInTheCallersTransaction(t *testing.T) {
 	again := f.enqueue(t, ev, outbox.ToSubscribers())
 	require.True(t, again.Replay(), "a replay of the fan-out writes nothing")
 	require.Equal(t, res.Effects[0].ID, again.Effects[0].ID)
-	require.Len(t, again.Effects, 2)
+	require.Len(t, again.Effects, 3)
 
 	op := f.dispatch(t, f.provider(t))
 	for _, e := range res.Effects {
+		held := e.Kind == "endpoint:"+eps["disabled"].ID.String()
 		require.Eventually(t, func() bool {
 			got, err := op.Get(ctx, e.ID)
+			if held {
+				return err == nil && got.State == sideeffects.StatePending && got.WaitingFor != nil &&
+					*got.WaitingFor == endpoint.LimitKey(eps["disabled"].ID)
+			}
 			return err == nil && got.State == sideeffects.StateConfirmed
-		}, 20*time.Second, 20*time.Millisecond)
+		}, 20*time.Second, 20*time.Millisecond, e.Kind)
 	}
 	for _, name := range []string{"prefix", "exact"} {
 		r := rcv[name]
@@ -228,7 +236,7 @@ func TestAnEventFansOutToItsSubscribersInTheCallersTransaction(t *testing.T) {
 		require.False(t, body.Timestamp.IsZero())
 	}
 	for _, name := range []string{"disabled", "other_type", "other_tenant"} {
-		require.Zero(t, rcv[name].requests(), "%s is not reached", name)
+		require.Zero(t, rcv[name].requests(), "%s is not reached (the disabled one holds its delivery)", name)
 	}
 	require.Zero(t, late.requests(), "an endpoint created after the commit is not reached")
 

@@ -273,15 +273,16 @@ func (r *Registry) Get(ctx context.Context, db DB, id uuid.UUID) (*Endpoint, err
 type ListFilter struct {
 	// Tenant, when set, keeps one tenant's endpoints.
 	Tenant string
-	// EventType, when set, keeps the enabled endpoints a new event of
-	// this type (and Tenant) would be fanned out to.
+	// EventType, when set, keeps the endpoints a new event of this type
+	// (and Tenant) would be fanned out to (a disabled one holds its
+	// delivery).
 	EventType string
 }
 
 // List returns endpoints, oldest first.
 func (r *Registry) List(ctx context.Context, db DB, f ListFilter) ([]Endpoint, error) {
 	where := `WHERE ($1 = '' OR coalesce(e.tenant, '') = $1)
-	AND ($2 = '' OR (e.disabled_at IS NULL AND coalesce(e.tenant, '') = $1 AND EXISTS (SELECT 1 FROM unnest(e.event_types) AS p
+	AND ($2 = '' OR (coalesce(e.tenant, '') = $1 AND EXISTS (SELECT 1 FROM unnest(e.event_types) AS p
 		WHERE p = $2 OR (p = '*' AND NOT starts_with($2, 'outboxd.')) OR (right(p, 2) = '.*' AND starts_with($2, left(p, -1))))))
 	ORDER BY e.created_at, e.id`
 	rows, err := db.Query(ctx, r.selectSQL(where), f.Tenant, f.EventType)

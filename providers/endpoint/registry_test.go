@@ -167,16 +167,20 @@ func TestADisabledEndpointsDeliveriesWaitAndKeepTheirKeys(t *testing.T) {
 	require.Len(t, res.Effects, 1)
 	require.NoError(t, f.reg.Disable(ctx, f.db.Pool, ep.ID, endpoint.Change{Actor: "ops", Reason: "receiver down for maintenance"}))
 
-	// Disabled: no new event reaches it.
-	none := f.enqueue(t, outbox.Event{ID: outbox.EventID("held", "2"), Type: "order.paid"}, outbox.ToSubscribers())
-	require.Empty(t, none.Effects)
+	// Disabled: an event recorded now is fanned out to it all the same,
+	// and held with the others, so that it misses nothing.
+	later := f.enqueue(t, outbox.Event{ID: outbox.EventID("held", "2"), Type: "order.paid"}, outbox.ToSubscribers())
+	require.Len(t, later.Effects, 1)
+	require.Equal(t, "endpoint:"+ep.ID.String(), later.Effects[0].Kind)
 
 	op := f.dispatch(t, f.provider(t))
 	id := res.Effects[0].ID
 	require.Eventually(t, func() bool {
 		e, err := op.Get(ctx, id)
-		return err == nil && e.WaitingFor != nil && *e.WaitingFor == endpoint.LimitKey(ep.ID) && f.jobWaits(t, id)
-	}, 20*time.Second, 20*time.Millisecond, "the delivery waits for its endpoint")
+		l, lerr := op.Get(ctx, later.Effects[0].ID)
+		return err == nil && lerr == nil && e.WaitingFor != nil && *e.WaitingFor == endpoint.LimitKey(ep.ID) && f.jobWaits(t, id) &&
+			l.WaitingFor != nil && f.jobWaits(t, l.ID)
+	}, 20*time.Second, 20*time.Millisecond, "both deliveries wait for their endpoint")
 	e, err := op.Get(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, sideeffects.StatePending, e.State)
@@ -199,7 +203,7 @@ func TestADisabledEndpointsDeliveriesWaitAndKeepTheirKeys(t *testing.T) {
 	// The stuck list says what holds it back, in the endpoint's words.
 	stuck, err := op.Stuck(ctx, 0, 100)
 	require.NoError(t, err)
-	require.Len(t, stuck, 1)
+	require.Len(t, stuck, 2)
 	why := oncall.Diagnosis(stuck[0], time.Now(), time.Minute, 0)
 	require.Contains(t, why, "waiting for limit "+endpoint.LimitKey(ep.ID))
 	require.Contains(t, why, "is disabled (receiver down for maintenance)")
@@ -209,13 +213,15 @@ func TestADisabledEndpointsDeliveriesWaitAndKeepTheirKeys(t *testing.T) {
 	// for the next look.
 	woken, err := op.ResumeLimit(ctx, endpoint.LimitKey(ep.ID), "ops", "endpoint enabled")
 	require.NoError(t, err)
-	require.Equal(t, 1, woken)
+	require.Equal(t, 2, woken)
 	require.Eventually(t, func() bool {
 		e, err := op.Get(ctx, id)
-		return err == nil && e.State == sideeffects.StateConfirmed
+		l, lerr := op.Get(ctx, later.Effects[0].ID)
+		return err == nil && lerr == nil && e.State == sideeffects.StateConfirmed && l.State == sideeffects.StateConfirmed
 	}, 20*time.Second, 20*time.Millisecond, "delivered at once, not at the next look")
-	require.Equal(t, 1, r.requests())
-	require.Equal(t, res.Effects[0].Key, r.got[0].Get("webhook-id"), "the held delivery keeps its key")
+	require.Equal(t, 2, r.requests())
+	keys := []string{r.got[0].Get("webhook-id"), r.got[1].Get("webhook-id")}
+	require.ElementsMatch(t, []string{res.Effects[0].Key, later.Effects[0].Key}, keys, "the held deliveries keep their keys")
 	e, err = op.Get(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, 1, e.Attempts, "waiting spent no attempt")
