@@ -82,6 +82,13 @@ const (
 	AtMostOnce InDoubtPolicy = "at_most_once"
 )
 
+// WindowAdviser is implemented by providers whose key window is set
+// outside outboxd (a JetStream stream's duplicate window): WindowAdvice
+// says where it is set, and how to make it at least min.
+type WindowAdviser interface {
+	WindowAdvice(min time.Duration) string
+}
+
 // Guarantees are what a provider promises about repeated requests.
 type Guarantees struct {
 	// KeyWindow is how long after the first request the provider remembers a

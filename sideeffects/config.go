@@ -253,7 +253,11 @@ func (cfg Config) validate() error {
 			return fmt.Errorf("dispatcher: the %s key window (%s) must exceed its margin (%s): no retry could ever be made", name, g.KeyWindow, g.KeyWindowMargin)
 		}
 		if span := retrySpan(cfg.Retry, cfg.JobTimeout); g.WindowCoversRetries && g.KeyWindow > 0 && g.Refirable() < span {
-			return fmt.Errorf("dispatcher: the %s key window (%s, less its %s margin) is shorter than the retry schedule (%d attempts, up to %s with calls): make the window at least %s, or retry less", name, g.KeyWindow, g.KeyWindowMargin, cfg.Retry.WithDefaults().MaxAttempts, span, span+g.KeyWindowMargin)
+			fix := fmt.Sprintf("make the window at least %s", span+g.KeyWindowMargin)
+			if wa, ok := p.(providers.WindowAdviser); ok {
+				fix = wa.WindowAdvice(span + g.KeyWindowMargin)
+			}
+			return fmt.Errorf("dispatcher: the %s key window (%s, less its %s margin) is shorter than the retry schedule (%d attempts, up to %s with calls): %s, or retry less (outboxd run --max-attempts, --retry-max-delay, --job-timeout)", name, g.KeyWindow, g.KeyWindowMargin, cfg.Retry.WithDefaults().MaxAttempts, span, fix)
 		}
 		if cfg.Retention > 0 && g.KeyWindow > 0 && cfg.Retention <= g.KeyWindow {
 			return fmt.Errorf("dispatcher: retention (%s) must exceed the %s key window (%s): a purged effect no longer deduplicates", cfg.Retention, name, g.KeyWindow)

@@ -82,6 +82,8 @@ type Provider struct {
 	nc     *natsgo.Conn
 	js     jetstream.JetStream
 	window time.Duration
+	// windowStream is the stream whose duplicate window is window.
+	windowStream string
 
 	// subjects are the subject filters of the configured streams, read at
 	// start and again (at most every subjectsRefresh) when a payload's
@@ -136,7 +138,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("stream %q keeps no duplicate window: JetStream could not deduplicate a re-publish", name)
 		}
 		if p.window == 0 || w < p.window {
-			p.window = w
+			p.window, p.windowStream = w, name
 		}
 	}
 	if err := p.readSubjects(ctx); err != nil {
@@ -148,6 +150,17 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("the streams' duplicate window (%s) must exceed the key window margin (%s)", p.window, cfg.KeyWindowMargin)
 	}
 	return p, nil
+}
+
+// WindowAdvice implements providers.WindowAdviser: the key window is the
+// shortest duplicate window of the configured streams.
+func (p *Provider) WindowAdvice(min time.Duration) string {
+	up := min.Round(time.Hour)
+	if up < min {
+		up += time.Hour
+	}
+	return fmt.Sprintf("the key window is the duplicate window of JetStream stream %s: make it at least %s (nats stream edit %s --dupe-window %s)",
+		p.windowStream, min, p.windowStream, strings.TrimSuffix(strings.TrimSuffix(up.String(), "0s"), "0m"))
 }
 
 // readSubjects reads the subject filters of the configured streams (a

@@ -165,6 +165,11 @@ func TestADispatcherRefusesAWindowShorterThanItsRetries(t *testing.T) {
 	db := testdb.New(t)
 	_, err := sideeffects.NewDispatcher(db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{p}})
 	require.ErrorContains(t, err, "the nats key window (2m0s, less its 10s margin) is shorter than the retry schedule")
+	// It names the stream, JetStream's word for the window and the
+	// command that widens it, and the flags that retry less.
+	require.ErrorContains(t, err, "the key window is the duplicate window of JetStream stream ORDERS")
+	require.ErrorContains(t, err, "nats stream edit ORDERS --dupe-window 5h")
+	require.ErrorContains(t, err, "--max-attempts, --retry-max-delay, --job-timeout")
 	_, err = sideeffects.NewDispatcher(db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{p},
 		Retry: sideeffects.RetryPolicy{MaxAttempts: 5, BaseDelay: time.Second, MaxDelay: 10 * time.Second}, JobTimeout: 15 * time.Second})
 	require.NoError(t, err, "5 attempts: at most 15s of delays and 4 calls of 15s fit in 2 minutes")
