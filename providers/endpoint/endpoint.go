@@ -347,10 +347,14 @@ type secretError struct{ error }
 func (e *secretError) Unwrap() error { return e.error }
 
 // Body is what an endpoint receives: the event, in the shape the Standard
-// Webhooks specification recommends.
+// Webhooks specification recommends, with the event's id (the same for
+// every endpoint it reaches, where webhook-id is one per endpoint) and the
+// tenant whose event it is.
 type Body struct {
 	Type      string          `json:"type"`
 	Timestamp time.Time       `json:"timestamp"`
+	EventID   string          `json:"event_id"`
+	Tenant    string          `json:"tenant,omitempty"`
 	Data      json.RawMessage `json:"data"`
 }
 
@@ -384,7 +388,7 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	case len(ep.signers) == 0:
 		return providers.Result{}, providers.Refused(fmt.Errorf("endpoint %s has no signing secret: rotate it to give it one", pl.EndpointID))
 	}
-	body, err := json.Marshal(Body{Type: req.Event.Type, Timestamp: req.Event.OccurredAt.UTC(), Data: req.Event.Payload})
+	body, err := json.Marshal(Body{Type: req.Event.Type, Timestamp: req.Event.OccurredAt.UTC(), EventID: req.Event.ID, Tenant: req.Tenant, Data: req.Event.Payload})
 	if err != nil {
 		return providers.Result{}, providers.Refused(fmt.Errorf("encode body: %w", err))
 	}

@@ -232,6 +232,8 @@ func TestAnEventFansOutToItsSubscribersInTheCallersTransaction(t *testing.T) {
 		var body endpoint.Body
 		require.NoError(t, json.Unmarshal(r.bodies[0], &body))
 		require.Equal(t, "order.paid", body.Type)
+		require.Equal(t, ev.ID.String(), body.EventID, "the event's id, the same for every endpoint")
+		require.Empty(t, body.Tenant, "an event of no tenant")
 		require.JSONEq(t, `{"order":"ord_1","amount":500}`, string(body.Data))
 		require.False(t, body.Timestamp.IsZero())
 	}
@@ -338,6 +340,9 @@ func TestAnEndpointReceivesOnlyItsOwnTenantsEffects(t *testing.T) {
 	require.Contains(t, *e.LastError, `belongs to tenant "acme" and the effect to tenant "globex": nothing was sent`)
 	require.Equal(t, 1, rcv.requests(), "only acme's own effect reached acme's receiver")
 	require.NotContains(t, string(rcv.bodies[0]), "globex")
+	var body endpoint.Body
+	require.NoError(t, json.Unmarshal(rcv.bodies[0], &body))
+	require.Equal(t, "acme", body.Tenant, "the body says whose event it is")
 }
 
 // TestAReceiversEchoOfItsCredentialsIsNotKept: a receiver that answers
