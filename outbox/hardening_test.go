@@ -172,6 +172,8 @@ func TestTheLeastPrivilegedSQLCaller(t *testing.T) {
 		`GRANT SELECT, INSERT ON ` + s + `.outbox_events, ` + s + `.side_effects, ` + s + `.outbox_intake TO %[1]s`,
 		`GRANT SELECT, INSERT, UPDATE ON ` + s + `.outbox_order_wake TO %[1]s`,
 		`GRANT USAGE ON SEQUENCE ` + s + `.side_effects_ordering_seq TO %[1]s`,
+		// for {"subscribers": true}: the endpoints' routing columns only.
+		`GRANT SELECT (id, tenant, event_types) ON ` + s + `.outboxd_endpoints TO %[1]s`,
 	}
 	for _, r := range []string{role, blind} {
 		_, err := b.db.Pool.Exec(ctx, `CREATE ROLE `+r+` NOLOGIN`)
@@ -214,6 +216,28 @@ func TestTheLeastPrivilegedSQLCaller(t *testing.T) {
 	require.Equal(t, "42501", pgErr.Code, "without SELECT: permission denied")
 	events, effects, _ := b.counts(t)
 	require.Equal(t, [2]int{2, 2}, [2]int{events, effects})
+
+	// Fan-out to endpoints with those grants, which do not let the role
+	// read an endpoint's headers (credentials) or URL.
+	ep := uuid.New()
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO `+s+`.outboxd_endpoints (id, url, event_types, headers)
+		VALUES ($1, 'https://partner.example.com/hooks', '{t}', '{"Authorization": "Bearer sk_partner_secret"}')`, ep)
+	require.NoError(t, err)
+	require.NoError(t, as(role, uuid.New(), map[string]any{"subscribers": true}), "the listed grants fan out")
+	var fanned int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.side_effects WHERE kind = $1`, "endpoint:"+ep.String()).Scan(&fanned))
+	require.Equal(t, 1, fanned)
+	for _, q := range []string{`SELECT headers FROM ` + s + `.outboxd_endpoints`, `SELECT url FROM ` + s + `.outboxd_endpoints`} {
+		err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL ROLE `+role); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, q)
+			return err
+		})
+		require.ErrorAs(t, err, &pgErr, q)
+		require.Equal(t, "42501", pgErr.Code, "%s: permission denied", q)
+	}
 }
 
 // FuzzSQLEnqueue: whatever JSON a caller passes outboxd_enqueue, it
