@@ -47,7 +47,7 @@ Every change is audited with --actor and, where it changes deliveries,
 	cmd.PersistentFlags().StringVar(&e.key, "endpoint-key", "", "the key that seals endpoint secrets (needed by create and rotate)")
 	envflag.Bind(cmd.PersistentFlags(), "endpoint-key", "OUTBOXD_ENDPOINT_KEY")
 	envflag.Secret(cmd.PersistentFlags(), "endpoint-key")
-	cmd.AddCommand(e.newKeyCmd(), e.createCmd(), e.showCmd(), e.editCmd(), e.disableCmd(), e.enableCmd(), e.rotateCmd(), e.clientCertCmd(), e.testCmd())
+	cmd.AddCommand(e.newKeyCmd(), e.createCmd(), e.showCmd(), e.editCmd(), e.disableCmd(), e.enableCmd(), e.rotateCmd(), e.resealCmd(), e.clientCertCmd(), e.testCmd())
 	return cmd
 }
 
@@ -578,6 +578,45 @@ the new secret before its next delivery verifies.`,
 	cmd.Flags().DurationVar(&overlap, "overlap", endpoint.DefaultOverlap, "how long the old secret keeps signing beside the new one (at most a week)")
 	cmd.Flags().BoolVar(&retire, "retire-old", false, "after a leak: every earlier secret stops signing at once")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (audited)")
+	return cmd
+}
+
+func (e *endpointsApp) resealCmd() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "reseal --reason TEXT",
+		Short: "Seal every endpoint secret again with the first key of --endpoint-key, to retire an old key",
+		Long: `To change the endpoint key: give every outboxd and outboxctl the list
+"NEW,OLD" (OUTBOXD_ENDPOINT_KEY, new key first: new secrets are sealed with
+it, and a secret opens with whichever key sealed it), run this command with
+that list, then give them NEW alone. It seals every signing secret and
+client certificate key sealed with another key of the list again with the
+first (each endpoint changed is audited). Secrets keep their expiry; no
+receiver sees a change.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(reason) == "" {
+				return cli.Usagef("--reason is required: why the endpoint key changes")
+			}
+			ctx := cmd.Context()
+			reg, err := e.registry(ctx, true)
+			if err != nil {
+				return err
+			}
+			res, err := reg.Reseal(ctx, e.pool, endpoint.Change{Actor: e.actor(), Reason: reason})
+			if err != nil {
+				return failed(err)
+			}
+			out := cmd.OutOrStdout()
+			if e.JSON {
+				return printJSON(out, res)
+			}
+			fmt.Fprintf(out, "resealed %d secrets and %d client certificate keys of %d endpoints with the first key: the others can be dropped from OUTBOXD_ENDPOINT_KEY\n",
+				res.Secrets, res.ClientKeys, res.Endpoints)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required, audited)")
 	return cmd
 }
 

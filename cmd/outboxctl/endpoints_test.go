@@ -131,3 +131,45 @@ func TestEndpointsFromTheCommandLine(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, out, "secret      rotated", "no earlier secret signs any more")
 }
+
+// TestChangingTheEndpointKey: with the list "NEW,OLD", reseal seals every
+// secret again with NEW, audited, after which NEW alone opens them all and
+// OLD none; a second reseal has nothing to do.
+func TestChangingTheEndpointKey(t *testing.T) {
+	t.Parallel()
+	b := newTestBundle(t)
+	ctx := context.Background()
+	oldKey, newKey := endpoint.NewKey(), endpoint.NewKey()
+	out, err := b.run(t, "", "endpoints", "create", "--endpoint-key", oldKey, "--url", "https://hooks.partner.example/in",
+		"--types", "order.*", "--reason", "partner onboarding", "--json")
+	require.NoError(t, err, out)
+	var created struct{ Endpoint endpoint.Endpoint }
+	require.NoError(t, json.Unmarshal([]byte(out), &created))
+
+	unopenable := func(key string) int {
+		k, err := endpoint.ParseKey(key)
+		require.NoError(t, err)
+		reg, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: b.db.Schema, Key: k})
+		require.NoError(t, err)
+		n, err := reg.Unopenable(ctx, b.db.Pool)
+		require.NoError(t, err)
+		return n
+	}
+	require.Equal(t, 1, unopenable(newKey), "the new key alone opens nothing yet")
+
+	_, err = b.run(t, "", "endpoints", "reseal", "--endpoint-key", newKey+","+oldKey)
+	require.Equal(t, 2, cli.ExitCode(err), "a reason is required")
+	out, err = b.run(t, "", "endpoints", "reseal", "--endpoint-key", newKey+","+oldKey, "--reason", "yearly key change")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "resealed 1 secrets and 0 client certificate keys of 1 endpoints")
+	require.Zero(t, unopenable(newKey), "the new key alone opens every secret")
+	require.Equal(t, 1, unopenable(oldKey), "the old key none")
+
+	out, err = b.run(t, "", "endpoints", "reseal", "--endpoint-key", newKey+","+oldKey, "--reason", "again")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "resealed 0 secrets")
+	out, err = b.run(t, "", "endpoints", "show", created.Endpoint.ID.String())
+	require.NoError(t, err, out)
+	require.Contains(t, out, "reseal")
+	require.Contains(t, out, "yearly key change")
+}

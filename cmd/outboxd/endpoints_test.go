@@ -128,3 +128,34 @@ func TestRunRefusesABadEndpointKey(t *testing.T) {
 	require.ErrorContains(t, err, "OUTBOXD_ENDPOINT_KEY")
 	require.ErrorContains(t, err, "32")
 }
+
+// TestRunRefusesAnEndpointKeyThatSealedNoSecret: outboxd run given a key
+// that did not seal the registered endpoints' secrets does not start (a
+// replica with the wrong key would hold their deliveries); given the list
+// "new,old" it starts.
+func TestRunRefusesAnEndpointKeyThatSealedNoSecret(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	oldKey := endpoint.NewKey()
+	key, err := endpoint.ParseKey(oldKey)
+	require.NoError(t, err)
+	reg, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: db.Schema, Key: key})
+	require.NoError(t, err)
+	_, _, err = reg.Create(ctx, db.Pool, endpoint.Endpoint{URL: "https://hooks.partner.example/in", EventTypes: []string{"order.*"}},
+		endpoint.Change{Actor: "test"})
+	require.NoError(t, err)
+
+	newKey := endpoint.NewKey()
+	_, err = execute(ctx, "run", "--database-url", testdb.URL(), "--schema", db.Schema, "--http-addr", "",
+		"--webhook-secret", testSecret, "--endpoint-key", newKey)
+	require.Equal(t, 2, cli.ExitCode(err), "%v", err)
+	require.ErrorContains(t, err, "is not the key 1 sealed endpoint secrets were sealed with")
+	require.ErrorContains(t, err, "outboxctl endpoints reseal")
+
+	runCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err = execute(runCtx, "run", "--database-url", testdb.URL(), "--schema", db.Schema, "--http-addr", "",
+		"--webhook-secret", testSecret, "--endpoint-key", newKey+","+oldKey)
+	require.NoError(t, err, "with the list it starts (and stops when its context ends)")
+}

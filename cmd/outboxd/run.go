@@ -582,6 +582,17 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		if err != nil {
 			return cli.UsageError{Err: err}
 		}
+		// A key that opens none of some endpoints' secrets would leave
+		// their deliveries waiting on this replica: refused at start.
+		sealed, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: g.Schema, Key: c.endpointKey})
+		if err != nil {
+			return err
+		}
+		if n, err := sealed.Unopenable(ctx, pool); err != nil {
+			return err
+		} else if n > 0 {
+			return cli.Usagef("--endpoint-key (OUTBOXD_ENDPOINT_KEY) is not the key %d sealed endpoint secrets were sealed with: give that key too, as a comma-separated list with the new key first, then run outboxctl endpoints reseal", n)
+		}
 		provs = append(provs, ep)
 	}
 	reg := prometheus.NewRegistry()

@@ -369,10 +369,16 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 	}
 	ep, err := p.load(ctx, pl.EndpointID)
 	switch {
+	case errors.Is(err, errOtherKey):
+		// Sealed under a key this process was not given (a replica started
+		// with another OUTBOXD_ENDPOINT_KEY, or before the list that holds
+		// it): the delivery is not this process's to fail. It waits,
+		// spending no attempt, until a process with the key takes it.
+		return providers.Result{}, providers.Held(fmt.Errorf("%w: its deliveries wait", err), HeldRecheck)
 	case errors.As(err, new(*secretError)):
-		// A secret that does not open is the operator's to mend (the key,
-		// or a rotation): nothing was sent, and retrying will not help
-		// until then.
+		// A secret that does not open with its own key (altered, or copied
+		// from another endpoint) is the operator's to mend (a rotation):
+		// nothing was sent, and retrying will not help until then.
 		return providers.Result{}, providers.Refused(err)
 	case err != nil:
 		return providers.Result{}, providers.Retryable(err, 0)

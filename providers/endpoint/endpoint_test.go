@@ -85,22 +85,24 @@ func (r *receiver) requests() int {
 }
 
 type fixture struct {
-	db  *testdb.DB
-	key *endpoint.Key
-	reg *endpoint.Registry
-	ob  *outbox.Outbox
+	db      *testdb.DB
+	key     *endpoint.Key
+	keyText string
+	reg     *endpoint.Registry
+	ob      *outbox.Outbox
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	db := testdb.New(t)
-	key, err := endpoint.ParseKey(endpoint.NewKey())
+	keyText := endpoint.NewKey()
+	key, err := endpoint.ParseKey(keyText)
 	require.NoError(t, err)
 	reg, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: db.Schema, Key: key, AllowedNetworks: loopback})
 	require.NoError(t, err)
 	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
-	return &fixture{db: db, key: key, reg: reg, ob: ob}
+	return &fixture{db: db, key: key, keyText: keyText, reg: reg, ob: ob}
 }
 
 func (f *fixture) create(t *testing.T, ep endpoint.Endpoint) (*endpoint.Endpoint, string) {

@@ -20,7 +20,17 @@ import (
 // base64 (outboxctl endpoints new-key prints one). Keep it where the
 // other secrets of outboxd are; losing it means rotating every endpoint's
 // secret.
+//
+// To change it, give a comma-separated list, the new key first: new
+// secrets are sealed with the first, and a secret opens with whichever key
+// of the list it was sealed with; outboxctl endpoints reseal then seals
+// every secret again with the first, after which the old key can go.
 type Key struct {
+	keys []sealKey
+}
+
+// sealKey is one key of a Key's list.
+type sealKey struct {
 	aead cipher.AEAD
 	// id is the first bytes of the key's SHA-256, stored with each sealed
 	// secret, so that a secret sealed under another key is named as such.
@@ -31,8 +41,25 @@ type Key struct {
 const KeySize = 32
 
 // ParseKey reads a Key from its base64 form (standard or URL alphabet,
-// with or without padding).
+// with or without padding), or a comma-separated list of them, the key
+// that seals first.
 func ParseKey(s string) (*Key, error) {
+	k := &Key{}
+	parts := strings.Split(s, ",")
+	for i, part := range parts {
+		sk, err := parseOne(part)
+		if err != nil {
+			if len(parts) > 1 {
+				return nil, fmt.Errorf("endpoint key %d of %d: %w", i+1, len(parts), err)
+			}
+			return nil, err
+		}
+		k.keys = append(k.keys, sk)
+	}
+	return k, nil
+}
+
+func parseOne(s string) (sealKey, error) {
 	s = strings.TrimSpace(s)
 	var raw []byte
 	var err error
@@ -42,23 +69,36 @@ func ParseKey(s string) (*Key, error) {
 		}
 	}
 	if err != nil {
-		return nil, errors.New("endpoint key: not base64: give 32 random bytes in base64 (outboxctl endpoints new-key prints one)")
+		return sealKey{}, errors.New("endpoint key: not base64: give 32 random bytes in base64 (outboxctl endpoints new-key prints one)")
 	}
 	if len(raw) != KeySize {
-		return nil, fmt.Errorf("endpoint key: %d bytes, want %d: give 32 random bytes in base64 (outboxctl endpoints new-key prints one)", len(raw), KeySize)
+		return sealKey{}, fmt.Errorf("endpoint key: %d bytes, want %d: give 32 random bytes in base64 (outboxctl endpoints new-key prints one)", len(raw), KeySize)
 	}
 	block, err := aes.NewCipher(raw)
 	if err != nil {
-		return nil, fmt.Errorf("endpoint key: %w", err)
+		return sealKey{}, fmt.Errorf("endpoint key: %w", err)
 	}
 	aead, err := cipher.NewGCM(block)
 	if err != nil {
-		return nil, fmt.Errorf("endpoint key: %w", err)
+		return sealKey{}, fmt.Errorf("endpoint key: %w", err)
 	}
-	k := &Key{aead: aead}
+	sk := sealKey{aead: aead}
 	sum := sha256.Sum256(raw)
-	copy(k.id[:], sum[:])
-	return k, nil
+	copy(sk.id[:], sum[:])
+	return sk, nil
+}
+
+// sealingID is the id of the key that seals: a sealed value that does not
+// start with it is resealed by Registry.Reseal.
+func (k *Key) sealingID() []byte { return k.keys[0].id[:] }
+
+// ids are the ids of every key of the list.
+func (k *Key) ids() [][]byte {
+	out := make([][]byte, len(k.keys))
+	for i := range k.keys {
+		out[i] = k.keys[i].id[:]
+	}
+	return out
 }
 
 // NewKey returns a new random key in the form ParseKey reads.
@@ -81,29 +121,39 @@ func (k *Key) seal(endpoint uuid.UUID, secret string) []byte {
 }
 
 func (k *Key) sealFor(endpoint uuid.UUID, purpose, plain string) []byte {
-	out := append([]byte{sealVersion}, k.id[:]...)
-	nonce := randomBytes(k.aead.NonceSize())
+	sk := k.keys[0]
+	out := append([]byte{sealVersion}, sk.id[:]...)
+	nonce := randomBytes(sk.aead.NonceSize())
 	out = append(out, nonce...)
-	return k.aead.Seal(out, nonce, []byte(plain), additional(endpoint, purpose))
+	return sk.aead.Seal(out, nonce, []byte(plain), additional(endpoint, purpose))
 }
 
 func (k *Key) open(endpoint uuid.UUID, sealed []byte) (string, error) {
 	return k.openFor(endpoint, purposeSecret, sealed)
 }
 
+// errOtherKey is a value sealed under a key that is not in the list.
+var errOtherKey = errors.New("sealed under another endpoint key: give outboxd the key the secret was created with (a list, new key first, opens both), or rotate the endpoint's secret")
+
 func (k *Key) openFor(endpoint uuid.UUID, purpose string, sealed []byte) (string, error) {
-	head := 1 + len(k.id) + k.aead.NonceSize()
-	if len(sealed) < head || sealed[0] != sealVersion {
+	if len(sealed) < 1+4 || sealed[0] != sealVersion {
 		return "", errors.New("not a sealed endpoint secret")
 	}
-	if string(sealed[1:1+len(k.id)]) != string(k.id[:]) {
-		return "", errors.New("sealed under another endpoint key: give outboxd the key the secret was created with, or rotate the endpoint's secret")
+	for _, sk := range k.keys {
+		if string(sealed[1:1+len(sk.id)]) != string(sk.id[:]) {
+			continue
+		}
+		head := 1 + len(sk.id) + sk.aead.NonceSize()
+		if len(sealed) < head {
+			return "", errors.New("not a sealed endpoint secret")
+		}
+		plain, err := sk.aead.Open(nil, sealed[1+len(sk.id):head], sealed[head:], additional(endpoint, purpose))
+		if err != nil {
+			return "", errors.New("cannot be opened with this key for this endpoint (altered, or copied from another endpoint): rotate the endpoint's secret")
+		}
+		return string(plain), nil
 	}
-	plain, err := k.aead.Open(nil, sealed[1+len(k.id):head], sealed[head:], additional(endpoint, purpose))
-	if err != nil {
-		return "", errors.New("cannot be opened with this key for this endpoint (altered, or copied from another endpoint): rotate the endpoint's secret")
-	}
-	return string(plain), nil
+	return "", errOtherKey
 }
 
 func additional(endpoint uuid.UUID, purpose string) []byte {

@@ -551,6 +551,133 @@ func (r *Registry) Rotate(ctx context.Context, db DB, id uuid.UUID, overlap time
 	return secret, nil
 }
 
+// Resealed is what Reseal did.
+type Resealed struct {
+	// Secrets and ClientKeys are how many sealed values it sealed again
+	// with the first key of the list; Endpoints how many endpoints they
+	// belong to.
+	Secrets    int `json:"secrets"`
+	ClientKeys int `json:"client_keys"`
+	Endpoints  int `json:"endpoints"`
+}
+
+// Reseal seals again, with the first key of the registry's key list,
+// every signing secret and client certificate key sealed with another key
+// of the list: after it, the other keys can be dropped from
+// OUTBOXD_ENDPOINT_KEY. A value no key of the list opens is left as it is
+// and named in the error, after the others are resealed. Each endpoint
+// changed is audited (action "reseal"); a reason is required. Secrets keep
+// their expiry: a rotated-out secret still stops signing when it was to.
+func (r *Registry) Reseal(ctx context.Context, db DB, by Change) (Resealed, error) {
+	var res Resealed
+	if r.key == nil {
+		return res, ErrNoKey
+	}
+	if err := checkChange(by, true); err != nil {
+		return res, err
+	}
+	var unopened []string
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		changed := map[uuid.UUID]map[string]int{}
+		note := func(id uuid.UUID, what string) {
+			if changed[id] == nil {
+				changed[id] = map[string]int{}
+			}
+			changed[id][what]++
+		}
+		rows, err := tx.Query(ctx, `SELECT id, endpoint_id, sealed FROM `+r.table("outboxd_endpoint_secrets")+`
+			WHERE substr(sealed, 2, 4) <> $1 ORDER BY id FOR UPDATE`, r.key.sealingID())
+		if err != nil {
+			return fmt.Errorf("endpoint: reseal: %w", err)
+		}
+		type sealedRow struct {
+			id       int64
+			endpoint uuid.UUID
+			sealed   []byte
+		}
+		secrets, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sealedRow, error) {
+			var sr sealedRow
+			return sr, row.Scan(&sr.id, &sr.endpoint, &sr.sealed)
+		})
+		if err != nil {
+			return fmt.Errorf("endpoint: reseal: %w", err)
+		}
+		for _, sr := range secrets {
+			plain, err := r.key.open(sr.endpoint, sr.sealed)
+			if err != nil {
+				unopened = append(unopened, fmt.Sprintf("endpoint %s secret %d: %v", sr.endpoint, sr.id, err))
+				continue
+			}
+			if _, err := tx.Exec(ctx, `UPDATE `+r.table("outboxd_endpoint_secrets")+` SET sealed = $2 WHERE id = $1`,
+				sr.id, r.key.seal(sr.endpoint, plain)); err != nil {
+				return fmt.Errorf("endpoint: reseal: %w", err)
+			}
+			res.Secrets++
+			note(sr.endpoint, "secrets")
+		}
+		rows, err = tx.Query(ctx, `SELECT id, client_key_sealed FROM `+r.table("outboxd_endpoints")+`
+			WHERE client_key_sealed IS NOT NULL AND substr(client_key_sealed, 2, 4) <> $1 ORDER BY id FOR UPDATE`, r.key.sealingID())
+		if err != nil {
+			return fmt.Errorf("endpoint: reseal: %w", err)
+		}
+		keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sealedRow, error) {
+			var sr sealedRow
+			return sr, row.Scan(&sr.endpoint, &sr.sealed)
+		})
+		if err != nil {
+			return fmt.Errorf("endpoint: reseal: %w", err)
+		}
+		for _, sr := range keys {
+			plain, err := r.key.openFor(sr.endpoint, purposeClientKey, sr.sealed)
+			if err != nil {
+				unopened = append(unopened, fmt.Sprintf("endpoint %s client certificate key: %v", sr.endpoint, err))
+				continue
+			}
+			if _, err := tx.Exec(ctx, `UPDATE `+r.table("outboxd_endpoints")+` SET client_key_sealed = $2, updated_at = now() WHERE id = $1`,
+				sr.endpoint, r.key.sealFor(sr.endpoint, purposeClientKey, plain)); err != nil {
+				return fmt.Errorf("endpoint: reseal: %w", err)
+			}
+			res.ClientKeys++
+			note(sr.endpoint, "client_keys")
+		}
+		for id, what := range changed {
+			details := map[string]any{}
+			for k, v := range what {
+				details[k] = v
+			}
+			if err := r.audit(ctx, tx, id, "reseal", by, details); err != nil {
+				return err
+			}
+		}
+		res.Endpoints = len(changed)
+		return nil
+	})
+	if err != nil {
+		return Resealed{}, err
+	}
+	if len(unopened) > 0 {
+		return res, fmt.Errorf("endpoint: reseal: %d sealed values no key of the list opens, left as they are: %s", len(unopened), strings.Join(unopened, "; "))
+	}
+	return res, nil
+}
+
+// Unopenable counts the sealed secrets and client certificate keys that
+// no key of the registry's list was used to seal: what a process given
+// this list could not sign or connect with.
+func (r *Registry) Unopenable(ctx context.Context, db DB) (int, error) {
+	if r.key == nil {
+		return 0, ErrNoKey
+	}
+	var n int
+	err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+r.table("outboxd_endpoint_secrets")+` WHERE NOT substr(sealed, 2, 4) = ANY($1))
+		+ (SELECT count(*) FROM `+r.table("outboxd_endpoints")+` WHERE client_key_sealed IS NOT NULL AND NOT substr(client_key_sealed, 2, 4) = ANY($1))`,
+		r.key.ids()).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("endpoint: check the sealed secrets: %w", err)
+	}
+	return n, nil
+}
+
 // AuditEntry is one change to an endpoint.
 type AuditEntry struct {
 	Action    string          `json:"action"`

@@ -494,3 +494,35 @@ func TestEnablingAnEndpointSendsEveryHeldDeliveryAtOnce(t *testing.T) {
 	}, endpoint.HeldRecheck/2, 50*time.Millisecond, "every held delivery goes out at once, not at the next look")
 	require.Equal(t, n, r.requests())
 }
+
+// TestAReplicaWithAnotherKeyHoldsDeliveries: a process given a key that
+// did not seal an endpoint's secret neither signs with it nor fails the
+// delivery: it holds it (no attempt spent) for a process that has the key.
+// Given the list "new,old", it signs with the secret the old key sealed,
+// and the receiver verifies.
+func TestAReplicaWithAnotherKeyHoldsDeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	r := newReceiver(t)
+	ep, secret := f.create(t, endpoint.Endpoint{URL: r.URL, EventTypes: []string{"order.*"}})
+	r.setSecret(secret)
+	other := endpoint.NewKey()
+	provider := func(key string) *endpoint.Provider {
+		k, err := endpoint.ParseKey(key)
+		require.NoError(t, err)
+		p, err := endpoint.New(endpoint.Config{DB: f.db.Pool, Schema: f.db.Schema, Key: k, Webhook: f.webhookConfig()})
+		require.NoError(t, err)
+		return p
+	}
+	_, err := provider(other).Send(ctx, request(ep.ID))
+	require.Error(t, err)
+	require.True(t, providers.IsHeld(err), "held, not refused: %v", err)
+	require.ErrorContains(t, err, "sealed under another endpoint key")
+	require.Zero(t, r.requests())
+
+	_, err = provider(other+","+f.keyText).Send(ctx, request(ep.ID))
+	require.NoError(t, err)
+	require.Equal(t, 1, r.requests())
+	require.True(t, verifies(t, secret, r, 0), "signed with the secret the old key sealed")
+}
