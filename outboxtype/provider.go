@@ -24,10 +24,12 @@ type Result struct {
 // in flight and waiting for a slot, its cap, and its circuit breaker
 // (open: the host stopped answering, and is left alone until OpenUntil).
 type DestinationState struct {
-	// Host is the address the gate keys it by (the one dialled), Names
-	// the host names in payloads that reached it lately.
+	// Host is the destination as the gate keys it: the host name and port
+	// of the payloads' URLs, or the address when they name one; Address,
+	// for a name, is the address it is dialled at (the cap of all the
+	// names of one address together is four hosts' caps).
 	Host        string    `json:"host"`
-	Names       []string  `json:"names,omitempty"`
+	Address     string    `json:"address,omitempty"`
 	InFlight    int       `json:"in_flight"`
 	Waiting     int       `json:"waiting"`
 	Limit       int       `json:"limit"`

@@ -820,11 +820,7 @@ River's rescue (--rescue-after). --json prints everything in full.`,
 					if text == "" {
 						text = fmt.Sprintf("%d in flight", dest.InFlight)
 					}
-					name := dest.Host
-					if len(dest.Names) > 0 {
-						name += " (" + strings.Join(dest.Names, ", ") + ")"
-					}
-					left = append(left, fmt.Sprintf("%s: destination %s %s", r.ID, name, text))
+					left = append(left, fmt.Sprintf("%s: destination %s %s", r.ID, oncall.DestinationName(dest), text))
 				}
 			}
 			for _, r := range rows {

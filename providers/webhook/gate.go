@@ -87,10 +87,13 @@ func newGate(max int) *gate {
 		addresses: map[string]int{}, addrs: map[string]resolved{}}
 }
 
-// addressOf is the address group of a destination key (host:port as
-// destination returns it): its IPv4 address, its IPv6 /64, or its name
-// when it did not resolve.
+// addressOf is the address group of a destination key (as destination
+// returns it): its IPv4 address, its IPv6 /64, or its name when it did not
+// resolve.
 func addressOf(host string) string {
+	if _, addr, ok := strings.Cut(host, "@"); ok {
+		host = addr
+	}
 	name, _, err := net.SplitHostPort(host)
 	if err != nil {
 		name = strings.Trim(host, "[]")
@@ -130,12 +133,16 @@ type resolved struct {
 	expires time.Time
 }
 
-// destination is the gate's key for host (host[:port]): the address it is
-// dialled at, so that one receiver reached by several names (127.0.0.1,
-// localhost) shares one cap and one breaker. A name is resolved (kept for
-// addrTTL) and keyed by its first IPv4 address, else its first address;
-// one that does not resolve keeps its name (the request then fails
-// before any byte is sent).
+// destination is the gate's key for host (host[:port]): an address
+// literal is its own key; a name is resolved (kept for addrTTL) and keyed
+// "name:port@address:port" by its first IPv4 address, else its first
+// address. Each name has its own cap and breaker, so that receivers of
+// several tenants behind one shared address (a platform's ingress) do not
+// wait for each other's hanging one, while all of them together stay
+// within the address's cap (maxPerAddress), so that many names of one
+// receiver cannot multiply its slots past it. A name that does not
+// resolve keeps its name (the request then fails before any byte is
+// sent).
 func (g *gate) destination(ctx context.Context, host string) string {
 	name, port, err := net.SplitHostPort(host)
 	if err != nil {
@@ -169,7 +176,7 @@ func (g *gate) destination(ctx context.Context, host string) string {
 			break
 		}
 	}
-	key := net.JoinHostPort(pick.Unmap().String(), port)
+	key := host + "@" + net.JoinHostPort(pick.Unmap().String(), port)
 	g.mu.Lock()
 	if len(g.addrs) > 10_000 {
 		clear(g.addrs)
@@ -335,17 +342,11 @@ func jitter() time.Duration { return rand.N(capacityWait / 2) }
 func (g *gate) states() []providers.DestinationState {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	names := map[string][]string{}
-	for name, r := range g.addrs {
-		if name != r.key {
-			names[r.key] = append(names[r.key], name)
-		}
-	}
 	out := make([]providers.DestinationState, 0, len(g.hosts))
-	for host, h := range g.hosts {
-		st := providers.DestinationState{Host: host, InFlight: h.inFlight, Waiting: len(h.waiters), Limit: g.max,
-			Failures: h.failures, BreakerOpen: h.open, Names: names[host]}
-		slices.Sort(st.Names)
+	for key, h := range g.hosts {
+		host, addr, _ := strings.Cut(key, "@")
+		st := providers.DestinationState{Host: host, Address: addr, InFlight: h.inFlight, Waiting: len(h.waiters), Limit: g.max,
+			Failures: h.failures, BreakerOpen: h.open}
 		if h.open {
 			st.OpenUntil = h.openUntil
 		}

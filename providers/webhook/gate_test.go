@@ -93,10 +93,12 @@ func TestGateCapsEachHostAndBacksOffFromOneThatNeverAnswers(t *testing.T) {
 	require.Empty(t, g.hosts, "idle healthy hosts are forgotten")
 }
 
-// TestOneReceiverByTwoNamesSharesOneGate: the cap and the breaker are keyed
-// on the address a destination is dialled at, so a hanging receiver
-// reached as 127.0.0.1 and as localhost holds one cap, not two.
-func TestOneReceiverByTwoNamesSharesOneGate(t *testing.T) {
+// TestNamesBehindOneAddressEachHaveTheirOwnGate: a name is keyed by
+// itself and the address it is dialled at, so that receivers behind one
+// shared address (a platform's ingress) each have their own cap and
+// breaker: one that hangs does not hold another's deliveries; together
+// they stay within the address's cap.
+func TestNamesBehindOneAddressEachHaveTheirOwnGate(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	g := newGate(1)
 	g.now = func() time.Time { return now }
@@ -108,14 +110,16 @@ func TestOneReceiverByTwoNamesSharesOneGate(t *testing.T) {
 			return []netip.Addr{netip.MustParseAddr("::1"), netip.MustParseAddr("127.0.0.1")}, nil
 		case "hooks.example.com":
 			return []netip.Addr{netip.MustParseAddr("2001:db8::7")}, nil
+		case "a.ingress.example", "b.ingress.example", "c.ingress.example", "d.ingress.example", "e.ingress.example", "f.ingress.example":
+			return []netip.Addr{netip.MustParseAddr("203.0.113.9")}, nil
 		}
 		return nil, errors.New("no such host")
 	}
 	ctx := context.Background()
 	require.Equal(t, "127.0.0.1:8080", g.destination(ctx, "127.0.0.1:8080"))
-	require.Equal(t, "127.0.0.1:8080", g.destination(ctx, "localhost:8080"), "the IPv4 address of a name, as the literal")
-	require.Equal(t, "127.0.0.1:9090", g.destination(ctx, "localhost:9090"), "another port, another destination")
-	require.Equal(t, "[2001:db8::7]:443", g.destination(ctx, "hooks.example.com:443"))
+	require.Equal(t, "localhost:8080@127.0.0.1:8080", g.destination(ctx, "localhost:8080"), "a name, at the IPv4 address it is dialled at")
+	require.Equal(t, "localhost:9090@127.0.0.1:9090", g.destination(ctx, "localhost:9090"), "another port, another destination")
+	require.Equal(t, "hooks.example.com:443@[2001:db8::7]:443", g.destination(ctx, "hooks.example.com:443"))
 	require.Equal(t, "[::1]:8080", g.destination(ctx, "[::1]:8080"))
 	require.Equal(t, "nowhere.invalid:443", g.destination(ctx, "nowhere.invalid:443"), "unresolved: keyed by its name")
 	n := lookups
@@ -125,10 +129,36 @@ func TestOneReceiverByTwoNamesSharesOneGate(t *testing.T) {
 	g.destination(ctx, "localhost:8080")
 	require.Equal(t, n+1, lookups, "and looked up again after it")
 
-	ok, _ := g.admit(ctx, g.destination(ctx, "127.0.0.1:8080"))
+	// a's receiver hangs: its one slot is taken and its breaker opens.
+	a := g.destination(ctx, "a.ingress.example:443")
+	ok, _ := g.admit(ctx, a)
 	require.True(t, ok)
-	ok, _ = g.admit(ctx, g.destination(ctx, "localhost:8080"))
-	require.False(t, ok, "the same receiver by another name waits for the same cap")
+	ok, _ = g.admit(ctx, a)
+	require.False(t, ok, "a waits for its own cap")
+	for range breakerFailures {
+		g.done(a, providers.ErrNoResponse)
+		ok, _ = g.admit(ctx, a)
+	}
+	b := g.destination(ctx, "b.ingress.example:443")
+	ok, _ = g.admit(ctx, b)
+	require.True(t, ok, "b, behind the same address, is not held by a's hanging receiver")
+	states := g.states()
+	var open []string
+	for _, st := range states {
+		if st.BreakerOpen {
+			open = append(open, st.Host+" "+st.Address)
+		}
+	}
+	require.Equal(t, []string{"a.ingress.example:443 203.0.113.9:443"}, open, "the breaker is a's alone")
+
+	// All the names of one address together: at most four hosts' caps.
+	admitted := 0
+	for _, name := range []string{"c", "d", "e", "f"} {
+		if ok, _ := g.admit(ctx, g.destination(ctx, name+".ingress.example:443")); ok {
+			admitted++
+		}
+	}
+	require.Equal(t, 3, admitted, "the address has 4 slots and b holds one: three of c, d, e and f get one")
 }
 
 // TestIPv6FormsThatReachLocalNetworksAreRefused: addresses that embed an

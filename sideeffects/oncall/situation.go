@@ -3,7 +3,6 @@ package oncall
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/outboxd/outboxd/outboxtype"
@@ -16,6 +15,15 @@ const RiverRescuerInterval = 30 * time.Second
 
 // heartbeatSlack allows for a dispatcher's 30s heartbeat arriving late.
 const heartbeatSlack = 30 * time.Second
+
+// DestinationName is how operators see a destination: its host and, for a
+// name, the address it is dialled at.
+func DestinationName(d outboxtype.DestinationState) string {
+	if d.Address == "" {
+		return d.Host
+	}
+	return d.Host + " (" + d.Address + ")"
+}
 
 // SituationOf is what a diagnosis knows from the dispatchers' records
 // (outboxctl dispatchers): how many reported in the last minute, what
@@ -34,10 +42,7 @@ func SituationOf(now time.Time, bound time.Duration, ds []outboxtype.DispatcherR
 		sit.Dispatchers++
 		for _, dest := range d.Destinations {
 			if text := DestinationText(dest, now); text != "" {
-				names := slices.Clone(dest.Names)
-				if !slices.Contains(names, dest.Host) {
-					names = append(names, dest.Host)
-				}
+				names := []string{dest.Host}
 				sit.HeldBack = append(sit.HeldBack, HeldDestination{Names: names, State: text, On: d.ID, BreakerOpen: dest.BreakerOpen})
 				for _, key := range names {
 					if sit.Destinations[key] == "" {

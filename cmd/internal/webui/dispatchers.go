@@ -3,7 +3,6 @@ package webui
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/outboxd/outboxd/outboxtype"
@@ -50,7 +49,7 @@ func (u *ui) dispatchers(w http.ResponseWriter, r *http.Request) {
 		if oncall.Alive(rec, now) {
 			for _, dest := range rec.Destinations {
 				if text := oncall.DestinationText(dest, now); text != "" {
-					row.HeldBack = append(row.HeldBack, strings.Join(append([]string{dest.Host}, dest.Names...), ", ")+": "+text)
+					row.HeldBack = append(row.HeldBack, oncall.DestinationName(dest)+": "+text)
 				}
 			}
 		} else if row.RunningJobs > 0 {
