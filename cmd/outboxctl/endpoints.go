@@ -492,7 +492,7 @@ each audited, and only new events reach it.`,
 			}
 			out := cmd.OutOrStdout()
 			if dryRun {
-				held, err := reg.Deliveries(ctx, e.pool, id, sideeffects.MaxHeldDeliveries)
+				held, err := reg.Held(ctx, e.pool, id, sideeffects.MaxHeldDeliveries)
 				if err != nil {
 					return err
 				}
@@ -501,8 +501,19 @@ each audited, and only new events reach it.`,
 					verb = "cancelled"
 				}
 				return e.dryRun(ctx, out, reg, id, func(tx pgx.Tx) (string, error) {
-					return fmt.Sprintf("would enable %s; its %d held deliveries %s", id, len(held), verb),
-						reg.Enable(ctx, tx, id, endpoint.Change{Actor: e.actor(), Reason: reason})
+					var msg strings.Builder
+					fmt.Fprintf(&msg, "would enable %s; its %d held deliveries %s", id, len(held), verb)
+					if len(held) > 0 {
+						fmt.Fprintf(&msg, ", recorded %s to %s:", held[0].CreatedAt.UTC().Format(time.RFC3339), held[len(held)-1].CreatedAt.UTC().Format(time.RFC3339))
+						const shown = 20
+						for _, h := range held[:min(len(held), shown)] {
+							fmt.Fprintf(&msg, "\n  %s  event %s  %s  %s", h.EffectID, h.EventID, h.EventType, h.CreatedAt.UTC().Format(time.RFC3339))
+						}
+						if len(held) > shown {
+							fmt.Fprintf(&msg, "\n  … and %d more (outboxctl list --kind endpoint:%s --state pending)", len(held)-shown, id)
+						}
+					}
+					return msg.String(), reg.Enable(ctx, tx, id, endpoint.Change{Actor: e.actor(), Reason: reason})
 				})
 			}
 			res, err := e.op.EnableEndpoint(ctx, reg, id, drop, e.actor(), reason)

@@ -749,6 +749,31 @@ func (r *Registry) Deliveries(ctx context.Context, db DB, id uuid.UUID, limit in
 	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 }
 
+// HeldDelivery is one delivery an endpoint holds, as an operator deciding
+// to deliver or drop it sees it.
+type HeldDelivery struct {
+	EffectID  uuid.UUID `json:"effect_id"`
+	EventID   uuid.UUID `json:"event_id"`
+	EventType string    `json:"event_type"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Held lists endpoint id's deliveries not yet ended, oldest first, at most
+// limit, with their events' types.
+func (r *Registry) Held(ctx context.Context, db DB, id uuid.UUID, limit int) ([]HeldDelivery, error) {
+	rows, err := db.Query(ctx, `SELECT s.id, s.source_id, ev.event_type, s.created_at FROM `+r.table("side_effects")+` s
+		JOIN `+r.table("outbox_events")+` ev ON ev.id = s.source_id
+		WHERE s.phase = 'live' AND s.state IN ('pending', 'fired') AND s.kind = $1 AND s.provider = $2
+		ORDER BY s.created_at, s.id LIMIT $3`, endpointschema.KindPrefix+id.String(), Name, limit)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: held deliveries: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (HeldDelivery, error) {
+		var h HeldDelivery
+		return h, row.Scan(&h.EffectID, &h.EventID, &h.EventType, &h.CreatedAt)
+	})
+}
+
 // TestEventType is the type of the events SendTest records.
 const TestEventType = "outboxd.endpoint.test"
 
