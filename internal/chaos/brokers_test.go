@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/inbox"
@@ -220,6 +222,87 @@ func TestChaosNATSOutage(t *testing.T) {
 		down.Add(3*time.Second), up).Scan(&during, &inDoubt))
 	require.Zero(t, during, "attempts made while the server was down")
 	require.LessOrEqual(t, inDoubt, concurrency, "only publishes in flight when the server went down can be in doubt")
+}
+
+// TestChaosKafkaOutage stops the Kafka broker for 20 s in the middle of a
+// relay of 3,000 events, with outboxd's default retry settings, and starts
+// it again on the same port with the state it kept: every event is produced within the backlog's
+// time at the rate seen before the outage plus 10 s, and no attempt is
+// made while the cluster is down; only produces in flight when it went
+// down may end in doubt.
+func TestChaosKafkaOutage(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	// The broker keeps its state on disk and comes back with it (its
+	// topic's id, its offsets), as a Kafka broker that restarts does.
+	dir := t.TempDir()
+	startCluster := func() *kfake.Cluster {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(3, "orders"), kfake.DataDir(dir))
+		require.NoError(t, err)
+		return c
+	}
+	cluster := startCluster()
+	t.Cleanup(func() { cluster.Close() })
+
+	const n, concurrency = 3000, 10
+	ob, err := outbox.New(outbox.Config{Schema: w.db.Schema})
+	require.NoError(t, err)
+	for batch := 0; batch < n; batch += 500 {
+		require.NoError(t, pgx.BeginFunc(ctx, w.db.Pool, func(tx pgx.Tx) error {
+			for i := batch; i < batch+500; i++ {
+				order := fmt.Sprintf("o%05d", i)
+				if _, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("chaos-kafka-outage", order), Type: "order.paid",
+					AggregateType: "order", AggregateID: order, Payload: []byte(`{"order": "` + order + `"}`)},
+					outbox.EffectOf("kafka.order_paid", kafkaschema.Record{Topic: "orders"})); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	confirmed := func() int {
+		var c int
+		require.NoError(t, w.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+w.db.Schema+`.side_effects WHERE state = 'confirmed'`).Scan(&c))
+		return c
+	}
+	start := time.Now()
+	cmd := w.startOnly(t, "--kafka-brokers", cluster.ListenAddrs()[0], "--kafka-timeout", "2s",
+		"--concurrency", fmt.Sprintf("kafka=%d", concurrency), "--shutdown-timeout", "5s")
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGKILL); _ = cmd.Wait() })
+	for confirmed() < n/3 {
+		require.True(t, time.Since(start) < 2*time.Minute, "only %d of %d produced in 2 minutes", confirmed(), n)
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := confirmed()
+	rate := float64(before) / time.Since(start).Seconds()
+	cluster.Close()
+	down := time.Now()
+	time.Sleep(20 * time.Second)
+	cluster = startCluster()
+	up := time.Now()
+	t.Logf("down at %d of %d produced (%.0f/s before); up after %s", before, n, rate, up.Sub(down).Round(time.Second))
+
+	left := n - confirmed()
+	within := time.Duration(float64(left)/rate*float64(time.Second)) + 10*time.Second
+	for confirmed() < n {
+		if time.Since(up) > within {
+			logWaiting(t, w)
+		}
+		require.True(t, time.Since(up) < within, "%d of %d effects not produced %s after the cluster came back (backlog %d at %.0f/s)",
+			n-confirmed(), n, within, left, rate)
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("all %d produced %s after the cluster came back (allowed %s)", n, time.Since(up).Round(100*time.Millisecond), within.Round(time.Second))
+	var during, inDoubt int
+	require.NoError(t, w.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE started_at > $1 AND started_at < $2 AND outcome <> 'throttled'),
+		count(*) FILTER (WHERE outcome = 'in_doubt') FROM `+w.db.Schema+`.side_effect_attempts`,
+		down.Add(3*time.Second), up).Scan(&during, &inDoubt))
+	require.Zero(t, during, "attempts made while the cluster was down")
+	require.LessOrEqual(t, inDoubt, concurrency, "only produces in flight when the cluster went down can be in doubt")
 }
 
 // logWaiting logs what the effects not yet confirmed wait for: their
