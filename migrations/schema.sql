@@ -38,7 +38,7 @@ BEGIN
     -- A destination whose breaker this dispatcher reports open and did
     -- not before, unless another live dispatcher reports it open already.
     PERFORM outboxd_emit('outboxd.destination.breaker_open', 'destination', d ->> 'host',
-            jsonb_build_object('host', d ->> 'host', 'names', d -> 'names', 'failures_in_a_row', d -> 'failures_in_a_row',
+            jsonb_build_object('host', d ->> 'host', 'address', d -> 'address', 'failures_in_a_row', d -> 'failures_in_a_row',
                 'open_until', d -> 'open_until', 'dispatcher', NEW.id, 'dispatcher_host', NEW.host))
     FROM jsonb_array_elements(NEW.destinations) AS d
     WHERE (d ->> 'breaker_open')::boolean

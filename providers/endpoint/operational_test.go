@@ -126,7 +126,7 @@ func TestABreakerAndAClosingKeyWindowRaiseTheirEvents(t *testing.T) {
 	}
 	report := func(id string, open bool) {
 		t.Helper()
-		dests := fmt.Sprintf(`[{"host": "10.0.0.9:443", "names": ["hooks.partner.example"], "in_flight": 0, "waiting": 0, "limit": 16, "failures_in_a_row": 8, "breaker_open": %t}]`, open)
+		dests := fmt.Sprintf(`[{"host": "hooks.partner.example", "address": "10.0.0.9:443", "in_flight": 0, "waiting": 0, "limit": 16, "failures_in_a_row": 8, "breaker_open": %t}]`, open)
 		_, err := f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outboxd_dispatchers SET destinations = $2, seen_at = now() WHERE id = $1", id, dests)
 		require.NoError(t, err)
 	}

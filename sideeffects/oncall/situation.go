@@ -43,6 +43,9 @@ func SituationOf(now time.Time, bound time.Duration, ds []outboxtype.DispatcherR
 		for _, dest := range d.Destinations {
 			if text := DestinationText(dest, now); text != "" {
 				names := []string{dest.Host}
+				if dest.Address != "" {
+					names = append(names, dest.Address)
+				}
 				sit.HeldBack = append(sit.HeldBack, HeldDestination{Names: names, State: text, On: d.ID, BreakerOpen: dest.BreakerOpen})
 				for _, key := range names {
 					if sit.Destinations[key] == "" {

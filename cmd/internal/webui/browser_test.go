@@ -790,7 +790,7 @@ FROM n`)
 	// A running outboxd's gate has opened its breaker for the partner:
 	// the overview says so above everything else.
 	_, err = s.db.Pool.Exec(ctx, `INSERT INTO `+sc+`.outboxd_dispatchers (id, host, pid, settings, destinations)
-		VALUES ('vm-7-1', 'vm', 7, '{}', jsonb_build_array(jsonb_build_object('host', '203.0.113.9:443', 'names', jsonb_build_array('hooks.bolt.example'),
+		VALUES ('vm-7-1', 'vm', 7, '{}', jsonb_build_array(jsonb_build_object('host', 'hooks.bolt.example', 'address', '203.0.113.9:443',
 			'failures_in_a_row', 9, 'breaker_open', true, 'open_until', now() + interval '30 seconds')))`)
 	require.NoError(t, err)
 	br.do(chromedp.Navigate(s.url("")), chromedp.WaitVisible(chromedp.CSS("#heldback")))

@@ -21,9 +21,13 @@ type limitsData struct {
 	Form    limitForm
 	Error   string
 	Done    string
-	// justSet is the key the link says was just changed: the note names
-	// it only if it is a limit the page lists, never text from a link.
-	justSet string
+	// justSet is the key the link says was just changed, justResumed the
+	// key whose hold was lifted ("*" every key's): the note names it only
+	// if it is a limit the page lists, never text from a link.
+	justSet, justResumed string
+	// Holding are the keys paused or with effects waiting, for the form
+	// that lifts holds.
+	Holding []string
 }
 
 type limitRow struct {
@@ -43,7 +47,10 @@ type limitForm struct {
 
 func (u *ui) limits(w http.ResponseWriter, r *http.Request) {
 	d := &limitsData{}
-	d.justSet = r.URL.Query().Get("set")
+	d.justSet, d.justResumed = r.URL.Query().Get("set"), r.URL.Query().Get("resumed")
+	if d.justResumed == "*" {
+		d.Done = "Every hold lifted: what waited goes out now, at each key's rate (within about a second). The resumes are in the keys' history (outboxctl limits history)."
+	}
 	u.showLimits(w, r, d, http.StatusOK)
 }
 
@@ -59,10 +66,16 @@ func (u *ui) showLimits(w http.ResponseWriter, r *http.Request, d *limitsData, s
 		return
 	}
 	now := time.Now()
-	d.Limits, d.Tenants = d.Limits[:0], d.Tenants[:0]
+	d.Limits, d.Tenants, d.Holding = d.Limits[:0], d.Tenants[:0], d.Holding[:0]
 	for _, l := range limits {
 		if d.justSet != "" && l.Key == d.justSet {
 			d.Done = "Limit " + l.Key + " changed: every replica reads it within a second. The change is in its history (outboxctl limits history)."
+		}
+		if d.justResumed != "" && l.Key == d.justResumed {
+			d.Done = "Limit " + l.Key + " resumed: what waited for it goes out now, at its rate (within about a second). The resume is in its history (outboxctl limits history)."
+		}
+		if l.WaitingEffects > 0 || l.PausedUntil != nil && l.PausedUntil.After(now) {
+			d.Holding = append(d.Holding, l.Key)
 		}
 		row := limitRow{Key: l.Key, Rate: "-", SetBy: "-", Now: "-", Paused: "-", Waiting: "0", Throttles: l.Throttles, Granted: l.Granted}
 		if l.Rate != nil {
@@ -139,4 +152,50 @@ func (u *ui) setLimit(w http.ResponseWriter, r *http.Request) {
 	}
 	u.cfg.Logger.Info("web limit set", "key", f.Key, "rate", f.Rate, "resume", f.Resume, "actor", actor)
 	http.Redirect(w, r, u.cfg.Prefix+"limits?set="+url.QueryEscape(f.Key), http.StatusSeeOther)
+}
+
+// resumeLimits lifts the hold of one key, or of every key that holds
+// something, as outboxctl limits resume does.
+func (u *ui) resumeLimits(w http.ResponseWriter, r *http.Request) {
+	actor, ok := u.acting(w, r)
+	if !ok {
+		return
+	}
+	key, reason := strings.TrimSpace(r.PostFormValue("key")), strings.TrimSpace(r.PostFormValue("reason"))
+	d := &limitsData{}
+	limits, err := u.op.Limits(r.Context())
+	if err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read the limits", err)
+		return
+	}
+	var keys []string
+	now := time.Now()
+	for _, l := range limits {
+		holding := l.WaitingEffects > 0 || l.PausedUntil != nil && l.PausedUntil.After(now)
+		if key == "*" && holding || l.Key == key {
+			keys = append(keys, l.Key)
+		}
+	}
+	switch {
+	case reason == "":
+		d.Error = "a reason is required: say why the hold is lifted"
+	case key == "":
+		d.Error = "choose a key to resume, or every key"
+	case key != "*" && len(keys) == 0:
+		d.Error = fmt.Sprintf("%q is no limit key the table lists", key)
+	case len(keys) == 0:
+		d.Error = "no key is paused or has effects waiting"
+	}
+	if d.Error != "" {
+		u.showLimits(w, r, d, http.StatusBadRequest)
+		return
+	}
+	woken, err := u.op.ResumeLimits(r.Context(), keys, actor, reason)
+	if err != nil {
+		d.Error = "not resumed: " + err.Error()
+		u.showLimits(w, r, d, http.StatusConflict)
+		return
+	}
+	u.cfg.Logger.Info("web limits resumed", "keys", keys, "woken", woken, "actor", actor)
+	http.Redirect(w, r, u.cfg.Prefix+"limits?resumed="+url.QueryEscape(key), http.StatusSeeOther)
 }

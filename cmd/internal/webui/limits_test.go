@@ -43,7 +43,7 @@ func TestLimitsAndTenantsInTheWebView(t *testing.T) {
 
 	set := func(k, rate, reason string) {
 		br.do(chromedp.SetValue(chromedp.CSS(`input[name="key"]`), k), chromedp.SetValue(chromedp.CSS(`input[name="rate"]`), rate),
-			chromedp.SetValue(chromedp.CSS(`textarea[name="reason"]`), reason))
+			chromedp.SetValue(chromedp.CSS(`form[action$="limits"] textarea[name="reason"]`), reason))
 	}
 	set("api.partner.example", "20", "partner asked")
 	br.do(chromedp.Click(chromedp.CSS("#set-limit")), chromedp.WaitVisible(chromedp.CSS("#error")))
@@ -60,8 +60,28 @@ func TestLimitsAndTenantsInTheWebView(t *testing.T) {
 	require.Equal(t, "partner asked for 20/s", hist[0].Reason)
 	require.True(t, hist[0].Resumed)
 
+	// A key paused by a broker out of reach: the admin lifts every hold
+	// at once, with a reason, as outboxctl limits resume --all does.
+	const broker = "nats:nats://127.0.0.1:4222"
+	_, err = engine.NewStore(s.db.Schema).Hold(ctx, s.db.Pool, broker, time.Hour)
+	require.NoError(t, err)
+	br.do(chromedp.Navigate(s.url("limits")), chromedp.WaitVisible(chromedp.CSS("#resume-key")))
+	require.Regexp(t, broker+`\s+-\s+-\s+-\s+for \S+`, br.text("#limits"), "paused")
+	br.do(chromedp.SetValue(chromedp.CSS("#resume-key"), "*"), chromedp.SetValue(chromedp.CSS("#resume-reason"), "broker back"),
+		chromedp.Click(chromedp.CSS("#resume-limits")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, br.text("#flash"), "Every hold lifted")
+	require.Regexp(t, broker+`\s+-\s+-\s+-\s+-\s+0`, br.text("#limits"), "its pause ended")
+	hist, err = s.op.LimitHistory(ctx, broker, 5)
+	require.NoError(t, err)
+	require.Len(t, hist, 1)
+	require.True(t, hist[0].Resumed)
+	require.Equal(t, "web:ada", hist[0].Actor)
+	require.Equal(t, "broker back", hist[0].Reason)
+
 	// A link cannot make the page say something: the note names only a
 	// limit the page lists.
 	br.do(chromedp.Navigate(s.url("limits?set=Call+%2B1-555-0100+to+restore+service")), chromedp.WaitVisible(chromedp.CSS("#limits")))
+	require.NotContains(t, br.text("body"), "555-0100")
+	br.do(chromedp.Navigate(s.url("limits?resumed=Call+%2B1-555-0100+to+restore+service")), chromedp.WaitVisible(chromedp.CSS("#limits")))
 	require.NotContains(t, br.text("body"), "555-0100")
 }

@@ -193,6 +193,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("POST "+p+"effects/{id}/actions/{action}", u.act)
 	mux.HandleFunc("GET "+p+"limits", u.limits)
 	mux.HandleFunc("POST "+p+"limits", u.setLimit)
+	mux.HandleFunc("POST "+p+"limits/resume", u.resumeLimits)
 	mux.HandleFunc("GET "+p+"dispatchers", u.dispatchers)
 	mux.HandleFunc("GET "+p+"keys", u.keysPage)
 	mux.HandleFunc("GET "+p+"keys/{id}", u.keyPage)
