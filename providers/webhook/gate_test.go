@@ -137,7 +137,7 @@ func TestNamesBehindOneAddressEachHaveTheirOwnGate(t *testing.T) {
 	require.False(t, ok, "a waits for its own cap")
 	for range breakerFailures {
 		g.done(a, providers.ErrNoResponse)
-		ok, _ = g.admit(ctx, a)
+		_, _ = g.admit(ctx, a)
 	}
 	b := g.destination(ctx, "b.ingress.example:443")
 	ok, _ = g.admit(ctx, b)
