@@ -94,6 +94,13 @@ type LimitReport struct {
 	OldestKeyWindowFrom *time.Time `json:"oldest_key_window_from,omitempty"`
 }
 
+// Holding reports whether the key holds anything back at now: it is
+// paused, or effects wait for it. These are the keys an operator's "lift
+// every hold" resumes.
+func (l LimitReport) Holding(now time.Time) bool {
+	return l.WaitingEffects > 0 || l.PausedUntil != nil && l.PausedUntil.After(now)
+}
+
 // KeyWindowCloses is when the key window of the waiting effect that
 // first fired earliest closes, for a provider whose window (minus margin)
 // is window; zero when none of them fired or the provider has none.

@@ -185,7 +185,7 @@ endpoints enable".`,
 			var keys []string
 			for _, l := range reports {
 				known[l.Key] = true
-				if all && (l.WaitingEffects > 0 || l.PausedUntil != nil && l.PausedUntil.After(time.Now())) {
+				if all && l.Holding(time.Now()) {
 					keys = append(keys, l.Key)
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
@@ -52,16 +53,11 @@ func TestLimitsShowWaitingAndChangeAudited(t *testing.T) {
 
 	// The waiting effect's job sleeps until the pause it was given ends;
 	// --resume makes it due now.
-	_, err = b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.river_job SET state = 'scheduled', scheduled_at = now() + interval '1 hour'
-		WHERE args->>'effect_id' = $1::text`, b.ids["pending"])
-	require.NoError(t, err)
+	sleepJob(t, b, b.ids["pending"])
 	out, err = b.run(t, "", "limits", "set", key, "20", "--resume", "--reason", "partner asked for 20/s")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "limit webhook:hooks.example.com: none -> 20/s, pause ended")
-	var due bool
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT scheduled_at <= now() FROM `+b.db.Schema+`.river_job WHERE args->>'effect_id' = $1::text`,
-		b.ids["pending"]).Scan(&due))
-	require.True(t, due, "the effect waiting for the key is due now")
+	require.True(t, jobDue(t, b, b.ids["pending"]), "the effect waiting for the key is due now")
 	var limits []struct {
 		Key         string     `json:"key"`
 		Rate        *float64   `json:"rate"`
@@ -102,9 +98,7 @@ func TestLimitsResumeLiftsEveryHold(t *testing.T) {
 	}
 	require.NoError(t, b.store.MarkWaiting(ctx, b.db.Pool, b.ids["pending"], a))
 	// Its job sleeps until the pause it was given ends.
-	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.river_job SET state = 'scheduled', scheduled_at = now() + interval '1 hour'
-		WHERE args->>'effect_id' = $1::text`, b.ids["pending"])
-	require.NoError(t, err)
+	sleepJob(t, b, b.ids["pending"])
 
 	for _, bad := range [][]string{
 		{"limits", "resume", "--reason", "x"},
@@ -123,10 +117,7 @@ func TestLimitsResumeLiftsEveryHold(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "limit "+a+" resumed: 1 waiting effects go out now")
 	require.Contains(t, out, "limit "+other+" resumed: 0 waiting effects go out now")
-	var due bool
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT scheduled_at <= now() FROM `+b.db.Schema+`.river_job WHERE args->>'effect_id' = $1::text`,
-		b.ids["pending"]).Scan(&due))
-	require.True(t, due, "the waiting effect's job is due now")
+	require.True(t, jobDue(t, b, b.ids["pending"]), "the waiting effect's job is due now")
 	var limits []struct {
 		Key         string     `json:"key"`
 		PausedUntil *time.Time `json:"paused_until"`
@@ -140,4 +131,22 @@ func TestLimitsResumeLiftsEveryHold(t *testing.T) {
 	out, err = b.run(t, "", "limits", "history")
 	require.NoError(t, err)
 	require.Regexp(t, `webhook:a.example.com\s+none\s+none, resumed\s+oncall@example.com\s+partner and broker back`, out)
+}
+
+// sleepJob puts the job of effect id to sleep for an hour, as a snooze
+// until the end of a pause leaves it.
+func sleepJob(t *testing.T, b *testBundle, id uuid.UUID) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.river_job SET state = 'scheduled', scheduled_at = now() + interval '1 hour'
+		WHERE args->>'effect_id' = $1::text`, id)
+	require.NoError(t, err)
+}
+
+// jobDue reports whether the job of effect id is due now.
+func jobDue(t *testing.T, b *testBundle, id uuid.UUID) bool {
+	t.Helper()
+	var due bool
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT scheduled_at <= now() FROM `+b.db.Schema+`.river_job
+		WHERE args->>'effect_id' = $1::text`, id).Scan(&due))
+	return due
 }

@@ -74,7 +74,7 @@ func (u *ui) showLimits(w http.ResponseWriter, r *http.Request, d *limitsData, s
 		if d.justResumed != "" && l.Key == d.justResumed {
 			d.Done = "Limit " + l.Key + " resumed: what waited for it goes out now, at its rate (within about a second). The resume is in its history (outboxctl limits history)."
 		}
-		if l.WaitingEffects > 0 || l.PausedUntil != nil && l.PausedUntil.After(now) {
+		if l.Holding(now) {
 			d.Holding = append(d.Holding, l.Key)
 		}
 		row := limitRow{Key: l.Key, Rate: "-", SetBy: "-", Now: "-", Paused: "-", Waiting: "0", Throttles: l.Throttles, Granted: l.Granted}
@@ -171,8 +171,7 @@ func (u *ui) resumeLimits(w http.ResponseWriter, r *http.Request) {
 	var keys []string
 	now := time.Now()
 	for _, l := range limits {
-		holding := l.WaitingEffects > 0 || l.PausedUntil != nil && l.PausedUntil.After(now)
-		if key == "*" && holding || l.Key == key {
+		if key == "*" && l.Holding(now) || l.Key == key {
 			keys = append(keys, l.Key)
 		}
 	}
