@@ -20,7 +20,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/outboxd/outboxd/inbox"
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 )
 
@@ -146,7 +146,7 @@ func TestClaimReportsWhetherAMessageIsNew(t *testing.T) {
 	// Past its retention an id is purged by outboxd's maintenance.
 	_, err = db.Pool.Exec(ctx, "UPDATE "+db.Schema+".inbox_messages SET expires_at = now() - interval '1 second' WHERE source = 'google'")
 	require.NoError(t, err)
-	_, purged, err := engine.NewStore(db.Schema).PurgeExpired(ctx, db.Pool)
+	_, purged, err := store.NewStore(db.Schema).PurgeExpired(ctx, db.Pool)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, purged)
 	require.True(t, claim("google", "n_1"), "a redelivery after the retention is new")

@@ -7,7 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/migrations"
 )
@@ -35,7 +35,7 @@ func TestEffectsBeforeDerivedIDsAreFoundByKey(t *testing.T) {
 	var storedKey string
 	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO `+s+`.side_effects (id, source_id, kind, provider, payload)
 		VALUES ($1, $2, 'email.receipt', 'sendgrid', '{}') RETURNING idempotency_key`, oldID, event).Scan(&storedKey))
-	require.Equal(t, engine.Key(event, "email.receipt"), storedKey)
+	require.Equal(t, store.Key(event, "email.receipt"), storedKey)
 
 	_, err = migrations.Up(ctx, db.Pool, db.Schema)
 	require.NoError(t, err)
@@ -44,11 +44,11 @@ func TestEffectsBeforeDerivedIDsAreFoundByKey(t *testing.T) {
 		WHERE table_schema = $1 AND table_name = 'side_effects' AND column_name = 'idempotency_key'`, s).Scan(&column))
 	require.Zero(t, column, "the key is no longer stored")
 
-	e, err := engine.NewStore(s).GetByKey(ctx, db.Pool, storedKey)
+	e, err := store.NewStore(s).GetByKey(ctx, db.Pool, storedKey)
 	require.NoError(t, err)
 	require.Equal(t, oldID, e.ID)
 	require.Equal(t, storedKey, e.IdempotencyKey)
-	require.NotEqual(t, engine.EffectID(event, "email.receipt"), oldID)
+	require.NotEqual(t, store.EffectID(event, "email.receipt"), oldID)
 
 	// (source_id, kind) is still unique across old and new ids.
 	_, err = db.Pool.Exec(ctx, `INSERT INTO `+s+`.side_effects (id, source_id, kind, provider, payload)

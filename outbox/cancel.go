@@ -7,7 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 )
 
@@ -51,7 +51,7 @@ func (o *Outbox) Cancel(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, kind,
 	}
 	from, fired, cancelled, err := o.store.CancelUnfired(ctx, tx, eventID, kind, CancelActor, reason)
 	switch {
-	case errors.Is(err, engine.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return Unknown, nil
 	case err != nil:
 		return "", err

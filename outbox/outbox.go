@@ -21,6 +21,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
@@ -124,7 +125,7 @@ const (
 
 // Outbox enqueues events and side effects. It is safe for concurrent use.
 type Outbox struct {
-	store      *engine.Store
+	store      *store.Store
 	enq        *engine.Enqueuer
 	validators map[string]providers.Validator
 	maxPayload int
@@ -145,7 +146,7 @@ func New(cfg Config) (*Outbox, error) {
 		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	o := &Outbox{
-		store:      engine.NewStore(cfg.Schema),
+		store:      store.NewStore(cfg.Schema),
 		validators: make(map[string]providers.Validator, len(cfg.Providers)),
 		maxPayload: cfg.MaxPayloadBytes,
 	}
@@ -435,11 +436,11 @@ func (o *Outbox) enqueue(ctx context.Context, tx pgx.Tx, ev Event, effects []Eff
 }
 
 // validate checks everything it can before the first write.
-func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (engine.NewEvent, []engine.NewEffect, error) {
+func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (store.NewEvent, []store.NewEffect, error) {
 	invalid := func(field, problem string, args ...any) error {
 		return &ValidationError{Field: field, Problem: fmt.Sprintf(problem, args...)}
 	}
-	var ne engine.NewEvent
+	var ne store.NewEvent
 	if tx == nil {
 		return ne, nil, invalid("tx", "nil: pass the application's open pgx.Tx")
 	}
@@ -472,12 +473,12 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (engine.NewEven
 	if err := o.checkPayload(payload); err != nil {
 		return ne, nil, invalid("event.payload", "%s", err)
 	}
-	ne = engine.NewEvent{ID: ev.ID, AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, Type: ev.Type, Payload: payload}
+	ne = store.NewEvent{ID: ev.ID, AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, Type: ev.Type, Payload: payload}
 
 	if len(effects) > MaxEffects {
 		return ne, nil, invalid("effects", "%d effects, over the limit of %d per event", len(effects), MaxEffects)
 	}
-	out := make([]engine.NewEffect, len(effects))
+	out := make([]store.NewEffect, len(effects))
 	seen := make(map[string]int, len(effects))
 	subscribers := -1
 	for i, e := range effects {
@@ -525,7 +526,7 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (engine.NewEven
 		if err := v.ValidatePayload(e.Kind, e.Payload); err != nil {
 			return ne, nil, invalid(field+".payload", "%s", err)
 		}
-		out[i] = engine.NewEffect{Kind: e.Kind, Provider: e.Provider, Payload: e.Payload}
+		out[i] = store.NewEffect{Kind: e.Kind, Provider: e.Provider, Payload: e.Payload}
 		if err := o.checkCommon(ev, e, field, &out[i]); err != nil {
 			return ne, nil, err
 		}
@@ -539,7 +540,7 @@ const subscriberKeySuffix = 1 + 36
 
 // checkCommon checks and sets on out what every effect may carry besides
 // its content: ordering key, failure policy, tenant, not-before.
-func (o *Outbox) checkCommon(ev Event, e Effect, field string, out *engine.NewEffect) error {
+func (o *Outbox) checkCommon(ev Event, e Effect, field string, out *store.NewEffect) error {
 	invalid := func(field, problem string, args ...any) error {
 		return &ValidationError{Field: field, Problem: fmt.Sprintf(problem, args...)}
 	}

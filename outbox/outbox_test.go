@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/outboxmetrics"
@@ -91,13 +92,13 @@ func TestEnqueueCommitAndRollback(t *testing.T) {
 		require.Len(t, res.Effects, 2)
 		for _, e := range res.Effects {
 			require.False(t, e.Duplicate)
-			require.Equal(t, engine.Key(id, e.Kind), e.Key)
+			require.Equal(t, store.Key(id, e.Kind), e.Key)
 		}
 		events, effects, jobs := b.counts(t)
 		require.Equal(t, [3]int{1, 2, 2}, [3]int{events, effects, jobs})
 
 		ctx := context.Background()
-		e, err := engine.NewStore(b.db.Schema).Get(ctx, b.db.Pool, res.Effects[0].ID)
+		e, err := store.NewStore(b.db.Schema).Get(ctx, b.db.Pool, res.Effects[0].ID)
 		require.NoError(t, err)
 		require.Equal(t, outboxtype.StatePending, e.State)
 		require.Equal(t, res.Effects[0].Key, e.IdempotencyKey)
@@ -176,7 +177,7 @@ func TestEnqueueReplayAndConflict(t *testing.T) {
 		require.True(t, res.Effects[0].Duplicate)
 		require.Equal(t, own, res.Effects[0].ID, "the existing row's id, not the derived one")
 		require.False(t, res.Effects[1].Duplicate)
-		require.Equal(t, engine.EffectID(id, "webhook.b"), res.Effects[1].ID)
+		require.Equal(t, store.EffectID(id, "webhook.b"), res.Effects[1].ID)
 		_, effects, jobs := b.counts(t)
 		require.Equal(t, [2]int{2, 1}, [2]int{effects, jobs}, "only webhook.b is new")
 	})

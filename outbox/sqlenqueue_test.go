@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
@@ -137,7 +137,7 @@ func TestSQLEnqueueWritesWhatGoWrites(t *testing.T) {
 		require.Equal(t, want.ID, *r.EffectID, want.Kind)
 		require.Equal(t, want.Kind, *r.Kind)
 		require.Equal(t, want.Key, *r.Key)
-		require.Equal(t, engine.Key(id, want.Kind), *r.Key)
+		require.Equal(t, store.Key(id, want.Kind), *r.Key)
 		require.False(t, *r.Duplicate)
 	}
 }
@@ -238,7 +238,7 @@ func TestSQLAndGoReplaysAreDuplicates(t *testing.T) {
 		require.Len(t, rows, 2)
 		require.True(t, *rows[0].Duplicate)
 		require.False(t, *rows[1].Duplicate)
-		require.Equal(t, engine.EffectID(sqlFirst, "webhook.audit"), *rows[1].EffectID)
+		require.Equal(t, store.EffectID(sqlFirst, "webhook.audit"), *rows[1].EffectID)
 		return nil
 	}))
 	require.Equal(t, queued+1, intakeRows())
@@ -366,7 +366,7 @@ func TestSQLEnqueuedEffectsAreDispatched(t *testing.T) {
 		rows, err = sqlEnqueue(ctx, tx, b.db.Schema, map[string]any{"id": id, "type": "order.paid"}, effects)
 		return err
 	}))
-	st := engine.NewStore(b.db.Schema)
+	st := store.NewStore(b.db.Schema)
 	require.Eventually(t, func() bool {
 		for _, r := range rows {
 			e, err := st.Get(ctx, b.db.Pool, *r.EffectID)

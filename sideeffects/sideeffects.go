@@ -30,6 +30,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
@@ -83,11 +84,11 @@ const (
 const JobKind = engine.JobKind
 
 // ErrNotFound reports an effect id or key that no effect has.
-var ErrNotFound = engine.ErrNotFound
+var ErrNotFound = store.ErrNotFound
 
 // Key is the idempotency key of the effect of kind caused by event eventID:
 // hex(sha256(event id + ":" + kind)). It never changes.
-func Key(eventID uuid.UUID, kind string) string { return engine.Key(eventID, kind) }
+func Key(eventID uuid.UUID, kind string) string { return store.Key(eventID, kind) }
 
 // Dispatcher runs the River workers that fire side effects.
 type Dispatcher engine.Dispatcher
@@ -348,7 +349,7 @@ func (o *Operator) AckDrift(ctx context.Context, ids []int64, actor, reason stri
 // Limits lists every rate limit key as the replicas share it, with the
 // effects waiting for it.
 func (o *Operator) Limits(ctx context.Context) ([]outboxtype.LimitReport, error) {
-	return o.op.Store().LimitReports(ctx, o.op.Pool())
+	return engine.LimitReports(ctx, o.op.Store(), o.op.Pool())
 }
 
 // SetLimit sets limit key's rate at run time for every replica (within a
@@ -444,7 +445,7 @@ func (o *Operator) ReplayPaces(ctx context.Context, id int64) ([]outboxtype.Repl
 }
 
 // ErrReplayNotFound is returned for a replay id that does not exist.
-var ErrReplayNotFound = engine.ErrReplayNotFound
+var ErrReplayNotFound = store.ErrReplayNotFound
 
 // CheckReplaySpec says what is wrong with spec, naming the field, or nil.
 func CheckReplaySpec(spec outboxtype.ReplaySpec) error { return engine.CheckReplaySpec(spec) }
@@ -516,7 +517,7 @@ func (o *Operator) ByKeyPrefix(ctx context.Context, prefix string, limit int) ([
 // most n drift rows for all the events applied with it (one delivery):
 // drift past it is reported in EventResult but not stored.
 func WithDriftLimit(ctx context.Context, n int64) context.Context {
-	return engine.WithDriftLimit(ctx, n)
+	return store.WithDriftLimit(ctx, n)
 }
 
 // BlockedBehind returns the first earlier effect of id's ordering key that

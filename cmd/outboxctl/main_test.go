@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -22,7 +22,7 @@ import (
 
 type testBundle struct {
 	db    *testdb.DB
-	store *engine.Store
+	store *store.Store
 	// seeded effect ids by name
 	ids map[string]uuid.UUID
 }
@@ -35,7 +35,7 @@ func newTestBundle(t *testing.T) *testBundle {
 }
 
 func bundleOf(db *testdb.DB) *testBundle {
-	return &testBundle{db: db, store: engine.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
+	return &testBundle{db: db, store: store.NewStore(db.Schema), ids: map[string]uuid.UUID{}}
 }
 
 // setup seeds one effect in each situation an operator meets.

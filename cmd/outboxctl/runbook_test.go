@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
@@ -273,7 +274,7 @@ func TestRunbook(t *testing.T) {
 			_, err := r.db.Pool.Exec(context.Background(), sql)
 			require.NoError(t, err, sql)
 		}
-		n, err := r.store.Sweep(context.Background(), r.db.Pool, riverClient(t, r.db.Pool, s), time.Now())
+		n, err := engine.Sweep(context.Background(), r.store, r.db.Pool, riverClient(t, r.db.Pool, s), time.Now())
 		require.NoError(t, err)
 		require.Zero(t, n)
 		e := r.waitState(t, "bad", outboxtype.StateFailed)

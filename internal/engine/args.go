@@ -50,3 +50,14 @@ func JobParams(effectID uuid.UUID, provider string, notBefore *time.Time) river.
 	}
 	return river.InsertManyParams{Args: DispatchArgs{EffectID: effectID}, InsertOpts: opts}
 }
+
+// actorOutboxd is the audit actor of what the dispatcher itself records.
+const actorOutboxd = "outboxd"
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -20,20 +20,6 @@ const BatchJobKind = "outboxd.dispatch_batch"
 // batchJobSize bounds how many effects one batch job carries.
 var batchJobSize = 100
 
-// batchWait is how long an effect's own job waits, before it looks again,
-// while a batch job that fired the effect still runs.
-const batchWait = 5 * time.Second
-
-// runningBatchOf returns the id of a running batch job that holds effect
-// id, or 0.
-func (s *Store) runningBatchOf(ctx context.Context, db DB, id uuid.UUID) (int64, error) {
-	var job int64
-	if err := db.QueryRow(ctx, s.sql(sqlRunningBatchOf), id).Scan(&job); err != nil {
-		return 0, fmt.Errorf("batch job of effect %s: %w", id, err)
-	}
-	return job, nil
-}
-
 // BatchArgs are the arguments of a batch job: the effects it makes the
 // first attempt of, all of its queue's provider.
 type BatchArgs struct {
@@ -214,19 +200,13 @@ func (b *batchWorker) insertOwnJobs(ctx context.Context, queue string, outs []ha
 // its own, due now.
 func (b *batchWorker) handOverUnended(ctx context.Context, ids []uuid.UUID) error {
 	return pgx.BeginFunc(ctx, b.w.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, b.w.store.sql(sqlUnended), ids)
+		unended, err := b.w.store.Unended(ctx, tx, ids)
 		if err != nil {
 			return fmt.Errorf("batch: %w", err)
 		}
 		var params []river.InsertManyParams
-		var id uuid.UUID
-		var provider string
-		var notBefore *time.Time
-		if _, err := pgx.ForEachRow(rows, []any{&id, &provider, &notBefore}, func() error {
-			params = append(params, JobParams(id, provider, notBefore))
-			return nil
-		}); err != nil {
-			return fmt.Errorf("batch: %w", err)
+		for _, x := range unended {
+			params = append(params, JobParams(x.ID, x.Provider, x.NotBefore))
 		}
 		if len(params) == 0 {
 			return nil
@@ -236,23 +216,6 @@ func (b *batchWorker) handOverUnended(ctx context.Context, ids []uuid.UUID) erro
 		}
 		return nil
 	})
-}
-
-// retryTime is when the effect whose attempt just failed is retried: the
-// time the attempt chose, or the schedule's first step.
-//
-// Never a time before now: River replaces a retry time in the past with
-// its own default schedule (errors^4 seconds: 21 minutes after six), which
-// left effects waiting long after their cause had ended. A time chosen in
-// Work may have passed by the time River asks (a short delay and slow
-// bookkeeping), and one left by a run River did not ask about (its last
-// attempt) is stale.
-func (w *Worker) retryTime(id uuid.UUID) time.Time {
-	now := time.Now()
-	if t, ok := w.retryAt.LoadAndDelete(id); ok {
-		return latest(t.(time.Time), now)
-	}
-	return now.Add(w.retry.Delay(1))
 }
 
 // NextRetry implements river.Worker: a batch River runs again is run at

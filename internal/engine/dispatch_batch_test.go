@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
@@ -114,7 +116,7 @@ func TestARescuedBatchHandsItsEffectsToJobsOfTheirOwn(t *testing.T) {
 	claimed, err := b.store.ClaimFirstMany(ctx, b.db.Pool, ids[:2], []string{webhook.Name})
 	require.NoError(t, err)
 	require.Len(t, claimed, 2)
-	_, err = b.store.ConfirmMany(ctx, b.db.Pool, []engine.Ack{{ID: confirmed.ID, Ref: ""}}, false)
+	_, err = b.store.ConfirmMany(ctx, b.db.Pool, []store.Ack{{ID: confirmed.ID, Ref: ""}}, false)
 	require.NoError(t, err)
 	_, err = b.db.Pool.Exec(ctx, `
 INSERT INTO `+b.db.Schema+`.river_job (state, attempt, max_attempts, attempted_at, scheduled_at, args, kind, queue)
@@ -154,17 +156,14 @@ VALUES ('available', 0, 100, now(), jsonb_build_object('effect_ids', ARRAY[gen_r
 RETURNING id`, e.ID).Scan(&job))
 
 	swept := func() []uuid.UUID {
-		rows, err := b.db.Pool.Query(ctx, engine.SweepStatement(b.store), time.Now().Add(time.Hour), 100)
-		require.NoError(t, err)
 		var out []uuid.UUID
-		for rows.Next() {
-			var id uuid.UUID
-			var provider string
-			var nb *time.Time
-			require.NoError(t, rows.Scan(&id, &provider, &nb))
-			out = append(out, id)
-		}
-		require.NoError(t, rows.Err())
+		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			found, err := b.store.SweepCandidates(ctx, tx, time.Now().Add(time.Hour))
+			for _, x := range found {
+				out = append(out, x.ID)
+			}
+			return err
+		}))
 		return out
 	}
 	require.NotContains(t, swept(), e.ID, "the sweeper leaves an effect in a live batch alone")

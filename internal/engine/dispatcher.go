@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
@@ -93,7 +94,7 @@ type Dispatcher struct {
 	heartbeat chan struct{}
 	stopOnce  sync.Once
 	pool      *pgxpool.Pool
-	store     *Store
+	store     *store.Store
 	logger    *slog.Logger
 
 	client  *river.Client[pgx.Tx]
@@ -139,12 +140,12 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	store := NewStore(w.Schema)
+	st := store.NewStore(w.Schema)
 	accounts, rates, defaults, err := limitKeys(w.Providers, w.Limits.Rates)
 	if err != nil {
 		return nil, err
 	}
-	lim := newLimiter(pool, store, logger, w.Limits.Pause)
+	lim := newLimiter(pool, st, logger, w.Limits.Pause)
 	for key, rate := range defaults {
 		if _, set := rates[key]; !set {
 			lim.ensure(key, rate, "default")
@@ -159,7 +160,7 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 		accountLimits: accounts,
 		accountWait:   accountWaitFor(w.River.JobTimeout),
 		pool:          pool,
-		store:         store,
+		store:         st,
 		providers:     make(map[string]providers.Provider, len(w.Providers)),
 		inDoubt:       w.Calls.InDoubt,
 		retry:         w.Calls.Retry,
@@ -186,7 +187,7 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 	for _, p := range w.Providers {
 		guarantees[p.Name()] = p.Guarantees()
 	}
-	replayOp := &Operator{pool: pool, store: store, told: guarantees, inDoubt: w.Calls.InDoubt}
+	replayOp := &Operator{pool: pool, store: st, told: guarantees, inDoubt: w.Calls.InDoubt}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, worker); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
@@ -198,15 +199,15 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 	if err := river.AddWorkerSafely[BatchArgs](workers, batches); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	replays := &replayWorker{pool: pool, store: store, op: replayOp, logger: logger}
+	replays := &replayWorker{pool: pool, store: st, op: replayOp, logger: logger}
 	if err := river.AddWorkerSafely[ReplayArgs](workers, replays); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	if err := river.AddWorkerSafely[SweepArgs](workers, &sweepWorker{pool: pool, store: store, grace: w.Upkeep.SweepGrace, logger: logger}); err != nil {
+	if err := river.AddWorkerSafely[SweepArgs](workers, &sweepWorker{pool: pool, store: st, grace: w.Upkeep.SweepGrace, logger: logger}); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	periodicJobs := []*river.PeriodicJob{periodic(w.Upkeep.SweepEvery, SweepArgs{})}
-	if err := river.AddWorkerSafely[RetentionArgs](workers, &retentionWorker{pool: pool, store: store, retention: w.Upkeep.Retention, logger: logger}); err != nil {
+	if err := river.AddWorkerSafely[RetentionArgs](workers, &retentionWorker{pool: pool, store: st, retention: w.Upkeep.Retention, logger: logger}); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	if w.Upkeep.Retention > 0 {
@@ -214,11 +215,11 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 	}
 	// Expired idempotency keys (outbox/idempotency) go whatever the
 	// effects' retention.
-	if err := river.AddWorkerSafely[KeyExpiryArgs](workers, &keyExpiryWorker{pool: pool, store: store, logger: logger}); err != nil {
+	if err := river.AddWorkerSafely[KeyExpiryArgs](workers, &keyExpiryWorker{pool: pool, store: st, logger: logger}); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	periodicJobs = append(periodicJobs, periodic(w.Upkeep.RetentionEvery, KeyExpiryArgs{}))
-	if err := river.AddWorkerSafely[SummaryArgs](workers, &summaryWorker{pool: pool, store: store, retention: w.Upkeep.Retention}); err != nil {
+	if err := river.AddWorkerSafely[SummaryArgs](workers, &summaryWorker{pool: pool, store: st, retention: w.Upkeep.Retention}); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	periodicJobs = append(periodicJobs, periodic(summaryInterval, SummaryArgs{}))
@@ -228,7 +229,7 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 			windows[p.Name()] = w
 		}
 	}
-	if err := river.AddWorkerSafely[KeyWindowWatchArgs](workers, &keyWindowWorker{pool: pool, store: store, windows: windows}); err != nil {
+	if err := river.AddWorkerSafely[KeyWindowWatchArgs](workers, &keyWindowWorker{pool: pool, store: st, windows: windows}); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	periodicJobs = append(periodicJobs, periodic(time.Minute, KeyWindowWatchArgs{}))
@@ -255,9 +256,9 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: river insert client: %w", err)
 	}
 	worker.client = inserts
-	return &Dispatcher{record: record, settings: w.Settings, heartbeat: make(chan struct{}), pool: pool, store: store, logger: logger,
+	return &Dispatcher{record: record, settings: w.Settings, heartbeat: make(chan struct{}), pool: pool, store: st, logger: logger,
 		client: client, worker: worker, replays: replays, intake: &intake{
-			pool: pool, store: store, schema: w.Schema, logger: logger, client: inserts,
+			pool: pool, store: st, schema: w.Schema, logger: logger, client: inserts,
 			tenants: worker.tenants,
 		}}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/riverqueue/river"
 )
 
@@ -24,7 +25,7 @@ import (
 // validates the input and hands it here; outboxd_enqueue (SQL) follows the
 // same protocol, checked against it by the outbox package's tests.
 type Enqueuer struct {
-	store *Store
+	store *store.Store
 	// river inserts the jobs in the transaction; nil when the effects go
 	// to the intake instead.
 	river  *river.Client[pgx.Tx]
@@ -40,7 +41,7 @@ type Enqueuer struct {
 // are queued in the intake, and notify wakes the dispatchers (at most
 // every millisecond per process).
 func NewEnqueuer(schema string, rc *river.Client[pgx.Tx], notify bool) *Enqueuer {
-	return &Enqueuer{store: NewStore(schema), river: rc, notify: notify, schema: schema}
+	return &Enqueuer{store: store.NewStore(schema), river: rc, notify: notify, schema: schema}
 }
 
 // EnqueuedEffect is what happened to one effect of an Enqueue call.
@@ -71,7 +72,7 @@ func (c *EnqueueConflict) Error() string {
 
 // Enqueue writes ev and effects (validated) through tx. Each effect's id
 // and key are derived here, once, when the caller left them empty.
-func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev NewEvent, effects []NewEffect) (*Enqueued, error) {
+func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev store.NewEvent, effects []store.NewEffect) (*Enqueued, error) {
 	effects, err := q.fanOut(ctx, tx, ev, effects)
 	if err != nil {
 		return nil, err
@@ -80,7 +81,7 @@ func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev NewEvent, effects 
 	for i := range effects {
 		e := &effects[i]
 		if e.ID == uuid.Nil {
-			e.ID, e.Key = EffectIDAndKey(ev.ID, e.Kind)
+			e.ID, e.Key = store.EffectIDAndKey(ev.ID, e.Kind)
 		}
 		res.Effects[i] = EnqueuedEffect{ID: e.ID, Kind: e.Kind, Key: e.Key, Duplicate: true}
 	}
@@ -127,7 +128,7 @@ func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev NewEvent, effects 
 	if err != nil {
 		return nil, err
 	}
-	var missing []NewEffect
+	var missing []store.NewEffect
 	for i, x := range existing {
 		if x.Exists && !x.Same {
 			return nil, &EnqueueConflict{Kind: x.Kind}
@@ -153,30 +154,25 @@ func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev NewEvent, effects 
 // endpoint it reaches, in its place: the endpoints subscribed now for a
 // new event, the ones it reached then for a recorded one (the rule is
 // outboxd_subscribers', which outboxd_enqueue follows too).
-func (q *Enqueuer) fanOut(ctx context.Context, tx pgx.Tx, ev NewEvent, effects []NewEffect) ([]NewEffect, error) {
-	at := slices.IndexFunc(effects, func(e NewEffect) bool { return e.Subscribers })
+func (q *Enqueuer) fanOut(ctx context.Context, tx pgx.Tx, ev store.NewEvent, effects []store.NewEffect) ([]store.NewEffect, error) {
+	at := slices.IndexFunc(effects, func(e store.NewEffect) bool { return e.Subscribers })
 	if at < 0 {
 		return effects, nil
 	}
 	marker := effects[at]
-	rows, err := tx.Query(ctx, q.store.sql(sqlSubscribers), ev.ID, ev.Type, marker.Tenant)
+	found, err := q.store.Subscribers(ctx, tx, ev.ID, ev.Type, marker.Tenant)
 	if err != nil {
-		return nil, fmt.Errorf("subscribers: %w", err)
+		return nil, err
 	}
-	var subs []NewEffect
-	var endpoint uuid.UUID
-	var sub NewEffect
-	if _, err := pgx.ForEachRow(rows, []any{&endpoint, &sub.Kind, &sub.Provider, &sub.Payload}, func() error {
+	subs := make([]store.NewEffect, 0, len(found))
+	for _, sub := range found {
 		e := marker
 		e.Subscribers = false
-		e.Kind, e.Provider, e.Payload = sub.Kind, sub.Provider, slices.Clone(sub.Payload)
+		e.Kind, e.Provider, e.Payload = sub.Kind, sub.Provider, sub.Payload
 		if e.OrderingKey != "" {
-			e.OrderingKey += "@" + endpoint.String()
+			e.OrderingKey += "@" + sub.Endpoint.String()
 		}
 		subs = append(subs, e)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("subscribers: %w", err)
 	}
 	return slices.Concat(effects[:at], subs, effects[at+1:]), nil
 }
@@ -185,7 +181,7 @@ func (q *Enqueuer) fanOut(ctx context.Context, tx pgx.Tx, ev NewEvent, effects [
 // order when it has several, so that two calls naming the same keys in
 // different orders cannot deadlock. (The insert takes each key's lock
 // itself; with one key there is nothing to order.)
-func (q *Enqueuer) lockOrderingKeys(ctx context.Context, tx pgx.Tx, effects []NewEffect) error {
+func (q *Enqueuer) lockOrderingKeys(ctx context.Context, tx pgx.Tx, effects []store.NewEffect) error {
 	var keys []string
 	for _, e := range effects {
 		if e.OrderingKey != "" && !slices.Contains(keys, e.OrderingKey) {
@@ -200,7 +196,7 @@ func (q *Enqueuer) lockOrderingKeys(ctx context.Context, tx pgx.Tx, effects []Ne
 
 // insertEffects inserts effects of event id and a dispatch job for each one
 // actually inserted, marking those in res as not duplicate.
-func (q *Enqueuer) insertEffects(ctx context.Context, tx pgx.Tx, id uuid.UUID, effects []NewEffect, res *Enqueued) error {
+func (q *Enqueuer) insertEffects(ctx context.Context, tx pgx.Tx, id uuid.UUID, effects []store.NewEffect, res *Enqueued) error {
 	if len(effects) == 0 {
 		return nil
 	}
@@ -243,7 +239,7 @@ func heldID(err error, effects []EnqueuedEffect) (string, bool) {
 // insertJobs inserts a dispatch job for each effect in inserted (or wakes
 // the dispatchers, for effects in the intake) and marks it not duplicate
 // in res.
-func (q *Enqueuer) insertJobs(ctx context.Context, tx pgx.Tx, effects []NewEffect, inserted map[uuid.UUID]bool, res *Enqueued) error {
+func (q *Enqueuer) insertJobs(ctx context.Context, tx pgx.Tx, effects []store.NewEffect, inserted map[uuid.UUID]bool, res *Enqueued) error {
 	for i := range res.Effects {
 		if inserted[res.Effects[i].ID] {
 			res.Effects[i].Duplicate = false
@@ -256,10 +252,7 @@ func (q *Enqueuer) insertJobs(ctx context.Context, tx pgx.Tx, effects []NewEffec
 		if len(inserted) == 0 || !q.notify || !q.mayNotify() {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", IntakeChannel, q.schema); err != nil {
-			return fmt.Errorf("wake dispatchers: %w", err)
-		}
-		return nil
+		return q.store.WakeIntake(ctx, tx)
 	}
 	params := make([]river.InsertManyParams, 0, len(inserted))
 	for _, e := range effects {
@@ -288,9 +281,7 @@ func (q *Enqueuer) mayNotify() bool {
 }
 
 // Execer runs a statement: a pool, a connection.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
+type Execer = store.Execer
 
 // wakeEvery is how often at most Wake sends a wake-up from this process.
 // A dispatcher that found effects in the last intakeActive (100ms) reads
@@ -313,8 +304,5 @@ func (q *Enqueuer) Wake(ctx context.Context, db Execer) error {
 	if now-last < int64(wakeEvery) || !q.lastWake.CompareAndSwap(last, now) {
 		return nil
 	}
-	if _, err := db.Exec(ctx, "SELECT pg_notify($1, $2)", IntakeChannel, q.schema); err != nil {
-		return fmt.Errorf("wake dispatchers: %w", err)
-	}
-	return nil
+	return q.store.WakeIntake(ctx, db)
 }

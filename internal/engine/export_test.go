@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 )
 
@@ -29,21 +30,6 @@ func FeedTenants(ctx context.Context, d *Dispatcher) (int, error) {
 	return n, err
 }
 
-// SweepStatement is the sweeper's query in s's schema.
-func SweepStatement(s *Store) string { return s.sql(sqlSweep) }
-
-// StuckStatement is the stuck list's statement, for plan checks.
-func StuckStatement(s *Store) string { return s.sql(sqlStuck) }
-
-// JobInStatement is the lookup of an effect's newest job in some states.
-func JobInStatement(s *Store) string { return s.sql(sqlJobIn) }
-
-// FewJobsPlan runs fn with the planner settings of the reads that look up
-// a page of effects' jobs.
-func FewJobsPlan(ctx context.Context, db DB, fn func(DB) error) error {
-	return fewJobsPlan(ctx, db, fn)
-}
-
 // ClaimFirstMany runs d's shared first claim of ids, as its workers' claims
 // do when they meet in one statement.
 func ClaimFirstMany(ctx context.Context, d *Dispatcher, ids []uuid.UUID) ([]*outboxtype.Effect, error) {
@@ -61,3 +47,15 @@ func RetryTimeOf(stored time.Time) time.Time {
 
 // Snooze is snooze, for tests.
 var Snooze = snooze
+
+// NextInChains and WakeChains are the chains' wakes, for tests.
+var (
+	NextInChains = nextInChains
+	WakeChains   = wakeChains
+)
+
+// EffectiveRate is the rate r's key may take at r.Now.
+func EffectiveRate(r *store.LimitRow) float64 { return limitRow{r}.Effective() }
+
+// Climb is how fast r's key climbs back after its 429s, and to what.
+func Climb(r *store.LimitRow) (step, ceiling float64) { return limitRow{r}.Climb() }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -136,19 +137,19 @@ func TestProviderFaultsEndConfirmedOrFailedWithReason(t *testing.T) {
 				t.Log(x, " now=", time.Now())
 			}
 			rows.Close()
-			lr, _ := engine.NewStore(db.Schema).Limits(ctx, db.Pool)
+			lr, _ := store.NewStore(db.Schema).Limits(ctx, db.Pool)
 			for _, r := range lr {
-				t.Logf("limit %+v eff=%v rate=%v cur=%v", *r, r.Effective(), rateOrNone(r.Rate), rateOrNone(r.CurrentRate))
+				t.Logf("limit %+v eff=%v rate=%v cur=%v", *r, engine.EffectiveRate(r), rateOrNone(r.Rate), rateOrNone(r.CurrentRate))
 			}
 			t.Logf("local %+v", d.Limits())
 		}
 		require.True(t, time.Now().Before(deadline), "%d effects still live after three minutes", live)
 		time.Sleep(50 * time.Millisecond)
 	}
-	store := engine.NewStore(db.Schema)
+	st := store.NewStore(db.Schema)
 	counts := map[outboxtype.State]int{}
 	for id, key := range keys {
-		e, err := store.Get(ctx, db.Pool, id)
+		e, err := st.Get(ctx, db.Pool, id)
 		require.NoError(t, err)
 		counts[e.State]++
 		switch e.State {

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -34,7 +34,7 @@ func TestClaimsWriteNoIndexEntries(t *testing.T) {
 		return err
 	}))
 	id := res.Effects[0].ID
-	store := engine.NewStore(db.Schema)
+	st := store.NewStore(db.Schema)
 
 	// updates returns the updates and HOT updates of side_effects so far
 	// in tx.
@@ -47,23 +47,23 @@ func TestClaimsWriteNoIndexEntries(t *testing.T) {
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // after commit, a no-op
-	e, err := store.Claim(ctx, tx, id, outboxtype.StatePending)
+	e, err := st.Claim(ctx, tx, id, outboxtype.StatePending)
 	require.NoError(t, err)
 	require.NotNil(t, e)
-	ok, err := store.Release(ctx, tx, id, "retryable: HTTP 429", time.Now(), true)
+	ok, err := st.Release(ctx, tx, id, "retryable: HTTP 429", time.Now(), true)
 	require.NoError(t, err)
 	require.True(t, ok)
-	e, err = store.Claim(ctx, tx, id, outboxtype.StatePending)
+	e, err = st.Claim(ctx, tx, id, outboxtype.StatePending)
 	require.NoError(t, err)
 	require.NotNil(t, e)
-	ok, err = store.RecordInDoubt(ctx, tx, id, "in doubt: timeout", time.Now())
+	ok, err = st.RecordInDoubt(ctx, tx, id, "in doubt: timeout", time.Now())
 	require.NoError(t, err)
 	require.True(t, ok)
 	all, hot := updates(tx)
 	require.Equal(t, int64(4), all, "four transitions of a live effect")
 	require.Equal(t, int64(4), hot, "each one a HOT update: no index entry written")
 
-	confirmed, err := store.ConfirmMany(ctx, tx, []engine.Ack{{ID: id, Ref: "evt_1"}}, false)
+	confirmed, err := st.ConfirmMany(ctx, tx, []store.Ack{{ID: id, Ref: "evt_1"}}, false)
 	require.NoError(t, err)
 	require.Contains(t, confirmed, id)
 	all, hot = updates(tx)
@@ -71,7 +71,7 @@ func TestClaimsWriteNoIndexEntries(t *testing.T) {
 	require.Equal(t, int64(4), hot, "confirming leaves the live index: not HOT")
 	require.NoError(t, tx.Commit(ctx))
 
-	got, err := store.Get(ctx, db.Pool, id)
+	got, err := st.Get(ctx, db.Pool, id)
 	require.NoError(t, err)
 	require.Equal(t, outboxtype.StateConfirmed, got.State)
 }

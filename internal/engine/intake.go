@@ -7,17 +7,16 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 )
 
 // IntakeChannel is the notification channel on which Enqueue wakes the
 // dispatchers when applications let them insert the River jobs; the
 // payload is the schema.
-const IntakeChannel = "outboxd_intake"
+const IntakeChannel = store.IntakeChannel
 
 // intakeBatch bounds how many effects one intake transaction moves.
 const intakeBatch = 1000
@@ -52,7 +51,7 @@ const (
 // runs one; SKIP LOCKED lets them share the work.
 type intake struct {
 	pool   *pgxpool.Pool
-	store  *Store
+	store  *store.Store
 	schema string
 	logger *slog.Logger
 	client *river.Client[pgx.Tx]
@@ -97,14 +96,14 @@ func (in *intake) listen(ctx context.Context) error {
 		return err
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN "+IntakeChannel); err != nil {
+	if err := store.ListenIntake(ctx, conn); err != nil {
 		return err
 	}
 	defer func() {
 		// Leave the pooled connection as it was found.
 		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if _, err := conn.Exec(uctx, "UNLISTEN "+IntakeChannel); err != nil {
+		if err := store.UnlistenIntake(uctx, conn); err != nil {
 			conn.Conn().Close(uctx) //nolint:errcheck // the pool discards it
 		}
 	}()
@@ -232,11 +231,7 @@ func (in *intake) wait(ctx context.Context, conn *pgxpool.Conn, d time.Duration)
 // it moves when an effect, an ordering key's wake or a tenant's queued
 // effect is written, whether or not that has committed yet.
 func (in *intake) watch(ctx context.Context, conn *pgxpool.Conn) (int64, error) {
-	var v int64
-	if err := conn.QueryRow(ctx, in.store.sql(sqlIntakeWatch)).Scan(&v); err != nil {
-		return 0, fmt.Errorf("intake: watch: %w", err)
-	}
-	return v, nil
+	return in.store.IntakeWatch(ctx, conn)
 }
 
 // feed runs the tenants' feeder, if any, and reports how many effects it
@@ -275,49 +270,40 @@ func (in *intake) drain(ctx context.Context) (int, int64, error) {
 	// Most polls find the intake empty: one round trip says so, without
 	// a transaction, which of the two statements below have work, and
 	// the watch's last number (drawn before what this drain can see).
-	var queued, wakes bool
-	var watch int64
-	if err := in.pool.QueryRow(ctx, in.store.sql(sqlIntakeWaiting)).Scan(&queued, &wakes, &watch); err != nil {
+	queued, wakes, watch, err := in.store.IntakeWaiting(ctx, in.pool)
+	if err != nil {
 		return 0, 0, fmt.Errorf("intake: %w", err)
 	}
 	if !queued && !wakes {
 		return 0, watch, nil
 	}
 	n := 0
-	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
 		if !queued {
-			woken, err := in.store.WakeChains(ctx, tx, in.client, intakeBatch)
+			woken, err := wakeChains(ctx, in.store, tx, in.client, intakeBatch)
 			n += woken
 			return err
 		}
-		rows, err := tx.Query(ctx, in.store.sql(sqlTakeIntake), intakeBatch)
+		taken, err := in.store.TakeIntake(ctx, tx, intakeBatch)
 		if err != nil {
 			return err
 		}
 		var params []river.InsertManyParams
 		// Effects due now share batch jobs, by provider.
 		var due dueNow
-		var id uuid.UUID
-		var provider string
-		var notBefore *time.Time
-		var ordered bool
 		now := time.Now()
-		_, err = pgx.ForEachRow(rows, []any{&id, &provider, &notBefore, &ordered}, func() error {
+		for _, x := range taken {
 			n++
 			switch {
-			case ordered:
+			case x.Ordered:
 				// An effect with an ordering key gets its job when it is
 				// first in its chain: see the wakes below.
 				wakes = true
-			case notBefore != nil && notBefore.After(now):
-				params = append(params, JobParams(id, provider, notBefore))
+			case x.NotBefore != nil && x.NotBefore.After(now):
+				params = append(params, JobParams(x.ID, x.Provider, x.NotBefore))
 			default:
-				due.add(provider, id)
+				due.add(x.Provider, x.ID)
 			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
 		params = append(params, due.params()...)
 		if len(params) > 0 {
@@ -330,7 +316,7 @@ func (in *intake) drain(ctx context.Context) (int, int64, error) {
 			// the next look.
 			return nil
 		}
-		woken, err := in.store.WakeChains(ctx, tx, in.client, intakeBatch)
+		woken, err := wakeChains(ctx, in.store, tx, in.client, intakeBatch)
 		n += woken
 		return err
 	})
@@ -340,119 +326,36 @@ func (in *intake) drain(ctx context.Context) (int, int64, error) {
 	return n, watch, nil
 }
 
-// NextInChains gives the first effect of each of keys that has not ended, if
-// it is pending, a dispatch job, and takes the keys' wakes (see WakeChains).
-func (s *Store) NextInChains(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], keys []string) error {
-	rows, err := tx.Query(ctx, s.sql(sqlNextInChains), keys, s.name)
+// feedTenants gives the tenants' due effects their jobs, as their windows
+// allow, and returns how many it gave and whether effects were queued.
+func (in *intake) feedTenants(ctx context.Context) (int, bool, error) {
+	waiting, err := in.store.TenantsWaiting(ctx, in.pool)
 	if err != nil {
-		return fmt.Errorf("next in chains: %w", err)
+		return 0, false, fmt.Errorf("tenants: %w", err)
 	}
-	_, err = s.insertChainJobs(ctx, tx, client, rows, nil)
-	return err
-}
-
-// WakeChains takes up to limit keys whose chain may have moved (an effect
-// of the key was inserted, ended or released) and gives the first effect of
-// each that has not ended, if it is pending, a dispatch job. Jobs are
-// unique per effect while live: an effect that has one keeps it, and a job
-// waiting behind its predecessor (see Worker) is made available now. It
-// returns how many keys it took.
-func (s *Store) WakeChains(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], limit int) (int, error) {
-	rows, err := tx.Query(ctx, s.sql(sqlTakeWakes), limit)
-	if err != nil {
-		return 0, fmt.Errorf("wake chains: %w", err)
+	if !waiting {
+		return 0, false, nil
 	}
-	var held []string
-	read, err := s.insertChainJobs(ctx, tx, client, rows, &held)
-	if err != nil {
-		return 0, err
-	}
-	if len(held) > 0 {
-		// Their first effect is being changed by a transaction that may
-		// not see what was enqueued behind it: look again once it ends.
-		if _, err := tx.Exec(ctx, s.sql(sqlWakeAgain), held); err != nil {
-			return 0, fmt.Errorf("wake chains: %w", err)
+	f := in.tenants
+	n := 0
+	err = pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
+		fed, err := in.store.FeedTenants(ctx, tx, f.window, f.tenants, f.weights)
+		if err != nil {
+			return err
 		}
-	}
-	return read, nil
-}
-
-// insertChainJobs gives each row (id, provider, not_before[, held key])
-// with an id a dispatch job, collects the held keys in held when given,
-// and returns how many rows it read. The rows due now share batch jobs;
-// the others get jobs of their own, which are unique per effect while
-// live: an effect that has one keeps it, and a job waiting behind its
-// predecessor (see Worker) is made available now.
-func (s *Store) insertChainJobs(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], rows pgx.Rows, held *[]string) (int, error) {
-	var params []river.InsertManyParams
-	var id *uuid.UUID
-	var provider *string
-	var notBefore *time.Time
-	var heldKey *string
-	scan := []any{&id, &provider, &notBefore}
-	if held != nil {
-		// sqlTakeWakes also says which keys are held (see there).
-		scan = append(scan, &heldKey)
-	}
-	read := 0
-	// The heads due now share batch jobs, by provider (a batch claims an
-	// effect only while it is first in its chain, and only for its first
-	// attempt); the others get jobs of their own.
-	var due dueNow
-	now := time.Now()
-	_, err := pgx.ForEachRow(rows, scan, func() error {
-		read++
-		switch {
-		case id == nil:
-		case notBefore != nil && notBefore.After(now):
-			params = append(params, JobParams(*id, *provider, notBefore))
-		default:
-			due.add(*provider, *id)
+		var params []river.InsertManyParams
+		for _, x := range fed {
+			params = append(params, JobParams(x.ID, x.Provider, nil))
 		}
-		if heldKey != nil {
-			*held = append(*held, *heldKey)
+		if len(params) == 0 {
+			return nil
 		}
-		return nil
+		n = len(params)
+		_, err = in.client.InsertManyTx(ctx, tx, params)
+		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("wake chains: %w", err)
+		return 0, true, fmt.Errorf("tenants: %w", err)
 	}
-	var batches []river.InsertManyParams
-	for _, jp := range due.params() {
-		if _, ok := jp.Args.(BatchArgs); ok {
-			batches = append(batches, jp)
-		} else {
-			params = append(params, jp)
-		}
-	}
-	if len(batches) > 0 {
-		if _, err := client.InsertManyTx(ctx, tx, batches); err != nil {
-			return 0, fmt.Errorf("wake chains: insert batch jobs: %w", err)
-		}
-	}
-	if len(params) == 0 {
-		return read, nil
-	}
-	res, err := client.InsertManyTx(ctx, tx, params)
-	if err != nil {
-		return 0, fmt.Errorf("wake chains: insert jobs: %w", err)
-	}
-	for i, r := range res {
-		st := r.Job.State
-		if !r.UniqueSkippedAsDuplicate {
-			continue
-		}
-		// A job that found its effect blocked snoozed (River keeps a short
-		// snooze available, a longer one scheduled): wake it now, unless
-		// the effect itself must still wait.
-		if (st == rivertype.JobStateScheduled || st == rivertype.JobStateAvailable) && r.Job.ScheduledAt.After(now) {
-			if nb := params[i].InsertOpts.ScheduledAt; !nb.IsZero() && nb.After(now) {
-				continue
-			}
-			if _, err := client.JobRetryTx(ctx, tx, r.Job.ID); err != nil {
-				return 0, fmt.Errorf("wake chains: make job %d available: %w", r.Job.ID, err)
-			}
-		}
-	}
-	return read, nil
+	return n, true, nil
 }

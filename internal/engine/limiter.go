@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 )
 
@@ -42,7 +43,7 @@ func accountWaitFor(jobTimeout time.Duration) time.Duration {
 // that has no row (no rate, never throttled) costs no statement at all.
 type limiter struct {
 	pool      *pgxpool.Pool
-	store     *Store
+	store     *store.Store
 	logger    *slog.Logger
 	pauseBase time.Duration
 	// clock, when set by tests, is the time the buckets refill up to
@@ -105,7 +106,7 @@ type keyState struct {
 	lastUse time.Time
 }
 
-func newLimiter(pool *pgxpool.Pool, store *Store, logger *slog.Logger, pauseBase time.Duration) *limiter {
+func newLimiter(pool *pgxpool.Pool, store *store.Store, logger *slog.Logger, pauseBase time.Duration) *limiter {
 	return &limiter{pool: pool, store: store, logger: logger, pauseBase: pauseBase, keys: map[string]*keyState{}}
 }
 
@@ -311,7 +312,7 @@ func (l *limiter) takeDue(ctx context.Context, key string, maxWait time.Duration
 			at = l.clock()
 		}
 		l.mu.Unlock()
-		lease, err := l.store.LeaseTokens(ctx, l.pool, key, want, at)
+		lease, err := LeaseTokens(ctx, l.store, l.pool, key, want, at)
 		l.mu.Lock()
 		st.leasing = nil
 		close(ch)
@@ -454,7 +455,7 @@ func (l *limiter) throttled(ctx context.Context, key string, after time.Duration
 		at = l.clock()
 	}
 	l.mu.Unlock()
-	_, left, err := l.store.Throttle(ctx, l.pool, key, after, l.pauseBase, observed, again, at)
+	_, left, err := Throttle(ctx, l.store, l.pool, key, after, l.pauseBase, observed, again, at)
 	if err != nil {
 		return time.Time{}, false, err
 	}
@@ -501,7 +502,7 @@ func (l *limiter) pauseEnded(ctx context.Context, key string, st *keyState) bool
 	l.mu.Unlock()
 	r, err := l.store.LimitOf(ctx, l.pool, key)
 	l.mu.Lock()
-	if err != nil || r == nil || r.Paused() || !st.pausedAt.Before(readAt) {
+	if err != nil || r == nil || (limitRow{r}).Paused() || !st.pausedAt.Before(readAt) {
 		return false
 	}
 	st.pausedUntil = time.Time{}
@@ -523,7 +524,8 @@ func (l *limiter) refresh(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	seen := make(map[string]bool, len(rows))
-	for _, r := range rows {
+	for _, row := range rows {
+		r := limitRow{row}
 		seen[r.Key] = true
 		st := l.state(r.Key)
 		st.pauseChecked = false
@@ -612,7 +614,7 @@ func (l *limiter) start(ctx context.Context) {
 					l.logger.Debug("could not read the rate limits", "error", err)
 				}
 			case <-forget.C:
-				_, _ = l.pool.Exec(ctx, l.store.sql(sqlLimitsForget))
+				_ = l.store.ForgetLimits(ctx, l.pool)
 			}
 		}
 	}()
@@ -642,11 +644,4 @@ func (l *limiter) states() []KeyState {
 	}
 	slices.SortFunc(out, func(a, b KeyState) int { return strings.Compare(a.Key, b.Key) })
 	return out
-}
-
-func latest(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

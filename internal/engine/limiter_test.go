@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 )
 
@@ -22,16 +23,16 @@ import (
 func TestThreeReplicasTakeTurnsWithinTheRate(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	store := NewStore(db.Schema)
+	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	const key, rate, total = "webhook:turns.example", 50.0, 150
-	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
 
 	var mu sync.Mutex
 	var times []time.Time
 	var wg sync.WaitGroup
 	for range 3 {
-		l := newLimiter(db.Pool, store, slog.New(slog.DiscardHandler), time.Second)
+		l := newLimiter(db.Pool, st, slog.New(slog.DiscardHandler), time.Second)
 		l.ensure(key, rate, "config")
 		for range 30 {
 			wg.Add(1)
@@ -79,12 +80,12 @@ func TestThreeReplicasTakeTurnsWithinTheRate(t *testing.T) {
 func TestADestinationsLongLineDoesNotHoldWorkers(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	store := NewStore(db.Schema)
+	st := store.NewStore(db.Schema)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const key, rate = "webhook:slow.example", 0.2
-	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
-	l := newLimiter(db.Pool, store, slog.New(slog.DiscardHandler), time.Second)
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
+	l := newLimiter(db.Pool, st, slog.New(slog.DiscardHandler), time.Second)
 	l.ensure(key, rate, "config")
 
 	// The idle key's burst and the time after it: two requests at once.
@@ -154,10 +155,10 @@ func TestADestinationsLongLineDoesNotHoldWorkers(t *testing.T) {
 func TestALimitThatDoesNotBindLeasesWhatItSpends(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	store := NewStore(db.Schema)
+	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	const key, workers, each = "noop:account", 100, 30
-	l := newLimiter(db.Pool, store, slog.New(slog.DiscardHandler), time.Second)
+	l := newLimiter(db.Pool, st, slog.New(slog.DiscardHandler), time.Second)
 	l.ensure(key, 1e6, "default")
 	require.NoError(t, l.writePending(ctx))
 	var wg sync.WaitGroup
@@ -174,7 +175,7 @@ func TestALimitThatDoesNotBindLeasesWhatItSpends(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	row, err := store.LimitOf(ctx, db.Pool, key)
+	row, err := st.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)
 	require.LessOrEqual(t, row.Granted, int64(2*workers*each), "times leased for the %d taken", workers*each)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/sideeffects"
@@ -34,17 +35,17 @@ func clockAt(t0 time.Time) func(d time.Duration) *time.Time {
 func TestLimitBucketHoldsAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	store := engine.NewStore(db.Schema)
+	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	const key, rate = "webhook:partner.example", 50.0
-	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
 
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var times []time.Time
 	var mu sync.Mutex
 	leased := 0
 	lease := func(at time.Time, want int) engine.Lease {
-		l, err := store.LeaseTokens(ctx, db.Pool, key, want, &at)
+		l, err := engine.LeaseTokens(ctx, st, db.Pool, key, want, &at)
 		require.NoError(t, err)
 		require.True(t, l.Limited)
 		mu.Lock()
@@ -88,7 +89,7 @@ func TestLimitBucketHoldsAcrossReplicas(t *testing.T) {
 	}
 	require.LessOrEqual(t, inTen, int(rate*10)+3, "never more than the rate over 10s, plus the burst")
 	require.GreaterOrEqual(t, inTen, int(rate*10*0.95), "and no less than 95% of it")
-	row, err := store.LimitOf(ctx, db.Pool, key)
+	row, err := st.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)
 	require.EqualValues(t, leased, row.Granted, "every lease is counted")
 }
@@ -99,70 +100,70 @@ func TestLimitBucketHoldsAcrossReplicas(t *testing.T) {
 func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	store := engine.NewStore(db.Schema)
+	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	const key = "stripe:live-a1b2"
-	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, 100, "default"))
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, 100, "default"))
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := clockAt(t0)
 
-	until, left, err := store.Throttle(ctx, db.Pool, key, 0, time.Second, 0, true, at(0))
+	until, left, err := engine.Throttle(ctx, st, db.Pool, key, 0, time.Second, 0, true, at(0))
 	require.NoError(t, err)
 	require.WithinDuration(t, t0.Add(time.Second), until, 0, "no Retry-After: the base pause")
 	require.Equal(t, time.Second, left)
 
-	l, err := store.LeaseTokens(ctx, db.Pool, key, 5, at(500*time.Millisecond))
+	l, err := engine.LeaseTokens(ctx, st, db.Pool, key, 5, at(500*time.Millisecond))
 	require.NoError(t, err)
 	require.Zero(t, l.Granted, "paused: no token for any replica")
 	require.Equal(t, 500*time.Millisecond, l.PausedFor)
 
 	// 429s answering requests sent before the pause: the same episode.
-	_, _, err = store.Throttle(ctx, db.Pool, key, 0, time.Second, 0, true, at(600*time.Millisecond))
+	_, _, err = engine.Throttle(ctx, st, db.Pool, key, 0, time.Second, 0, true, at(600*time.Millisecond))
 	require.NoError(t, err)
-	row, err := store.LimitOf(ctx, db.Pool, key)
+	row, err := st.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)
 	require.InDelta(t, 75, *row.CurrentRate, 0.001, "lowered by a quarter once per episode")
 	require.Equal(t, 1, row.ThrottledInRow)
 	require.EqualValues(t, 2, row.Throttles)
 
-	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(2*time.Second))
+	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 100, at(2*time.Second))
 	require.NoError(t, err)
 	require.InDelta(t, 85, l.Rate, 0.001, "climbing back by a tenth of its rate each second after the pause")
 	require.Zero(t, l.Granted, "39 times are free within 400 ms: fewer than half of 100")
-	l, err = store.LeaseTokens(ctx, db.Pool, key, 30, at(2*time.Second))
+	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 30, at(2*time.Second))
 	require.NoError(t, err)
 	require.Equal(t, 30, l.Granted, "from a twentieth of a second back, at 85/s")
 	require.Equal(t, -50*time.Millisecond, l.Start.Round(time.Millisecond))
 
 	// A new episode soon after: the pause doubles and the rate halves again.
-	until, _, err = store.Throttle(ctx, db.Pool, key, 0, time.Second, 0, true, at(2100*time.Millisecond))
+	until, _, err = engine.Throttle(ctx, st, db.Pool, key, 0, time.Second, 0, true, at(2100*time.Millisecond))
 	require.NoError(t, err)
 	require.WithinDuration(t, t0.Add(4100*time.Millisecond), until, 0)
-	row, err = store.LimitOf(ctx, db.Pool, key)
+	row, err = st.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)
 	require.Equal(t, 2, row.ThrottledInRow)
 	require.InDelta(t, 64.5, *row.CurrentRate, 0.01)
 
 	// Never below what the provider was just seen to accept.
-	_, _, err = store.Throttle(ctx, db.Pool, key, 0, time.Second, 90, true, at(8*time.Second))
+	_, _, err = engine.Throttle(ctx, st, db.Pool, key, 0, time.Second, 90, true, at(8*time.Second))
 	require.NoError(t, err)
-	row, err = store.LimitOf(ctx, db.Pool, key)
+	row, err = st.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)
 	require.InDelta(t, 90, *row.CurrentRate, 0.01)
 
 	// A provider that names its delay gets it.
-	until, _, err = store.Throttle(ctx, db.Pool, key, 30*time.Second, time.Second, 0, true, at(20*time.Second))
+	until, _, err = engine.Throttle(ctx, st, db.Pool, key, 30*time.Second, time.Second, 0, true, at(20*time.Second))
 	require.NoError(t, err)
 	require.WithinDuration(t, t0.Add(50*time.Second), until, 0)
 
 	// Requests were accepted since the last 429: a new episode's pause
 	// starts over at the base.
-	until, _, err = store.Throttle(ctx, db.Pool, key, 0, time.Second, 0, false, at(60*time.Second))
+	until, _, err = engine.Throttle(ctx, st, db.Pool, key, 0, time.Second, 0, false, at(60*time.Second))
 	require.NoError(t, err)
 	require.WithinDuration(t, t0.Add(61*time.Second), until, 0)
 
 	// Recovered: back at the configured rate.
-	l, err = store.LeaseTokens(ctx, db.Pool, key, 1, at(10*time.Minute))
+	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 1, at(10*time.Minute))
 	require.NoError(t, err)
 	require.InDelta(t, 100, l.Rate, 0.001)
 }
@@ -173,25 +174,25 @@ func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 func TestAKeyWithoutARateIsFreeUntilA429(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	store := engine.NewStore(db.Schema)
+	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	const key = "webhook:free.example"
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := clockAt(t0)
 
-	l, err := store.LeaseTokens(ctx, db.Pool, key, 7, at(0))
+	l, err := engine.LeaseTokens(ctx, st, db.Pool, key, 7, at(0))
 	require.NoError(t, err)
 	require.False(t, l.Limited)
 	require.Equal(t, 7, l.Granted)
 
-	_, _, err = store.Throttle(ctx, db.Pool, key, time.Second, time.Second, 80, true, at(0))
+	_, _, err = engine.Throttle(ctx, st, db.Pool, key, time.Second, time.Second, 80, true, at(0))
 	require.NoError(t, err)
-	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(1500*time.Millisecond))
+	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 100, at(1500*time.Millisecond))
 	require.NoError(t, err)
 	require.True(t, l.Limited)
 	require.InDelta(t, 80+8*0.5, l.Rate, 0.001, "the 80/s it was seen to accept, climbing by a tenth of that a second after the pause")
 
-	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(10*time.Minute))
+	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 100, at(10*time.Minute))
 	require.NoError(t, err)
 	require.False(t, l.Limited, "its 429s forgotten, the key is free again")
 	require.Equal(t, 100, l.Granted)
@@ -310,28 +311,28 @@ func TestLimitsAreCheckedAtStart(t *testing.T) {
 func TestTheBucketsClockNeverRunsBackwards(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	store := engine.NewStore(db.Schema)
+	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	const key = "webhook:late.example"
-	require.NoError(t, store.ConfigureLimit(ctx, db.Pool, key, 100, "config"))
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, 100, "config"))
 	t0 := time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
 	at := clockAt(t0)
-	l, err := store.LeaseTokens(ctx, db.Pool, key, 10, at(0))
+	l, err := engine.LeaseTokens(ctx, st, db.Pool, key, 10, at(0))
 	require.NoError(t, err)
 	require.Equal(t, 10, l.Granted)
 	require.Equal(t, -50*time.Millisecond, l.Start, "an idle key: its burst, due at once")
-	l, err = store.LeaseTokens(ctx, db.Pool, key, 10, at(-100*time.Millisecond))
+	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 10, at(-100*time.Millisecond))
 	require.NoError(t, err)
 	require.Equal(t, 150*time.Millisecond, l.Start, "a lease that began earlier gets the times after the first's")
-	l, err = store.LeaseTokens(ctx, db.Pool, key, 100, at(50*time.Millisecond))
+	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 100, at(50*time.Millisecond))
 	require.NoError(t, err)
 	require.Zero(t, l.Granted, "30 times are free within 400 ms, fewer than half of 100")
 	require.Equal(t, 200*time.Millisecond, l.NextIn, "50 are in 200 ms")
-	l, err = store.LeaseTokens(ctx, db.Pool, key, 60, at(50*time.Millisecond))
+	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 60, at(50*time.Millisecond))
 	require.NoError(t, err)
 	require.Equal(t, 100*time.Millisecond, l.Start, "after both blocks")
 	require.Equal(t, 30, l.Granted, "up to 400 ms ahead")
-	l, err = store.LeaseTokens(ctx, db.Pool, key, 10, at(50*time.Millisecond))
+	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 10, at(50*time.Millisecond))
 	require.NoError(t, err)
 	require.Zero(t, l.Granted, "nothing left within 400 ms")
 	require.Equal(t, 50*time.Millisecond, l.NextIn, "until half of 10 are free")
@@ -379,7 +380,7 @@ func TestAProviderCannotPauseAKeyForYears(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		row, err := b.store.LimitOf(context.Background(), b.db.Pool, key)
-		if !errors.Is(err, engine.ErrNotFound) { // no row before the first 429
+		if !errors.Is(err, store.ErrNotFound) { // no row before the first 429
 			require.NoError(t, err)
 		}
 		if row != nil && row.PausedUntil != nil {
@@ -408,12 +409,12 @@ func TestAKeyWithoutARateClimbsNoHigherThanWhatDrewIts429(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	lowered := 5.0
-	r := engine.LimitRow{CurrentRate: &lowered, CurrentAt: now.Add(-90 * time.Second), LastThrottleAt: &[]time.Time{now.Add(-90 * time.Second)}[0], Now: now}
-	require.Equal(t, 10.0, r.Effective())
-	step, ceiling := r.Climb()
+	r := store.LimitRow{CurrentRate: &lowered, CurrentAt: now.Add(-90 * time.Second), LastThrottleAt: &[]time.Time{now.Add(-90 * time.Second)}[0], Now: now}
+	require.Equal(t, 10.0, engine.EffectiveRate(&r))
+	step, ceiling := engine.Climb(&r)
 	require.Zero(t, step, "climbed all the way back")
 	require.Equal(t, 10.0, ceiling)
 
 	r.CurrentAt = now.Add(-2 * time.Second)
-	require.Equal(t, 7.0, r.Effective(), "climbing at 1/s until then")
+	require.Equal(t, 7.0, engine.EffectiveRate(&r), "climbing at 1/s until then")
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outboxtype"
 )
@@ -36,13 +36,13 @@ FROM (SELECT id, created_at, row_number() OVER () AS n FROM ev) e,
 	_, err = db.Pool.Exec(ctx, "ANALYZE "+s+".side_effects")
 	require.NoError(t, err)
 
-	store := engine.NewStore(s)
-	plans, err := store.ExplainAdmin(ctx, db.Pool, time.Now(), time.Now().Add(-time.Hour))
+	st := store.NewStore(s)
+	plans, err := st.ExplainAdmin(ctx, db.Pool, time.Now(), time.Now().Add(-time.Hour))
 	require.NoError(t, err)
 	require.Contains(t, plans["list.failed"], `"side_effects_failed_list_idx"`)
 	require.Contains(t, plans["list.failed.kind"], `"side_effects_failed_kind_idx"`, "one kind: its own order, stopping at the page")
 
-	got, err := store.List(ctx, db.Pool, outboxtype.Filter{States: []outboxtype.State{outboxtype.StateFailed}, Kind: "webhook.order_paid", Limit: 30})
+	got, err := st.List(ctx, db.Pool, outboxtype.Filter{States: []outboxtype.State{outboxtype.StateFailed}, Kind: "webhook.order_paid", Limit: 30})
 	require.NoError(t, err)
 	require.Len(t, got, 30)
 	acknowledged := 0
@@ -85,28 +85,28 @@ FROM (SELECT id, created_at, row_number() OVER (ORDER BY created_at DESC) AS n F
 	_, err = db.Pool.Exec(ctx, "ANALYZE "+s+".side_effects")
 	require.NoError(t, err)
 
-	store := engine.NewStore(s)
-	got, err := store.FailureReasons(ctx, db.Pool, 20, 10)
+	st := store.NewStore(s)
+	got, err := st.FailureReasons(ctx, db.Pool, 20, 10)
 	require.NoError(t, err)
 	require.Equal(t, []outboxtype.ReasonCount{
 		{Kind: "webhook.order_paid", Reason: "HTTP 410 (endpoint gone)", Count: 5},
 		{Kind: "webhook.order_paid", Reason: "retries exhausted", Count: 5},
 	}, got, "the newest 10 not acknowledged")
-	got, err = store.FailureReasons(ctx, db.Pool, 20, 1_000_000)
+	got, err = st.FailureReasons(ctx, db.Pool, 20, 1_000_000)
 	require.NoError(t, err)
 	require.Equal(t, int64(3000), got[0].Count)
 
-	plans, err := store.ExplainAdmin(ctx, db.Pool, time.Now(), time.Now().Add(-time.Hour))
+	plans, err := st.ExplainAdmin(ctx, db.Pool, time.Now(), time.Now().Add(-time.Hour))
 	require.NoError(t, err)
 	require.Contains(t, plans["overview.reasons"], `"side_effects_failed_idx"`)
 	require.Contains(t, plans["overview.reasons"], `"Limit"`)
 	require.Contains(t, plans["search.provider_ref"], `"side_effects_provider_ref_idx"`)
 
-	found, err := store.ByProviderRef(ctx, db.Pool, "ref_7", 50)
+	found, err := st.ByProviderRef(ctx, db.Pool, "ref_7", 50)
 	require.NoError(t, err)
 	require.Len(t, found, 1)
 	require.Equal(t, "ref_7", *found[0].ProviderRef)
-	found, err = store.ByProviderRef(ctx, db.Pool, "ref_7.filterdrecv-p3mdw1", 50)
+	found, err = st.ByProviderRef(ctx, db.Pool, "ref_7.filterdrecv-p3mdw1", 50)
 	require.NoError(t, err)
 	require.Len(t, found, 1, "a SendGrid event's sg_message_id: the message id before the dot")
 }

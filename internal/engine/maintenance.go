@@ -12,14 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // MaintenanceQueue runs the sweeper and retention jobs, one at a time.
 const MaintenanceQueue = "outboxd_maintenance"
-
-// sweepBatch is how many effects one sweep looks at.
-const sweepBatch = 1000
 
 // SweepArgs are the arguments of the periodic sweep job.
 type SweepArgs struct{}
@@ -33,13 +31,13 @@ func (SweepArgs) Kind() string { return "outboxd.sweep" }
 type sweepWorker struct {
 	river.WorkerDefaults[SweepArgs]
 	pool   *pgxpool.Pool
-	store  *Store
+	store  *store.Store
 	grace  time.Duration
 	logger *slog.Logger
 }
 
 func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
-	n, err := w.store.Sweep(ctx, w.pool, river.ClientFromContext[pgx.Tx](ctx), time.Now().Add(-w.grace))
+	n, err := Sweep(ctx, w.store, w.pool, river.ClientFromContext[pgx.Tx](ctx), time.Now().Add(-w.grace))
 	if err != nil {
 		return err
 	}
@@ -54,38 +52,25 @@ func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
 // inserted. One bad row cannot stall the others: an effect whose job
 // cannot be inserted (a provider name River refuses as a queue, written by
 // plain SQL before the CHECK existed) is failed with the reason.
-func (s *Store) Sweep(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], notSince time.Time) (int, error) {
+func Sweep(ctx context.Context, s *store.Store, pool *pgxpool.Pool, client *river.Client[pgx.Tx], notSince time.Time) (int, error) {
 	total := 0
 	for {
 		var inserted, seen int
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, s.sql(sqlSweep), notSince, sweepBatch)
-			if err != nil {
-				return err
-			}
-			type row struct {
-				id        uuid.UUID
-				provider  string
-				notBefore *time.Time
-			}
-			found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
-				var x row
-				err := r.Scan(&x.id, &x.provider, &x.notBefore)
-				return x, err
-			})
+			found, err := s.SweepCandidates(ctx, tx, notSince)
 			if err != nil || len(found) == 0 {
 				return err
 			}
 			seen = len(found)
 			var params []river.InsertManyParams
 			for _, x := range found {
-				if !QueueNameValid(x.provider) {
-					if err := s.failUnqueueable(ctx, tx, x.id, fmt.Errorf("provider %q is not a valid River queue name", x.provider)); err != nil {
+				if !QueueNameValid(x.Provider) {
+					if err := failUnqueueable(ctx, s, tx, x.ID, fmt.Errorf("provider %q is not a valid River queue name", x.Provider)); err != nil {
 						return err
 					}
 					continue
 				}
-				params = append(params, JobParams(x.id, x.provider, x.notBefore))
+				params = append(params, JobParams(x.ID, x.Provider, x.NotBefore))
 			}
 			n, err := insertJobs(ctx, tx, client, params)
 			if err == nil {
@@ -97,7 +82,7 @@ func (s *Store) Sweep(ctx context.Context, pool *pgxpool.Pool, client *river.Cli
 			for _, p := range params {
 				n, err := insertJobs(ctx, tx, client, []river.InsertManyParams{p})
 				if err != nil {
-					if err := s.failUnqueueable(ctx, tx, p.Args.(DispatchArgs).EffectID, err); err != nil {
+					if err := failUnqueueable(ctx, s, tx, p.Args.(DispatchArgs).EffectID, err); err != nil {
 						return err
 					}
 					continue
@@ -110,10 +95,15 @@ func (s *Store) Sweep(ctx context.Context, pool *pgxpool.Pool, client *river.Cli
 			return total, fmt.Errorf("sweep: %w", err)
 		}
 		total += inserted
-		if seen < sweepBatch {
+		if seen < store.SweepBatch {
 			return total, nil
 		}
 	}
+}
+
+func failUnqueueable(ctx context.Context, s *store.Store, tx pgx.Tx, id uuid.UUID, cause error) error {
+	_, err := s.Fail(ctx, tx, id, fmt.Sprintf("%s: %v: fix the row (provider must name a configured provider) and retry it, or cancel it", outboxtype.ReasonUnqueueable, cause))
+	return err
 }
 
 // insertJobs inserts params in a savepoint, so that a failure leaves tx
@@ -135,11 +125,6 @@ func insertJobs(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], pa
 	return n, err
 }
 
-func (s *Store) failUnqueueable(ctx context.Context, tx pgx.Tx, id uuid.UUID, cause error) error {
-	_, err := s.Fail(ctx, tx, id, fmt.Sprintf("%s: %v: fix the row (provider must name a configured provider) and retry it, or cancel it", outboxtype.ReasonUnqueueable, cause))
-	return err
-}
-
 var queueNameRE = regexp.MustCompile(`^[a-z0-9]+([_-][a-z0-9]+)*$`)
 
 // QueueNameValid reports whether name can be a provider name: a River queue
@@ -158,7 +143,7 @@ func (RetentionArgs) Kind() string { return "outboxd.retention" }
 type retentionWorker struct {
 	river.WorkerDefaults[RetentionArgs]
 	pool      *pgxpool.Pool
-	store     *Store
+	store     *store.Store
 	retention time.Duration
 	logger    *slog.Logger
 }
@@ -178,7 +163,7 @@ func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 func (w *retentionWorker) Timeout(*river.Job[RetentionArgs]) time.Duration { return 30 * time.Minute }
 
 // SummaryArgs are the arguments of the periodic job that keeps the
-// per-minute summary of ended effects (migration 00026, Store.Stats).
+// per-minute summary of ended effects (migration 00026, store.Store.Stats).
 type SummaryArgs struct{}
 
 // Kind implements river.JobArgs.
@@ -195,7 +180,7 @@ const summaryInterval = time.Minute
 type summaryWorker struct {
 	river.WorkerDefaults[SummaryArgs]
 	pool      *pgxpool.Pool
-	store     *Store
+	store     *store.Store
 	retention time.Duration
 }
 
@@ -205,8 +190,8 @@ func (w *summaryWorker) Work(ctx context.Context, _ *river.Job[SummaryArgs]) err
 		return err
 	}
 	if w.retention > 0 {
-		if _, err := w.pool.Exec(ctx, w.store.sql(sqlPurgeSummary), now.Add(-w.retention)); err != nil {
-			return fmt.Errorf("purge the summary's old minutes: %w", err)
+		if err := w.store.PurgeSummary(ctx, w.pool, now.Add(-w.retention)); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -226,7 +211,7 @@ func (KeyExpiryArgs) Kind() string { return "outboxd.idempotency_key_expiry" }
 type keyExpiryWorker struct {
 	river.WorkerDefaults[KeyExpiryArgs]
 	pool   *pgxpool.Pool
-	store  *Store
+	store  *store.Store
 	logger *slog.Logger
 }
 
@@ -236,27 +221,6 @@ func (w *keyExpiryWorker) Work(ctx context.Context, _ *river.Job[KeyExpiryArgs])
 		w.logger.Info("purged expired idempotency keys and inbox message ids", "keys", keys, "inbox_messages", msgs)
 	}
 	return err
-}
-
-// PurgeExpired deletes expired idempotency keys no request holds and
-// expired inbox message ids, and returns how many of each.
-func (s *Store) PurgeExpired(ctx context.Context, pool *pgxpool.Pool) (keys, messages int64, err error) {
-	for _, p := range []struct {
-		sql string
-		n   *int64
-	}{{s.sql(sqlPurgeExpiredKeys), &keys}, {s.sql(sqlPurgeExpiredInbox), &messages}} {
-		for {
-			tag, err := pool.Exec(ctx, p.sql, sweepBatch)
-			if err != nil {
-				return keys, messages, fmt.Errorf("purge expired keys and message ids: %w", err)
-			}
-			*p.n += tag.RowsAffected()
-			if tag.RowsAffected() < sweepBatch {
-				break
-			}
-		}
-	}
-	return keys, messages, nil
 }
 
 func periodic(interval time.Duration, args river.JobArgs) *river.PeriodicJob {
@@ -277,47 +241,20 @@ func (KeyWindowWatchArgs) Kind() string { return "outboxd.key_window_watch" }
 // operational event says so.
 const keyWindowWarning = time.Hour
 
-// sqlKeyWindowsClosing raises, once per key window, the operational event
-// of each effect of provider $1 not ended whose window ($2 long, its
-// margin deducted) closes within $3, when an endpoint listens for it.
-const sqlKeyWindowsClosing = `
-SELECT count(*) FROM (
-	SELECT /*schema*/outboxd_emit('outboxd.effect.key_window_closing', 'side_effect', e.id::text,
-		-- What stays the same for the window: raised again, the event
-		-- is a duplicate, never a conflict.
-		jsonb_build_object('effect_id', e.id, 'event_id', e.source_id, 'kind', e.kind, 'provider', e.provider,
-			'tenant', e.tenant, 'closes_at', e.key_window_from + $2::interval),
-		md5('outboxd.effect.key_window_closing:' || e.id || ':' || e.key_window_from)::uuid)
-	FROM /*schema*/side_effects e
-	WHERE /*schema*/outboxd_listened('outboxd.effect.key_window_closing')
-		AND e.phase = 'live' AND e.provider = $1 AND e.key_window_from IS NOT NULL
-		AND e.key_window_from + $2::interval BETWEEN now() AND now() + $3::interval
-) raised`
-
 // keyWindowWorker raises outboxd.effect.key_window_closing for the
 // effects of the dispatcher's providers with key windows, on the leader.
 type keyWindowWorker struct {
 	river.WorkerDefaults[KeyWindowWatchArgs]
 	pool    *pgxpool.Pool
-	store   *Store
+	store   *store.Store
 	windows map[string]time.Duration
 }
 
 func (w *keyWindowWorker) Work(ctx context.Context, _ *river.Job[KeyWindowWatchArgs]) error {
 	for provider, window := range w.windows {
-		if err := w.store.RaiseKeyWindowsClosing(ctx, w.pool, provider, window); err != nil {
+		if err := w.store.RaiseKeyWindowsClosing(ctx, w.pool, provider, window, keyWindowWarning); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// RaiseKeyWindowsClosing raises outboxd.effect.key_window_closing, once
-// per window, for the effects of provider not ended whose key window
-// (window, its margin deducted) closes within the hour.
-func (s *Store) RaiseKeyWindowsClosing(ctx context.Context, db DB, provider string, window time.Duration) error {
-	if _, err := db.Exec(ctx, s.sql(sqlKeyWindowsClosing), provider, window, keyWindowWarning); err != nil {
-		return fmt.Errorf("key windows closing (%s): %w", provider, err)
 	}
 	return nil
 }

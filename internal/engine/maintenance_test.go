@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
@@ -46,7 +47,7 @@ func TestSweeperDispatchesRowsWrittenBySQL(t *testing.T) {
 	ds := b.recv.Deliveries()
 	require.Len(t, ds, 1)
 	require.Equal(t, sqlKey, ds[0].ID, "the SQL form of the key is what the receiver sees")
-	require.Equal(t, engine.Key(eventID, "webhook.legacy"), ds[0].ID)
+	require.Equal(t, store.Key(eventID, "webhook.legacy"), ds[0].ID)
 }
 
 func TestSweeperRecoversDiscardedJob(t *testing.T) {
@@ -234,7 +235,7 @@ func TestSweeperIsolatesARowItCannotQueue(t *testing.T) {
 		require.NoError(t, err, sql)
 	}
 	// Swept by hand before any dispatcher runs (its own sweeper would race).
-	n, err := b.store.Sweep(ctx, b.db.Pool, insertClient(t, b.db.Pool, b.db.Schema), time.Now())
+	n, err := engine.Sweep(ctx, b.store, b.db.Pool, insertClient(t, b.db.Pool, b.db.Schema), time.Now())
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the good effect got its job")
 	b.start(t)
@@ -365,7 +366,7 @@ FROM ev`)
 	_, err = db.Pool.Exec(ctx, "ANALYZE "+s+".side_effects, "+s+".outbox_events")
 	require.NoError(t, err)
 
-	plans, err := engine.NewStore(s).ExplainAdmin(ctx, db.Pool, time.Now(), time.Now().Add(-30*24*time.Hour))
+	plans, err := store.NewStore(s).ExplainAdmin(ctx, db.Pool, time.Now(), time.Now().Add(-30*24*time.Hour))
 	require.NoError(t, err)
 	require.Contains(t, plans["purge.effects"], `"side_effects_terminal_idx"`)
 	require.Contains(t, plans["purge.events"], `"outbox_events_created_at_idx"`)
@@ -396,87 +397,6 @@ func TestPurgeTakesOldDriftRecords(t *testing.T) {
 	var left int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.provider_drift`).Scan(&left))
 	require.Equal(t, 30, left, "the last 30 days stay")
-}
-
-// TestTheSweepHashesTheLiveJobs: with a backlog whose effects all have
-// their jobs, the sweeper reads the live jobs once (a hash anti join), not
-// River's args index once per effect (26 s a minute at 20,000 effects).
-func TestTheSweepHashesTheLiveJobs(t *testing.T) {
-	t.Parallel()
-	b := setupWorker(t, workerOpts{})
-	ctx := context.Background()
-	s := b.db.Schema
-	for _, q := range []string{
-		`INSERT INTO ` + s + `.outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'b', '{}' FROM generate_series(1, 3000)`,
-		`INSERT INTO ` + s + `.side_effects (id, source_id, kind, provider, payload, updated_at)
-			SELECT gen_random_uuid(), id, 'k', 'webhook', '{}', now() - interval '5 minutes' FROM ` + s + `.outbox_events`,
-		`INSERT INTO ` + s + `.river_job (args, kind, max_attempts, queue, state, scheduled_at)
-			SELECT jsonb_build_object('effect_id', id), 'outboxd.dispatch', 100, 'webhook', 'available', now() FROM ` + s + `.side_effects`,
-		`ANALYZE ` + s + `.side_effects, ` + s + `.river_job`,
-	} {
-		_, err := b.db.Pool.Exec(ctx, q)
-		require.NoError(t, err)
-	}
-	var plan []string
-	rows, err := b.db.Pool.Query(ctx, "EXPLAIN "+engine.SweepStatement(b.store), time.Now().Add(-time.Minute), 1000)
-	require.NoError(t, err)
-	plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	text := strings.Join(plan, "\n")
-	require.Contains(t, text, "Hash Anti Join", text)
-	require.NotContains(t, text, "river_job_args_index", text)
-	n, err := b.store.Sweep(ctx, b.db.Pool, nil, time.Now().Add(-time.Minute))
-	require.NoError(t, err)
-	require.Zero(t, n, "every effect has its job")
-}
-
-// TestStuckEffectsWithoutJobsFindTheirJobsByTheArgsIndex: the stuck list
-// and an action's job check look up each effect's jobs through River's
-// args index, never by reading river_job's primary key backwards: with
-// 20,000 finished jobs and effects that have none, that read filtered
-// every job for every effect (the overview took 13-17 s with 60 such
-// effects and 220,000 jobs).
-func TestStuckEffectsWithoutJobsFindTheirJobsByTheArgsIndex(t *testing.T) {
-	t.Parallel()
-	b := setupWorker(t, workerOpts{})
-	ctx := context.Background()
-	s := b.db.Schema
-	for _, q := range []string{
-		`INSERT INTO ` + s + `.river_job (args, kind, max_attempts, queue, state, scheduled_at, finalized_at)
-			SELECT jsonb_build_object('effect_id', gen_random_uuid()), 'outboxd.dispatch', 100, 'webhook', 'completed', now(), now()
-			FROM generate_series(1, 20000)`,
-		`INSERT INTO ` + s + `.outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'b', '{}' FROM generate_series(1, 60)`,
-		`INSERT INTO ` + s + `.side_effects (id, source_id, kind, provider, payload, updated_at)
-			SELECT gen_random_uuid(), id, 'k', 'stripe', '{}', now() - interval '1 hour' FROM ` + s + `.outbox_events`,
-		`ANALYZE ` + s + `.side_effects, ` + s + `.river_job`,
-	} {
-		_, err := b.db.Pool.Exec(ctx, q)
-		require.NoError(t, err)
-	}
-	explain := func(stmt string, args ...any) string {
-		var plan []string
-		require.NoError(t, engine.FewJobsPlan(ctx, b.db.Pool, func(db engine.DB) error {
-			rows, err := db.Query(ctx, "EXPLAIN "+stmt, args...)
-			if err != nil {
-				return err
-			}
-			plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
-			return err
-		}))
-		return strings.Join(plan, "\n")
-	}
-	plan := explain(engine.StuckStatement(b.store), time.Now().Add(-5*time.Minute), 50)
-	require.Contains(t, plan, "river_job_args_index", plan)
-	require.NotContains(t, plan, "Index Scan Backward using river_job_pkey", plan)
-	require.NotContains(t, plan, "Seq Scan on river_job", plan)
-	plan = explain(engine.JobInStatement(b.store), uuid.New(), []string{"running"})
-	require.NotContains(t, plan, "Index Scan Backward using river_job_pkey", plan)
-	stuck, err := b.store.Stuck(ctx, b.db.Pool, time.Now().Add(-5*time.Minute), 50)
-	require.NoError(t, err)
-	require.Len(t, stuck, 50)
-	for _, st := range stuck {
-		require.Nil(t, st.JobID, "no job")
-	}
 }
 
 // TestAFiredEffectBehindAnOpenBreakerIsStuck: a webhook fired ten minutes

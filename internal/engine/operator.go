@@ -15,19 +15,17 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
 )
 
-// actorOutboxd is the audit actor of what the dispatcher itself records.
-const actorOutboxd = "outboxd"
-
 // Operator performs the transitions people make by hand, each in one
 // transaction with its audit row (and, for retry, its new River job).
 type Operator struct {
 	pool  *pgxpool.Pool
-	store *Store
+	store *store.Store
 	river *river.Client[pgx.Tx]
 	// told is the providers' guarantees and inDoubt the in-doubt policies
 	// by kind, as the dispatchers were told them, so that a redrive
@@ -52,14 +50,14 @@ func NewOperator(pool *pgxpool.Pool, schema string, guarantees map[string]provid
 	if err != nil {
 		return nil, fmt.Errorf("operator: river client: %w", err)
 	}
-	return &Operator{pool: pool, store: NewStore(schema), river: rc, told: guarantees, inDoubt: inDoubt}, nil
+	return &Operator{pool: pool, store: store.NewStore(schema), river: rc, told: guarantees, inDoubt: inDoubt}, nil
 }
 
-// Pool is the operator's pool, for reads through Store.
+// Pool is the operator's pool, for reads through store.Store.
 func (o *Operator) Pool() *pgxpool.Pool { return o.pool }
 
-// Store is the operator's store, for reads.
-func (o *Operator) Store() *Store { return o.store }
+// store.Store is the operator's store, for reads.
+func (o *Operator) Store() *store.Store { return o.store }
 
 // Policy is the in-doubt policy that applies to effects of kind at provider,
 // as this operator's settings know it (at_most_once for a provider they do
@@ -84,7 +82,7 @@ func policyOf(inDoubt map[string]providers.InDoubtPolicy, g providers.Guarantees
 // them, or else as a dispatcher running the provider last reported them
 // (a provider an application built into its own dispatcher); known is
 // false when neither has them.
-func (o *Operator) guarantees(ctx context.Context, db DB, provider string) (g providers.Guarantees, known bool, err error) {
+func (o *Operator) guarantees(ctx context.Context, db store.DB, provider string) (g providers.Guarantees, known bool, err error) {
 	if g, ok := o.told[provider]; ok {
 		return g, true, nil
 	}
@@ -103,11 +101,11 @@ func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts outboxtype.A
 	if opts.Force {
 		allowed = append(allowed, outboxtype.StateFired)
 	}
-	check := func(ctx context.Context, db DB, e *outboxtype.Effect, ch *outboxtype.Change) (string, error) {
+	check := func(ctx context.Context, db store.DB, e *outboxtype.Effect, ch *outboxtype.Change) (string, error) {
 		return o.retryCheck(ctx, db, e, ch, opts)
 	}
 	return o.each(ctx, ids, opts, outboxtype.ActionRetry, outboxtype.StatePending, allowed, check, func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, ch *outboxtype.Change) (*outboxtype.Effect, error) {
-		before, err := o.store.transitionReturning(ctx, tx, outboxtype.ActionRetry, o.store.sql(sqlRedrive), e.ID, opts.Force, ch.ClearsDoubt, ch.RestartsKeyWindow)
+		before, err := o.store.Redrive(ctx, tx, e.ID, opts.Force, ch.ClearsDoubt, ch.RestartsKeyWindow)
 		if err != nil || before == nil {
 			return before, err
 		}
@@ -122,8 +120,8 @@ func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts outboxtype.A
 
 // retryCheck says why effect e must not be retried with opts, or "" when
 // it may, noting on ch what the retry will do.
-func (o *Operator) retryCheck(ctx context.Context, db DB, e *outboxtype.Effect, ch *outboxtype.Change, opts outboxtype.ActionOpts) (string, error) {
-	job, err := o.store.jobIn(ctx, db, e.ID, "running")
+func (o *Operator) retryCheck(ctx context.Context, db store.DB, e *outboxtype.Effect, ch *outboxtype.Change, opts outboxtype.ActionOpts) (string, error) {
+	job, err := o.store.RunningJob(ctx, db, e.ID)
 	if err != nil {
 		return "", err
 	}
@@ -186,8 +184,8 @@ func (o *Operator) retryCheck(ctx context.Context, db DB, e *outboxtype.Effect, 
 // effect's re-fire applies its in-doubt policy as any re-fire does. An
 // effect that has a live job is skipped.
 func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts outboxtype.ActionOpts) ([]outboxtype.Change, error) {
-	check := func(ctx context.Context, db DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
-		job, err := o.store.jobIn(ctx, db, e.ID, liveJobStates...)
+	check := func(ctx context.Context, db store.DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
+		job, err := o.store.LiveJob(ctx, db, e.ID)
 		if err != nil || job == 0 {
 			return "", err
 		}
@@ -220,7 +218,7 @@ func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.R
 	if v == nil {
 		return outboxtype.Change{}, errors.New("edit payload: no payload validator for the effect's provider")
 	}
-	check := func(ctx context.Context, db DB, e *outboxtype.Effect, ch *outboxtype.Change) (string, error) {
+	check := func(ctx context.Context, db store.DB, e *outboxtype.Effect, ch *outboxtype.Change) (string, error) {
 		ch.PayloadBefore, ch.PayloadAfter = e.Payload, payload
 		if v.Name() != e.Provider {
 			return fmt.Sprintf("the payload validator is %s's, the effect is %s's", v.Name(), e.Provider), nil
@@ -230,14 +228,14 @@ func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.R
 		}
 		// Compared as Postgres compares what it stores (jsonb): key order
 		// and spacing do not make a payload new.
-		var same bool
-		if err := db.QueryRow(ctx, sqlSamePayload, []byte(e.Payload), []byte(payload)).Scan(&same); err != nil {
+		same, err := o.store.SamePayload(ctx, db, e.Payload, payload)
+		if err != nil {
 			return "", err
 		}
 		if same {
 			return "the new payload is the same as the old: nothing to edit", nil
 		}
-		if job, err := o.store.jobIn(ctx, db, e.ID, "running"); err != nil || job != 0 {
+		if job, err := o.store.RunningJob(ctx, db, e.ID); err != nil || job != 0 {
 			if job != 0 {
 				ch.Transient = true
 				return fmt.Sprintf("River job %d is running for it: look again when it ends", job), err
@@ -255,10 +253,7 @@ func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.R
 	}
 	chs, err := o.each(ctx, []uuid.UUID{id}, opts, outboxtype.ActionEditPayload, outboxtype.StatePending, []outboxtype.State{outboxtype.StateFailed}, check,
 		func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, ch *outboxtype.Change) (*outboxtype.Effect, error) {
-			if _, err := tx.Exec(ctx, o.store.sql(sqlEditPayload), e.ID, payload); err != nil {
-				return nil, err
-			}
-			before, err := o.store.transitionReturning(ctx, tx, outboxtype.ActionEditPayload, o.store.sql(sqlRedrive), e.ID, false, false, false)
+			before, err := o.store.EditPayload(ctx, tx, e.ID, payload)
 			if err != nil || before == nil {
 				return before, err
 			}
@@ -319,7 +314,7 @@ func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts outbox
 	if opts.Reason == "" {
 		return nil, errors.New("acknowledge needs a reason")
 	}
-	check := func(_ context.Context, _ DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
+	check := func(_ context.Context, _ store.DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
 		if e.AcknowledgedAt != nil {
 			return "acknowledged already at " + e.AcknowledgedAt.UTC().Format(time.RFC3339), nil
 		}
@@ -327,7 +322,7 @@ func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts outbox
 	}
 	return o.each(ctx, ids, opts, outboxtype.ActionAcknowledge, outboxtype.StateFailed, []outboxtype.State{outboxtype.StateFailed}, check,
 		func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, _ *outboxtype.Change) (*outboxtype.Effect, error) {
-			return o.store.transitionReturning(ctx, tx, outboxtype.ActionAcknowledge, o.store.sql(sqlAcknowledge), e.ID)
+			return o.store.Acknowledge(ctx, tx, e.ID)
 		})
 }
 
@@ -340,7 +335,7 @@ func (o *Operator) Release(ctx context.Context, ids []uuid.UUID, opts outboxtype
 	if opts.Reason == "" {
 		return nil, errors.New("release needs a reason")
 	}
-	check := func(_ context.Context, _ DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
+	check := func(_ context.Context, _ store.DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
 		switch {
 		case e.OrderingKey == nil:
 			return "has no ordering key: nothing waits behind it", nil
@@ -351,7 +346,7 @@ func (o *Operator) Release(ctx context.Context, ids []uuid.UUID, opts outboxtype
 	}
 	return o.each(ctx, ids, opts, outboxtype.ActionRelease, "", []outboxtype.State{outboxtype.StatePending, outboxtype.StateFired, outboxtype.StateFailed}, check,
 		func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, _ *outboxtype.Change) (*outboxtype.Effect, error) {
-			return o.store.transitionReturning(ctx, tx, outboxtype.ActionRelease, o.store.sql(sqlReleaseChain), e.ID)
+			return o.store.ReleaseChain(ctx, tx, e.ID)
 		})
 }
 
@@ -361,7 +356,7 @@ func (o *Operator) Release(ctx context.Context, ids []uuid.UUID, opts outboxtype
 func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts outboxtype.ActionOpts) ([]outboxtype.Change, error) {
 	return o.each(ctx, ids, opts, outboxtype.ActionCancel, outboxtype.StateCancelled, []outboxtype.State{outboxtype.StatePending, outboxtype.StateFired, outboxtype.StateFailed}, nil,
 		func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, _ *outboxtype.Change) (*outboxtype.Effect, error) {
-			return o.store.transitionReturning(ctx, tx, outboxtype.ActionCancel, o.store.sql(sqlCancel), e.ID)
+			return o.store.Cancel(ctx, tx, e.ID)
 		})
 }
 
@@ -373,14 +368,14 @@ func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts outboxtype.
 func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts outboxtype.ActionOpts) (outboxtype.Change, error) {
 	chs, err := o.each(ctx, []uuid.UUID{id}, opts, outboxtype.ActionConfirm, outboxtype.StateConfirmed,
 		[]outboxtype.State{outboxtype.StatePending, outboxtype.StateFired, outboxtype.StateFailed, outboxtype.StateCancelled},
-		func(_ context.Context, _ DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
+		func(_ context.Context, _ store.DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
 			if p, _ := providers.ProfileOf(e.Provider); opts.Ref == "" && p.Refs {
 				return fmt.Sprintf("a %s effect is confirmed with its provider's reference (the provider's id for what it did)", e.Provider), nil
 			}
 			return "", nil
 		},
 		func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, _ *outboxtype.Change) (*outboxtype.Effect, error) {
-			return o.store.transitionReturning(ctx, tx, outboxtype.ActionConfirm, o.store.sql(sqlResolveConfirmed), e.ID, cmp.Or(opts.Ref, WebhookRef(e)))
+			return o.store.ResolveConfirmed(ctx, tx, e.ID, cmp.Or(opts.Ref, WebhookRef(e)))
 		})
 	if err != nil {
 		return outboxtype.Change{}, err
@@ -390,12 +385,12 @@ func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts outboxtype.Ac
 
 // WebhookRef is what confirming a webhook by hand records as its
 // reference: the webhook-id the receiver saw and logged, its key.
-func WebhookRef(e *outboxtype.Effect) string { return "webhook-id " + Key(e.SourceID, e.Kind) }
+func WebhookRef(e *outboxtype.Effect) string { return "webhook-id " + store.Key(e.SourceID, e.Kind) }
 
 type (
 	applyFunc func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, ch *outboxtype.Change) (before *outboxtype.Effect, err error)
 	// checkFunc says why an action must not apply to e ("" when it may).
-	checkFunc func(ctx context.Context, db DB, e *outboxtype.Effect, ch *outboxtype.Change) (skip string, err error)
+	checkFunc func(ctx context.Context, db store.DB, e *outboxtype.Effect, ch *outboxtype.Change) (skip string, err error)
 )
 
 // each applies one transition per effect, each in its own transaction with
@@ -437,7 +432,7 @@ func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts outboxtype.Ac
 		}
 		var skipped string
 		err = pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-			locked, err := o.store.transitionReturning(ctx, tx, "lock", o.store.sql(sqlGetEffectForUpdate), id)
+			locked, err := o.store.LockEffect(ctx, tx, id)
 			if err != nil {
 				return err
 			}
@@ -469,7 +464,7 @@ func (o *Operator) each(ctx context.Context, ids []uuid.UUID, opts outboxtype.Ac
 			if ch.PayloadAfter != nil {
 				details["payload_before"], details["payload_after"] = ch.PayloadBefore, ch.PayloadAfter
 			}
-			return o.store.audit(ctx, tx, id, action, opts.Actor, opts.Reason, before.State, ch.To, details)
+			return o.store.RecordAudit(ctx, tx, id, action, opts.Actor, opts.Reason, before.State, ch.To, details)
 		})
 		switch {
 		case errors.Is(err, errConcurrentChange):

@@ -164,7 +164,7 @@ func TestEveryRefireOfAnEffectInDoubtAppliesThePolicy(t *testing.T) {
 	_, err := b.db.Pool.Exec(context.Background(), `UPDATE `+b.db.Schema+`.side_effects
 		SET state = 'pending', attempts = 0, first_fired_at = NULL, updated_at = now() - interval '1 hour' WHERE id = $1`, e.ID)
 	require.NoError(t, err)
-	n, err := b.store.Sweep(context.Background(), b.db.Pool, insertClient(t, b.db.Pool, b.db.Schema), time.Now())
+	n, err := engine.Sweep(context.Background(), b.store, b.db.Pool, insertClient(t, b.db.Pool, b.db.Schema), time.Now())
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	b.waitForJob(t, e.ID, "cancelled")

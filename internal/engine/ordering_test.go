@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
@@ -353,7 +354,7 @@ func TestAConfirmationThatMovesItsChainLeavesNoWake(t *testing.T) {
 			require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
 				WHERE schemaname = $1 AND relname = 'side_effects'`, b.db.Schema).Scan(&all, &hot))
 			require.Equal(t, all-all0, hot-hot0, "the claim of an ordered effect is a HOT update (before: %d/%d)", all0, hot0)
-			confirmed, err := b.store.ConfirmMany(ctx, tx, []engine.Ack{{ID: first.ID}}, chained)
+			confirmed, err := b.store.ConfirmMany(ctx, tx, []store.Ack{{ID: first.ID}}, chained)
 			require.NoError(t, err)
 			require.Contains(t, confirmed, first.ID)
 			return nil
@@ -405,7 +406,7 @@ func TestRetentionKeepsAHeadThatHoldsItsChain(t *testing.T) {
 	require.Equal(t, outboxtype.StateFailed, b.effect(t, head.ID).State, "kept")
 	require.Equal(t, outboxtype.StatePending, b.effect(t, next.ID).State, "still waiting behind it")
 	_, err = b.store.Get(ctx, b.db.Pool, alone.ID)
-	require.ErrorIs(t, err, engine.ErrNotFound)
+	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
 // TestTheNextEffectOfAKeyIsDueAtOnceInEveryInterleaving: an effect
@@ -422,7 +423,7 @@ func TestTheNextEffectOfAKeyIsDueAtOnceInEveryInterleaving(t *testing.T) {
 	require.NoError(t, err)
 	wake := func() {
 		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
-			_, err := b.store.WakeChains(ctx, tx, client, 100)
+			_, err := engine.WakeChains(ctx, b.store, tx, client, 100)
 			return err
 		}))
 	}
@@ -436,9 +437,9 @@ func TestTheNextEffectOfAKeyIsDueAtOnceInEveryInterleaving(t *testing.T) {
 	confirming, err := b.db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer confirming.Rollback(ctx) //nolint:errcheck // committed below
-	_, err = b.store.ConfirmMany(ctx, confirming, []engine.Ack{{ID: first.ID}}, true)
+	_, err = b.store.ConfirmMany(ctx, confirming, []store.Ack{{ID: first.ID}}, true)
 	require.NoError(t, err)
-	require.NoError(t, b.store.NextInChains(ctx, confirming, client, []string{"sub:9"}))
+	require.NoError(t, engine.NextInChains(ctx, b.store, confirming, client, []string{"sub:9"}))
 
 	// Meanwhile the next effect of the key commits, and a dispatcher
 	// reads its wake while the first still reads as fired.
@@ -495,10 +496,10 @@ CREATE TRIGGER test_hold_wake BEFORE DELETE ON %[1]s.outbox_order_wake FOR EACH 
 	confirm, err := b.db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer confirm.Rollback(ctx) //nolint:errcheck
-	confirmed, err := b.store.ConfirmMany(ctx, confirm, []engine.Ack{{ID: head.ID}}, true)
+	confirmed, err := b.store.ConfirmMany(ctx, confirm, []store.Ack{{ID: head.ID}}, true)
 	require.NoError(t, err)
 	require.Contains(t, confirmed, head.ID)
-	require.NoError(t, b.store.NextInChains(ctx, confirm, client, []string{key}))
+	require.NoError(t, engine.NextInChains(ctx, b.store, confirm, client, []string{key}))
 
 	// The next effect commits meanwhile, with its wake.
 	next := b.enqueueOrdered(t, b.orderedEffect("webhook.b", key, 1, outbox.BlockKey))[0]
@@ -512,7 +513,7 @@ CREATE TRIGGER test_hold_wake BEFORE DELETE ON %[1]s.outbox_order_wake FOR EACH 
 	looked := make(chan error, 1)
 	go func() {
 		looked <- pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
-			_, err := b.store.WakeChains(ctx, tx, client, 10)
+			_, err := engine.WakeChains(ctx, b.store, tx, client, 10)
 			return err
 		})
 	}()
@@ -538,7 +539,7 @@ CREATE TRIGGER test_hold_wake BEFORE DELETE ON %[1]s.outbox_order_wake FOR EACH 
 	require.True(t, jobs() == 1 || wakes == 1, "the next effect has neither a job nor a wake: it waits for the sweeper")
 	// The next look (no hold) gives it its job.
 	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
-		_, err := b.store.WakeChains(ctx, tx, client, 10)
+		_, err := engine.WakeChains(ctx, b.store, tx, client, 10)
 		return err
 	}))
 	require.Equal(t, 1, jobs(), "the next effect's job")

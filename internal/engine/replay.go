@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 )
 
@@ -63,106 +64,6 @@ func replayJob(id int64) river.InsertManyParams {
 	}}
 }
 
-// replaySelection is the WHERE clause of a replay's effects: $1 failed
-// since, $2 failed before, $3 kind, $4 provider, $5 host, $6 tenant
-// (NULL: any).
-// Acknowledged failures (reviewed as correctly failed) are not replayed.
-const replaySelection = `
-WHERE e.phase = 'failed' AND e.ended_at >= $1 AND e.ended_at < $2
-	AND ($3::text IS NULL OR e.kind = $3) AND ($4::text IS NULL OR e.provider = $4)
-	AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM /*schema*/side_effect_attempts a WHERE a.effect_id = e.id AND a.host = $5))
-	AND ($6::text IS NULL OR e.tenant = $6)`
-
-const (
-	sqlReplayCount = `SELECT count(*), now() FROM /*schema*/side_effects e ` + replaySelection
-
-	// The next $9 effects of a replay after ($7, $8) in (ended_at, id)
-	// order, through side_effects_failed_idx.
-	sqlReplayNext = `SELECT e.id, e.ended_at FROM /*schema*/side_effects e ` + replaySelection + `
-	AND ($7::timestamptz IS NULL OR (e.ended_at, e.id) > ($7, $8))
-ORDER BY e.ended_at, e.id LIMIT $9`
-
-	sqlInsertReplay = `
-INSERT INTO /*schema*/outboxd_replays (actor, reason, failed_since, failed_before, kind, provider, host, tenant, pace, allow_duplicate, selected)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-RETURNING id`
-
-	replayColumns = `r.id, r.state, r.actor, r.reason, r.failed_since, r.failed_before, coalesce(r.kind, ''), coalesce(r.provider, ''),
-	coalesce(r.host, ''), coalesce(r.tenant, ''), r.pace, r.allow_duplicate, r.selected, r.retried,
-	(SELECT count(*) FILTER (WHERE NOT k.transient) FROM /*schema*/outboxd_replay_skips k WHERE k.replay_id = r.id),
-	(SELECT count(*) FILTER (WHERE k.transient) FROM /*schema*/outboxd_replay_skips k WHERE k.replay_id = r.id),
-	coalesce(r.last_error, ''),
-	r.created_at, r.updated_at, r.finished_at, coalesce(r.cancelled_by, ''),
-	coalesce((SELECT max(j.id) FROM /*schema*/river_job j WHERE j.kind = 'outboxd.replay'
-		AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
-		AND j.args @> jsonb_build_object('replay_id', r.id)), 0)`
-
-	sqlReplays = `SELECT ` + replayColumns + ` FROM /*schema*/outboxd_replays r ORDER BY r.id DESC LIMIT $1`
-
-	sqlReplay = `SELECT ` + replayColumns + `, r.cursor_at, r.cursor_id, r.next_step_at FROM /*schema*/outboxd_replays r WHERE r.id = $1`
-
-	sqlReplayNextStep = `UPDATE /*schema*/outboxd_replays SET next_step_at = $2 WHERE id = $1`
-
-	sqlReplaySkips = `
-SELECT k.effect_id, coalesce(e.kind, ''), k.reason, k.transient, k.created_at
-FROM /*schema*/outboxd_replay_skips k LEFT JOIN /*schema*/side_effects e ON e.id = k.effect_id
-WHERE k.replay_id = $1 ORDER BY k.created_at, k.effect_id LIMIT $2`
-
-	sqlCancelReplay = `
-UPDATE /*schema*/outboxd_replays SET state = 'cancelled', cancelled_by = $2, cancel_reason = $3,
-	finished_at = now(), updated_at = now()
-WHERE id = $1 AND state = 'running'`
-
-	// A running replay's new pace, and the change's record; the previous
-	// pace comes back, nothing when the replay is not running.
-	sqlSetReplayPace = `
-WITH r AS (SELECT id, pace FROM /*schema*/outboxd_replays WHERE id = $1 AND state = 'running' FOR UPDATE),
-u AS (UPDATE /*schema*/outboxd_replays x SET pace = $2, next_step_at = now(), updated_at = now() FROM r WHERE x.id = r.id RETURNING r.pace AS previous)
-INSERT INTO /*schema*/outboxd_replay_paces (replay_id, pace, previous, actor, reason)
-SELECT $1, $2, previous, $3, $4 FROM u RETURNING previous`
-
-	sqlReplayPaces = `
-SELECT pace, previous, actor, reason, created_at FROM /*schema*/outboxd_replay_paces
-WHERE replay_id = $1 ORDER BY created_at, pace`
-
-	sqlReplaySkip = `
-INSERT INTO /*schema*/outboxd_replay_skips (replay_id, effect_id, reason, transient) VALUES ($1, $2, $3, $4)
-ON CONFLICT (replay_id, effect_id) DO UPDATE SET reason = EXCLUDED.reason, transient = EXCLUDED.transient, created_at = now()`
-
-	sqlReplayUnskip = `DELETE FROM /*schema*/outboxd_replay_skips WHERE replay_id = $1 AND effect_id = $2`
-
-	// The effects of replay $1 refused for a passing reason at least a
-	// second ago, at most $2; and whether any such effect remains.
-	sqlReplayAgain = `
-SELECT effect_id FROM /*schema*/outboxd_replay_skips
-WHERE replay_id = $1 AND transient AND created_at <= now() - interval '1 second'
-ORDER BY created_at LIMIT $2`
-	sqlReplayAgainLeft = `SELECT EXISTS (SELECT 1 FROM /*schema*/outboxd_replay_skips WHERE replay_id = $1 AND transient)`
-
-	// The progress of a step that looked again.
-	sqlReplayAgainStep = `UPDATE /*schema*/outboxd_replays SET retried = retried + $2, last_error = NULL, updated_at = now() WHERE id = $1`
-
-	// A step's progress; the counts move whatever the state (a cancel
-	// during a step still counts what the step did). Skips are counted
-	// from their rows: a step taken again after a crash records each once.
-	sqlReplayStep = `
-UPDATE /*schema*/outboxd_replays SET cursor_at = $2, cursor_id = $3, retried = retried + $4, last_error = NULL, updated_at = now()
-WHERE id = $1`
-
-	sqlReplayDone = `
-UPDATE /*schema*/outboxd_replays SET state = 'done', finished_at = now(), updated_at = now()
-WHERE id = $1 AND state = 'running'`
-
-	sqlReplayError = `UPDATE /*schema*/outboxd_replays SET last_error = $2, updated_at = now() WHERE id = $1`
-)
-
-// ErrReplayNotFound is returned for a replay id that does not exist.
-var ErrReplayNotFound = errors.New("no such replay")
-
-func replaySelectionArgs(spec ReplaySpec, before time.Time) []any {
-	return []any{spec.FailedSince, before, nullIfEmpty(spec.Kind), nullIfEmpty(spec.Provider), nullIfEmpty(spec.Host), nullIfEmpty(spec.Tenant)}
-}
-
 // CheckReplaySpec says what is wrong with spec, naming the field, or nil.
 func CheckReplaySpec(spec ReplaySpec) error {
 	switch {
@@ -199,17 +100,18 @@ func (o *Operator) StartReplay(ctx context.Context, spec ReplaySpec, opts outbox
 	}
 	r := Replay{State: outboxtype.ReplayRunning, Actor: opts.Actor, Reason: opts.Reason, Spec: spec}
 	if opts.DryRun {
-		err := o.pool.QueryRow(ctx, o.store.sql(sqlReplayCount), replaySelectionArgs(spec, farFuture)...).Scan(&r.Selected, &r.FailedBefore)
+		var err error
+		r.Selected, r.FailedBefore, err = o.store.CountReplay(ctx, o.pool, spec)
 		return r, err
 	}
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		// Failed before now, by the database's clock: the effects that
 		// fail again after their retry are not this replay's.
-		if err := tx.QueryRow(ctx, o.store.sql(sqlReplayCount), replaySelectionArgs(spec, farFuture)...).Scan(&r.Selected, &r.FailedBefore); err != nil {
+		var err error
+		if r.Selected, r.FailedBefore, err = o.store.CountReplay(ctx, tx, spec); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, o.store.sql(sqlInsertReplay), opts.Actor, opts.Reason, spec.FailedSince, r.FailedBefore,
-			nullIfEmpty(spec.Kind), nullIfEmpty(spec.Provider), nullIfEmpty(spec.Host), nullIfEmpty(spec.Tenant), spec.Pace, spec.AllowDuplicate, r.Selected).Scan(&r.ID); err != nil {
+		if r.ID, err = o.store.InsertReplay(ctx, tx, r); err != nil {
 			return err
 		}
 		res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{replayJob(r.ID)})
@@ -224,74 +126,20 @@ func (o *Operator) StartReplay(ctx context.Context, spec ReplaySpec, opts outbox
 	return o.Replay(ctx, r.ID)
 }
 
-// farFuture stands for "no upper bound" where a statement needs one.
-var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
-
 // Replays are the newest limit replays, newest first.
 func (o *Operator) Replays(ctx context.Context, limit int) ([]Replay, error) {
-	rows, err := o.pool.Query(ctx, o.store.sql(sqlReplays), limit)
-	if err != nil {
-		return nil, fmt.Errorf("replays: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Replay, error) {
-		return scanReplay(r)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("replays: %w", err)
-	}
-	return out, nil
-}
-
-func scanReplay(row pgx.Row, extra ...any) (Replay, error) {
-	var r Replay
-	dest := append([]any{&r.ID, &r.State, &r.Actor, &r.Reason, &r.Spec.FailedSince, &r.FailedBefore, &r.Spec.Kind, &r.Spec.Provider,
-		&r.Spec.Host, &r.Spec.Tenant, &r.Spec.Pace, &r.Spec.AllowDuplicate, &r.Selected, &r.Retried, &r.Skipped, &r.Again, &r.LastError,
-		&r.CreatedAt, &r.UpdatedAt, &r.FinishedAt, &r.CancelledBy, &r.Job}, extra...)
-	err := row.Scan(dest...)
-	return r, err
+	return o.store.Replays(ctx, o.pool, limit)
 }
 
 // Replay is replay id as it stands.
 func (o *Operator) Replay(ctx context.Context, id int64) (Replay, error) {
-	r, _, err := o.store.replay(ctx, o.pool, id)
+	r, _, err := o.store.Replay(ctx, o.pool, id)
 	return r, err
-}
-
-// replay reads replay id with its cursor.
-func (s *Store) replay(ctx context.Context, db DB, id int64) (Replay, replayCursor, error) {
-	var c replayCursor
-	r, err := scanReplay(db.QueryRow(ctx, s.sql(sqlReplay), id), &c.at, &c.id, &c.due)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return r, c, fmt.Errorf("replay %d: %w", id, ErrReplayNotFound)
-	}
-	if err != nil {
-		return r, c, fmt.Errorf("replay %d: %w", id, err)
-	}
-	return r, c, nil
-}
-
-type replayCursor struct {
-	at *time.Time
-	id *uuid.UUID
-	// due is when the next step is (nil: at once).
-	due *time.Time
 }
 
 // ReplaySkips are up to limit effects replay id did not retry, and why.
 func (o *Operator) ReplaySkips(ctx context.Context, id int64, limit int) ([]ReplaySkip, error) {
-	rows, err := o.pool.Query(ctx, o.store.sql(sqlReplaySkips), id, limit)
-	if err != nil {
-		return nil, fmt.Errorf("replay %d: %w", id, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ReplaySkip, error) {
-		var k ReplaySkip
-		err := r.Scan(&k.EffectID, &k.Kind, &k.Reason, &k.Transient, &k.At)
-		return k, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("replay %d: %w", id, err)
-	}
-	return out, nil
+	return o.store.ReplaySkips(ctx, o.pool, id, limit)
 }
 
 // CancelReplay stops replay id before its next step: what it retried stays
@@ -303,11 +151,7 @@ func (o *Operator) CancelReplay(ctx context.Context, id int64, actor, reason str
 	if _, err := o.Replay(ctx, id); err != nil {
 		return false, err
 	}
-	tag, err := o.pool.Exec(ctx, o.store.sql(sqlCancelReplay), id, actor, reason)
-	if err != nil {
-		return false, fmt.Errorf("cancel replay %d: %w", id, err)
-	}
-	return tag.RowsAffected() == 1, nil
+	return o.store.CancelReplay(ctx, o.pool, id, actor, reason)
 }
 
 // SetReplayPace changes running replay id's pace from its next step, by
@@ -329,14 +173,11 @@ func (o *Operator) SetReplayPace(ctx context.Context, id int64, pace float64, ac
 	var previous float64
 	changed := false
 	err = pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, o.store.sql(sqlSetReplayPace), id, pace, actor, reason).Scan(&previous)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
+		var err error
+		previous, changed, err = o.store.SetReplayPace(ctx, tx, id, pace, actor, reason)
+		if err != nil || !changed || r.Job == 0 {
 			return err
 		}
-		changed = true
 		if r.Job == 0 {
 			return nil
 		}
@@ -355,19 +196,7 @@ func (o *Operator) SetReplayPace(ctx context.Context, id int64, pace float64, ac
 
 // ReplayPaces are the changes of replay id's pace, oldest first.
 func (o *Operator) ReplayPaces(ctx context.Context, id int64) ([]outboxtype.ReplayPace, error) {
-	rows, err := o.pool.Query(ctx, o.store.sql(sqlReplayPaces), id)
-	if err != nil {
-		return nil, fmt.Errorf("replay %d: paces: %w", id, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.ReplayPace, error) {
-		var p outboxtype.ReplayPace
-		err := r.Scan(&p.Pace, &p.Previous, &p.Actor, &p.Reason, &p.At)
-		return p, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("replay %d: paces: %w", id, err)
-	}
-	return out, nil
+	return o.store.ReplayPaces(ctx, o.pool, id)
 }
 
 // ResumeReplay gives a running replay whose River job is gone (discarded
@@ -395,7 +224,7 @@ func (o *Operator) ResumeReplay(ctx context.Context, id int64) (bool, error) {
 type replayWorker struct {
 	river.WorkerDefaults[ReplayArgs]
 	pool   *pgxpool.Pool
-	store  *Store
+	store  *store.Store
 	op     *Operator
 	logger *slog.Logger
 	// step and run, when set by tests, replace replayStep and replayRun.
@@ -419,8 +248,8 @@ func (w *replayWorker) Work(ctx context.Context, job *river.Job[ReplayArgs]) err
 	id := job.Args.ReplayID
 	end := time.Now().Add(w.runFor())
 	for {
-		r, cur, err := w.store.replay(ctx, w.pool, id)
-		if errors.Is(err, ErrReplayNotFound) {
+		r, cur, err := w.store.Replay(ctx, w.pool, id)
+		if errors.Is(err, store.ErrReplayNotFound) {
 			return river.JobCancel(err)
 		}
 		if err != nil {
@@ -429,8 +258,8 @@ func (w *replayWorker) Work(ctx context.Context, job *river.Job[ReplayArgs]) err
 		if r.State != outboxtype.ReplayRunning {
 			return nil
 		}
-		if cur.due != nil {
-			if wait := time.Until(*cur.due); wait > 0 {
+		if cur.Due != nil {
+			if wait := time.Until(*cur.Due); wait > 0 {
 				// Not due yet: wait, reading the replay again at least
 				// every replayRecheck (its pace may change, or it may be
 				// cancelled), here or, past this run, snoozed.
@@ -454,7 +283,7 @@ func (w *replayWorker) Work(ctx context.Context, job *river.Job[ReplayArgs]) err
 		}
 		switch outcome {
 		case stepDone:
-			if _, err := w.pool.Exec(ctx, w.store.sql(sqlReplayDone), id); err != nil {
+			if err := w.store.ReplayDone(ctx, w.pool, id); err != nil {
 				return err
 			}
 			w.logger.Info("replay done", "replay", id, "selected", r.Selected)
@@ -468,10 +297,10 @@ func (w *replayWorker) Work(ctx context.Context, job *river.Job[ReplayArgs]) err
 		// that stopped) does not make the next ones burst to catch up.
 		now := time.Now()
 		next := now.Add(every)
-		if cur.due != nil && cur.due.Add(every).After(now.Add(-every)) {
-			next = cur.due.Add(every)
+		if cur.Due != nil && cur.Due.Add(every).After(now.Add(-every)) {
+			next = cur.Due.Add(every)
 		}
-		if _, err := w.pool.Exec(ctx, w.store.sql(sqlReplayNextStep), id, next); err != nil {
+		if err := w.store.ReplayNextStep(ctx, w.pool, id, next); err != nil {
 			return err
 		}
 	}
@@ -505,25 +334,12 @@ const (
 // refused for a passing reason. (A process killed between a step's
 // retries and its progress leaves those retries uncounted: each effect is
 // still retried once, since a retried effect is no longer failed.)
-func (w *replayWorker) takeStep(ctx context.Context, r Replay, cur replayCursor, n int) (stepOutcome, error) {
+func (w *replayWorker) takeStep(ctx context.Context, r Replay, cur store.ReplayCursor, n int) (stepOutcome, error) {
 	// A step started is finished and counted, whatever happens to the job
 	// (a shutdown): its retries and its progress are written together.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout+time.Duration(n)*time.Second)
 	defer cancel()
-	args := append(replaySelectionArgs(r.Spec, r.FailedBefore), cur.at, cur.id, n)
-	rows, err := w.pool.Query(ctx, w.store.sql(sqlReplayNext), args...)
-	if err != nil {
-		return 0, err
-	}
-	type next struct {
-		id uuid.UUID
-		at time.Time
-	}
-	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (next, error) {
-		var x next
-		err := row.Scan(&x.id, &x.at)
-		return x, err
-	})
+	found, err := w.store.ReplayNext(ctx, w.pool, r, cur, n)
 	if err != nil {
 		return 0, err
 	}
@@ -532,7 +348,7 @@ func (w *replayWorker) takeStep(ctx context.Context, r Replay, cur replayCursor,
 	}
 	ids := make([]uuid.UUID, len(found))
 	for i, x := range found {
-		ids[i] = x.id
+		ids[i] = x.ID
 	}
 	changes, err := w.retry(ctx, r, ids)
 	if err != nil {
@@ -544,8 +360,7 @@ func (w *replayWorker) takeStep(ctx context.Context, r Replay, cur replayCursor,
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, w.store.sql(sqlReplayStep), r.ID, last.at, last.id, retried)
-		return err
+		return w.store.ReplayStep(ctx, tx, r.ID, last.EndedAt, last.ID, retried)
 	})
 	return stepMore, err
 }
@@ -553,17 +368,13 @@ func (w *replayWorker) takeStep(ctx context.Context, r Replay, cur replayCursor,
 // lookAgain retries up to n effects of replay r that were refused for a
 // passing reason at least a second ago.
 func (w *replayWorker) lookAgain(ctx context.Context, r Replay, n int) (stepOutcome, error) {
-	rows, err := w.pool.Query(ctx, w.store.sql(sqlReplayAgain), r.ID, n)
-	if err != nil {
-		return 0, err
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	ids, err := w.store.ReplayAgain(ctx, w.pool, r.ID, n)
 	if err != nil {
 		return 0, err
 	}
 	if len(ids) == 0 {
-		var left bool
-		if err := w.pool.QueryRow(ctx, w.store.sql(sqlReplayAgainLeft), r.ID).Scan(&left); err != nil || !left {
+		left, err := w.store.ReplayAgainLeft(ctx, w.pool, r.ID)
+		if err != nil || !left {
 			return stepDone, err
 		}
 		return stepWait, nil
@@ -577,8 +388,7 @@ func (w *replayWorker) lookAgain(ctx context.Context, r Replay, n int) (stepOutc
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, w.store.sql(sqlReplayAgainStep), r.ID, retried)
-		return err
+		return w.store.ReplayAgainStep(ctx, tx, r.ID, retried)
 	})
 	return stepMore, err
 }
@@ -598,12 +408,12 @@ func (w *replayWorker) recordChanges(ctx context.Context, tx pgx.Tx, id int64, c
 	for _, ch := range changes {
 		if ch.Applied {
 			retried++
-			if _, err := tx.Exec(ctx, w.store.sql(sqlReplayUnskip), id, ch.Effect.ID); err != nil {
+			if err := w.store.ReplayRetried(ctx, tx, id, ch.Effect.ID); err != nil {
 				return 0, err
 			}
 			continue
 		}
-		if _, err := tx.Exec(ctx, w.store.sql(sqlReplaySkip), id, ch.Effect.ID, ch.Skipped, ch.Transient); err != nil {
+		if err := w.store.ReplaySkipped(ctx, tx, id, ch.Effect.ID, ch.Skipped, ch.Transient); err != nil {
 			return 0, err
 		}
 	}
@@ -613,7 +423,7 @@ func (w *replayWorker) recordChanges(ctx context.Context, tx pgx.Tx, id int64, c
 func (w *replayWorker) recordError(ctx context.Context, id int64, err error) {
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
-	if _, xerr := w.pool.Exec(ectx, w.store.sql(sqlReplayError), id, err.Error()); xerr != nil {
+	if xerr := w.store.ReplayError(ectx, w.pool, id, err.Error()); xerr != nil {
 		w.logger.Warn("could not record a replay's error", "replay", id, "error", err, "record_error", xerr)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
@@ -223,7 +224,7 @@ func TestAReplaysPaceChangesFromItsNextStep(t *testing.T) {
 	_, _, err = op.SetReplayPace(ctx, r.ID, 100, "oncall", "")
 	require.ErrorContains(t, err, "a reason")
 	_, _, err = op.SetReplayPace(ctx, r.ID+100, 100, "oncall", "faster")
-	require.ErrorIs(t, err, engine.ErrReplayNotFound)
+	require.ErrorIs(t, err, store.ErrReplayNotFound)
 
 	previous, ok, err := op.SetReplayPace(ctx, r.ID, 100, "oncall", "the partner copes")
 	require.NoError(t, err)
@@ -269,7 +270,7 @@ func TestReplaySpecIsCheckedBeforeAnyWrite(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, replays)
 	_, err = op.Replay(ctx, 42)
-	require.ErrorIs(t, err, engine.ErrReplayNotFound)
+	require.ErrorIs(t, err, store.ErrReplayNotFound)
 }
 
 // TestAReplayOfOneTenant selects only that tenant's failures.

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
@@ -29,7 +30,7 @@ type Worker struct {
 	river.WorkerDefaults[DispatchArgs]
 
 	pool      *pgxpool.Pool
-	store     *Store
+	store     *store.Store
 	providers map[string]providers.Provider
 	// providerNames are the keys of providers, for SQL.
 	providerNames []string
@@ -161,9 +162,9 @@ func (w *Worker) eventsMany(ctx context.Context, ids []uuid.UUID) ([]*outboxtype
 // confirm for what each result means.
 func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]outboxtype.State, error) {
 	out := make([]outboxtype.State, len(reqs))
-	acks := make([]Ack, len(reqs))
+	acks := make([]store.Ack, len(reqs))
 	for i, r := range reqs {
-		acks[i] = Ack{ID: r.effect.ID, Ref: r.res.Ref, Replayed: r.res.Replayed}
+		acks[i] = store.Ack{ID: r.effect.ID, Ref: r.res.Ref, Replayed: r.res.Replayed}
 	}
 	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		// A transaction that gives the next effects of their keys their
@@ -191,7 +192,7 @@ func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]outboxty
 				continue
 			}
 			details["cleared_error"] = cf.LastError
-			if err := w.store.audit(ctx, tx, r.effect.ID, outboxtype.ActionLateAck, actorOutboxd,
+			if err := w.store.RecordAudit(ctx, tx, r.effect.ID, outboxtype.ActionLateAck, actorOutboxd,
 				"acknowledged by the provider after an operator moved it to "+string(cf.State)+": the provider did act",
 				cf.State, outboxtype.StateConfirmed, details); err != nil {
 				return err
@@ -206,7 +207,7 @@ func (w *Worker) confirmMany(ctx context.Context, reqs []confirmReq) ([]outboxty
 // batch confirmed its dispatch job, in the confirming transaction: a chain
 // moves without waiting for the intake to read the wake the confirmation
 // left (it still does, and finds the job there).
-func (w *Worker) nextInChains(ctx context.Context, tx pgx.Tx, reqs []confirmReq, confirmed map[uuid.UUID]ConfirmedFrom) error {
+func (w *Worker) nextInChains(ctx context.Context, tx pgx.Tx, reqs []confirmReq, confirmed map[uuid.UUID]store.ConfirmedFrom) error {
 	var keys []string
 	for _, r := range reqs {
 		if _, ok := confirmed[r.effect.ID]; ok && r.effect.OrderingKey != nil && w.client != nil {
@@ -216,7 +217,7 @@ func (w *Worker) nextInChains(ctx context.Context, tx pgx.Tx, reqs []confirmReq,
 	if len(keys) == 0 {
 		return nil
 	}
-	return w.store.NextInChains(ctx, tx, w.client, keys)
+	return nextInChains(ctx, w.store, tx, w.client, keys)
 }
 
 // Work implements river.Worker.
@@ -314,65 +315,12 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 	id := claimed.ID
 	// Both claims take only effects of providers this process has.
 	p := w.providers[claimed.Provider]
-	// A provider that limits calls per destination may make the effect
-	// wait: the claim is undone (no request was made, no attempt counts)
-	// and the job tried again later.
-	release := func(error) {}
-	// A provider that relays the event itself (a broker) is given it: read
-	// now, and on failure the claim is undone, as no request was made.
-	var event *providers.SourceEvent
-	if ep, ok := p.(providers.EventPublisher); ok && ep.PublishesEvents() {
-		ev, err := w.events.do(ctx, claimed.SourceID)
-		if err == nil && ev == nil {
-			err = fmt.Errorf("event %s of effect %s: %w", claimed.SourceID, id, pgx.ErrNoRows)
-		}
-		if err != nil {
-			if _, uerr := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); uerr != nil {
-				return uerr
-			}
-			return err
-		}
-		event = &providers.SourceEvent{ID: ev.ID.String(), Type: ev.Type, AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, Payload: ev.Payload, OccurredAt: ev.CreatedAt}
+	a := admission{limitKey: w.limitKey(p, claimed), release: func(error) {}}
+	if r := w.admit(ctx, p, claimed, &a); r != nil {
+		a.release(providers.ErrNotAttempted)
+		return w.comeBackLater(ctx, before, r)
 	}
-	if gate, ok := p.(providers.Gate); ok {
-		r, wait, ok := gate.Admit(ctx, claimed.Payload)
-		if !ok {
-			if _, err := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); err != nil {
-				return err
-			}
-			return snooze(wait)
-		}
-		release = r
-	}
-	// The limit this request counts against, read from the payload once.
-	// A destination's limit is known from the payload only: the worker
-	// waits for a token briefly (the webhook queue serves every
-	// destination), then the claim is undone and the job waits its turn.
-	// (An account's token was taken before the claim.)
-	limitKey := w.limitKey(p, claimed)
-	var waitFor []string
-	if limitKey != "" && limitKey != w.accountLimits[claimed.Provider] {
-		waitFor = append(waitFor, limitKey)
-	}
-	// A tenant's own rate, when one is set (tenant:<name>), is waited for
-	// as a destination's is; a key with no rate costs nothing.
-	if claimed.Tenant != nil && w.limits != nil {
-		waitFor = append(waitFor, TenantLimitPrefix+*claimed.Tenant)
-	}
-	for _, key := range waitFor {
-		ok, wait, err := w.limits.take(ctx, key, destinationWait, true)
-		if err != nil || !ok {
-			release(providers.ErrNotAttempted)
-			if _, uerr := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); uerr != nil {
-				return uerr
-			}
-			if err != nil {
-				return err
-			}
-			w.markWaiting(ctx, id, key)
-			return snooze(wait)
-		}
-	}
+	event, release, limitKey := a.event, a.release, a.limitKey
 	// The destination's slot is held for the request only, not for the
 	// bookkeeping after it: freed as soon as Send returns, or on the way
 	// out if Send was never reached (or panicked).
@@ -391,6 +339,10 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 	}
 
 	start := time.Now()
+	var tenant string
+	if claimed.Tenant != nil {
+		tenant = *claimed.Tenant
+	}
 	res, sendErr := p.Send(callCtx, providers.Request{
 		EffectID: id.String(),
 		Kind:     claimed.Kind,
@@ -399,7 +351,7 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 		Attempt:  claimed.Attempts,
 		EventID:  claimed.SourceID.String(),
 		Event:    event,
-		Tenant:   deref(claimed.Tenant),
+		Tenant:   tenant,
 	})
 	sendErr = providers.Redact(sendErr, w.secrets)
 	if call != nil {
@@ -419,6 +371,111 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 		return w.acknowledged(bctx, log, job, claimed, res, w.policy(claimed.Kind, p.Guarantees()))
 	}
 	return w.attemptFailed(bctx, log, job, p, claimed, before, start, sendErr, limitKey)
+}
+
+// admission is what the admitters found before a request may be sent:
+// the event a broker relays, the release of the destination's slot, and
+// the limit key the request counts against.
+type admission struct {
+	event    *providers.SourceEvent
+	release  func(error)
+	limitKey string
+}
+
+// refusal is an admitter's "not now": the claim is undone (no request was
+// made, no attempt counts) and the job comes back after wait, waiting for
+// key when one is named; or err, returned to River.
+type refusal struct {
+	wait time.Duration
+	key  string
+	err  error
+}
+
+// admit runs the admitters in order, each on what the ones before it
+// found; the first refusal ends it. (An account's token was taken before
+// the claim.)
+func (w *Worker) admit(ctx context.Context, p providers.Provider, claimed *outboxtype.Effect, a *admission) *refusal {
+	for _, step := range []func(context.Context, providers.Provider, *outboxtype.Effect, *admission) *refusal{
+		w.admitEvent, w.admitGate, w.admitLimits,
+	} {
+		if r := step(ctx, p, claimed, a); r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
+// admitEvent reads the event of claimed for a provider that relays it
+// itself (a broker).
+func (w *Worker) admitEvent(ctx context.Context, p providers.Provider, claimed *outboxtype.Effect, a *admission) *refusal {
+	ep, ok := p.(providers.EventPublisher)
+	if !ok || !ep.PublishesEvents() {
+		return nil
+	}
+	ev, err := w.events.do(ctx, claimed.SourceID)
+	if err == nil && ev == nil {
+		err = fmt.Errorf("event %s of effect %s: %w", claimed.SourceID, claimed.ID, pgx.ErrNoRows)
+	}
+	if err != nil {
+		return &refusal{err: err}
+	}
+	a.event = &providers.SourceEvent{ID: ev.ID.String(), Type: ev.Type, AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, Payload: ev.Payload, OccurredAt: ev.CreatedAt}
+	return nil
+}
+
+// admitGate takes a slot of the destination, for a provider that caps
+// calls per destination (and breaks the circuit of one that hangs).
+func (w *Worker) admitGate(ctx context.Context, p providers.Provider, claimed *outboxtype.Effect, a *admission) *refusal {
+	gate, ok := p.(providers.Gate)
+	if !ok {
+		return nil
+	}
+	release, wait, ok := gate.Admit(ctx, claimed.Payload)
+	if !ok {
+		return &refusal{wait: wait}
+	}
+	a.release = release
+	return nil
+}
+
+// admitLimits takes a token of the destination's limit and of the
+// tenant's own rate, when one is set (tenant:<name>; a key with no rate
+// costs nothing). A destination is known from the payload only: the
+// worker waits for a token briefly (the webhook queue serves every
+// destination), then the job waits its turn.
+func (w *Worker) admitLimits(ctx context.Context, _ providers.Provider, claimed *outboxtype.Effect, a *admission) *refusal {
+	var waitFor []string
+	if a.limitKey != "" && a.limitKey != w.accountLimits[claimed.Provider] {
+		waitFor = append(waitFor, a.limitKey)
+	}
+	if claimed.Tenant != nil && w.limits != nil {
+		waitFor = append(waitFor, TenantLimitPrefix+*claimed.Tenant)
+	}
+	for _, key := range waitFor {
+		ok, wait, err := w.limits.take(ctx, key, destinationWait, true)
+		if err != nil {
+			return &refusal{err: err}
+		}
+		if !ok {
+			return &refusal{wait: wait, key: key}
+		}
+	}
+	return nil
+}
+
+// comeBackLater is the one way out of a refused admission: the claim of
+// before is undone, and the job waits as r says.
+func (w *Worker) comeBackLater(ctx context.Context, before *outboxtype.Effect, r *refusal) error {
+	if _, err := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); err != nil {
+		return err
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if r.key != "" {
+		w.markWaiting(ctx, before.ID, r.key)
+	}
+	return snooze(r.wait)
 }
 
 // acknowledged records the provider's acknowledgement of claimed.
@@ -629,7 +686,7 @@ func (w *Worker) markWaiting(ctx context.Context, id uuid.UUID, key string) {
 // return.
 func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before *outboxtype.Effect, err error) {
 	e, err := w.store.Get(ctx, w.pool, id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil, river.JobCancel(err)
 	}
 	if err != nil {
@@ -647,7 +704,7 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 		// waits. An effect's own job and a batch meet when two wakes of
 		// its ordering key are taken at once, or when an operator's
 		// requeue races the intake.
-		batch, err := w.store.runningBatchOf(ctx, w.pool, id)
+		batch, err := w.store.RunningBatchOf(ctx, w.pool, id)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -795,4 +852,25 @@ func keyDeadline(e *outboxtype.Effect, g providers.Guarantees) time.Time {
 		return time.Time{}
 	}
 	return e.KeyWindowFrom.Add(g.Refirable())
+}
+
+// batchWait is how long an effect's own job waits, before it looks again,
+// while a batch job that fired the effect still runs.
+const batchWait = 5 * time.Second
+
+// retryTime is when the effect whose attempt just failed is retried: the
+// time the attempt chose, or the schedule's first step.
+//
+// Never a time before now: River replaces a retry time in the past with
+// its own default schedule (errors^4 seconds: 21 minutes after six), which
+// left effects waiting long after their cause had ended. A time chosen in
+// Work may have passed by the time River asks (a short delay and slow
+// bookkeeping), and one left by a run River did not ask about (its last
+// attempt) is stale.
+func (w *Worker) retryTime(id uuid.UUID) time.Time {
+	now := time.Now()
+	if t, ok := w.retryAt.LoadAndDelete(id); ok {
+		return latest(t.(time.Time), now)
+	}
+	return now.Add(w.retry.Delay(1))
 }

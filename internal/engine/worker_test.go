@@ -22,6 +22,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -41,7 +42,7 @@ type workerBundle struct {
 	db    *testdb.DB
 	ob    *outbox.Outbox
 	recv  *fakes.Receiver
-	store *engine.Store
+	store *store.Store
 	cfg   sideeffects.Config
 }
 
@@ -68,7 +69,7 @@ func setupWorker(t *testing.T, opts workerOpts) *workerBundle {
 	}})
 	require.NoError(t, err)
 	return &workerBundle{
-		db: db, ob: ob, recv: recv, store: engine.NewStore(db.Schema),
+		db: db, ob: ob, recv: recv, store: store.NewStore(db.Schema),
 		cfg: sideeffects.Config{
 			Schema:            db.Schema,
 			Providers:         []providers.Provider{p},

@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
@@ -550,7 +550,7 @@ func TestDispatcherPurgesExpiredKeysNoRequestHolds(t *testing.T) {
 	go func() { done <- s.post(t, "key-held", `{"order": "ord_held2", "amount": 1}`) }()
 	<-reached
 
-	n, _, err := engine.NewStore(s.db.Schema).PurgeExpired(ctx, s.db.Pool)
+	n, _, err := store.NewStore(s.db.Schema).PurgeExpired(ctx, s.db.Pool)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "only key-old")
 	close(release)

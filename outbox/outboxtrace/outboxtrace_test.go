@@ -24,6 +24,7 @@ import (
 	"github.com/outboxd/outboxd/inbox"
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
@@ -171,7 +172,7 @@ func TestOneTraceFromRequestToProviderCall(t *testing.T) {
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	sideeffectstest.Start(t, db.Pool, sideeffects.Config{Schema: db.Schema, Providers: []providers.Provider{wh}, Tracer: outboxtrace.New(second.tp), Logger: logger})
-	st := engine.NewStore(db.Schema)
+	st := store.NewStore(db.Schema)
 	require.Eventually(t, func() bool {
 		e, err := st.Get(ctx, db.Pool, res.Effects[0].ID)
 		return err == nil && e.State == outboxtype.StateConfirmed

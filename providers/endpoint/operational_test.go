@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers/endpoint"
 	"github.com/outboxd/outboxd/providers/webhook"
@@ -163,7 +163,7 @@ func TestABreakerAndAClosingKeyWindowRaiseTheirEvents(t *testing.T) {
 	// attempts changed, raises nothing new.
 	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".side_effects SET attempts = 4, last_error = 'HTTP 502' WHERE id = $1", res.Effects[0].ID)
 	require.NoError(t, err)
-	require.NoError(t, engine.NewStore(f.db.Schema).RaiseKeyWindowsClosing(ctx, f.db.Pool, "webhook", wh.Guarantees().KeyWindow-wh.Guarantees().KeyWindowMargin))
+	require.NoError(t, store.NewStore(f.db.Schema).RaiseKeyWindowsClosing(ctx, f.db.Pool, "webhook", wh.Guarantees().KeyWindow-wh.Guarantees().KeyWindowMargin, time.Hour))
 	require.Equal(t, 1, events("outboxd.effect.key_window_closing"), "raised once per window")
 	ops.mu.Lock()
 	var types []string

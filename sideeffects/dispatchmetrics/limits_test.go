@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
@@ -23,14 +24,14 @@ func TestLimitSeries(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	store := engine.NewStore(db.Schema)
+	st := store.NewStore(db.Schema)
 	const key = "webhook:hooks.example.com"
-	_, _, err := store.Throttle(ctx, db.Pool, key, time.Minute, time.Second, 12, true, nil)
+	_, _, err := engine.Throttle(ctx, st, db.Pool, key, time.Minute, time.Second, 12, true, nil)
 	require.NoError(t, err)
 	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)
 	id := enqueueWebhook(t, db, ob, outbox.Effect{})
-	require.NoError(t, store.MarkWaiting(ctx, db.Pool, id, key))
+	require.NoError(t, st.MarkWaiting(ctx, db.Pool, id, key))
 	_, err = db.Pool.Exec(ctx, `UPDATE `+db.Schema+`.side_effects SET key_window_from = now() - interval '20 hours' WHERE id = $1`, id)
 	require.NoError(t, err)
 

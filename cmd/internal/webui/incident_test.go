@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/cmd/internal/webui"
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -85,7 +85,7 @@ func TestAnIncidentFromTheWebViewAlone(t *testing.T) {
 	partnerLog := []string{s.mustKey(t, partner[1]), s.mustKey(t, partner[3])}
 	// 3. A call of a process that was killed 20 minutes ago.
 	dead := enqueue("webhook.capture", "/captured", later)
-	require.NoError(t, engine.NewStore(s.db.Schema).RecordDispatcher(ctx, s.db.Pool, "outboxd-killed", "host-a", 4242, map[string]any{"rescue_after": "2m0s"}))
+	require.NoError(t, store.NewStore(s.db.Schema).RecordDispatcher(ctx, s.db.Pool, "outboxd-killed", "host-a", 4242, map[string]any{"rescue_after": "2m0s"}))
 	sql(`UPDATE S.outboxd_dispatchers SET seen_at = now() - interval '20 minutes' WHERE id = 'outboxd-killed'`)
 	sql(`UPDATE S.side_effects SET state = 'fired', attempts = 1, total_attempts = 1, fired_at = now() - interval '25 minutes',
 		first_fired_at = now() - interval '25 minutes', key_window_from = now() - interval '25 minutes', not_before = NULL WHERE id = $1`, dead)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -24,7 +25,7 @@ func TestLimitsAndTenantsInTheWebView(t *testing.T) {
 	s := newSite(t)
 	ctx := context.Background()
 	const key = "webhook:api.partner.example"
-	_, _, err := engine.NewStore(s.db.Schema).Throttle(ctx, s.db.Pool, key, time.Minute, time.Second, 12, true, nil)
+	_, _, err := engine.Throttle(ctx, store.NewStore(s.db.Schema), s.db.Pool, key, time.Minute, time.Second, 12, true, nil)
 	require.NoError(t, err)
 	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: s.db.Schema})
 	require.NoError(t, err)
@@ -63,7 +64,7 @@ func TestLimitsAndTenantsInTheWebView(t *testing.T) {
 	// A key paused by a broker out of reach: the admin lifts every hold
 	// at once, with a reason, as outboxctl limits resume --all does.
 	const broker = "nats:nats://127.0.0.1:4222"
-	_, err = engine.NewStore(s.db.Schema).Hold(ctx, s.db.Pool, broker, time.Hour)
+	_, err = store.NewStore(s.db.Schema).Hold(ctx, s.db.Pool, broker, time.Hour)
 	require.NoError(t, err)
 	br.do(chromedp.Navigate(s.url("limits")), chromedp.WaitVisible(chromedp.CSS("#resume-key")))
 	require.Regexp(t, broker+`\s+-\s+-\s+-\s+for \S+`, br.text("#limits"), "paused")

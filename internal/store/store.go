@@ -1,4 +1,4 @@
-package engine
+package store
 
 import (
 	"context"
@@ -26,15 +26,6 @@ type DB interface {
 
 // ErrNotFound is returned when no effect has the given id or key.
 var ErrNotFound = errors.New("side effect not found")
-
-// Store runs outboxd's SQL against the tables of one schema.
-type Store struct {
-	// name is the schema's name as given ("" for search_path).
-	name   string
-	schema *strings.Replacer
-	// stmts caches each statement with the schema filled in, by its text.
-	stmts sync.Map
-}
 
 // NewStore returns a Store for the tables in schema ("" uses search_path).
 func NewStore(schema string) *Store {
@@ -142,4 +133,13 @@ func (s *Store) exec(ctx context.Context, db DB, what, sql string, id uuid.UUID,
 		return false, fmt.Errorf("%s effect %s: %w", what, id, err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// Store runs outboxd's SQL against the tables of one schema.
+type Store struct {
+	// name is the schema's name as given ("" for search_path).
+	name   string
+	schema *strings.Replacer
+	// stmts caches each statement with the schema filled in, by its text.
+	stmts sync.Map
 }

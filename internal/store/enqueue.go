@@ -1,4 +1,4 @@
-package engine
+package store
 
 import (
 	"context"
@@ -12,9 +12,6 @@ import (
 
 	"github.com/outboxd/outboxd/outboxtype"
 )
-
-// What Enqueue writes: the event and its effects, in the caller's
-// transaction, and what it compares on a replay.
 
 // NewEvent is an outbox_events row to insert.
 type NewEvent struct {

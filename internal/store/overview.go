@@ -1,4 +1,4 @@
-package engine
+package store
 
 import (
 	"context"
@@ -10,8 +10,6 @@ import (
 
 	"github.com/outboxd/outboxd/outboxtype"
 )
-
-// What the web view's overview and search read, each from an index.
 
 // FailureReasons groups the newest failed effects not acknowledged, at
 // most of of them, by kind and reason, most frequent first, at most limit

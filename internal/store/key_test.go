@@ -1,4 +1,4 @@
-package engine_test
+package store_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 )
 
@@ -24,12 +24,12 @@ var keyVectors = []struct {
 func TestKey(t *testing.T) {
 	t.Parallel()
 	for _, v := range keyVectors {
-		got := engine.Key(uuid.MustParse(v.eventID), v.kind)
+		got := store.Key(uuid.MustParse(v.eventID), v.kind)
 		require.Equal(t, v.key, got, "Key(%s, %s)", v.eventID, v.kind)
 		require.Len(t, got, 64)
 	}
 	// Upper-case input parses to the same UUID, so the key is canonical.
-	require.Equal(t, keyVectors[0].key, engine.Key(uuid.MustParse("0190C3A0-7B1E-7C3D-9F00-000000000001"), "email.welcome"))
+	require.Equal(t, keyVectors[0].key, store.Key(uuid.MustParse("0190C3A0-7B1E-7C3D-9F00-000000000001"), "email.welcome"))
 }
 
 func TestKeyInSQL(t *testing.T) {
@@ -45,30 +45,30 @@ func TestKeyInSQL(t *testing.T) {
 	// A row written by plain SQL, with an id of its own choosing, is found
 	// by its key (through side_effects_other_id_key_idx); so is one with the
 	// derived id (through its primary key).
-	store := engine.NewStore(db.Schema)
+	st := store.NewStore(db.Schema)
 	_, err := db.Pool.Exec(ctx, `INSERT INTO `+db.Schema+`.outbox_events (id, event_type, payload) VALUES ($1, 't', '{}')`, keyVectors[2].eventID)
 	require.NoError(t, err)
 	var handID uuid.UUID
 	err = db.Pool.QueryRow(ctx, `INSERT INTO `+db.Schema+`.side_effects (id, source_id, kind, provider, payload)
 		VALUES (gen_random_uuid(), $1, $2, 'webhook', '{}') RETURNING id`, keyVectors[2].eventID, keyVectors[2].kind).Scan(&handID)
 	require.NoError(t, err)
-	e, err := store.GetByKey(ctx, db.Pool, keyVectors[2].key)
+	e, err := st.GetByKey(ctx, db.Pool, keyVectors[2].key)
 	require.NoError(t, err)
 	require.Equal(t, handID, e.ID)
 	require.Equal(t, keyVectors[2].key, e.IdempotencyKey)
 
-	derived := engine.EffectID(uuid.MustParse(keyVectors[2].eventID), "other.kind")
+	derived := store.EffectID(uuid.MustParse(keyVectors[2].eventID), "other.kind")
 	_, err = db.Pool.Exec(ctx, `INSERT INTO `+db.Schema+`.side_effects (id, source_id, kind, provider, payload)
 		VALUES (`+db.Schema+`.outboxd_effect_id($1, 'other.kind'), $1, 'other.kind', 'webhook', '{}')`, keyVectors[2].eventID)
 	require.NoError(t, err)
-	e, err = store.GetByKey(ctx, db.Pool, engine.Key(uuid.MustParse(keyVectors[2].eventID), "other.kind"))
+	e, err = st.GetByKey(ctx, db.Pool, store.Key(uuid.MustParse(keyVectors[2].eventID), "other.kind"))
 	require.NoError(t, err)
 	require.Equal(t, derived, e.ID)
 
 	// Not a key, or no such effect: not found, never an error from SQL.
-	for _, bad := range []string{"", "abc", strings.ToUpper(keyVectors[2].key), strings.Repeat("g", 64), engine.Key(uuid.New(), "x")} {
-		_, err := store.GetByKey(ctx, db.Pool, bad)
-		require.ErrorIs(t, err, engine.ErrNotFound, "%q", bad)
+	for _, bad := range []string{"", "abc", strings.ToUpper(keyVectors[2].key), strings.Repeat("g", 64), store.Key(uuid.New(), "x")} {
+		_, err := st.GetByKey(ctx, db.Pool, bad)
+		require.ErrorIs(t, err, store.ErrNotFound, "%q", bad)
 	}
 	// Only the hand-written row is in the index of other ids.
 	var others int
@@ -88,12 +88,12 @@ func TestEffectIDFromKey(t *testing.T) {
 	for _, v := range keyVectors {
 		for _, kind := range append(kinds, v.kind) {
 			ev := uuid.MustParse(v.eventID)
-			id := engine.EffectID(ev, kind)
+			id := store.EffectID(ev, kind)
 			require.Equal(t, uuid.Version(8), id.Version())
 			require.Equal(t, uuid.RFC4122, id.Variant())
-			key := engine.Key(ev, kind)
+			key := store.Key(ev, kind)
 			require.Equal(t, strings.ReplaceAll(id.String(), "-", "")[:12], key[:12], "the id is the key's first bytes")
-			fromKey, ok := engine.KeyEffectID(key)
+			fromKey, ok := store.KeyEffectID(key)
 			require.True(t, ok)
 			require.Equal(t, id, fromKey)
 			var sqlID, sqlFromKey uuid.UUID
@@ -104,7 +104,7 @@ func TestEffectIDFromKey(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "abc", strings.ToUpper(keyVectors[0].key), keyVectors[0].key[:63] + "z", keyVectors[0].key + "0"} {
-		_, ok := engine.KeyEffectID(bad)
+		_, ok := store.KeyEffectID(bad)
 		require.False(t, ok, "%q", bad)
 	}
 }
@@ -112,6 +112,6 @@ func TestEffectIDFromKey(t *testing.T) {
 func TestEffectIDDeterministic(t *testing.T) {
 	t.Parallel()
 	ev := uuid.MustParse(keyVectors[0].eventID)
-	require.Equal(t, engine.EffectID(ev, "a"), engine.EffectID(ev, "a"))
-	require.NotEqual(t, engine.EffectID(ev, "a"), engine.EffectID(ev, "b"))
+	require.Equal(t, store.EffectID(ev, "a"), store.EffectID(ev, "a"))
+	require.NotEqual(t, store.EffectID(ev, "a"), store.EffectID(ev, "b"))
 }

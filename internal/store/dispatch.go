@@ -1,4 +1,4 @@
-package engine
+package store
 
 import (
 	"bytes"
@@ -14,9 +14,6 @@ import (
 
 	"github.com/outboxd/outboxd/outboxtype"
 )
-
-// What the workers write: claims and confirmations (shared between
-// workers in batches), and the transitions of a failed attempt.
 
 // ClaimFirstMany moves the effects in ids to fired that are pending, were
 // never fired and belong to one of providers: the common first attempt,
@@ -222,4 +219,14 @@ func (s *Store) BlockedBehind(ctx context.Context, db DB, id uuid.UUID) (*uuid.U
 		return nil, fmt.Errorf("effect %s: what it waits behind: %w", id, err)
 	}
 	return &head, nil
+}
+
+// RunningBatchOf returns the id of a running batch job that holds effect
+// id, or 0.
+func (s *Store) RunningBatchOf(ctx context.Context, db DB, id uuid.UUID) (int64, error) {
+	var job int64
+	if err := db.QueryRow(ctx, s.sql(sqlRunningBatchOf), id).Scan(&job); err != nil {
+		return 0, fmt.Errorf("batch job of effect %s: %w", id, err)
+	}
+	return job, nil
 }

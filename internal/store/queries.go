@@ -1,13 +1,9 @@
-package engine
+package store
 
 import (
 	"fmt"
 	"strings"
 )
-
-// All of outboxd's SQL against its own tables, each statement declared
-// once, here, and used by its name (Store.sql). "/*schema*/" is replaced by
-// the quoted schema name and a dot on a statement's first use.
 
 // The idempotency key is not a column: Go derives it from (source_id,
 // kind) after reading a row (rowToEffect); SQL reads it as

@@ -1,4 +1,4 @@
-package engine
+package store
 
 import (
 	"context"
@@ -16,10 +16,6 @@ import (
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
-
-// Provider events close the loop: an event that shows the provider applied
-// an effect's request confirms an effect outboxd holds as in doubt; an event
-// that contradicts what outboxd holds is recorded as drift.
 
 // ApplyProviderEvent applies a verified provider event in tx: confirm the
 // effect it proves done (pending, fired, or failed in doubt), record the
