@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -122,6 +123,13 @@ type Config struct {
 	RiverMiddleware []rivertype.Middleware
 	// Logger receives outboxd's and River's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Name tells this process apart for operators (outboxctl dispatchers,
+	// the web view's Dispatchers page, the jobs it ran: River's
+	// attempted_by): letters, digits, '.', '_' and '-', at most 40.
+	// Default the host name. The process's record is its name, pid and
+	// start time, such as api-blue-4242-20261129T112233.125Z, so that a
+	// restart is a new record and two processes never share one.
+	Name string
 	// Settings, when set, are recorded with this process's host and pid
 	// for `outboxctl dispatchers` while it runs (refreshed every 30s,
 	// marked stopped by Stop): what an operator needs to read its
@@ -205,12 +213,27 @@ func (cfg Config) withDefaults() Config {
 // validate checks cfg after withDefaults, naming the setting at fault; the
 // checks run in a fixed order, so the same config always reports the same
 // error.
+// dispatcherName is what Config.Name may be.
+var dispatcherName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,40}$`)
+
+// CheckName says what is wrong with name as a dispatcher's Config.Name,
+// or nil ("" is the default, the host name).
+func CheckName(name string) error {
+	if name != "" && !dispatcherName.MatchString(name) {
+		return fmt.Errorf("%q: use at most 40 letters, digits, '.', '_' or '-' (such as the host or pod name)", name)
+	}
+	return nil
+}
+
 func (cfg Config) validate() error {
 	if err := pgschema.Check(cfg.Schema); err != nil {
 		return fmt.Errorf("dispatcher: Schema: %w", err)
 	}
 	if len(cfg.Providers) == 0 {
 		return errors.New("dispatcher: no providers configured")
+	}
+	if err := CheckName(cfg.Name); err != nil {
+		return fmt.Errorf("dispatcher: Name: %w", err)
 	}
 	for _, d := range []struct {
 		name string
@@ -336,6 +359,7 @@ func (cfg Config) wiring() engine.Wiring {
 		Upkeep: engine.UpkeepSettings{SweepEvery: cfg.SweepInterval, SweepGrace: cfg.SweepGrace,
 			Retention: cfg.Retention, RetentionEvery: cfg.RetentionInterval},
 		Settings: cfg.Settings,
+		Name:     cfg.Name,
 	}
 }
 

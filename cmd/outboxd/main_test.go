@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +130,7 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:x=0"}, nil, "positive number"},
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:x=1e-12"}, nil, "at least 0.001"},
 		{[]string{"run", "--webhook-secret", testSecret, "--tenant-window", "0"}, nil, "--tenant-window (OUTBOXD_TENANT_WINDOW) is 0"},
+		{[]string{"run", "--webhook-secret", testSecret, "--name", "api blue"}, nil, `--name (OUTBOXD_NAME) is "api blue"`},
 		{[]string{"run", "--webhook-secret", testSecret, "--tenant-weight", "acme=heavy"}, nil, "--tenant-weight (OUTBOXD_TENANT_WEIGHTS) acme=heavy"},
 		// The web view beyond loopback is a deliberate choice, and reads
 		// then need a credential unless anonymous reads are asked for.
@@ -273,7 +275,7 @@ func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
 		cmd := newRootCmd()
 		cmd.SetOut(&logs)
 		cmd.SetErr(&logs)
-		cmd.SetArgs([]string{"run", "--database-url", testdb.URL(), "--schema", db.Schema, "--http-addr", "",
+		cmd.SetArgs([]string{"run", "--name", "api-blue", "--database-url", testdb.URL(), "--schema", db.Schema, "--http-addr", "",
 			"--log-format", "json", "--log-level", "debug",
 			"--webhook-secret", testSecret, "--webhook-allow-cidrs", "127.0.0.0/8",
 			"--stripe-api-key", stripeKey, "--stripe-api-base", fs.URL,
@@ -312,9 +314,12 @@ func TestRunLogsNoSecretsAndNamesEveryEffect(t *testing.T) {
 		require.NotContains(t, jobErrors, secret, "a secret reached River's job errors")
 	}
 	// The process recorded the settings it dispatches with, and no secret.
-	var settings string
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT settings::text FROM `+db.Schema+`.outboxd_dispatchers`).Scan(&settings))
+	var settings, record string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id, settings::text FROM `+db.Schema+`.outboxd_dispatchers`).Scan(&record, &settings))
+	require.Regexp(t, fmt.Sprintf(`^api-blue-%d-20\d{6}T\d{6}\.\d{3}Z$`, os.Getpid()), record, "named as asked, with its pid and start time")
 	require.Contains(t, settings, fs.URL, "the Stripe API host it talks to")
+	require.Contains(t, settings, `"endpoint_disable_after"`, "every setting that changes behaviour")
+	require.Contains(t, settings, `"tenant_window": 32`)
 	require.Contains(t, settings, sg.URL)
 	require.Contains(t, settings, "127.0.0.0/8")
 	for _, secret := range secrets {

@@ -54,6 +54,7 @@ const DefaultStripeConcurrency = 100
 
 // runConfig holds the settings of outboxd run.
 type runConfig struct {
+	Name            string
 	HTTPAddr        string
 	ShutdownTimeout time.Duration
 	MaxConns        int32
@@ -135,6 +136,8 @@ already older than --rescue-after and re-fires it within seconds.
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), cmd.ErrOrStderr(), g, c) },
 	}
 	f := cmd.Flags()
+	f.StringVar(&c.Name, "name", "", "how operators tell this replica apart (outboxctl dispatchers, the web view, a job's attempted_by), such as the pod name; with the pid and start time added (default the host name)")
+	envflag.Bind(f, "name", "OUTBOXD_NAME")
 	f.StringVar(&c.HTTPAddr, "http-addr", ":8080", "address of /healthz, /readyz and /metrics (empty: none)")
 	envflag.Bind(f, "http-addr", "OUTBOXD_HTTP_ADDR")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight calls may finish after a signal")
@@ -350,6 +353,9 @@ func (c *runConfig) settings(names []string, provs []providers.Provider) map[str
 		"retention":               c.Retention.String(),
 		"completed_job_retention": c.JobRetention.String(),
 		"limits":                  c.Limits,
+		"tenant_window":           c.TenantWindow,
+		"tenant_weights":          c.TenantWeights,
+		"endpoint_disable_after":  c.EndpointDisableAfter.String(),
 	}
 	for _, n := range names {
 		switch n {
@@ -511,6 +517,9 @@ func (c *runConfig) validate() error {
 		if !slices.Contains(builtinNames(), name) && name+":" != sideeffects.TenantLimitPrefix {
 			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: no provider %q: name one of %s (webhook:<host> for one destination) or tenant:<tenant>", key, v, name, strings.Join(builtinNames(), ", "))
 		}
+	}
+	if err := sideeffects.CheckName(c.Name); err != nil {
+		return cli.Usagef("--name (OUTBOXD_NAME) is %w", err)
 	}
 	if c.TenantWindow < 1 {
 		return cli.Usagef("--tenant-window (OUTBOXD_TENANT_WINDOW) is %d: it must be at least 1", c.TenantWindow)
@@ -814,6 +823,7 @@ func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, 
 		Logger:          log,
 		// What outboxctl dispatchers shows of this process.
 		Settings: c.settings(names, provs),
+		Name:     c.Name,
 	}
 }
 

@@ -43,6 +43,8 @@ type Wiring struct {
 	Upkeep UpkeepSettings
 	// Settings are recorded for operators while the dispatcher runs.
 	Settings map[string]any
+	// Name begins this process's record (default the host name).
+	Name string
 }
 
 // CallSettings are the worker's: the in-doubt policies by kind, the retry
@@ -236,7 +238,7 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 	// River marks the jobs a process works with its client ID
 	// (attempted_by); it is also this process's record in
 	// outboxd_dispatchers, so that a job left running names its process.
-	record := recordID()
+	record := recordID(w.Name, time.Now())
 	rc := w.River
 	rc.ID, rc.Schema, rc.Logger = record, w.Schema, logger
 	rc.Queues, rc.Workers, rc.PeriodicJobs = queues, workers, periodicJobs
@@ -301,12 +303,14 @@ func (d *Dispatcher) destinations() []providers.DestinationState {
 
 // recordID names a dispatcher process: host, pid and start time, at most
 // River's 100 characters.
-func recordID() string {
-	host, _ := os.Hostname()
-	if len(host) > 60 {
-		host = host[:60]
+func recordID(name string, start time.Time) string {
+	if name == "" {
+		name, _ = os.Hostname()
+		if len(name) > 40 {
+			name = name[:40]
+		}
 	}
-	return fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().UnixNano())
+	return fmt.Sprintf("%s-%d-%s", name, os.Getpid(), start.UTC().Format("20060102T150405.000Z"))
 }
 
 // announce records the dispatcher's settings and refreshes the record
