@@ -56,11 +56,7 @@ func (s *Store) Unended(ctx context.Context, db DB, ids []uuid.UUID) ([]JobTarge
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobTarget, error) {
-		var x JobTarget
-		err := r.Scan(&x.ID, &x.Provider, &x.NotBefore)
-		return x, err
-	})
+	return pgx.CollectRows(rows, rowToJobTarget)
 }
 
 // Subscriber is an effect an event's subscribers effect stands for: one

@@ -27,11 +27,14 @@ func (s *Store) SweepCandidates(ctx context.Context, tx pgx.Tx, notSince time.Ti
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobTarget, error) {
-		var x JobTarget
-		err := r.Scan(&x.ID, &x.Provider, &x.NotBefore)
-		return x, err
-	})
+	return pgx.CollectRows(rows, rowToJobTarget)
+}
+
+// rowToJobTarget scans a row of (id, provider, not_before).
+func rowToJobTarget(r pgx.CollectableRow) (JobTarget, error) {
+	var x JobTarget
+	err := r.Scan(&x.ID, &x.Provider, &x.NotBefore)
+	return x, err
 }
 
 // PurgeExpired deletes expired idempotency keys no request holds and
