@@ -46,6 +46,19 @@ func NewReceiver(secret string) (*Receiver, error) {
 	return r, nil
 }
 
+// Verify makes the receiver verify with secret from now on: for a
+// destination whose secret is made after its URL (a registered endpoint).
+func (r *Receiver) Verify(secret string) error {
+	v, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.verifier = v
+	return nil
+}
+
 // Response writes a scripted response and returns its status.
 type Response func(w http.ResponseWriter, r *http.Request) int
 
@@ -75,9 +88,12 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		return // the client went away mid-request: nothing to act on
 	}
 	time.Sleep(r.Delay)
+	r.mu.Lock()
+	verifier := r.verifier
+	r.mu.Unlock()
 	d := Delivery{
 		Path: req.URL.Path, ID: req.Header.Get("webhook-id"), Key: req.Header.Get("Idempotency-Key"),
-		Body: body, Verified: r.verifier.Verify(body, req.Header) == nil, At: time.Now(),
+		Body: body, Verified: verifier.Verify(body, req.Header) == nil, At: time.Now(),
 	}
 	r.mu.Lock()
 	var respond Response
