@@ -23,7 +23,7 @@ func TestLimitsShowWaitingAndChangeAudited(t *testing.T) {
 	ctx := context.Background()
 	const key = "webhook:hooks.example.com"
 	require.NoError(t, b.store.ConfigureLimit(ctx, b.db.Pool, "stripe:live-a1b2", 100, "default"))
-	_, _, err := engine.Throttle(ctx, b.store, b.db.Pool, key, time.Minute, time.Second, 12, true, nil)
+	_, _, err := engine.Throttle(ctx, b.store, b.db.Pool, key, engine.A429{After: time.Minute, Base: time.Second, Observed: 12, Again: true})
 	require.NoError(t, err)
 	require.NoError(t, b.store.MarkWaiting(ctx, b.db.Pool, b.ids["pending"], key))
 	// It was sent once 23h40m ago: its key window (24h less 5m) closes in 15m.
@@ -94,7 +94,7 @@ func TestLimitsResumeLiftsEveryHold(t *testing.T) {
 	ctx := context.Background()
 	const a, other = "webhook:a.example.com", "nats:nats://127.0.0.1:4222"
 	for _, key := range []string{a, other} {
-		_, _, err := engine.Throttle(ctx, b.store, b.db.Pool, key, time.Hour, time.Second, 0, true, nil)
+		_, _, err := engine.Throttle(ctx, b.store, b.db.Pool, key, engine.A429{After: time.Hour, Base: time.Second, Again: true})
 		require.NoError(t, err)
 	}
 	require.NoError(t, b.store.MarkWaiting(ctx, b.db.Pool, b.ids["pending"], a))

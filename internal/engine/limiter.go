@@ -443,7 +443,7 @@ func waitUntil(ctx context.Context, t time.Time, ch chan struct{}) error {
 
 // throttled records a 429 for key for every replica and returns the end
 // of the pause it put on the key.
-func (l *limiter) throttled(ctx context.Context, key string, after time.Duration) (time.Time, bool, error) {
+func (l *limiter) throttled(ctx context.Context, key string, after time.Duration, sent time.Time) (time.Time, bool, error) {
 	l.mu.Lock()
 	st := l.state(key)
 	observed := float64(st.accepted.last(time.Now()))
@@ -455,7 +455,7 @@ func (l *limiter) throttled(ctx context.Context, key string, after time.Duration
 		at = l.clock()
 	}
 	l.mu.Unlock()
-	_, left, err := Throttle(ctx, l.store, l.pool, key, after, l.pauseBase, observed, again, at)
+	_, left, err := Throttle(ctx, l.store, l.pool, key, A429{After: after, Base: l.pauseBase, Observed: observed, Again: again, Sent: sent, At: at})
 	if err != nil {
 		return time.Time{}, false, err
 	}
@@ -474,7 +474,7 @@ func (l *limiter) throttled(ctx context.Context, key string, after time.Duration
 // throttled does, but nothing answered 429, so the key's 429s are not
 // counted and its rate stays as it was. It returns when the key's pause
 // ends and whether this began it.
-func (l *limiter) held(ctx context.Context, key string, after time.Duration) (time.Time, bool, error) {
+func (l *limiter) held(ctx context.Context, key string, after time.Duration, _ time.Time) (time.Time, bool, error) {
 	l.mu.Lock()
 	st := l.state(key)
 	wasPaused := time.Now().Before(st.pausedUntil)

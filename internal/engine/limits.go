@@ -212,15 +212,35 @@ func LeaseTokens(ctx context.Context, s *store.Store, db store.TxDB, key string,
 	return out, nil
 }
 
-// Throttle records a 429 for key at at (nil: the database's now): the key
-// is paused for after (or, when the provider named no delay, base doubled
-// for each episode in a row), and, once per episode, its current rate is
-// halved, though not below observed: the requests a second this process
-// saw the provider accept in the last second (a key that had no rate
-// starts there). again says this process saw no request of the key
-// accepted since its last 429: only then does the pause double. It returns the end of
-// the pause, and how long from now that is.
-func Throttle(ctx context.Context, s *store.Store, db store.TxDB, key string, after, base time.Duration, observed float64, again bool, at *time.Time) (time.Time, time.Duration, error) {
+// A429 is one refusal for rate (an HTTP 429) of a request of a key.
+type A429 struct {
+	// After is the delay the provider named (0: none).
+	After time.Duration
+	// Base is the first pause of an episode when the provider named no
+	// delay; it doubles for each episode in a row.
+	Base time.Duration
+	// Observed is the requests a second this process saw the provider
+	// accept in the last second.
+	Observed float64
+	// Again says this process saw no request of the key accepted since
+	// its last 429: only then does the pause double.
+	Again bool
+	// Sent is when the refused request was sent (zero: unknown). A 429 of
+	// a request sent before the key's last 429 belongs to the episode that
+	// 429 began or joined: it neither starts another nor lowers the rate
+	// again, whenever it arrives.
+	Sent time.Time
+	// At is when to record it (nil: the database's now).
+	At *time.Time
+}
+
+// Throttle records a 429 for key: the key is paused for its After (or,
+// when the provider named no delay, Base doubled for each episode in a
+// row), and, once per episode, its current rate is lowered, though not
+// below Observed (a key that had no rate starts there). It returns the
+// end of the pause, and how long from now that is.
+func Throttle(ctx context.Context, s *store.Store, db store.TxDB, key string, t A429) (time.Time, time.Duration, error) {
+	after, base, observed, again, at := t.After, t.Base, t.Observed, t.Again, t.At
 	var until time.Time
 	var left time.Duration
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -233,7 +253,17 @@ func Throttle(ctx context.Context, s *store.Store, db store.TxDB, key string, af
 		}
 		r := limitRow{row}
 		inRow, cur, curAt := r.ThrottledInRow, r.CurrentRate, r.CurrentAt
-		episode := !r.Paused()
+		// Many requests in flight when a provider starts refusing get
+		// their 429s together, some after the pause they caused has
+		// ended: those belong to that episode. Counted as new ones, each
+		// doubled the pause (a fleet of workers stopped for ~20 s after 8
+		// early 429s).
+		stale := !t.Sent.IsZero() && r.LastThrottleAt != nil && t.Sent.Before(*r.LastThrottleAt)
+		lastAt := r.Now
+		if stale {
+			lastAt = *r.LastThrottleAt
+		}
+		episode := !r.Paused() && !stale
 		if episode {
 			// A new episode; 429s answering requests sent before the pause
 			// began belong to the one that paused it.
@@ -266,12 +296,13 @@ func Throttle(ctx context.Context, s *store.Store, db store.TxDB, key string, af
 		if r.PausedUntil != nil && r.PausedUntil.After(until) {
 			until = *r.PausedUntil
 		}
-		if episode || (cur != nil && curAt.Before(until)) {
-			// The rate climbs back from the end of the pause.
+		if episode || (cur != nil && curAt.Before(until) && until.After(r.Now)) {
+			// The rate climbs back from the end of the pause (a late 429
+			// that paused nothing leaves it climbing).
 			curAt = until
 		}
 		left = until.Sub(r.Now)
-		return s.WriteThrottle(ctx, tx, key, r.Now, until, cur, curAt, inRow)
+		return s.WriteThrottle(ctx, tx, key, r.Now, until, cur, curAt, inRow, lastAt)
 	})
 	if err != nil {
 		return time.Time{}, 0, fmt.Errorf("record 429 of limit %s: %w", key, err)

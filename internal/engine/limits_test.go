@@ -107,7 +107,7 @@ func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := clockAt(t0)
 
-	until, left, err := engine.Throttle(ctx, st, db.Pool, key, 0, time.Second, 0, true, at(0))
+	until, left, err := engine.Throttle(ctx, st, db.Pool, key, engine.A429{Base: time.Second, Again: true, At: at(0)})
 	require.NoError(t, err)
 	require.WithinDuration(t, t0.Add(time.Second), until, 0, "no Retry-After: the base pause")
 	require.Equal(t, time.Second, left)
@@ -118,7 +118,7 @@ func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	require.Equal(t, 500*time.Millisecond, l.PausedFor)
 
 	// 429s answering requests sent before the pause: the same episode.
-	_, _, err = engine.Throttle(ctx, st, db.Pool, key, 0, time.Second, 0, true, at(600*time.Millisecond))
+	_, _, err = engine.Throttle(ctx, st, db.Pool, key, engine.A429{Base: time.Second, Again: true, At: at(600 * time.Millisecond)})
 	require.NoError(t, err)
 	row, err := st.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)
@@ -136,7 +136,7 @@ func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	require.Equal(t, -50*time.Millisecond, l.Start.Round(time.Millisecond))
 
 	// A new episode soon after: the pause doubles and the rate halves again.
-	until, _, err = engine.Throttle(ctx, st, db.Pool, key, 0, time.Second, 0, true, at(2100*time.Millisecond))
+	until, _, err = engine.Throttle(ctx, st, db.Pool, key, engine.A429{Base: time.Second, Again: true, At: at(2100 * time.Millisecond)})
 	require.NoError(t, err)
 	require.WithinDuration(t, t0.Add(4100*time.Millisecond), until, 0)
 	row, err = st.LimitOf(ctx, db.Pool, key)
@@ -145,20 +145,20 @@ func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	require.InDelta(t, 64.5, *row.CurrentRate, 0.01)
 
 	// Never below what the provider was just seen to accept.
-	_, _, err = engine.Throttle(ctx, st, db.Pool, key, 0, time.Second, 90, true, at(8*time.Second))
+	_, _, err = engine.Throttle(ctx, st, db.Pool, key, engine.A429{Base: time.Second, Observed: 90, Again: true, At: at(8 * time.Second)})
 	require.NoError(t, err)
 	row, err = st.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)
 	require.InDelta(t, 90, *row.CurrentRate, 0.01)
 
 	// A provider that names its delay gets it.
-	until, _, err = engine.Throttle(ctx, st, db.Pool, key, 30*time.Second, time.Second, 0, true, at(20*time.Second))
+	until, _, err = engine.Throttle(ctx, st, db.Pool, key, engine.A429{After: 30 * time.Second, Base: time.Second, Again: true, At: at(20 * time.Second)})
 	require.NoError(t, err)
 	require.WithinDuration(t, t0.Add(50*time.Second), until, 0)
 
 	// Requests were accepted since the last 429: a new episode's pause
 	// starts over at the base.
-	until, _, err = engine.Throttle(ctx, st, db.Pool, key, 0, time.Second, 0, false, at(60*time.Second))
+	until, _, err = engine.Throttle(ctx, st, db.Pool, key, engine.A429{Base: time.Second, Again: false, At: at(60 * time.Second)})
 	require.NoError(t, err)
 	require.WithinDuration(t, t0.Add(61*time.Second), until, 0)
 
@@ -166,6 +166,51 @@ func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 1, at(10*time.Minute))
 	require.NoError(t, err)
 	require.InDelta(t, 100, l.Rate, 0.001)
+}
+
+// TestLate429sOfRequestsSentBeforeThePauseStartNoEpisode: a provider that
+// starts refusing answers every request in flight with a 429, some after
+// the pause the first one began has ended. Those belong to that episode:
+// the pause does not double and the rate is not lowered again. Counted as
+// new episodes, 8 such 429s stopped a fleet for ~20 s.
+func TestLate429sOfRequestsSentBeforeThePauseStartNoEpisode(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st := store.NewStore(db.Schema)
+	ctx := context.Background()
+	const key = "stripe:live-late"
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, 100, "default"))
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := clockAt(t0)
+	inFlight := t0.Add(-200 * time.Millisecond)
+
+	until, _, err := engine.Throttle(ctx, st, db.Pool, key, engine.A429{Base: time.Second, Again: true, Sent: inFlight, At: at(0)})
+	require.NoError(t, err)
+	require.WithinDuration(t, t0.Add(time.Second), until, 0)
+
+	// Eight more answers to requests sent with the first, arriving after
+	// its pause ended.
+	for i := range 8 {
+		_, left, err := engine.Throttle(ctx, st, db.Pool, key, engine.A429{Base: time.Second, Again: true, Sent: inFlight,
+			At: at(1100*time.Millisecond + time.Duration(i)*100*time.Millisecond)})
+		require.NoError(t, err)
+		require.Zero(t, left, "answer %d paused nothing more", i)
+	}
+	row, err := st.LimitOf(ctx, db.Pool, key)
+	require.NoError(t, err)
+	require.Equal(t, 1, row.ThrottledInRow, "one episode")
+	require.InDelta(t, 75, *row.CurrentRate, 0.001, "lowered once")
+	require.EqualValues(t, 9, row.Throttles, "every 429 is counted")
+	l, err := engine.LeaseTokens(ctx, st, db.Pool, key, 1, at(1900*time.Millisecond))
+	require.NoError(t, err)
+	require.InDelta(t, 84, l.Rate, 0.001, "climbing since the end of the one pause")
+
+	// A request sent after the pause and refused: a new episode, which
+	// doubles the pause.
+	until, _, err = engine.Throttle(ctx, st, db.Pool, key, engine.A429{Base: time.Second, Again: true,
+		Sent: t0.Add(1950 * time.Millisecond), At: at(2 * time.Second)})
+	require.NoError(t, err)
+	require.WithinDuration(t, t0.Add(4*time.Second), until, 0)
 }
 
 // TestAKeyWithoutARateIsFreeUntilA429: a destination nobody set a rate for
@@ -185,7 +230,7 @@ func TestAKeyWithoutARateIsFreeUntilA429(t *testing.T) {
 	require.False(t, l.Limited)
 	require.Equal(t, 7, l.Granted)
 
-	_, _, err = engine.Throttle(ctx, st, db.Pool, key, time.Second, time.Second, 80, true, at(0))
+	_, _, err = engine.Throttle(ctx, st, db.Pool, key, engine.A429{After: time.Second, Base: time.Second, Observed: 80, Again: true, At: at(0)})
 	require.NoError(t, err)
 	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 100, at(1500*time.Millisecond))
 	require.NoError(t, err)

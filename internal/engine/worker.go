@@ -612,7 +612,7 @@ func (w *Worker) throttled(bctx context.Context, log *slog.Logger, p providers.P
 	if held {
 		pause = w.limits.held
 	}
-	until, first, err := pause(bctx, key, after)
+	until, first, err := pause(bctx, key, after, start)
 	if err != nil {
 		return err
 	}

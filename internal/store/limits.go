@@ -41,7 +41,7 @@ var (
 	sqlLimitLease     = `UPDATE /*schema*/outboxd_limits SET tokens = $2, refilled_at = $3, granted = granted + $4,
 	current_rate = $5, updated_at = $6 WHERE key = $1`
 	sqlLimitThrottle = `UPDATE /*schema*/outboxd_limits SET tokens = 0, refilled_at = greatest(refilled_at, $2), paused_until = $3,
-	current_rate = $4, current_at = $5, throttled_in_a_row = $6, throttles = throttles + 1, last_throttle_at = $2, updated_at = $2
+	current_rate = $4, current_at = $5, throttled_in_a_row = $6, throttles = throttles + 1, last_throttle_at = $7, updated_at = $2
 WHERE key = $1`
 	sqlLimitInsert = `INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING`
 	// A hold on outboxd's side ($2 its length): the key pauses until then
@@ -257,9 +257,10 @@ func (s *Store) WriteLease(ctx context.Context, tx pgx.Tx, key string, refilledA
 }
 
 // WriteThrottle records a 429 of key at now: paused until until, its
-// current rate cur climbing back from curAt, inRow episodes in a row.
-func (s *Store) WriteThrottle(ctx context.Context, tx pgx.Tx, key string, now, until time.Time, cur *float64, curAt time.Time, inRow int) error {
-	_, err := tx.Exec(ctx, s.sql(sqlLimitThrottle), key, now, until, cur, curAt, inRow)
+// current rate cur climbing back from curAt, inRow episodes in a row, the
+// key's last 429 that began or belonged to an episode at lastAt.
+func (s *Store) WriteThrottle(ctx context.Context, tx pgx.Tx, key string, now, until time.Time, cur *float64, curAt time.Time, inRow int, lastAt time.Time) error {
+	_, err := tx.Exec(ctx, s.sql(sqlLimitThrottle), key, now, until, cur, curAt, inRow, lastAt)
 	return err
 }
 

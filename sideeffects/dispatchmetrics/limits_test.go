@@ -26,7 +26,7 @@ func TestLimitSeries(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewStore(db.Schema)
 	const key = "webhook:hooks.example.com"
-	_, _, err := engine.Throttle(ctx, st, db.Pool, key, time.Minute, time.Second, 12, true, nil)
+	_, _, err := engine.Throttle(ctx, st, db.Pool, key, engine.A429{After: time.Minute, Base: time.Second, Observed: 12, Again: true})
 	require.NoError(t, err)
 	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: db.Schema})
 	require.NoError(t, err)

@@ -25,7 +25,7 @@ func TestLimitsAndTenantsInTheWebView(t *testing.T) {
 	s := newSite(t)
 	ctx := context.Background()
 	const key = "webhook:api.partner.example"
-	_, _, err := engine.Throttle(ctx, store.NewStore(s.db.Schema), s.db.Pool, key, time.Minute, time.Second, 12, true, nil)
+	_, _, err := engine.Throttle(ctx, store.NewStore(s.db.Schema), s.db.Pool, key, engine.A429{After: time.Minute, Base: time.Second, Observed: 12, Again: true})
 	require.NoError(t, err)
 	ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsInTransaction, Schema: s.db.Schema})
 	require.NoError(t, err)
