@@ -29,7 +29,7 @@ type EndpointEnabled struct {
 // with drop, cancelled first (each audited with reason), so only new
 // events reach it. actor and reason are required.
 func (o *Operator) EnableEndpoint(ctx context.Context, reg *endpoint.Registry, id uuid.UUID, drop bool, actor, reason string) (EndpointEnabled, error) {
-	pool := o.op.Pool()
+	pool := o.pool
 	held, err := reg.Deliveries(ctx, pool, id, MaxHeldDeliveries)
 	if err != nil {
 		return EndpointEnabled{}, err

@@ -9,15 +9,17 @@ import (
 )
 
 // TestOnlyTheFacesImportTheEngine: outboxd, outboxctl, the benchmark, the
-// web view and the provider-event endpoints reach the engine through the
-// two faces (sideeffects, outbox) and outboxtype only; no other package of
-// the module imports internal/engine.
+// web view and the provider-event endpoints reach the engine and the store
+// through the two faces (sideeffects, outbox) and outboxtype only; no
+// other package of the module imports internal/engine, and only the
+// engine and the faces import internal/store.
 func TestOnlyTheFacesImportTheEngine(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "github.com/outboxd/outboxd/...").Output()
 	require.NoError(t, err)
 	const engine = "github.com/outboxd/outboxd/internal/engine"
-	allowed := map[string]bool{
+	const store = "github.com/outboxd/outboxd/internal/store"
+	faces := map[string]bool{
 		"github.com/outboxd/outboxd/sideeffects": true,
 		"github.com/outboxd/outboxd/outbox":      true,
 	}
@@ -25,10 +27,13 @@ func TestOnlyTheFacesImportTheEngine(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		for _, imp := range fields[1:] {
-			if imp == engine && !allowed[fields[0]] {
-				importers = append(importers, fields[0])
+			switch {
+			case imp == engine && !faces[fields[0]]:
+				importers = append(importers, fields[0]+" imports the engine")
+			case imp == store && !faces[fields[0]] && fields[0] != engine:
+				importers = append(importers, fields[0]+" imports the store")
 			}
 		}
 	}
-	require.Empty(t, importers, "import the engine only through sideeffects or outbox")
+	require.Empty(t, importers, "import the engine and the store only through sideeffects or outbox")
 }

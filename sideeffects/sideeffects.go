@@ -20,7 +20,6 @@ package sideeffects
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -28,10 +27,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
 )
 
@@ -100,7 +101,20 @@ func NewDispatcher(pool *pgxpool.Pool, cfg Config) (*Dispatcher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	d, err := engine.NewDispatcher(pool, cfg.wiring())
+	// Paced replays retry by an operator's rules, knowing what this
+	// process's providers promise, as outboxctl's operator knows it from
+	// its flags.
+	guarantees := make(map[string]providers.Guarantees, len(cfg.Providers))
+	for _, p := range cfg.Providers {
+		guarantees[p.Name()] = p.Guarantees()
+	}
+	op, err := NewOperator(pool, OperatorConfig{Schema: cfg.Schema, Guarantees: guarantees, InDoubt: cfg.InDoubt})
+	if err != nil {
+		return nil, err
+	}
+	w := cfg.wiring()
+	w.Retry = op.Retry
+	d, err := engine.NewDispatcher(pool, w)
 	if err != nil {
 		return nil, err
 	}
@@ -128,19 +142,32 @@ func (d *Dispatcher) Limits() []outboxtype.LimitState { return d.engine().Limits
 
 // Operator inspects and repairs effects, with the guards and audit trail
 // of outboxctl and the web view (they use it too).
+//
+// It holds the rules of the transitions people make by hand (each in one
+// transaction with its audit row and, for a retry, its new River job:
+// operator.go), of paced replays (replays.go) and of lifting holds
+// (limits.go); its reads run the store's statements as they are.
 type Operator struct {
-	op *engine.Operator
-	// told are the guarantees the operator's own settings give.
-	told map[string]providers.Guarantees
+	pool  *pgxpool.Pool
+	store *store.Store
+	river *river.Client[pgx.Tx]
+	// told is the providers' guarantees and inDoubt the in-doubt policies
+	// by kind, as the dispatchers were told them, so that a redrive
+	// applies the rules a worker would.
+	told    map[string]providers.Guarantees
+	inDoubt map[string]providers.InDoubtPolicy
 }
 
 // NewOperator returns the operator API over cfg.Schema.
 func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
-	op, err := engine.NewOperator(pool, cfg.Schema, cfg.Guarantees, cfg.InDoubt)
-	if err != nil {
-		return nil, err
+	if err := pgschema.Check(cfg.Schema); err != nil {
+		return nil, fmt.Errorf("operator: Schema: %w", err)
 	}
-	return &Operator{op: op, told: cfg.Guarantees}, nil
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: cfg.Schema})
+	if err != nil {
+		return nil, fmt.Errorf("operator: river client: %w", err)
+	}
+	return &Operator{pool: pool, store: store.NewStore(cfg.Schema), river: rc, told: cfg.Guarantees, inDoubt: cfg.InDoubt}, nil
 }
 
 // KeyWindows is, by provider, how long after the first request with its
@@ -150,7 +177,7 @@ func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
 // settings (OperatorConfig.Guarantees) take precedence. A provider with no
 // key window is missing.
 func (o *Operator) KeyWindows(ctx context.Context) (map[string]time.Duration, error) {
-	recorded, err := o.op.Store().AllProviderGuarantees(ctx, o.op.Pool())
+	recorded, err := o.store.AllProviderGuarantees(ctx, o.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -168,13 +195,13 @@ func (o *Operator) KeyWindows(ctx context.Context) (map[string]time.Duration, er
 
 // Get returns the effect with id.
 func (o *Operator) Get(ctx context.Context, id uuid.UUID) (*EffectRow, error) {
-	return o.op.Store().Get(ctx, o.op.Pool(), id)
+	return o.store.Get(ctx, o.pool, id)
 }
 
 // Stuck returns pending and fired effects unchanged for olderThan, and
 // failed ones not acknowledged, oldest first.
 func (o *Operator) Stuck(ctx context.Context, olderThan time.Duration, limit int) ([]StuckEffect, error) {
-	return o.op.Store().Stuck(ctx, o.op.Pool(), time.Now().Add(-olderThan), limit)
+	return o.store.Stuck(ctx, o.pool, time.Now().Add(-olderThan), limit)
 }
 
 // StuckGroups groups what Stuck lists by cause (state, kind, provider, a
@@ -187,76 +214,29 @@ func (o *Operator) Stuck(ctx context.Context, olderThan time.Duration, limit int
 // reading them all would cost the page what the failed count costs.
 func (o *Operator) StuckGroups(ctx context.Context, olderThan time.Duration, limit int) ([]outboxtype.StuckGroup, error) {
 	now := time.Now()
-	return o.op.Store().StuckGroups(ctx, o.op.Pool(), now.Add(-olderThan), now.Add(-IncidentWindow), limit)
+	return o.store.StuckGroups(ctx, o.pool, now.Add(-olderThan), now.Add(-IncidentWindow), limit)
 }
 
 // IncidentWindow is how far back StuckGroups counts failures.
 const IncidentWindow = 24 * time.Hour
-
-// Retry moves failed and cancelled effects (fired ones with Force) back to
-// pending with a new River job and the same key; see ActionOpts for the
-// guards it applies.
-func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
-	return o.op.Retry(ctx, ids, opts)
-}
-
-// Requeue gives pending and fired effects without a live River job one.
-func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
-	return o.op.Requeue(ctx, ids, opts)
-}
-
-// EditPayload replaces the payload of a failed effect no provider acted on
-// (every attempt refused before any request, or refused for its fields
-// by a provider that keeps no result for the key) and sends it back to
-// pending with the same key; v, the provider's Validator, must accept the
-// new payload. The audit row keeps both payloads. Refused otherwise,
-// saying why: such an effect is fixed where it was enqueued.
-func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.RawMessage, v providers.Validator, opts ActionOpts) (Change, error) {
-	return o.op.EditPayload(ctx, id, payload, v, opts)
-}
-
-// Cancel makes effects never fire.
-func (o *Operator) Cancel(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
-	return o.op.Cancel(ctx, ids, opts)
-}
-
-// Confirm records that the provider performed an effect, with its
-// reference (opts.Ref), after checking the provider. A webhook has none:
-// without opts.Ref it is recorded as "webhook-id <its key>", the id the
-// receiver logged; any other effect without opts.Ref is skipped, saying so.
-func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts ActionOpts) (Change, error) {
-	return o.op.Confirm(ctx, id, opts)
-}
-
-// Acknowledge keeps failed effects failed, reviewed and correct, out of the
-// stuck list and the failed-effects alert.
-func (o *Operator) Acknowledge(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
-	return o.op.Acknowledge(ctx, ids, opts)
-}
-
-// Release lets the effects after each one on its ordering key go on, whatever
-// becomes of it; its state does not change (docs/ordering.md).
-func (o *Operator) Release(ctx context.Context, ids []uuid.UUID, opts ActionOpts) ([]Change, error) {
-	return o.op.Release(ctx, ids, opts)
-}
 
 // The reads below are what outboxctl and the web view show; each reads
 // through an index (docs/performance.md times them at 10 M effects).
 
 // GetByKey returns the effect whose idempotency key is key.
 func (o *Operator) GetByKey(ctx context.Context, key string) (*EffectRow, error) {
-	return o.op.Store().GetByKey(ctx, o.op.Pool(), key)
+	return o.store.GetByKey(ctx, o.pool, key)
 }
 
 // List returns effects matching f, newest first (f.After continues a page).
 func (o *Operator) List(ctx context.Context, f outboxtype.Filter) ([]*EffectRow, error) {
-	return o.op.Store().List(ctx, o.op.Pool(), f)
+	return o.store.List(ctx, o.pool, f)
 }
 
 // Stats summarises the effects: live and failed ones in full, confirmed
 // and cancelled ones that ended within window (zero: every row kept).
 func (o *Operator) Stats(ctx context.Context, window time.Duration) (*outboxtype.Stats, error) {
-	return o.op.Store().Stats(ctx, o.op.Pool(), window)
+	return o.store.Stats(ctx, o.pool, window)
 }
 
 // SummarizeMinutes adds the minutes before upTo to the per-minute summary
@@ -264,38 +244,38 @@ func (o *Operator) Stats(ctx context.Context, window time.Duration) (*outboxtype
 // summary that should hold history from before it began, after moving
 // its start back (outboxd_minutes_summarized.since and up_to).
 func (o *Operator) SummarizeMinutes(ctx context.Context, upTo time.Time) (time.Time, error) {
-	return o.op.Store().SummarizeMinutes(ctx, o.op.Pool(), upTo)
+	return o.store.SummarizeMinutes(ctx, o.pool, upTo)
 }
 
 // Event returns the event with id.
 func (o *Operator) Event(ctx context.Context, id uuid.UUID) (*outboxtype.Event, error) {
-	return o.op.Store().Event(ctx, o.op.Pool(), id)
+	return o.store.Event(ctx, o.pool, id)
 }
 
 // Events lists events matching f, newest first, with their effects.
 func (o *Operator) Events(ctx context.Context, f outboxtype.EventFilter) ([]outboxtype.EventEffects, error) {
-	return o.op.Store().Events(ctx, o.op.Pool(), f)
+	return o.store.Events(ctx, o.pool, f)
 }
 
 // Jobs lists the River jobs of effect id, newest first.
 func (o *Operator) Jobs(ctx context.Context, id uuid.UUID) ([]outboxtype.Job, error) {
-	return o.op.Store().Jobs(ctx, o.op.Pool(), id)
+	return o.store.Jobs(ctx, o.pool, id)
 }
 
 // Audit lists the recorded actions on effect id, oldest first.
 func (o *Operator) Audit(ctx context.Context, id uuid.UUID) ([]outboxtype.AuditEntry, error) {
-	return o.op.Store().Audit(ctx, o.op.Pool(), id)
+	return o.store.Audit(ctx, o.pool, id)
 }
 
 // Attempts lists the failed attempts of effect id, oldest first.
 func (o *Operator) Attempts(ctx context.Context, id uuid.UUID) ([]outboxtype.Attempt, error) {
-	return o.op.Store().Attempts(ctx, o.op.Pool(), id)
+	return o.store.Attempts(ctx, o.pool, id)
 }
 
 // Delivery returns the delivery status a provider reported for the mail
 // of effect id (ErrNotFound when none).
 func (o *Operator) Delivery(ctx context.Context, id uuid.UUID) (*outboxtype.Delivery, error) {
-	return o.op.Store().Delivery(ctx, o.op.Pool(), id)
+	return o.store.Delivery(ctx, o.pool, id)
 }
 
 // Reconcile asks the provider what it holds for effect e's key: asker
@@ -336,20 +316,20 @@ func (o *Operator) Reconcile(ctx context.Context, e *EffectRow, asker providers.
 
 // Drift lists what provider events contradicted, newest first.
 func (o *Operator) Drift(ctx context.Context, f outboxtype.DriftFilter) ([]outboxtype.DriftRecord, error) {
-	return o.op.Store().Drift(ctx, o.op.Pool(), f)
+	return o.store.Drift(ctx, o.pool, f)
 }
 
 // AckDrift records that drift records were reviewed, by actor for reason:
 // they leave the default list and the outboxd_drift_unacknowledged gauge.
 // It returns the ids it acknowledged now.
 func (o *Operator) AckDrift(ctx context.Context, ids []int64, actor, reason string) ([]int64, error) {
-	return o.op.Store().AckDrift(ctx, o.op.Pool(), ids, actor, reason)
+	return o.store.AckDrift(ctx, o.pool, ids, actor, reason)
 }
 
 // Limits lists every rate limit key as the replicas share it, with the
 // effects waiting for it.
 func (o *Operator) Limits(ctx context.Context) ([]outboxtype.LimitReport, error) {
-	return engine.LimitReports(ctx, o.op.Store(), o.op.Pool())
+	return engine.LimitReports(ctx, o.store, o.pool)
 }
 
 // SetLimit sets limit key's rate at run time for every replica (within a
@@ -364,118 +344,45 @@ func (o *Operator) SetLimit(ctx context.Context, key string, rate *float64, acto
 			return nil, fmt.Errorf("limit %s: rate %g: %w", key, *rate, err)
 		}
 	}
-	before, err := o.op.Store().SetLimit(ctx, o.op.Pool(), key, rate, actor, reason, resume)
+	before, err := o.store.SetLimit(ctx, o.pool, key, rate, actor, reason, resume)
 	if err != nil || !resume {
 		return before, err
 	}
-	_, err = o.op.WakeWaiting(ctx, []string{key})
+	_, err = o.WakeWaiting(ctx, []string{key})
 	return before, err
-}
-
-// ResumeLimit ends the pause and the lowered rate of limit key (a 429's,
-// or a destination that held its effects back, such as a disabled
-// endpoint) for every replica, and makes the effects waiting for it due
-// now (at most engine's MaxResumeWakes at once; the rest at the time they
-// were given). Audited with actor and reason; it returns how many effects
-// it woke.
-func (o *Operator) ResumeLimit(ctx context.Context, key, actor, reason string) (int, error) {
-	return o.op.ResumeLimit(ctx, key, actor, reason)
-}
-
-// ResumeLimits is ResumeLimit for each of keys (an operator lifting every
-// hold at once), and returns how many effects it woke for each.
-func (o *Operator) ResumeLimits(ctx context.Context, keys []string, actor, reason string) (map[string]int, error) {
-	return o.op.ResumeLimits(ctx, keys, actor, reason)
 }
 
 // LimitHistory lists the run-time changes of key's rate ("" every key),
 // newest first, at most limit.
 func (o *Operator) LimitHistory(ctx context.Context, key string, limit int) ([]outboxtype.LimitChange, error) {
-	return o.op.Store().LimitHistory(ctx, o.op.Pool(), key, limit)
-}
-
-// StartReplay starts a paced replay: the effects that failed since
-// spec.FailedSince (not acknowledged; of spec.Kind, Provider and Host when
-// set) are retried in the background by outboxd at spec.Pace a second, each
-// with Retry's refusals and an audit row naming the replay. With
-// opts.DryRun it writes nothing and reports how many it would select. A
-// restart of outboxd resumes it; CancelReplay stops it (docs/replays.md).
-func (o *Operator) StartReplay(ctx context.Context, spec outboxtype.ReplaySpec, opts ActionOpts) (outboxtype.Replay, error) {
-	return o.op.StartReplay(ctx, spec, opts)
-}
-
-// Replays lists the newest replays, newest first, at most limit.
-func (o *Operator) Replays(ctx context.Context, limit int) ([]outboxtype.Replay, error) {
-	return o.op.Replays(ctx, limit)
-}
-
-// Replay is replay id as it stands; ErrReplayNotFound when there is none.
-func (o *Operator) Replay(ctx context.Context, id int64) (outboxtype.Replay, error) {
-	return o.op.Replay(ctx, id)
-}
-
-// ReplaySkips lists up to limit effects replay id did not retry, and why.
-func (o *Operator) ReplaySkips(ctx context.Context, id int64, limit int) ([]outboxtype.ReplaySkip, error) {
-	return o.op.ReplaySkips(ctx, id, limit)
-}
-
-// CancelReplay stops replay id before its next step; what it retried stays
-// retried. It reports false when the replay was not running.
-func (o *Operator) CancelReplay(ctx context.Context, id int64, actor, reason string) (bool, error) {
-	return o.op.CancelReplay(ctx, id, actor, reason)
-}
-
-// ResumeReplay gives a running replay whose River job is gone a new one; it
-// reports false when a live job runs it already.
-func (o *Operator) ResumeReplay(ctx context.Context, id int64) (bool, error) {
-	return o.op.ResumeReplay(ctx, id)
-}
-
-// SetReplayPace changes running replay id's pace (effects a second) from
-// its next step, by actor for reason, and returns the pace it had; a
-// replay waiting for a slow step is woken. It reports false when the
-// replay is not running.
-func (o *Operator) SetReplayPace(ctx context.Context, id int64, pace float64, actor, reason string) (float64, bool, error) {
-	return o.op.SetReplayPace(ctx, id, pace, actor, reason)
-}
-
-// ReplayPaces are the changes of replay id's pace, oldest first.
-func (o *Operator) ReplayPaces(ctx context.Context, id int64) ([]outboxtype.ReplayPace, error) {
-	return o.op.ReplayPaces(ctx, id)
+	return o.store.LimitHistory(ctx, o.pool, key, limit)
 }
 
 // ErrReplayNotFound is returned for a replay id that does not exist.
 var ErrReplayNotFound = store.ErrReplayNotFound
 
-// CheckReplaySpec says what is wrong with spec, naming the field, or nil.
-func CheckReplaySpec(spec outboxtype.ReplaySpec) error { return engine.CheckReplaySpec(spec) }
-
-// CheckReplayPace says what is wrong with a replay's pace (effects a
-// second), or nil.
-func CheckReplayPace(pace float64) error { return engine.CheckReplayPace(pace) }
-
 // Tenants lists the tenants with effects waiting for a place in their
 // window or in flight (fair shares), the longest queue first, at most limit.
 func (o *Operator) Tenants(ctx context.Context, limit int) ([]outboxtype.TenantReport, error) {
-	return o.op.Store().TenantReports(ctx, o.op.Pool(), limit)
+	return o.store.TenantReports(ctx, o.pool, limit)
 }
 
 // TenantTotals sums, by provider, every tenant's effects due and waiting
 // for a place in its window: how many tenants, how many effects, the
 // oldest.
 func (o *Operator) TenantTotals(ctx context.Context) ([]outboxtype.TenantTotal, error) {
-	return o.op.Store().TenantTotals(ctx, o.op.Pool())
+	return o.store.TenantTotals(ctx, o.pool)
 }
 
 // UnacknowledgedDrift counts the drift records nobody acknowledged.
 func (o *Operator) UnacknowledgedDrift(ctx context.Context) (int64, error) {
-	return o.op.Store().UnacknowledgedDrift(ctx, o.op.Pool())
+	return o.store.UnacknowledgedDrift(ctx, o.pool)
 }
 
 // Dispatchers lists the dispatchers that recorded their settings, newest
 // first, at most limit.
 func (o *Operator) Dispatchers(ctx context.Context, limit int) ([]outboxtype.DispatcherRecord, error) {
-	return o.op.Store().Dispatchers(ctx, o.op.Pool(), limit)
+	return o.store.Dispatchers(ctx, o.pool, limit)
 }
 
 // RunningJobs counts the dispatch jobs River marks running, by the
@@ -483,20 +390,14 @@ func (o *Operator) Dispatchers(ctx context.Context, limit int) ([]outboxtype.Dis
 // dispatcher that stopped or stopped reporting were left by a process that
 // died, and wait for River's rescue.
 func (o *Operator) RunningJobs(ctx context.Context) ([]outboxtype.RunningJobs, error) {
-	return o.op.Store().RunningJobs(ctx, o.op.Pool())
+	return o.store.RunningJobs(ctx, o.pool)
 }
 
 // Purge deletes terminal effects that ended before cutoff, and the events
 // they leave without effects, in batches at full speed (the dispatcher's
 // retention job yields between batches instead). dryRun counts only.
 func (o *Operator) Purge(ctx context.Context, cutoff time.Time, dryRun bool) (outboxtype.PurgeResult, error) {
-	return o.op.Store().Purge(ctx, o.op.Pool(), cutoff, dryRun)
-}
-
-// Policy is the in-doubt policy of effects of kind at provider, with the
-// operator's overrides.
-func (o *Operator) Policy(provider, kind string) providers.InDoubtPolicy {
-	return o.op.Policy(provider, kind)
+	return o.store.Purge(ctx, o.pool, cutoff, dryRun)
 }
 
 // ByProviderRef returns the effects whose provider reference is ref (a
@@ -504,13 +405,13 @@ func (o *Operator) Policy(provider, kind string) providers.InDoubtPolicy {
 // event's sg_message_id, the reference a manual confirmation recorded),
 // newest first, at most limit.
 func (o *Operator) ByProviderRef(ctx context.Context, ref string, limit int) ([]*EffectRow, error) {
-	return o.op.Store().ByProviderRef(ctx, o.op.Pool(), ref, limit)
+	return o.store.ByProviderRef(ctx, o.pool, ref, limit)
 }
 
 // ByKeyPrefix returns the effects whose idempotency key begins with prefix
 // (12 to 64 lowercase hex digits, as outboxctl prints keys), at most limit.
 func (o *Operator) ByKeyPrefix(ctx context.Context, prefix string, limit int) ([]*EffectRow, error) {
-	return o.op.Store().ByKeyPrefix(ctx, o.op.Pool(), prefix, limit)
+	return o.store.ByKeyPrefix(ctx, o.pool, prefix, limit)
 }
 
 // WithDriftLimit returns a context in which ApplyProviderEvent records at
@@ -523,63 +424,63 @@ func WithDriftLimit(ctx context.Context, n int64) context.Context {
 // BlockedBehind returns the first earlier effect of id's ordering key that
 // has not ended, which id waits for; nil when none.
 func (o *Operator) BlockedBehind(ctx context.Context, id uuid.UUID) (*uuid.UUID, error) {
-	return o.op.Store().BlockedBehind(ctx, o.op.Pool(), id)
+	return o.store.BlockedBehind(ctx, o.pool, id)
 }
 
 // BlockedChains counts the ordering keys whose chain waits behind an
 // earlier effect, the effects waiting, and the age of the oldest.
 func (o *Operator) BlockedChains(ctx context.Context) (outboxtype.BlockedChains, error) {
-	return o.op.Store().BlockedChains(ctx, o.op.Pool())
+	return o.store.BlockedChains(ctx, o.pool)
 }
 
 // WaitingBehind lists the effects after id on its ordering key that have
 // not ended, in the order a release of id sends them (at most limit).
 func (o *Operator) WaitingBehind(ctx context.Context, id uuid.UUID, limit int) ([]*EffectRow, error) {
-	return o.op.Store().WaitingBehind(ctx, o.op.Pool(), id, limit)
+	return o.store.WaitingBehind(ctx, o.pool, id, limit)
 }
 
 // StateGauges counts live and failed effects by state and kind, with the
 // age of the oldest of each.
 func (o *Operator) StateGauges(ctx context.Context) ([]outboxtype.StateGauge, error) {
-	return o.op.Store().StateGauges(ctx, o.op.Pool())
+	return o.store.StateGauges(ctx, o.pool)
 }
 
 // FailureReasons groups the newest unacknowledged failed effects, at most
 // of of them, by kind and reason, most frequent first, at most limit
 // groups.
 func (o *Operator) FailureReasons(ctx context.Context, limit, of int) ([]outboxtype.ReasonCount, error) {
-	return o.op.Store().FailureReasons(ctx, o.op.Pool(), limit, of)
+	return o.store.FailureReasons(ctx, o.pool, limit, of)
 }
 
 // Throughput counts effects confirmed and failed per minute since since.
 func (o *Operator) Throughput(ctx context.Context, since time.Time) ([]outboxtype.MinuteCount, error) {
-	return o.op.Store().Throughput(ctx, o.op.Pool(), since)
+	return o.store.Throughput(ctx, o.pool, since)
 }
 
 // EventsOfAggregate lists the events of one aggregate, newest first, with
 // their effects. An empty aggType finds aggID under any aggregate type (an
 // order id pasted without saying it is an order).
 func (o *Operator) EventsOfAggregate(ctx context.Context, aggType, aggID string, limit int) ([]outboxtype.EventEffects, error) {
-	return o.op.Store().EventsOfAggregate(ctx, o.op.Pool(), aggType, aggID, limit)
+	return o.store.EventsOfAggregate(ctx, o.pool, aggType, aggID, limit)
 }
 
 // EffectsOfEvent lists the effects of event id.
 func (o *Operator) EffectsOfEvent(ctx context.Context, id uuid.UUID) ([]*EffectRow, error) {
-	return o.op.Store().EffectsOfEvent(ctx, o.op.Pool(), id)
+	return o.store.EffectsOfEvent(ctx, o.pool, id)
 }
 
 // ApplyProviderEvent applies a verified provider event in tx (the inbox's,
 // so that the event is applied once): it confirms the effect the event
 // proves done, records a mail's delivery status, and records drift.
 func (o *Operator) ApplyProviderEvent(ctx context.Context, tx pgx.Tx, ev providers.EventReport) (EventResult, error) {
-	return o.op.Store().ApplyProviderEvent(ctx, tx, ev)
+	return o.store.ApplyProviderEvent(ctx, tx, ev)
 }
 
 // PurgeInBatches is Purge at the given pace: Yield pauses after each batch
 // for as long as the batch took, as the dispatcher's retention job does
 // beside live traffic.
 func (o *Operator) PurgeInBatches(ctx context.Context, cutoff time.Time, opts outboxtype.PurgeOptions) (outboxtype.PurgeResult, error) {
-	return o.op.Store().PurgeInBatches(ctx, o.op.Pool(), cutoff, opts)
+	return o.store.PurgeInBatches(ctx, o.pool, cutoff, opts)
 }
 
 // ExplainReads returns the JSON query plans of the statements behind
@@ -587,7 +488,7 @@ func (o *Operator) PurgeInBatches(ctx context.Context, cutoff time.Time, opts ou
 // list of failed effects and the retention purge, keyed by name, for
 // checking at scale that each reads its index and no table.
 func (o *Operator) ExplainReads(ctx context.Context, notSince, since time.Time) (map[string]string, error) {
-	return o.op.Store().ExplainAdmin(ctx, o.op.Pool(), notSince, since)
+	return o.store.ExplainAdmin(ctx, o.pool, notSince, since)
 }
 
 // JobParams are the River insert parameters of the job that dispatches

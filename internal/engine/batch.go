@@ -3,7 +3,13 @@ package engine
 import (
 	"context"
 	"sync"
+	"time"
 )
+
+// bookkeepingTimeout bounds the SQL that records an attempt's outcome. It
+// runs on a context detached from the job's, so a shutdown that cancels a
+// finished provider call still records the confirmation.
+const bookkeepingTimeout = 10 * time.Second
 
 // maxBatch bounds how many requests share one statement.
 const maxBatch = 256

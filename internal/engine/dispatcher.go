@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -45,6 +47,10 @@ type Wiring struct {
 	Settings map[string]any
 	// Name begins this process's record (default the host name).
 	Name string
+	// Retry retries effects by hand's rules, for paced replays: the
+	// operator's Retry (package sideeffects), knowing what this process's
+	// providers promise.
+	Retry func(ctx context.Context, ids []uuid.UUID, opts outboxtype.ActionOpts) ([]outboxtype.Change, error)
 }
 
 // CallSettings are the worker's: the in-doubt policies by kind, the retry
@@ -138,6 +144,9 @@ func limitKeys(ps []providers.Provider, limits map[string]float64) (accounts map
 // NewDispatcher builds a dispatcher from w (package sideeffects checks a
 // Config and wires it); Start runs it.
 func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
+	if w.Retry == nil {
+		return nil, errors.New("dispatcher: Wiring.Retry is required (paced replays retry through it)")
+	}
 	logger := w.River.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -183,13 +192,6 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 	}
 	queues[MaintenanceQueue] = river.QueueConfig{MaxWorkers: 1}
 	queues[ReplayQueue] = river.QueueConfig{MaxWorkers: replayWorkers}
-	// Paced replays retry through an Operator that knows what this
-	// process's providers promise, as outboxctl's does from the flags.
-	guarantees := make(map[string]providers.Guarantees, len(w.Providers))
-	for _, p := range w.Providers {
-		guarantees[p.Name()] = p.Guarantees()
-	}
-	replayOp := &Operator{pool: pool, store: st, told: guarantees, inDoubt: w.Calls.InDoubt}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, worker); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
@@ -201,7 +203,7 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 	if err := river.AddWorkerSafely[BatchArgs](workers, batches); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	replays := &replayWorker{pool: pool, store: st, op: replayOp, logger: logger}
+	replays := &replayWorker{pool: pool, store: st, retryEach: w.Retry, logger: logger}
 	if err := river.AddWorkerSafely[ReplayArgs](workers, replays); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
@@ -246,7 +248,6 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: river client: %w", err)
 	}
-	replayOp.river = client
 	// The intake, the chains and the batches insert jobs up to a thousand
 	// times a second, and River notifies the fetching workers at most once
 	// per FetchCooldown per queue and inserting client: a job inserted

@@ -12,7 +12,9 @@
 // (worker.go, dispatch_batch.go), the enqueue protocol (enqueue.go), the
 // limits shared by replicas (limits.go, limiter.go), ordering chains
 // (chains.go), the intake and tenants' shares (intake.go, tenants.go),
-// paced replays (replay.go), the operator's checks (operator.go) and the
-// leader's periodic work (maintenance.go). Every statement it runs is a
-// method of package store, below it; the engine writes no SQL.
+// running paced replays (replay.go) and the leader's periodic work
+// (maintenance.go). What people do by hand (retry, cancel, confirm, start
+// a replay, lift a hold) is sideeffects.Operator's, above it. Every
+// statement it runs is a method of package store, below it; the engine
+// writes no SQL.
 package engine

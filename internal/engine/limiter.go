@@ -88,7 +88,7 @@ type keyState struct {
 	// scarce: the last lease got fewer times than asked (the key binds).
 	scarce bool
 	// line is how many effects wait for the key over every replica, read
-	// each limitRefresh while a destination's key binds here.
+	// each LimitRefresh while a destination's key binds here.
 	line  int
 	lined bool
 	// leasing is closed when the lease in flight returns.
@@ -510,7 +510,7 @@ func (l *limiter) pauseEnded(ctx context.Context, key string, st *keyState) bool
 }
 
 // refresh reads every key's row: pauses and rates other replicas and
-// operators set reach this process within limitRefresh.
+// operators set reach this process within LimitRefresh.
 func (l *limiter) refresh(ctx context.Context) error {
 	if err := l.writePending(ctx); err != nil {
 		return err
@@ -592,7 +592,7 @@ func (l *limiter) start(ctx context.Context) {
 	l.stop, l.done = stop, done
 	go func() {
 		defer close(done)
-		t := time.NewTicker(limitRefresh)
+		t := time.NewTicker(LimitRefresh)
 		defer t.Stop()
 		forget := time.NewTicker(time.Hour)
 		defer forget.Stop()

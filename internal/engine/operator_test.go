@@ -21,14 +21,15 @@ import (
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/sendgrid"
 	"github.com/outboxd/outboxd/providers/webhook"
+	"github.com/outboxd/outboxd/sideeffects"
 	"github.com/outboxd/outboxd/sideeffects/dispatchmetrics"
 )
 
-func (b *workerBundle) operator(t *testing.T) *engine.Operator {
+func (b *workerBundle) operator(t *testing.T) *sideeffects.Operator {
 	t.Helper()
-	op, err := engine.NewOperator(b.db.Pool, b.db.Schema, map[string]providers.Guarantees{
+	op, err := sideeffects.NewOperator(b.db.Pool, sideeffects.OperatorConfig{Schema: b.db.Schema, Guarantees: map[string]providers.Guarantees{
 		webhook.Name: webhook.Config{}.Guarantees(), sendgrid.Name: sendgrid.Guarantees,
-	}, nil)
+	}})
 	require.NoError(t, err)
 	return op
 }

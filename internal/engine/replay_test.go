@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // failedEffects enqueues n webhook effects to path, which answers 410 to
@@ -36,7 +37,7 @@ func (b *workerBundle) failedEffects(t *testing.T, path string, n int) []uuid.UU
 	return ids
 }
 
-func (b *workerBundle) waitForReplay(t *testing.T, op *engine.Operator, id int64, done func(engine.Replay) bool) engine.Replay {
+func (b *workerBundle) waitForReplay(t *testing.T, op *sideeffects.Operator, id int64, done func(engine.Replay) bool) engine.Replay {
 	t.Helper()
 	var r engine.Replay
 	require.Eventually(t, func() bool {

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"context"
-
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
 )
@@ -30,32 +28,6 @@ func effectAttrs(e *outboxtype.Effect) []outboxtype.Attr {
 		{Key: "outboxd.attempt", Value: e.Attempts},
 		{Key: "outboxd.key_prefix", Value: key},
 	}
-}
-
-// startDispatch starts the span of one attempt of claimed, continuing the
-// trace stored with its event: a re-fire after a crash, a retry or a
-// redrive, by whichever dispatcher, joins the trace of the request that
-// enqueued it. The span River's middleware started for the job, if any,
-// is linked.
-func (w *Worker) startDispatch(ctx context.Context, claimed *outboxtype.Effect) (context.Context, outboxtype.Span) {
-	var parent string
-	if tp, ok := w.traceparents.LoadAndDelete(claimed.ID); ok {
-		parent = tp.(string)
-	} else {
-		// Claimed on its own (a retry, a re-fire): one more lookup.
-		var err error
-		if parent, err = w.store.EventTraceparent(ctx, w.pool, claimed.SourceID); err != nil {
-			w.logger.Debug("dispatch span starts a new trace", "effect_id", claimed.ID, "error", err)
-		}
-	}
-	attrs := effectAttrs(claimed)
-	attrs = append(attrs, outboxtype.Attr{Key: "outboxd.total_attempts", Value: claimed.TotalAttempts})
-	return w.tracer.Start(ctx, outboxtype.SpanStart{Name: spanDispatch, Kind: outboxtype.SpanConsumer, Parent: parent, Attrs: attrs})
-}
-
-// startCall starts the client span of the provider call for claimed.
-func (w *Worker) startCall(ctx context.Context, claimed *outboxtype.Effect) (context.Context, outboxtype.Span) {
-	return w.tracer.Start(ctx, outboxtype.SpanStart{Name: spanCall, Kind: outboxtype.SpanClient, Attrs: effectAttrs(claimed)})
 }
 
 // endCall ends the provider call's span with its outcome, also recorded on

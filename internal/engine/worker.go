@@ -20,11 +20,6 @@ import (
 	"github.com/outboxd/outboxd/providers"
 )
 
-// bookkeepingTimeout bounds the SQL that records an attempt's outcome. It
-// runs on a context detached from the job's, so a shutdown that cancels a
-// finished provider call still records the confirmation.
-const bookkeepingTimeout = 10 * time.Second
-
 // Worker is the River worker that fires one side effect per job.
 type Worker struct {
 	river.WorkerDefaults[DispatchArgs]
@@ -873,4 +868,30 @@ func (w *Worker) retryTime(id uuid.UUID) time.Time {
 		return latest(t.(time.Time), now)
 	}
 	return now.Add(w.retry.Delay(1))
+}
+
+// startDispatch starts the span of one attempt of claimed, continuing the
+// trace stored with its event: a re-fire after a crash, a retry or a
+// redrive, by whichever dispatcher, joins the trace of the request that
+// enqueued it. The span River's middleware started for the job, if any,
+// is linked.
+func (w *Worker) startDispatch(ctx context.Context, claimed *outboxtype.Effect) (context.Context, outboxtype.Span) {
+	var parent string
+	if tp, ok := w.traceparents.LoadAndDelete(claimed.ID); ok {
+		parent = tp.(string)
+	} else {
+		// Claimed on its own (a retry, a re-fire): one more lookup.
+		var err error
+		if parent, err = w.store.EventTraceparent(ctx, w.pool, claimed.SourceID); err != nil {
+			w.logger.Debug("dispatch span starts a new trace", "effect_id", claimed.ID, "error", err)
+		}
+	}
+	attrs := effectAttrs(claimed)
+	attrs = append(attrs, outboxtype.Attr{Key: "outboxd.total_attempts", Value: claimed.TotalAttempts})
+	return w.tracer.Start(ctx, outboxtype.SpanStart{Name: spanDispatch, Kind: outboxtype.SpanConsumer, Parent: parent, Attrs: attrs})
+}
+
+// startCall starts the client span of the provider call for claimed.
+func (w *Worker) startCall(ctx context.Context, claimed *outboxtype.Effect) (context.Context, outboxtype.Span) {
+	return w.tracer.Start(ctx, outboxtype.SpanStart{Name: spanCall, Kind: outboxtype.SpanClient, Attrs: effectAttrs(claimed)})
 }

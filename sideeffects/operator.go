@@ -1,4 +1,4 @@
-package engine
+package sideeffects
 
 import (
 	"cmp"
@@ -11,53 +11,18 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
-	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/riverqueue/river"
 )
-
-// Operator performs the transitions people make by hand, each in one
-// transaction with its audit row (and, for retry, its new River job).
-type Operator struct {
-	pool  *pgxpool.Pool
-	store *store.Store
-	river *river.Client[pgx.Tx]
-	// told is the providers' guarantees and inDoubt the in-doubt policies
-	// by kind, as the dispatchers were told them, so that a redrive
-	// applies the rules a worker would (sideeffects.OperatorConfig).
-	told    map[string]providers.Guarantees
-	inDoubt map[string]providers.InDoubtPolicy
-}
 
 // RedriveReserve is the part of a key window a retry must leave: a retry
 // with less of the window left (or none) needs Force, because the provider
 // may forget the key before the new round of attempts ends. It is
 // min(2h, a quarter of the window).
 func RedriveReserve(window time.Duration) time.Duration { return min(2*time.Hour, window/4) }
-
-// NewOperator builds an Operator over schema that knows what the
-// dispatchers were told of the providers' guarantees and in-doubt policies.
-func NewOperator(pool *pgxpool.Pool, schema string, guarantees map[string]providers.Guarantees, inDoubt map[string]providers.InDoubtPolicy) (*Operator, error) {
-	if err := pgschema.Check(schema); err != nil {
-		return nil, fmt.Errorf("operator: Schema: %w", err)
-	}
-	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
-	if err != nil {
-		return nil, fmt.Errorf("operator: river client: %w", err)
-	}
-	return &Operator{pool: pool, store: store.NewStore(schema), river: rc, told: guarantees, inDoubt: inDoubt}, nil
-}
-
-// Pool is the operator's pool, for reads through store.Store.
-func (o *Operator) Pool() *pgxpool.Pool { return o.pool }
-
-// store.Store is the operator's store, for reads.
-func (o *Operator) Store() *store.Store { return o.store }
 
 // Policy is the in-doubt policy that applies to effects of kind at provider,
 // as this operator's settings know it (at_most_once for a provider they do
@@ -109,7 +74,7 @@ func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts outboxtype.A
 		if err != nil || before == nil {
 			return before, err
 		}
-		res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{JobParams(e.ID, e.Provider, e.NotBefore)})
+		res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{engine.JobParams(e.ID, e.Provider, e.NotBefore)})
 		if err != nil {
 			return nil, fmt.Errorf("insert dispatch job for %s: %w", e.ID, err)
 		}
@@ -193,7 +158,7 @@ func (o *Operator) Requeue(ctx context.Context, ids []uuid.UUID, opts outboxtype
 	}
 	return o.each(ctx, ids, opts, outboxtype.ActionRequeue, "", []outboxtype.State{outboxtype.StatePending, outboxtype.StateFired}, check,
 		func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, ch *outboxtype.Change) (*outboxtype.Effect, error) {
-			res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{JobParams(e.ID, e.Provider, e.NotBefore)})
+			res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{engine.JobParams(e.ID, e.Provider, e.NotBefore)})
 			if err != nil {
 				return nil, fmt.Errorf("insert dispatch job for %s: %w", e.ID, err)
 			}
@@ -258,7 +223,7 @@ func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.R
 				return before, err
 			}
 			before.Payload = ch.PayloadBefore
-			res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{JobParams(e.ID, e.Provider, e.NotBefore)})
+			res, err := o.river.InsertManyTx(ctx, tx, []river.InsertManyParams{engine.JobParams(e.ID, e.Provider, e.NotBefore)})
 			if err != nil {
 				return nil, fmt.Errorf("insert dispatch job for %s: %w", e.ID, err)
 			}
