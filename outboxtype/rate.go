@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unicode"
 )
 
 // MinRate is the lowest rate a limit or a replay's pace may have, a
@@ -21,6 +22,29 @@ func CheckRate(rate float64) error {
 		return errors.New("it must be a positive number a second, for example 10")
 	case rate < MinRate:
 		return fmt.Errorf("%g a second is below the floor of %g (one every %.0f seconds)", rate, MinRate, 1/MinRate)
+	}
+	return nil
+}
+
+// MaxLimitKey is the longest a limit key may be, in bytes: the longest
+// key outboxd makes (a webhook host and port, a tenant, an endpoint) fits
+// well within it, and every key is a label of /metrics and a row shown to
+// operators.
+const MaxLimitKey = 300
+
+// CheckLimitKey says what is wrong with a limit key an operator names,
+// or nil.
+func CheckLimitKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("the key is empty: name a provider (stripe), a destination (webhook:<host>) or a tenant (tenant:<name>)")
+	case len(key) > MaxLimitKey:
+		return fmt.Errorf("the key is %d bytes long: at most %d", len(key), MaxLimitKey)
+	}
+	for _, r := range key {
+		if unicode.IsControl(r) || unicode.IsSpace(r) {
+			return fmt.Errorf("the key %q holds a space or control character", key)
+		}
 	}
 	return nil
 }

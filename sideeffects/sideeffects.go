@@ -339,6 +339,9 @@ func (o *Operator) Limits(ctx context.Context) ([]outboxtype.LimitReport, error)
 // for the key due (see ResumeLimit). Audited with actor and reason; it
 // returns the rate the key had.
 func (o *Operator) SetLimit(ctx context.Context, key string, rate *float64, actor, reason string, resume bool) (*float64, error) {
+	if err := outboxtype.CheckLimitKey(key); err != nil {
+		return nil, fmt.Errorf("limit: %w", err)
+	}
 	if rate != nil {
 		if err := outboxtype.CheckRate(*rate); err != nil {
 			return nil, fmt.Errorf("limit %s: rate %g: %w", key, *rate, err)

@@ -11,7 +11,8 @@ import (
 // otherwise move the cursor, rewrite lines or set the window title; bidi
 // controls (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C) are
 // escaped too, as they could make a line read in another order. Newline
-// and tab, which the tables and JSON use, pass. In JSON output the escapes
+// and tab, which the tables and JSON use, pass (a table escapes a line
+// break inside a value itself: tableWriter). In JSON output the escapes
 // are valid string escapes, so --json stays parseable.
 type escapeWriter struct {
 	w    io.Writer

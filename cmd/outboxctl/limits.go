@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/outboxtype"
 )
 
 func newLimitsCmd(a *app) *cobra.Command {
@@ -104,8 +105,11 @@ provider's name, a colon and what it limits by.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
 			name, rest, ok := strings.Cut(key, ":")
-			if !ok || name == "" || rest == "" || strings.ContainsAny(key, " \t\n") {
-				return cli.Usagef("%q: a limit key is <provider>:<what it limits>, as `outboxctl limits` lists them (e.g. webhook:api.partner.example)", key)
+			if !ok || name == "" || rest == "" {
+				return cli.Usagef("%.80q: a limit key is <provider>:<what it limits>, as `outboxctl limits` lists them (e.g. webhook:api.partner.example)", key)
+			}
+			if err := outboxtype.CheckLimitKey(key); err != nil {
+				return cli.Usagef("limit key %.80q: %w", key, err)
 			}
 			var rate *float64
 			if args[1] != "none" {

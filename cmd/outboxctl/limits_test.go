@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +45,9 @@ func TestLimitsShowWaitingAndChangeAudited(t *testing.T) {
 		{"limits", "set", key, "-5", "--reason", "x"},
 		{"limits", "set", key, "fast", "--reason", "x"},
 		{"limits", "set", key, "5"},
+		// A key becomes a /metrics label and a row shown to operators.
+		{"limits", "set", "webhook:" + strings.Repeat("a", 20000), "5", "--reason", "x"},
+		{"limits", "set", "webhook:api\npartner", "5", "--reason", "x"},
 	} {
 		_, err := b.run(t, "", bad...)
 		require.Equal(t, 2, cli.ExitCode(err), "%v: %v", bad, err)
@@ -83,6 +87,16 @@ func TestLimitsShowWaitingAndChangeAudited(t *testing.T) {
 	out, err = b.run(t, "", "limits", "history", key)
 	require.NoError(t, err)
 	require.Regexp(t, `webhook:hooks.example.com\s+none\s+20/s, resumed\s+oncall@example.com\s+partner asked for 20/s`, out)
+
+	// A reason cannot add a row of its own to the table.
+	forged := "partner asked\n2026-01-01T00:00:00Z  webhook:hooks.example.com  none  none  ceo@example.com  approved\r"
+	_, err = b.run(t, "", "limits", "set", key, "20", "--reason", forged)
+	require.NoError(t, err)
+	out, err = b.run(t, "", "limits", "history", key)
+	require.NoError(t, err)
+	require.NotContains(t, out, "\n2026-01-01T00:00:00Z", "the reason's line break is shown, not taken")
+	require.Contains(t, out, `partner asked\n2026-01-01T00:00:00Z`)
+	require.NotContains(t, out, "\r")
 }
 
 // TestLimitsResumeLiftsEveryHold: one command lifts the holds of named keys

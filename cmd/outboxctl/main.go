@@ -12,6 +12,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -210,7 +211,29 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+func table(w io.Writer) tableWriter { return tableWriter{tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)} }
+
+// tableWriter is a table whose rows are written one Write each (a row is
+// one Fprintf or Fprintln): a line break inside a row came from a value (a
+// receiver's answer, an operator's reason) and is shown as \n or \r, so
+// that no value can start a row or a line of its own.
+type tableWriter struct{ *tabwriter.Writer }
+
+func (t tableWriter) Write(p []byte) (int, error) {
+	row, end := p, []byte(nil)
+	if bytes.HasSuffix(row, []byte("\n")) {
+		row, end = row[:len(row)-1], []byte("\n")
+	}
+	if !bytes.ContainsAny(row, "\r\n") {
+		return t.Writer.Write(p)
+	}
+	row = bytes.ReplaceAll(row, []byte("\r"), []byte(`\r`))
+	row = bytes.ReplaceAll(row, []byte("\n"), []byte(`\n`))
+	if _, err := t.Writer.Write(append(row, end...)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
 
 func ago(t time.Time) string { return oncall.Ago(t, time.Now()) }
 

@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -112,4 +115,60 @@ func TestAListenerHoldsAtMostItsCap(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 10*time.Second, 50*time.Millisecond, "served once one closed")
+}
+
+// blockingCollector is a gauge whose reads wait for release, as a
+// database read under load does.
+type blockingCollector struct {
+	desc    *prometheus.Desc
+	reading chan struct{}
+	release chan struct{}
+}
+
+func (c *blockingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *blockingCollector) Collect(ch chan<- prometheus.Metric) {
+	c.reading <- struct{}{}
+	<-c.release
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1)
+}
+
+// TestMetricsServesAFewScrapesAtOnce: /metrics reads the database, so
+// scrapes that pile up are answered 503 at once instead of each holding a
+// connection: with metricsInFlight scrapes reading, the next is refused.
+func TestMetricsServesAFewScrapesAtOnce(t *testing.T) {
+	t.Parallel()
+	c := &blockingCollector{desc: prometheus.NewDesc("outboxd_test_slow", "a slow read", nil, nil),
+		reading: make(chan struct{}, 10), release: make(chan struct{})}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	srv := httptest.NewServer(metricsHandler(reg))
+	t.Cleanup(srv.Close)
+	var released sync.Once
+	release := func() { released.Do(func() { close(c.release) }) }
+	t.Cleanup(release)
+
+	done := make(chan int, metricsInFlight)
+	for range metricsInFlight {
+		go func() {
+			resp, err := http.Get(srv.URL)
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		<-c.reading
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(srv.URL)
+	require.NoError(t, err, "answered at once, not queued behind the reads")
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+
+	release()
+	for range metricsInFlight {
+		require.Equal(t, http.StatusOK, <-done)
+	}
 }

@@ -513,6 +513,9 @@ func (c *runConfig) validate() error {
 		if err != nil {
 			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: the rate must be a positive number of requests a second, at least %g, e.g. %s=50", key, v, outboxtype.MinRate, key)
 		}
+		if err := outboxtype.CheckLimitKey(key); err != nil {
+			return cli.Usagef("--limit (OUTBOXD_LIMITS) %.80s=%s: %w", key, v, err)
+		}
 		name, _, _ := strings.Cut(key, ":")
 		if !slices.Contains(builtinNames(), name) && name+":" != sideeffects.TenantLimitPrefix {
 			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: no provider %q: name one of %s (webhook:<host> for one destination) or tenant:<tenant>", key, v, name, strings.Join(builtinNames(), ", "))
@@ -636,7 +639,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	var srv, eventsSrv, webSrv *http.Server
 	if c.HTTPAddr != "" {
 		mux := healthHandler(pool, g.Schema, &started)
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("GET /metrics", metricsHandler(reg))
 		if srv, _, err = serve(c.HTTPAddr, "--http-addr (OUTBOXD_HTTP_ADDR)", "health server", mux, log, listenerTimeouts); err != nil {
 			return err
 		}
@@ -825,6 +828,18 @@ func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, 
 		Settings: c.settings(names, provs),
 		Name:     c.Name,
 	}
+}
+
+// metricsInFlight bounds the scrapes /metrics serves at once: its gauges
+// read the database, so scrapes piling up (a scraper retrying, an
+// unauthenticated caller) would hold connections the dispatcher needs.
+// One more is answered 503 at once.
+const metricsInFlight = 2
+
+// metricsHandler serves reg's metrics, at most metricsInFlight scrapes at
+// once, each given 10 s.
+func metricsHandler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: metricsInFlight, Timeout: 10 * time.Second})
 }
 
 // timeouts bound every connection of a listener, so that slow or idle
