@@ -131,6 +131,7 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:x=1e-12"}, nil, "at least 0.001"},
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:" + strings.Repeat("a", 400) + "=5"}, nil, "at most 300"},
 		{[]string{"run", "--webhook-secret", testSecret, "--tenant-window", "0"}, nil, "--tenant-window (OUTBOXD_TENANT_WINDOW) is 0"},
+		{[]string{"run", "--webhook-secret", testSecret, "--webhook-allow-cidrs", "::ffff:0:0/96"}, nil, "write it as 0.0.0.0/0"},
 		{[]string{"run", "--webhook-secret", testSecret, "--name", "api blue"}, nil, `--name (OUTBOXD_NAME) is "api blue"`},
 		{[]string{"run", "--webhook-secret", testSecret, "--tenant-weight", "acme=heavy"}, nil, "--tenant-weight (OUTBOXD_TENANT_WEIGHTS) acme=heavy"},
 		// The web view beyond loopback is a deliberate choice, and reads

@@ -119,5 +119,8 @@ func AllowedNetworks(cidrs []string) ([]netip.Prefix, error) {
 		}
 		out = append(out, p.Masked())
 	}
+	if err := webhook.CheckAllowedNetworks(out); err != nil {
+		return nil, Usagef("--webhook-allow-cidrs (OUTBOXD_WEBHOOK_ALLOW_CIDRS): %w", err)
+	}
 	return out, nil
 }

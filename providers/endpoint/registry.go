@@ -164,6 +164,9 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if err := pgschema.Check(cfg.Schema); err != nil {
 		return nil, fmt.Errorf("endpoint: RegistryConfig.Schema: %w", err)
 	}
+	if err := webhook.CheckAllowedNetworks(cfg.AllowedNetworks); err != nil {
+		return nil, fmt.Errorf("endpoint: RegistryConfig.AllowedNetworks: %w", err)
+	}
 	return &Registry{schema: cfg.Schema, key: cfg.Key, urls: webhook.Schema{AllowedNetworks: cfg.AllowedNetworks}}, nil
 }
 

@@ -58,6 +58,24 @@ func blockedReason(ip netip.Addr, allowed []netip.Prefix) string {
 	return ""
 }
 
+// CheckAllowedNetworks says what is wrong with networks given as
+// AllowedNetworks, or nil. A prefix of IPv4-mapped IPv6 addresses
+// (::ffff:0:0/96, ::ffff:10.0.0.0/104) is refused: every address is
+// compared in its IPv4 form, so it would match nothing and read as if it
+// allowed something; written as IPv4 it says what it allows.
+func CheckAllowedNetworks(networks []netip.Prefix) error {
+	for _, p := range networks {
+		if p.Addr().Is4In6() {
+			ipv4 := "an IPv4 network"
+			if bits := p.Bits() - 96; bits >= 0 {
+				ipv4 = netip.PrefixFrom(p.Addr().Unmap(), bits).Masked().String()
+			}
+			return fmt.Errorf("%s is a network of IPv4-mapped IPv6 addresses, which are checked as IPv4: write it as %s", p, ipv4)
+		}
+	}
+	return nil
+}
+
 // BlockedError reports a destination refused by the dial-time check.
 type BlockedError struct {
 	Addr   netip.Addr

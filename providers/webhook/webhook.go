@@ -210,6 +210,9 @@ func NewSender(cfg Config) (*Sender, error) {
 	if cfg.MaxPerHost < 0 {
 		return nil, fmt.Errorf("webhook: Config.MaxPerHost is %d: use a positive number (0 for the default)", cfg.MaxPerHost)
 	}
+	if err := CheckAllowedNetworks(cfg.AllowedNetworks); err != nil {
+		return nil, fmt.Errorf("webhook: Config.AllowedNetworks: %w", err)
+	}
 	if cfg.MaxPerHost == 0 {
 		cfg.MaxPerHost = DefaultMaxPerHost
 	}

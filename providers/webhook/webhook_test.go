@@ -176,6 +176,20 @@ func TestDialGuard(t *testing.T) {
 	})
 }
 
+// TestAnIPv4MappedNetworkIsRefused: addresses are checked in their IPv4
+// form, so an allowed network of IPv4-mapped IPv6 addresses would match
+// nothing while reading as if it allowed something; it is refused with
+// its IPv4 form.
+func TestAnIPv4MappedNetworkIsRefused(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"::ffff:0:0/96": "0.0.0.0/0", "::ffff:10.0.0.0/104": "10.0.0.0/8", "::ffff:10.0.0.1/128": "10.0.0.1/32"} {
+		_, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: []netip.Prefix{netip.MustParsePrefix(in)}})
+		require.ErrorContains(t, err, "write it as "+want, in)
+	}
+	_, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("10.0.0.0/8")}})
+	require.NoError(t, err, "IPv6 and IPv4 networks as written")
+}
+
 func TestValidatePayload(t *testing.T) {
 	t.Parallel()
 	s := webhook.Schema{}
