@@ -466,6 +466,11 @@ func (o *Outbox) validate(tx pgx.Tx, ev Event, effects []Effect) (store.NewEvent
 	if ev.Type == "" {
 		return ne, nil, invalid("event.type", "required, for example \"order.paid\"")
 	}
+	if strings.HasPrefix(ev.Type, "outboxd.") {
+		// outboxd's own operational events (docs/endpoints.md) reach the
+		// endpoints subscribed to outboxd.* as outboxd's word.
+		return ne, nil, invalid("event.type", "%s: outboxd.* types are outboxd's own operational events; name yours without the outboxd. prefix", ev.Type)
+	}
 	payload := ev.Payload
 	if payload == nil {
 		payload = json.RawMessage(`{}`)

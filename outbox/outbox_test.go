@@ -300,6 +300,7 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 	}{
 		{"missing event id", outbox.Event{Type: "t"}, []outbox.Effect{good}, "event.id"},
 		{"missing event type", outbox.Event{ID: uuid.New()}, []outbox.Effect{good}, "event.type"},
+		{"outboxd's own event type", outbox.Event{ID: uuid.New(), Type: "outboxd.effect.failed"}, []outbox.Effect{good}, "event.type"},
 		{"event payload not an object", outbox.Event{ID: uuid.New(), Type: "t", Payload: json.RawMessage(`[1]`)}, nil, "event.payload"},
 		{"event payload invalid JSON", outbox.Event{ID: uuid.New(), Type: "t", Payload: json.RawMessage(`{"a":`)}, nil, "event.payload"},
 		{"NUL in event type", outbox.Event{ID: uuid.New(), Type: "a\x00b"}, nil, "event.type"},
