@@ -1,5 +1,7 @@
 package nats
 
+import "context"
+
 // Classify is classify, for tests.
 var Classify = classify
 
@@ -8,3 +10,7 @@ func ReconnectBuf(p *Provider) int { return p.nc.Opts.ReconnectBufSize }
 
 // Redacted is redacted, for tests.
 var Redacted = redacted
+
+// ReadStreams reads the streams' subjects and windows now, as the
+// provider does at most every 10 s.
+func ReadStreams(p *Provider) error { return p.readStreams(context.Background()) }

@@ -88,13 +88,19 @@ type Provider struct {
 	// subjects are the subject filters of the configured streams, read at
 	// start and again (at most every subjectsRefresh) when a payload's
 	// subject is captured by none: only those subjects are published to.
+	// nowWindow is the streams' shortest duplicate window as last read,
+	// of nowStream: read again at most every subjectsRefresh while
+	// publishing, so that a window shortened after start is seen.
 	mu         sync.Mutex
 	subjects   []string
 	subjectsAt time.Time
+	nowWindow  time.Duration
+	nowStream  string
 }
 
-// subjectsRefresh is how often, at most, the streams' subjects are read
-// again for a subject none of them captured.
+// subjectsRefresh is how often, at most, the streams' subjects and
+// windows are read again: for a subject none of them captured, and while
+// publishing.
 const subjectsRefresh = 10 * time.Second
 
 var _ providers.Provider = (*Provider)(nil)
@@ -126,24 +132,14 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{cfg: cfg, nc: nc, js: js}
-	for _, name := range cfg.Streams {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			nc.Close()
-			return nil, fmt.Errorf("stream %q: %w", name, err)
-		}
-		w := s.CachedInfo().Config.Duplicates
-		if w <= 0 {
-			nc.Close()
-			return nil, fmt.Errorf("stream %q keeps no duplicate window: JetStream could not deduplicate a re-publish", name)
-		}
-		if p.window == 0 || w < p.window {
-			p.window, p.windowStream = w, name
-		}
-	}
-	if err := p.readSubjects(ctx); err != nil {
+	if err := p.readStreams(ctx); err != nil {
 		nc.Close()
 		return nil, err
+	}
+	p.window, p.windowStream = p.nowWindow, p.nowStream
+	if p.window <= 0 {
+		nc.Close()
+		return nil, fmt.Errorf("stream %q keeps no duplicate window: JetStream could not deduplicate a re-publish", p.windowStream)
 	}
 	if p.window <= cfg.KeyWindowMargin {
 		nc.Close()
@@ -163,25 +159,54 @@ func (p *Provider) WindowAdvice(min time.Duration) string {
 		p.windowStream, min, p.windowStream, strings.TrimSuffix(strings.TrimSuffix(up.String(), "0s"), "0m"))
 }
 
-// readSubjects reads the subject filters of the configured streams (a
-// stream with none takes its own name as its subject).
-func (p *Provider) readSubjects(ctx context.Context) error {
+// readStreams reads the subject filters of the configured streams (a
+// stream with none takes its own name as its subject) and their shortest
+// duplicate window.
+func (p *Provider) readStreams(ctx context.Context) error {
 	var subjects []string
+	var window time.Duration
+	var stream string
 	for _, name := range p.cfg.Streams {
 		s, err := p.js.Stream(ctx, name)
 		if err != nil {
 			return fmt.Errorf("stream %q: %w", name, err)
 		}
-		if subs := s.CachedInfo().Config.Subjects; len(subs) > 0 {
+		cfg := s.CachedInfo().Config
+		if subs := cfg.Subjects; len(subs) > 0 {
 			subjects = append(subjects, subs...)
 		} else {
 			subjects = append(subjects, name)
 		}
+		if stream == "" || cfg.Duplicates < window {
+			window, stream = cfg.Duplicates, name
+		}
 	}
 	p.mu.Lock()
-	p.subjects, p.subjectsAt = subjects, time.Now()
+	p.subjects, p.subjectsAt, p.nowWindow, p.nowStream = subjects, time.Now(), window, stream
 	p.mu.Unlock()
 	return nil
+}
+
+// windowHolds says, as an error, that a stream's duplicate window is now
+// shorter than the one this provider started with and promised
+// (Guarantees): a re-publish after it could be stored twice. The streams
+// are read again at most every subjectsRefresh (a failed read keeps what
+// was read last).
+func (p *Provider) windowHolds(ctx context.Context) error {
+	p.mu.Lock()
+	at := p.subjectsAt
+	p.mu.Unlock()
+	if time.Since(at) >= subjectsRefresh {
+		_ = p.readStreams(ctx)
+	}
+	p.mu.Lock()
+	now, stream := p.nowWindow, p.nowStream
+	p.mu.Unlock()
+	if now >= p.window {
+		return nil
+	}
+	return fmt.Errorf("JetStream stream %s's duplicate window is now %s, shorter than the %s outboxd started with: a re-publish could be stored twice, so nothing is published; make it %s again (nats stream edit %s --dupe-window %s), or restart outboxd to work within the shorter one",
+		stream, now, p.window, p.window, stream, p.window)
 }
 
 // captured reports whether a configured stream captures subject, reading
@@ -194,7 +219,7 @@ func (p *Provider) captured(ctx context.Context, subject string) bool {
 	if matchesAny(subjects, subject) {
 		return true
 	}
-	if time.Since(at) < subjectsRefresh || p.readSubjects(ctx) != nil {
+	if time.Since(at) < subjectsRefresh || p.readStreams(ctx) != nil {
 		return false
 	}
 	p.mu.Lock()
@@ -276,6 +301,11 @@ func (p *Provider) Send(ctx context.Context, req providers.Request) (providers.R
 		// A request made now would wait in the client's reconnect buffer,
 		// its outcome unknown: none is made, and the server's key waits.
 		return providers.Result{}, providers.Unreachable(fmt.Errorf("not connected to NATS (%s): nothing was published", st), recheck)
+	}
+	if err := p.windowHolds(ctx); err != nil {
+		// Every effect of the provider waits, spending no attempt, until
+		// the window is as long again.
+		return providers.Result{}, providers.Held(err, subjectsRefresh)
 	}
 	if !p.captured(ctx, pub.Subject) {
 		// Publishing elsewhere would reach what the configured streams do

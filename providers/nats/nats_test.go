@@ -360,3 +360,47 @@ func TestAnEffectCannotDriveTheJetStreamAPI(t *testing.T) {
 		require.Equal(t, want, info.State.Msgs, name)
 	}
 }
+
+// TestAShortenedWindowHoldsEveryPublish: the stream's duplicate window is
+// the key window outboxd started with and promised. Shortened afterwards,
+// a re-publish could be stored twice: nothing is published, the
+// provider's effects wait (held, no attempt spent) with the command that
+// mends it, and go again once the window is as long again.
+func TestAShortenedWindowHoldsEveryPublish(t *testing.T) {
+	t.Parallel()
+	url, js := startJetStream(t, time.Hour)
+	p := newProvider(t, url)
+	ctx := context.Background()
+	_, err := p.Send(ctx, request(strings.Repeat("a1", 32), `{"subject":"orders.paid"}`))
+	require.NoError(t, err)
+
+	setWindow := func(w time.Duration) {
+		stream, err := js.Stream(ctx, "ORDERS")
+		require.NoError(t, err)
+		cfg := stream.CachedInfo().Config
+		cfg.Duplicates = w
+		_, err = js.UpdateStream(ctx, cfg)
+		require.NoError(t, err)
+		require.NoError(t, nats.ReadStreams(p))
+	}
+	stored := func() uint64 {
+		stream, err := js.Stream(ctx, "ORDERS")
+		require.NoError(t, err)
+		info, err := stream.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Msgs
+	}
+
+	setWindow(time.Second)
+	_, err = p.Send(ctx, request(strings.Repeat("b2", 32), `{"subject":"orders.paid"}`))
+	require.Error(t, err)
+	require.True(t, providers.IsHeld(err), "held, spending no attempt: %v", err)
+	require.ErrorContains(t, err, "duplicate window is now 1s, shorter than the 1h0m0s outboxd started with")
+	require.ErrorContains(t, err, "nats stream edit ORDERS --dupe-window 1h0m0s")
+	require.EqualValues(t, 1, stored(), "nothing published")
+
+	setWindow(time.Hour)
+	_, err = p.Send(ctx, request(strings.Repeat("b2", 32), `{"subject":"orders.paid"}`))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, stored())
+}
