@@ -303,8 +303,12 @@ func (u *ui) endpointAct(w http.ResponseWriter, r *http.Request) {
 		}
 		done("enable")
 	case "rotate":
+		retire := r.PostFormValue("retire_old") != ""
 		overlap, err := time.ParseDuration(strings.TrimSpace(r.PostFormValue("overlap")))
-		if err != nil || overlap <= 0 {
+		switch {
+		case retire:
+			overlap = endpoint.RetireAtOnce
+		case err != nil || overlap <= 0:
 			refuse(errors.New("overlap: give how long the old secret keeps signing, e.g. 24h"))
 			return
 		}
@@ -313,10 +317,14 @@ func (u *ui) endpointAct(w http.ResponseWriter, r *http.Request) {
 			refuse(err)
 			return
 		}
-		u.cfg.Logger.Info("web endpoint rotate", "endpoint", id, "actor", actor)
+		u.cfg.Logger.Info("web endpoint rotate", "endpoint", id, "actor", actor, "retire_old", retire)
 		d.Secret = secret
-		d.Done = fmt.Sprintf("New signing secret, shown this once: requests carry signatures by both secrets until %s, then only the new one.",
-			time.Now().Add(overlap).UTC().Format("2006-01-02 15:04 MST"))
+		if retire {
+			d.Done = "New signing secret, shown this once: every earlier secret stopped signing now; requests carry only the new one's signature."
+		} else {
+			d.Done = fmt.Sprintf("New signing secret, shown this once: requests carry signatures by both secrets until %s, then only the new one.",
+				time.Now().Add(overlap).UTC().Format("2006-01-02 15:04 MST"))
+		}
 		u.showEndpoint(w, r, id, d, http.StatusOK)
 	case "test":
 		effect, err := reg.SendTest(ctx, db, id, by)

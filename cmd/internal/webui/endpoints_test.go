@@ -120,6 +120,16 @@ func TestEndpointsInTheBrowser(t *testing.T) {
 	require.NotEqual(t, secret, rotated)
 	require.Contains(t, br.text("#endpoint-secrets"), "rotated, signs until")
 
+	// After a leak: rotate again, retiring every earlier secret at once.
+	br.do(chromedp.Navigate(page("endpoints/"+id)), chromedp.WaitVisible(chromedp.CSS("#rotate-endpoint")))
+	require.Zero(t, br.count("#secret"))
+	br.do(chromedp.Click(chromedp.CSS("#retire-old")), chromedp.Click(chromedp.CSS("#rotate-endpoint")), chromedp.WaitVisible(chromedp.CSS("#secret")))
+	retired := strings.TrimSpace(br.text("#secret"))
+	require.NotEqual(t, rotated, retired)
+	require.Contains(t, br.text("#flash"), "every earlier secret stopped signing now")
+	require.NotContains(t, br.text("#endpoint-secrets"), "rotated, signs until", "only the new secret signs")
+	rotated = retired
+
 	reason := chromedp.SetValue(chromedp.CSS(`form[action$="/disable"] textarea[name="reason"]`), "partner's receiver is down")
 	br.do(reason, chromedp.Click(chromedp.CSS(`form[action$="/disable"] input[name="dry_run"]`)), chromedp.Click(chromedp.CSS("#disable-endpoint")),
 		chromedp.WaitVisible(chromedp.CSS("#plan")))
@@ -163,5 +173,5 @@ func TestEndpointsInTheBrowser(t *testing.T) {
 			actions = append(actions, h.Action)
 		}
 	}
-	require.Equal(t, []string{"create", "test", "rotate", "disable", "enable"}, actions)
+	require.Equal(t, []string{"create", "test", "rotate", "rotate", "disable", "enable"}, actions)
 }
