@@ -61,3 +61,69 @@ func latest(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// BatchJobKind is the River job kind that makes the first attempts of
+// several effects of one provider.
+const BatchJobKind = "outboxd.dispatch_batch"
+
+// batchJobSize bounds how many effects one batch job carries.
+var batchJobSize = 100
+
+// BatchArgs are the arguments of a batch job: the effects it makes the
+// first attempt of, all of its queue's provider.
+type BatchArgs struct {
+	EffectIDs []uuid.UUID `json:"effect_ids"`
+}
+
+// Kind implements river.JobArgs.
+func (BatchArgs) Kind() string { return BatchJobKind }
+
+// batchParams returns the River insert parameters for the first attempts of
+// ids, all of provider: one job in the provider's queue.
+func batchParams(provider string, ids []uuid.UUID) river.InsertManyParams {
+	return river.InsertManyParams{Args: BatchArgs{EffectIDs: ids}, InsertOpts: &river.InsertOpts{
+		Queue: provider, MaxAttempts: RiverMaxAttempts,
+	}}
+}
+
+// dispatchParams returns the jobs that dispatch ids, all of provider and
+// due now: one batch job per batchJobSize effects, and a job of its own
+// for an effect left alone.
+func dispatchParams(provider string, ids []uuid.UUID) []river.InsertManyParams {
+	var params []river.InsertManyParams
+	for len(ids) > 0 {
+		n := min(len(ids), batchJobSize)
+		if n == 1 {
+			params = append(params, JobParams(ids[0], provider, nil))
+		} else {
+			params = append(params, batchParams(provider, ids[:n:n]))
+		}
+		ids = ids[n:]
+	}
+	return params
+}
+
+// dueNow collects effects due now by provider, for dispatchParams.
+type dueNow struct {
+	ids       map[string][]uuid.UUID
+	providers []string // in the order they came
+}
+
+func (d *dueNow) add(provider string, id uuid.UUID) {
+	if d.ids == nil {
+		d.ids = map[string][]uuid.UUID{}
+	}
+	if _, ok := d.ids[provider]; !ok {
+		d.providers = append(d.providers, provider)
+	}
+	d.ids[provider] = append(d.ids[provider], id)
+}
+
+// params are the jobs that dispatch the effects collected.
+func (d *dueNow) params() []river.InsertManyParams {
+	var params []river.InsertManyParams
+	for _, p := range d.providers {
+		params = append(params, dispatchParams(p, d.ids[p])...)
+	}
+	return params
+}
