@@ -742,15 +742,15 @@ func firstNotification(t *testing.T, b *testBundle, ob *outbox.Outbox, wake bool
 	if wake {
 		require.NoError(t, ob.WakeDispatchers(ctx, b.db.Pool))
 	}
-	_, err = b.db.Pool.Exec(ctx, "NOTIFY test_marker")
+	_, err = b.db.Pool.Exec(ctx, "SELECT pg_notify('test_marker', $1)", b.db.Schema)
 	require.NoError(t, err)
 
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// Other tests' schemas wake the same channel: only this schema's
-	// notifications (the payload) count.
+	// Other tests wake the same channel and send the same marker, running
+	// in parallel: only this schema's notifications (the payload) count.
 	first, err := listener.Conn().WaitForNotification(wctx)
-	for err == nil && first.Channel == outbox.IntakeChannelForTests && first.Payload != b.db.Schema {
+	for err == nil && first.Payload != b.db.Schema {
 		first, err = listener.Conn().WaitForNotification(wctx)
 	}
 	require.NoError(t, err)
