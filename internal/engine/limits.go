@@ -89,11 +89,14 @@ func (r limitRow) Effective() float64 {
 }
 
 // ceiling is the rate a key climbs back to after 429s: its own; for a key
-// with none, twice the rate its last 429 lowered it to, about the rate
-// that drew that 429. Unbounded, a key climbed through every quiet spell
-// (a tenth a second with no request to test it), so each burst after one
-// started from a rate the partner had never accepted: 20 requests every
-// 90 s to a 5/s receiver took the key to over 2,000,000/s.
+// with none, twice the rate its last 429 lowered it to, or twice the rate
+// it was seen to take since, if higher. Unbounded, a key climbed through
+// every quiet spell (a tenth a second with no request to test it), so
+// each burst after one started from a rate the partner had never
+// accepted: 20 requests every 90 s to a 5/s receiver took the key to over
+// 2,000,000/s. Bounded by the lowered rate alone, a key lowered to 1/s by
+// an early 429 (three replicas starting on a backlog) stayed at 2/s: 1,365
+// deliveries to a 50/s receiver were still waiting after 10 minutes.
 func (r limitRow) ceiling() float64 {
 	if r.Rate != nil {
 		return *r.Rate
@@ -101,7 +104,18 @@ func (r limitRow) ceiling() float64 {
 	if r.CurrentRate == nil {
 		return math.Inf(1)
 	}
-	return 2 * *r.CurrentRate
+	return 2 * max(*r.CurrentRate, r.taken())
+}
+
+// taken is the rate a key was seen to take since its pause ended: the
+// requests let through since its episode of 429s began, over that time
+// (at least a second). A key lowered far below what its partner accepts
+// (a 429 that came when this process had seen little accepted) climbs on
+// while its requests use what it climbed to; in a quiet spell nothing is
+// let through and it stays near the rate the 429 left.
+func (r limitRow) taken() float64 {
+	since := max(time.Second, r.Now.Sub(r.CurrentAt))
+	return float64(max(0, r.Granted-r.GrantedAtThrottle)) / since.Seconds()
 }
 
 // step is how much a key's lowered rate climbs back each second: a tenth
@@ -302,7 +316,7 @@ func Throttle(ctx context.Context, s *store.Store, db store.TxDB, key string, t 
 			curAt = until
 		}
 		left = until.Sub(r.Now)
-		return s.WriteThrottle(ctx, tx, key, r.Now, until, cur, curAt, inRow, lastAt)
+		return s.WriteThrottle(ctx, tx, key, r.Now, until, cur, curAt, inRow, lastAt, episode)
 	})
 	if err != nil {
 		return time.Time{}, 0, fmt.Errorf("record 429 of limit %s: %w", key, err)

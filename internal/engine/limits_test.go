@@ -168,6 +168,28 @@ func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	require.InDelta(t, 100, l.Rate, 0.001)
 }
 
+// TestAKeyWithoutARateClimbsWhileItsRequestsUseIt: an early 429 (three
+// replicas starting on a backlog, before any had seen a request accepted)
+// lowers a key with no rate of its own to 1/s. While its requests use all
+// it climbs to, it climbs on; bounded by twice the lowered rate alone, it
+// stayed at 2/s, and a 50/s receiver's backlog of 1,365 deliveries was
+// still waiting after 10 minutes.
+func TestAKeyWithoutARateClimbsWhileItsRequestsUseIt(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	lowered := 1.0
+	last := now.Add(-21 * time.Second)
+	r := store.LimitRow{CurrentRate: &lowered, CurrentAt: now.Add(-20 * time.Second), LastThrottleAt: &last, Now: now,
+		GrantedAtThrottle: 1000, Granted: 1000 + 400}
+	require.Equal(t, 21.0, engine.EffectiveRate(&r), "400 requests in the 20 s since the pause: up to 40/s, climbing at 1/s")
+	step, ceiling := engine.Climb(&r)
+	require.Equal(t, 1.0, step)
+	require.Equal(t, 40.0, ceiling)
+
+	r.Granted = 1000 // a quiet spell: nothing let through
+	require.Equal(t, 2.0, engine.EffectiveRate(&r), "about the rate the 429 left")
+}
+
 // TestLate429sOfRequestsSentBeforeThePauseStartNoEpisode: a provider that
 // starts refusing answers every request in flight with a 429, some after
 // the pause the first one began has ended. Those belong to that episode:
