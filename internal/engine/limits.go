@@ -155,7 +155,7 @@ type Lease struct {
 	Granted int
 	Rate    float64
 	// Climb and Ceiling are how fast Rate climbs back after 429s, per
-	// second, and to what (store.LimitRow.Climb).
+	// second, and to what (limitRow.Climb).
 	Climb, Ceiling float64
 	Start          time.Duration
 	Every          time.Duration

@@ -163,7 +163,8 @@ func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 func (w *retentionWorker) Timeout(*river.Job[RetentionArgs]) time.Duration { return 30 * time.Minute }
 
 // SummaryArgs are the arguments of the periodic job that keeps the
-// per-minute summary of ended effects (migration 00026, store.Store.Stats).
+// per-minute summary of ended effects (migration 00026; sideeffects'
+// Operator.Stats reads it).
 type SummaryArgs struct{}
 
 // Kind implements river.JobArgs.
