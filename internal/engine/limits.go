@@ -34,9 +34,11 @@ import (
 //
 // A 429 pauses the key for every replica (for Retry-After, or a pause that
 // doubles with each episode in a row) and lowers its current rate (by a
-// quarter for a key with a rate of its own, by half for one without),
-// which then climbs back by a tenth of its ceiling each second: additive
-// increase, multiplicative decrease.
+// quarter for a key with a rate of its own, by half for one without). A
+// key with a rate climbs back by a tenth of it each second; one without
+// climbs while its requests fill its schedule, by a tenth of a request a
+// second for each request (limitRow.climbed): additive increase,
+// multiplicative decrease.
 
 // Limit tuning.
 const (
@@ -62,8 +64,10 @@ const (
 	// minRate is the lowest rate a 429 brings a key to.
 	minRate = 0.2
 	// adaptiveForget is how long after its last 429 a key with no rate of
-	// its own is unlimited again.
+	// its own is unlimited again, once its requests stop filling its
+	// schedule for adaptiveIdle.
 	adaptiveForget = 5 * time.Minute
+	adaptiveIdle   = time.Second
 	// LimitRefresh is how often a process reads every key's row, to learn
 	// of pauses and rates other replicas or operators set.
 	LimitRefresh = time.Second
@@ -82,44 +86,49 @@ func (r limitRow) Effective() float64 {
 		}
 		return *r.Rate
 	}
-	if r.Rate == nil && (r.LastThrottleAt == nil || r.Now.Sub(*r.LastThrottleAt) > adaptiveForget) {
-		return 0
+	if r.Rate == nil {
+		if r.forgotten() {
+			return 0
+		}
+		return *r.CurrentRate
 	}
-	return min(r.ceiling(), *r.CurrentRate+r.step()*max(0, r.Now.Sub(r.CurrentAt).Seconds()))
+	return min(*r.Rate, *r.CurrentRate+r.step()*max(0, r.Now.Sub(r.CurrentAt).Seconds()))
 }
 
-// ceiling is the rate a key climbs back to after 429s: its own; for a key
-// with none, twice the rate its last 429 lowered it to, or twice the rate
-// it was seen to take since, if higher. Unbounded, a key climbed through
-// every quiet spell (a tenth a second with no request to test it), so
-// each burst after one started from a rate the partner had never
-// accepted: 20 requests every 90 s to a 5/s receiver took the key to over
-// 2,000,000/s. Bounded by the lowered rate alone, a key lowered to 1/s by
-// an early 429 (three replicas starting on a backlog) stayed at 2/s: 1,365
-// deliveries to a 50/s receiver were still waiting after 10 minutes.
-func (r limitRow) ceiling() float64 {
-	if r.Rate != nil {
-		return *r.Rate
-	}
-	if r.CurrentRate == nil {
-		return math.Inf(1)
-	}
-	return 2 * max(*r.CurrentRate, r.taken())
+// forgotten reports whether a key with no rate of its own is unlimited
+// again: its last 429 is adaptiveForget old and no request time was given
+// out in the last adaptiveIdle. A key forgotten while its requests still
+// filled its schedule sent its whole line at once (a 10 s window at 362%
+// of a 50/s receiver's rate, five minutes into a drain).
+func (r limitRow) forgotten() bool {
+	return (r.LastThrottleAt == nil || r.Now.Sub(*r.LastThrottleAt) > adaptiveForget) &&
+		r.Now.Sub(r.RefilledAt) > adaptiveIdle
 }
 
-// taken is the rate a key was seen to take since its pause ended: the
-// requests let through since its episode of 429s began, over that time
-// (at least a second). A key lowered far below what its partner accepts
-// (a 429 that came when this process had seen little accepted) climbs on
-// while its requests use what it climbed to; in a quiet spell nothing is
-// let through and it stays near the rate the 429 left.
-func (r limitRow) taken() float64 {
-	since := max(time.Second, r.Now.Sub(r.CurrentAt))
-	return float64(max(0, r.Granted-r.GrantedAtThrottle)) / since.Seconds()
+// climbed is the current rate of a key with no rate of its own after
+// granting n more request times: each time given out right after the one
+// before (its schedule full: the key binds) raises the rate by a tenth of
+// a request a second, and by at least 1/s for every second's worth of its
+// rate, so a key that binds climbs by a tenth of its rate a second, at
+// least 1/s. A key whose requests do not fill its schedule stays where it
+// is: nothing tests a higher rate. Climbing by the clock instead, a key
+// climbed through every quiet spell (20 requests every 90 s to a 5/s
+// receiver took it past 2,000,000/s); bounded by what it had taken since
+// its 429, it stayed near 1/s while its waiting jobs were snoozed for
+// minutes, and a 50/s receiver's 750 deliveries took 319 s.
+func (r limitRow) climbed(n int) float64 {
+	cur := *r.CurrentRate
+	return cur + float64(n)*max(1/cur, 0.1)
 }
+
+// full reports whether the key's schedule was given out up to (or beyond)
+// start: the lease follows on from the one before.
+func (r limitRow) full(start time.Time) bool { return !r.RefilledAt.Before(start) }
 
 // step is how much a key's lowered rate climbs back each second: a tenth
-// of its own rate, or of its current one, at least 1/s. CurrentRate is set.
+// of its own rate, or of its current one, at least 1/s (for a key with no
+// rate of its own, each second its requests fill its schedule). CurrentRate
+// is set.
 func (r limitRow) step() float64 {
 	if r.Rate != nil {
 		return max(1, *r.Rate/10)
@@ -128,14 +137,21 @@ func (r limitRow) step() float64 {
 }
 
 // Climb is how fast the key's rate climbs back after its 429s, per second,
-// and the rate it climbs to (+Inf for a key with no rate of its own): 0
-// and its rate when it does not climb.
+// and the rate it climbs to (+Inf for a key with no rate of its own, which
+// climbs while its requests use it): 0 and its rate when it does not
+// climb.
 func (r limitRow) Climb() (step, ceiling float64) {
 	eff := r.Effective()
-	if r.CurrentRate == nil || eff <= 0 || eff >= r.ceiling() {
+	if r.CurrentRate == nil || eff <= 0 {
 		return 0, eff
 	}
-	return r.step(), r.ceiling()
+	if r.Rate == nil {
+		return r.step(), math.Inf(1)
+	}
+	if eff >= *r.Rate {
+		return 0, eff
+	}
+	return r.step(), *r.Rate
 }
 
 // Paused reports whether the key is paused at the row's Now.
@@ -215,8 +231,12 @@ func LeaseTokens(ctx context.Context, s *store.Store, db store.TxDB, key string,
 		}
 		out.Start = start.Sub(r.Now)
 		cur := r.CurrentRate
-		if cur != nil && rate == 0 {
+		switch {
+		case cur != nil && rate == 0:
 			cur = nil // an adaptive key's 429s are forgotten
+		case cur != nil && r.Rate == nil && r.full(start):
+			next := r.climbed(out.Granted)
+			cur = &next
 		}
 		return s.WriteLease(ctx, tx, key, start.Add(time.Duration(out.Granted)*out.Every), out.Granted, cur, r.Now)
 	})
@@ -316,7 +336,7 @@ func Throttle(ctx context.Context, s *store.Store, db store.TxDB, key string, t 
 			curAt = until
 		}
 		left = until.Sub(r.Now)
-		return s.WriteThrottle(ctx, tx, key, r.Now, until, cur, curAt, inRow, lastAt, episode)
+		return s.WriteThrottle(ctx, tx, key, r.Now, until, cur, curAt, inRow, lastAt)
 	})
 	if err != nil {
 		return time.Time{}, 0, fmt.Errorf("record 429 of limit %s: %w", key, err)

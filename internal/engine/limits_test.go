@@ -168,26 +168,115 @@ func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	require.InDelta(t, 100, l.Rate, 0.001)
 }
 
+// useFully leases key's times as a fleet whose line never empties would,
+// from d on the test's clock until until: each lease follows on from the
+// one before. It returns the clock's time and the key's rate at the end.
+func useFully(t *testing.T, st *store.Store, db store.TxDB, key string, at func(time.Duration) *time.Time, d, until time.Duration) (time.Duration, float64) {
+	t.Helper()
+	want, rate := 1, 0.0
+	for d < until {
+		l, err := engine.LeaseTokens(context.Background(), st, db, key, want, at(d))
+		require.NoError(t, err)
+		require.True(t, l.Limited)
+		rate = l.Rate
+		switch {
+		case l.PausedFor > 0:
+			d += l.PausedFor
+		case l.Granted == 0:
+			d += l.NextIn
+		default:
+			d += l.Start + time.Duration(l.Granted)*l.Every
+		}
+		want = max(1, int(l.Rate/5))
+	}
+	return d, rate
+}
+
 // TestAKeyWithoutARateClimbsWhileItsRequestsUseIt: an early 429 (three
 // replicas starting on a backlog, before any had seen a request accepted)
-// lowers a key with no rate of its own to 1/s. While its requests use all
-// it climbs to, it climbs on; bounded by twice the lowered rate alone, it
-// stayed at 2/s, and a 50/s receiver's backlog of 1,365 deliveries was
-// still waiting after 10 minutes.
+// lowers a key with no rate of its own to 1/s. While its requests fill its
+// schedule it climbs, by at least 1/s a second and by a tenth of its rate
+// a second once that is more; through a quiet spell it keeps what it
+// climbed to, and does not climb. Bounded by twice what it had taken
+// since the 429, it fell back to ~5/s after a quiet minute, its waiting
+// jobs were snoozed for minutes, and a 50/s receiver's 750 deliveries
+// took 319 s.
 func TestAKeyWithoutARateClimbsWhileItsRequestsUseIt(t *testing.T) {
 	t.Parallel()
-	now := time.Now()
-	lowered := 1.0
-	last := now.Add(-21 * time.Second)
-	r := store.LimitRow{CurrentRate: &lowered, CurrentAt: now.Add(-20 * time.Second), LastThrottleAt: &last, Now: now,
-		GrantedAtThrottle: 1000, Granted: 1000 + 400}
-	require.Equal(t, 21.0, engine.EffectiveRate(&r), "400 requests in the 20 s since the pause: up to 40/s, climbing at 1/s")
-	step, ceiling := engine.Climb(&r)
-	require.Equal(t, 1.0, step)
-	require.Equal(t, 40.0, ceiling)
+	db := testdb.New(t)
+	st := store.NewStore(db.Schema)
+	ctx := context.Background()
+	const key = "webhook:adaptive.example"
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := clockAt(t0)
+	_, _, err := engine.Throttle(ctx, st, db.Pool, key, engine.A429{After: time.Second, Base: time.Second, Again: true, At: at(0)})
+	require.NoError(t, err)
 
-	r.Granted = 1000 // a quiet spell: nothing let through
-	require.Equal(t, 2.0, engine.EffectiveRate(&r), "about the rate the 429 left")
+	d, rate := useFully(t, st, db.Pool, key, at, time.Second, 11*time.Second)
+	require.InDelta(t, 11, rate, 2, "10 s of full use from 1/s: about 1/s a second")
+	d, rate = useFully(t, st, db.Pool, key, at, d, 31*time.Second)
+	require.Greater(t, rate, 35.0, "then a tenth of its rate a second")
+
+	// A quiet minute: nothing tests a higher rate, and nothing lowers it.
+	l, err := engine.LeaseTokens(ctx, st, db.Pool, key, 1, at(d+time.Minute))
+	require.NoError(t, err)
+	// (rate is the last lease's, before that lease's own climb.)
+	require.GreaterOrEqual(t, l.Rate, rate, "what it climbed to, after a quiet minute")
+	require.Less(t, l.Rate, rate*1.1, "and no higher")
+	step, ceiling := engine.Climb(&store.LimitRow{CurrentRate: &l.Rate, LastThrottleAt: at(0), RefilledAt: *at(d + time.Minute), Now: *at(d + time.Minute)})
+	require.InDelta(t, l.Rate/10, step, 0.01)
+	require.True(t, math.IsInf(ceiling, 1), "no ceiling: it climbs only while used")
+}
+
+// TestAKeyWithoutARateDoesNotClimbUnused: a key with no rate of its own,
+// lowered to 5/s by a 429, does not climb through a quiet spell, nor
+// while requests come one at a time, far apart: nothing tests a higher
+// rate. Climbing by the clock, bursts 90 s apart to a 5/s receiver once
+// took such a key past 2,000,000/s, so that every burst started
+// unlimited.
+func TestAKeyWithoutARateDoesNotClimbUnused(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st := store.NewStore(db.Schema)
+	ctx := context.Background()
+	const key = "webhook:sparse.example"
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := clockAt(t0)
+	_, _, err := engine.Throttle(ctx, st, db.Pool, key, engine.A429{After: time.Second, Base: time.Second, Observed: 5, Again: true, At: at(0)})
+	require.NoError(t, err)
+	for i := range 20 {
+		l, err := engine.LeaseTokens(ctx, st, db.Pool, key, 1, at(90*time.Second+time.Duration(i)*2*time.Second))
+		require.NoError(t, err)
+		require.Equal(t, 1, l.Granted)
+		require.InDelta(t, 5, l.Rate, 0.001, "request %d, 2 s after the one before", i)
+	}
+}
+
+// TestAKeyWithoutARateIsForgottenOnlyWhenItsRequestsStop: five minutes
+// after its last 429 a key with no rate of its own is unlimited again, but
+// not while its requests still fill its schedule: forgotten then, a fleet
+// sent its whole line at once (a 10 s window at 362% of a 50/s receiver's
+// rate, five minutes into a drain).
+func TestAKeyWithoutARateIsForgottenOnlyWhenItsRequestsStop(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st := store.NewStore(db.Schema)
+	ctx := context.Background()
+	const key = "webhook:busy.example"
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := clockAt(t0)
+	_, _, err := engine.Throttle(ctx, st, db.Pool, key, engine.A429{After: time.Second, Base: time.Second, Again: true, At: at(0)})
+	require.NoError(t, err)
+	// Quiet, then its schedule full from before the five minutes to after.
+	d, _ := useFully(t, st, db.Pool, key, at, 5*time.Minute-10*time.Second, 5*time.Minute+10*time.Second)
+	l, err := engine.LeaseTokens(ctx, st, db.Pool, key, 1, at(d))
+	require.NoError(t, err)
+	require.True(t, l.Limited, "five minutes after its 429, its requests still fill its schedule")
+
+	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 100, at(d+2*time.Second))
+	require.NoError(t, err)
+	require.False(t, l.Limited, "two seconds with no request: forgotten")
+	require.Equal(t, 100, l.Granted)
 }
 
 // TestLate429sOfRequestsSentBeforeThePauseStartNoEpisode: a provider that
@@ -257,7 +346,7 @@ func TestAKeyWithoutARateIsFreeUntilA429(t *testing.T) {
 	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 100, at(1500*time.Millisecond))
 	require.NoError(t, err)
 	require.True(t, l.Limited)
-	require.InDelta(t, 80+8*0.5, l.Rate, 0.001, "the 80/s it was seen to accept, climbing by a tenth of that a second after the pause")
+	require.InDelta(t, 80, l.Rate, 0.001, "the 80/s it was seen to accept; it climbs only as its requests use it")
 
 	l, err = engine.LeaseTokens(ctx, st, db.Pool, key, 100, at(10*time.Minute))
 	require.NoError(t, err)
@@ -467,21 +556,3 @@ func TestAProviderCannotPauseAKeyForYears(t *testing.T) {
 	require.GreaterOrEqual(t, ds[1].At.Sub(ds[0].At), 990*time.Millisecond, "the bounded wait is still obeyed")
 }
 
-// TestAKeyWithoutARateClimbsNoHigherThanWhatDrewIts429: a key with no rate
-// of its own, lowered to 5/s by a 429, climbs back during a quiet spell to
-// 10/s (about the rate that drew the 429), not by a tenth a second without
-// end: bursts 90 s apart to a 5/s receiver once took such a key past
-// 2,000,000/s, so that every burst started unlimited.
-func TestAKeyWithoutARateClimbsNoHigherThanWhatDrewIts429(t *testing.T) {
-	t.Parallel()
-	now := time.Now()
-	lowered := 5.0
-	r := store.LimitRow{CurrentRate: &lowered, CurrentAt: now.Add(-90 * time.Second), LastThrottleAt: &[]time.Time{now.Add(-90 * time.Second)}[0], Now: now}
-	require.Equal(t, 10.0, engine.EffectiveRate(&r))
-	step, ceiling := engine.Climb(&r)
-	require.Zero(t, step, "climbed all the way back")
-	require.Equal(t, 10.0, ceiling)
-
-	r.CurrentAt = now.Add(-2 * time.Second)
-	require.Equal(t, 7.0, engine.EffectiveRate(&r), "climbing at 1/s until then")
-}
