@@ -873,6 +873,7 @@ CREATE TABLE outboxd.outboxd_limits (
     last_throttle_at timestamp with time zone,
     granted bigint DEFAULT 0 NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    slow_start boolean DEFAULT false NOT NULL,
     CONSTRAINT outboxd_limits_current_rate_check CHECK (((current_rate IS NULL) OR (current_rate > (0)::double precision))),
     CONSTRAINT outboxd_limits_rate_check CHECK (((rate IS NULL) OR (rate > (0)::double precision)))
 );

@@ -194,13 +194,13 @@ func useFully(t *testing.T, st *store.Store, db store.TxDB, key string, at func(
 
 // TestAKeyWithoutARateClimbsWhileItsRequestsUseIt: an early 429 (three
 // replicas starting on a backlog, before any had seen a request accepted)
-// lowers a key with no rate of its own to 1/s. While its requests fill its
-// schedule it climbs, by at least 1/s a second and by a tenth of its rate
-// a second once that is more; through a quiet spell it keeps what it
-// climbed to, and does not climb. Bounded by twice what it had taken
-// since the 429, it fell back to ~5/s after a quiet minute, its waiting
-// jobs were snoozed for minutes, and a 50/s receiver's 750 deliveries
-// took 319 s.
+// lowers a key with no rate of its own to 1/s, a guess. While its requests
+// fill its schedule it climbs, doubling each second until its next 429
+// (slow start), then by a tenth of its rate a second; through a quiet
+// spell it keeps what it climbed to, and does not climb. Bounded by twice
+// what it had taken since the 429, it fell back to ~5/s after a quiet
+// minute, its waiting jobs were snoozed for minutes, and a 50/s
+// receiver's 750 deliveries took 285 s.
 func TestAKeyWithoutARateClimbsWhileItsRequestsUseIt(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -211,11 +211,24 @@ func TestAKeyWithoutARateClimbsWhileItsRequestsUseIt(t *testing.T) {
 	at := clockAt(t0)
 	_, _, err := engine.Throttle(ctx, st, db.Pool, key, engine.A429{After: time.Second, Base: time.Second, Again: true, At: at(0)})
 	require.NoError(t, err)
+	row, err := st.LimitOf(ctx, db.Pool, key)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, *row.CurrentRate, "nothing seen accepted: 1/s, a guess")
+	require.True(t, row.SlowStart)
 
-	d, rate := useFully(t, st, db.Pool, key, at, time.Second, 11*time.Second)
-	require.InDelta(t, 11, rate, 2, "10 s of full use from 1/s: about 1/s a second")
-	d, rate = useFully(t, st, db.Pool, key, at, d, 31*time.Second)
-	require.Greater(t, rate, 35.0, "then a tenth of its rate a second")
+	d, rate := useFully(t, st, db.Pool, key, at, time.Second, 6*time.Second)
+	require.Greater(t, rate, 16.0, "5 s of full use from 1/s: doubling each second")
+
+	// The next 429: halved, and from then on a tenth of its rate a second.
+	_, _, err = engine.Throttle(ctx, st, db.Pool, key, engine.A429{After: time.Second, Base: time.Second, Again: true, At: at(d)})
+	require.NoError(t, err)
+	row, err = st.LimitOf(ctx, db.Pool, key)
+	require.NoError(t, err)
+	require.False(t, row.SlowStart)
+	halved := *row.CurrentRate
+	require.InDelta(t, rate/2, halved, rate/4)
+	d, rate = useFully(t, st, db.Pool, key, at, d+time.Second, d+11*time.Second)
+	require.InDelta(t, halved*math.E, rate, halved*0.6, "10 s of full use at a tenth of its rate a second")
 
 	// A quiet minute: nothing tests a higher rate, and nothing lowers it.
 	l, err := engine.LeaseTokens(ctx, st, db.Pool, key, 1, at(d+time.Minute))
@@ -223,7 +236,7 @@ func TestAKeyWithoutARateClimbsWhileItsRequestsUseIt(t *testing.T) {
 	// (rate is the last lease's, before that lease's own climb.)
 	require.GreaterOrEqual(t, l.Rate, rate, "what it climbed to, after a quiet minute")
 	require.Less(t, l.Rate, rate*1.1, "and no higher")
-	step, ceiling := engine.Climb(&store.LimitRow{CurrentRate: &l.Rate, LastThrottleAt: at(0), RefilledAt: *at(d + time.Minute), Now: *at(d + time.Minute)})
+	step, ceiling := engine.Climb(&store.LimitRow{CurrentRate: &l.Rate, LastThrottleAt: at(d), RefilledAt: *at(d + time.Minute), Now: *at(d + time.Minute)})
 	require.InDelta(t, l.Rate/10, step, 0.01)
 	require.True(t, math.IsInf(ceiling, 1), "no ceiling: it climbs only while used")
 }

@@ -26,13 +26,16 @@ type LimitRow struct {
 	Throttles      int64      `json:"throttles"`
 	LastThrottleAt *time.Time `json:"last_throttle_at,omitempty"`
 	Granted        int64      `json:"granted"`
-	UpdatedAt      time.Time  `json:"updated_at"`
+	// SlowStart: the key's current rate was guessed at its first 429;
+	// it climbs fast until the next.
+	SlowStart bool      `json:"slow_start,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// Now is the database's time when the row was read.
 	Now time.Time `json:"-"`
 }
 
 const limitColumns = `key, rate, rate_source, current_rate, current_at, tokens, refilled_at, paused_until,
-	throttled_in_a_row, throttles, last_throttle_at, granted, updated_at`
+	throttled_in_a_row, throttles, last_throttle_at, granted, slow_start, updated_at`
 
 var (
 	sqlLimitForUpdate = `SELECT ` + limitColumns + `, coalesce($2::timestamptz, now()) FROM /*schema*/outboxd_limits WHERE key = $1 FOR UPDATE`
@@ -41,7 +44,8 @@ var (
 	sqlLimitLease     = `UPDATE /*schema*/outboxd_limits SET tokens = $2, refilled_at = $3, granted = granted + $4,
 	current_rate = $5, updated_at = $6 WHERE key = $1`
 	sqlLimitThrottle = `UPDATE /*schema*/outboxd_limits SET tokens = 0, refilled_at = greatest(refilled_at, $2), paused_until = $3,
-	current_rate = $4, current_at = $5, throttled_in_a_row = $6, throttles = throttles + 1, last_throttle_at = $7, updated_at = $2
+	current_rate = $4, current_at = $5, throttled_in_a_row = $6, throttles = throttles + 1, last_throttle_at = $7, updated_at = $2,
+	slow_start = $8
 WHERE key = $1`
 	sqlLimitInsert = `INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING`
 	// A hold on outboxd's side ($2 its length): the key pauses until then
@@ -84,7 +88,7 @@ WHERE id = $1 AND state = 'fired'`
 func scanLimit(row pgx.Row) (*LimitRow, error) {
 	var r LimitRow
 	err := row.Scan(&r.Key, &r.Rate, &r.RateSource, &r.CurrentRate, &r.CurrentAt, &r.Tokens, &r.RefilledAt, &r.PausedUntil,
-		&r.ThrottledInRow, &r.Throttles, &r.LastThrottleAt, &r.Granted, &r.UpdatedAt, &r.Now)
+		&r.ThrottledInRow, &r.Throttles, &r.LastThrottleAt, &r.Granted, &r.SlowStart, &r.UpdatedAt, &r.Now)
 	return &r, err
 }
 
@@ -258,9 +262,10 @@ func (s *Store) WriteLease(ctx context.Context, tx pgx.Tx, key string, refilledA
 
 // WriteThrottle records a 429 of key at now: paused until until, its
 // current rate cur climbing back from curAt, inRow episodes in a row, the
-// key's last 429 that began or belonged to an episode at lastAt.
-func (s *Store) WriteThrottle(ctx context.Context, tx pgx.Tx, key string, now, until time.Time, cur *float64, curAt time.Time, inRow int, lastAt time.Time) error {
-	_, err := tx.Exec(ctx, s.sql(sqlLimitThrottle), key, now, until, cur, curAt, inRow, lastAt)
+// key's last 429 that began or belonged to an episode at lastAt, and
+// whether cur was a guess (slowStart).
+func (s *Store) WriteThrottle(ctx context.Context, tx pgx.Tx, key string, now, until time.Time, cur *float64, curAt time.Time, inRow int, lastAt time.Time, slowStart bool) error {
+	_, err := tx.Exec(ctx, s.sql(sqlLimitThrottle), key, now, until, cur, curAt, inRow, lastAt, slowStart)
 	return err
 }
 
