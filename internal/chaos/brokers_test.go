@@ -32,6 +32,7 @@ import (
 // sessions, may hold copies, and a consumer applying each record with the
 // inbox package applies every event exactly once.
 func TestChaosBrokers(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	ctx := context.Background()
 
@@ -145,6 +146,7 @@ func TestChaosBrokers(t *testing.T) {
 // of 3,000 events, with outboxd's default retry settings, and starts it
 // again (see outage); JetStream holds each event once.
 func TestChaosNATSOutage(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	ctx := context.Background()
 	// A duplicate window that covers outboxd's default retry schedule.
@@ -162,6 +164,7 @@ func TestChaosNATSOutage(t *testing.T) {
 // TestChaosKafkaOutage does the same to a Kafka broker that restarts on
 // the same port with the state it kept.
 func TestChaosKafkaOutage(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

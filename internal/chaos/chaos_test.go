@@ -187,6 +187,7 @@ func (w *world) checkKeys(t *testing.T) {
 }
 
 func TestChaosSIGKILL(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	w.enqueue(t, 1000)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
@@ -206,6 +207,9 @@ func TestChaosSIGKILL(t *testing.T) {
 	w.checkKeys(t)
 }
 
+// TestChaosPostgresRestart restarts the local cluster: it runs alone,
+// before the other tests of the suite, which run side by side
+// (t.Parallel waits for every test that is not parallel to end).
 func TestChaosPostgresRestart(t *testing.T) {
 	ctl, err := exec.LookPath("pg_ctlcluster")
 	if err != nil {
@@ -308,6 +312,7 @@ func (w *world) killReplicas(t *testing.T, seed uint64, wait, spread time.Durati
 // while they dispatch chains of ordered effects; every chain reaches the
 // receiver in order, every effect is confirmed, each with its own key.
 func TestChaosOrdering(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	w.enqueueChains(t, 100, 8)
 	w.killReplicas(t, 2, 200*time.Millisecond, 600*time.Millisecond)
@@ -323,6 +328,7 @@ func TestChaosOrdering(t *testing.T) {
 // taken with it, which slows the key rather than speeding it), and every
 // effect is confirmed, each request with its own effect's key.
 func TestChaosLimitHolds(t *testing.T) {
+	t.Parallel()
 	const rate, n = 50, 1500
 	w := newWorld(t)
 	ctx := context.Background()
