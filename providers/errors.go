@@ -59,7 +59,11 @@ type Error struct {
 	// Unreachable is true of a destination out of reach with nothing sent
 	// (see Unreachable).
 	Unreachable bool
-	Err         error
+	// Overloaded is true of an answer by which the destination says it is
+	// overloaded (see Overloaded): its limit key slows down, and the
+	// attempt keeps its class.
+	Overloaded bool
+	Err        error
 }
 
 // RefusedPrefix starts the text of a Refused error.

@@ -76,3 +76,27 @@ func IsThrottled(err error) bool {
 	var pe *Error
 	return errors.As(err, &pe) && pe.Throttled
 }
+
+// Overloaded marks err, already classified, as an answer by which the
+// destination says it is overloaded (HTTP 503 Service Unavailable): the
+// attempt keeps its class (a webhook's 5xx stays in doubt), and the whole
+// limit key slows down as after a 429, paused for after (Retry-After) or
+// the base pause and its rate lowered, so that retries and the deliveries
+// behind them stop adding to the overload. An error that is not an *Error
+// is returned as it is.
+func Overloaded(err error) error {
+	var pe *Error
+	if !errors.As(err, &pe) {
+		return err
+	}
+	c := *pe
+	c.Overloaded = true
+	return &c
+}
+
+// IsOverloaded reports whether err is an answer of an overloaded
+// destination (Overloaded).
+func IsOverloaded(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.Overloaded
+}

@@ -21,8 +21,8 @@ func newLimitsCmd(a *app) *cobra.Command {
 all replicas share it: the rate set for it and by whom (default: the
 provider's published limit; config: outboxd run --limit; operator:<name>:
 "outboxctl limits set"), the rate it may take now (lowered by 429s and
-climbing back), the pause a 429 put on it, the 429s and the requests it let
-through, and the effects waiting for it. Waiting is not an attempt: it
+503s, climbing back), the pause a 429 or 503 put on it, the 429s and 503s
+and the requests it let through, and the effects waiting for it. Waiting is not an attempt: it
 spends none of an effect's retry budget. See docs/limits.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -44,7 +44,7 @@ spends none of an effect's retry budget. See docs/limits.md.`,
 			}
 			now := time.Now()
 			tw := table(out)
-			fmt.Fprintln(tw, "KEY\tRATE\tSET BY\tNOW\tPAUSED\t429s\tLET THROUGH\tWAITING")
+			fmt.Fprintln(tw, "KEY\tRATE\tSET BY\tNOW\tPAUSED\t429s+503s\tLET THROUGH\tWAITING")
 			for _, l := range limits {
 				rate, by, now1, paused, waiting := "-", "-", "-", "-", "0"
 				if l.Rate != nil {

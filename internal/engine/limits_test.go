@@ -407,6 +407,44 @@ func TestA429SlowsTheKeyNotTheEffect(t *testing.T) {
 	require.EqualValues(t, 3, row.Throttles)
 }
 
+// TestA503SlowsTheDestination: a receiver that answers 503 says it is
+// overloaded. The attempt counts and is in doubt, as any 5xx, and the
+// receiver's limit key pauses for its Retry-After for every replica, as
+// after a 429, so that nothing else goes to it meanwhile; before, a 503
+// flood slowed nothing, and a replay's retries kept hitting the partner.
+func TestA503SlowsTheDestination(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupWorker(t, workerOpts{})
+	b.recv.Respond("/busy", fakes.Status(http.StatusServiceUnavailable, "Retry-After", "2"))
+	u, err := url.Parse(b.recv.URL)
+	require.NoError(t, err)
+	key := "webhook:" + u.Host
+	b.start(t)
+	busy := b.enqueue(t, "/busy")
+	var row *store.LimitRow
+	require.Eventually(t, func() bool {
+		row, err = b.store.LimitOf(ctx, b.db.Pool, key)
+		return err == nil && row != nil && row.PausedUntil != nil
+	}, 10*time.Second, 10*time.Millisecond, "the 503 pauses the receiver's limit key")
+	require.EqualValues(t, 1, row.Throttles)
+	require.NotNil(t, row.CurrentRate, "and lowers its rate")
+
+	other := b.enqueue(t, "/other")
+	b.waitFor(t, other.ID, outboxtype.StateConfirmed)
+	got := b.waitFor(t, busy.ID, outboxtype.StateConfirmed)
+	require.Equal(t, 2, got.Attempts, "the 503 was an attempt")
+	ds := b.recv.Deliveries()
+	require.Len(t, ds, 3)
+	require.Equal(t, http.StatusServiceUnavailable, ds[0].Status)
+	for _, d := range ds[1:] {
+		require.GreaterOrEqual(t, d.At.Sub(ds[0].At), 1900*time.Millisecond, "nothing goes to the receiver while its key is paused: %s", d.Path)
+	}
+	attempts, err := b.store.Attempts(ctx, b.db.Pool, busy.ID)
+	require.NoError(t, err)
+	require.Equal(t, "in_doubt", attempts[0].Outcome, "a 5xx is in doubt")
+}
+
 // TestAnEffectWaitingForItsLimitSaysSo: while its key is paused, an effect
 // is pending, waiting for the key, with its attempts untouched.
 func TestAnEffectWaitingForItsLimitSaysSo(t *testing.T) {

@@ -358,8 +358,8 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
-	if limitKey != "" && !providers.IsThrottled(sendErr) {
-		// Not refused for rate: the key took it.
+	if limitKey != "" && !providers.IsThrottled(sendErr) && !providers.IsOverloaded(sendErr) {
+		// Not refused for rate nor overloaded: the key took it.
 		w.limits.accepted(limitKey)
 	}
 	if sendErr == nil {
@@ -510,6 +510,9 @@ func (w *Worker) attemptFailed(bctx context.Context, log *slog.Logger, job *rive
 	if limitKey != "" && providers.IsThrottled(sendErr) {
 		return w.throttled(bctx, log, p, claimed, before, start, sendErr, limitKey, after)
 	}
+	if limitKey != "" && providers.IsOverloaded(sendErr) {
+		after = w.overloaded(bctx, log, claimed, start, sendErr, limitKey, after)
+	}
 	host, outcome := "", class.String()
 	if h, ok := p.(providers.Hoster); ok {
 		host = h.Host(claimed.Payload)
@@ -595,6 +598,25 @@ func (w *Worker) boundDelay(ctx context.Context, log *slog.Logger, claimed *outb
 		log.Warn("could not raise the operational event of a bounded delay", "record_error", err)
 	}
 	return w.maxDelay
+}
+
+// overloaded slows limit key down for every replica because its
+// destination said it is overloaded (a 503): paused for after (or the base
+// pause) and its rate lowered, as after a 429, so that retries and the
+// deliveries behind them stop adding to the load. The attempt keeps its
+// class; it returns the delay before claimed's own retry, at least until
+// the pause ends.
+func (w *Worker) overloaded(bctx context.Context, log *slog.Logger, claimed *outboxtype.Effect, start time.Time, sendErr error, key string, after time.Duration) time.Duration {
+	until, first, err := w.limits.throttled(bctx, key, after, start)
+	if err != nil {
+		log.Warn("could not slow the limit of an overloaded destination", "limit", key, "record_error", err)
+		return after
+	}
+	w.metrics.Observe(outboxtype.Throttled{Effect: claimed, Key: key, Until: until})
+	if first {
+		log.Info("limit paused on the destination's answer (a 503, overloaded): every replica waits", "limit", key, "until", until, "error", providers.Summary(sendErr))
+	}
+	return max(after, time.Until(until))
 }
 
 // throttled handles a provider's 429 for claimed, whose request counts

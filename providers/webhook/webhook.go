@@ -10,7 +10,8 @@
 // before acting on it: retryable, honouring Retry-After. A 5xx does not
 // prove that (the receiver, or a proxy in front of it, may have acted and
 // then failed): in doubt, re-sent with the same id under the default
-// at_least_once policy, honouring Retry-After. A failure before any byte of
+// at_least_once policy, honouring Retry-After; a 503 also slows the
+// receiver's limit key as a 429 does. A failure before any byte of
 // the request was written (DNS, refused connection, TLS) is retryable; a
 // failure after (timeout, reset) is in doubt.
 //
@@ -399,6 +400,11 @@ func (s *Sender) Deliver(ctx context.Context, d Delivery) (providers.Result, err
 	case status >= 300 && status < 400:
 		return providers.Result{}, providers.Permanent(statusError(resp, snippet,
 			"redirect to "+resp.Header.Get("Location")+" not followed: update the URL"))
+	case status == http.StatusServiceUnavailable:
+		// The receiver says it is overloaded: in doubt as any 5xx, and its
+		// limit key slows down as after a 429, so that retries and what
+		// waits behind them stop adding to the load.
+		return providers.Result{}, providers.Overloaded(providers.InDoubtAfter(statusError(resp, snippet, ""), providers.RetryAfter(resp.Header, time.Now())))
 	case status >= 500:
 		return providers.Result{}, providers.InDoubtAfter(statusError(resp, snippet, ""), providers.RetryAfter(resp.Header, time.Now()))
 	case status == http.StatusTooManyRequests:

@@ -79,20 +79,22 @@ func TestSendClassifiesResponses(t *testing.T) {
 		handler    http.HandlerFunc
 		class      providers.Class
 		retryAfter time.Duration
+		overloaded bool // the receiver's limit key slows down
 	}{
-		{"410 is permanent", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }, providers.ClassPermanent, 0},
-		{"500 is in doubt: the receiver may have acted", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }, providers.ClassInDoubt, 0},
+		{"410 is permanent", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }, providers.ClassPermanent, 0, false},
+		{"500 is in doubt: the receiver may have acted", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }, providers.ClassInDoubt, 0, false},
 		{"503 with Retry-After", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Retry-After", "7")
 			w.WriteHeader(503)
-		}, providers.ClassInDoubt, 7 * time.Second},
+		}, providers.ClassInDoubt, 7 * time.Second, true},
+		{"502 says nothing about load", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(502) }, providers.ClassInDoubt, 0, false},
 		{"429 with Retry-After", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Retry-After", "120")
 			w.WriteHeader(http.StatusTooManyRequests)
-		}, providers.ClassRetryable, 120 * time.Second},
+		}, providers.ClassRetryable, 120 * time.Second, false},
 		{"redirect is not followed", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "https://elsewhere.example/", http.StatusFound)
-		}, providers.ClassPermanent, 0},
+		}, providers.ClassPermanent, 0, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,6 +111,7 @@ func TestSendClassifiesResponses(t *testing.T) {
 			class, after := providers.Classify(err)
 			require.Equal(t, tc.class, class, "error: %v", err)
 			require.Equal(t, tc.retryAfter, after)
+			require.Equal(t, tc.overloaded, providers.IsOverloaded(err))
 			require.Equal(t, 1, hits, "exactly one request per attempt")
 		})
 	}
