@@ -434,11 +434,17 @@ func (p *Provider) recordOutcome(ctx context.Context, id uuid.UUID, ep *loaded, 
 		var disabled bool
 		err := tx.QueryRow(ctx, `UPDATE `+endpoints+` SET failing_since = coalesce(failing_since, now())
 			WHERE id = $1 RETURNING failing_since, disabled_at IS NOT NULL`, id).Scan(&since, &disabled)
-		if errors.Is(err, pgx.ErrNoRows) || err == nil && (disabled || p.disableAfter < 0 || time.Since(since) < p.disableAfter) {
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && (disabled || p.disableAfter < 0) {
 			return nil
 		}
 		if err != nil {
 			return err
+		}
+		if failing := time.Since(since); failing < p.disableAfter {
+			if failing < p.disableAfter-disableWarning(p.disableAfter) {
+				return nil
+			}
+			return p.warnDisabling(ctx, tx, id, sendErr)
 		}
 		reason := fmt.Sprintf("every delivery failed since %s (for %s; last: %s): disabled by outboxd",
 			since.UTC().Format(time.RFC3339), p.disableAfter, providers.Summary(sendErr))
@@ -449,6 +455,38 @@ func (p *Provider) recordOutcome(ctx context.Context, id uuid.UUID, ep *loaded, 
 			VALUES ($1, 'disable', 'outboxd', $2)`, id, reason)
 		return err
 	})
+}
+
+// disableWarning is how long before outboxd disables a failing endpoint
+// it raises outboxd.endpoint.disabling: an hour, or a quarter of
+// disableAfter when that is shorter.
+func disableWarning(disableAfter time.Duration) time.Duration {
+	return min(time.Hour, disableAfter/4)
+}
+
+// sqlDisabling raises outboxd.endpoint.disabling for endpoint $1, which
+// outboxd disables at failing_since + $2, once per failing spell (its id
+// derived from the endpoint and the spell's start), saying what the
+// disable will hold back: the deliveries to it not ended.
+const sqlDisabling = `
+SELECT %[1]s('outboxd.endpoint.disabling', 'endpoint', e.id::text,
+	jsonb_build_object('endpoint_id', e.id, 'url', e.url, 'tenant', e.tenant, 'failing_since', e.failing_since,
+		'disables_at', e.failing_since + $2::interval, 'last_error', $3::text,
+		'open_deliveries', (SELECT count(*) FROM %[2]s s
+			WHERE s.phase = 'live' AND s.provider = 'endpoint' AND s.payload->>'endpoint_id' = e.id::text)),
+	md5('outboxd.endpoint.disabling:' || e.id || ':' || e.failing_since)::uuid)
+FROM %[3]s e
+WHERE e.id = $1 AND e.failing_since IS NOT NULL
+	AND NOT EXISTS (SELECT 1 FROM %[4]s ev WHERE ev.id = md5('outboxd.endpoint.disabling:' || e.id || ':' || e.failing_since)::uuid)`
+
+// warnDisabling raises outboxd.endpoint.disabling for endpoint id, in the
+// transaction that recorded its failure: outboxd will disable it within
+// disableWarning unless a delivery succeeds first.
+func (p *Provider) warnDisabling(ctx context.Context, tx pgx.Tx, id uuid.UUID, sendErr error) error {
+	q := fmt.Sprintf(sqlDisabling, pgschema.Table(p.schema, "outboxd_emit"), pgschema.Table(p.schema, "side_effects"),
+		pgschema.Table(p.schema, "outboxd_endpoints"), pgschema.Table(p.schema, "outbox_events"))
+	_, err := tx.Exec(ctx, q, id, p.disableAfter, providers.Summary(sendErr))
+	return err
 }
 
 // Destinations implements providers.DestinationReporter, when the Sender

@@ -335,6 +335,52 @@ func TestAnEndpointFailingForDaysIsDisabledAndItsDeliveriesHeld(t *testing.T) {
 	require.Nil(t, failingSince(), "a delivery that succeeds ends the failing spell")
 }
 
+// TestAnEndpointAboutToBeDisabledSaysSoFirst: within the hour before
+// outboxd disables a failing endpoint, its next failure raises
+// outboxd.endpoint.disabling, once per failing spell, saying when and what
+// it will hold back (its deliveries not ended), so that someone can act
+// before deliveries are held.
+func TestAnEndpointAboutToBeDisabledSaysSoFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
+	defer srv.Close()
+	ep, _ := f.create(t, endpoint.Endpoint{URL: srv.URL, EventTypes: []string{"*"}})
+	f.create(t, endpoint.Endpoint{URL: srv.URL + "/ops", EventTypes: []string{"outboxd.endpoint.*"}, Description: "on-call"})
+	p := f.provider(t)
+	raised := func() []map[string]any {
+		rows, err := f.db.Pool.Query(ctx, "SELECT payload FROM "+f.db.Schema+".outbox_events WHERE event_type = 'outboxd.endpoint.disabling'")
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[map[string]any])
+		require.NoError(t, err)
+		return out
+	}
+
+	_, err := p.Send(ctx, request(ep.ID))
+	require.Error(t, err)
+	require.Empty(t, raised(), "days before the disable: nothing to say yet")
+
+	// 4 days 23.5 hours of failures (moved into the past): the next one
+	// warns.
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outboxd_endpoints SET failing_since = now() - interval '5 days' + interval '30 minutes' WHERE id = $1", ep.ID)
+	require.NoError(t, err)
+	for range 2 {
+		_, err = p.Send(ctx, request(ep.ID))
+		require.Error(t, err)
+	}
+	got := raised()
+	require.Len(t, got, 1, "once per failing spell")
+	require.Equal(t, ep.ID.String(), got[0]["endpoint_id"])
+	require.Equal(t, srv.URL, got[0]["url"])
+	require.Contains(t, got[0]["last_error"], "HTTP 502")
+	require.Contains(t, got[0], "disables_at")
+	require.EqualValues(t, 0, got[0]["open_deliveries"])
+	e, err := f.reg.Get(ctx, f.db.Pool, ep.ID)
+	require.NoError(t, err)
+	require.Nil(t, e.DisabledAt, "a warning, not yet the disable")
+}
+
 func TestAFailingEndpointIsNeverDisabledWhenTold(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
