@@ -606,4 +606,3 @@ func TestAProviderCannotPauseAKeyForYears(t *testing.T) {
 	require.Len(t, ds, 3)
 	require.GreaterOrEqual(t, ds[1].At.Sub(ds[0].At), 990*time.Millisecond, "the bounded wait is still obeyed")
 }
-
