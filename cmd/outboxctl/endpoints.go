@@ -145,8 +145,11 @@ func (e *endpointsApp) list(cmd *cobra.Command) error {
 	fmt.Fprintln(tw, "ID\tURL\tTENANT\tEVENT TYPES\tSTATE\tSECRETS")
 	for _, ep := range eps {
 		state := "enabled"
-		if ep.DisabledAt != nil {
+		switch {
+		case ep.DisabledAt != nil:
 			state = "disabled: " + ep.DisabledReason
+		case ep.FailingSince != nil:
+			state = "enabled, failing every delivery since " + ep.FailingSince.UTC().Format(time.RFC3339)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", ep.ID, ep.URL, dash(ep.Tenant), strings.Join(ep.EventTypes, ","), state, len(ep.Secrets))
 	}
@@ -290,6 +293,8 @@ func (e *endpointsApp) showCmd() *cobra.Command {
 			}
 			if ep.DisabledAt != nil {
 				fmt.Fprintf(out, "state       disabled since %s: %s\n", ep.DisabledAt.Format(time.RFC3339), ep.DisabledReason)
+			} else if ep.FailingSince != nil {
+				fmt.Fprintf(out, "state       enabled, failing every delivery since %s\n", ep.FailingSince.Format(time.RFC3339))
 			} else {
 				fmt.Fprintln(out, "state       enabled")
 			}

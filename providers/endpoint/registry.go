@@ -65,7 +65,11 @@ type Endpoint struct {
 	// already recorded wait, spending no attempt, until it is enabled.
 	DisabledAt     *time.Time `json:"disabled_at,omitempty"`
 	DisabledReason string     `json:"disabled_reason,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
+	// FailingSince is when every delivery to it began failing (nil: the
+	// last one succeeded, or none failed); outboxd disables it once that
+	// lasts --endpoint-disable-after.
+	FailingSince *time.Time `json:"failing_since,omitempty"`
+	CreatedAt    time.Time  `json:"created_at"`
 	UpdatedAt      time.Time  `json:"updated_at"`
 	// Secrets are its signing secrets, current first (never their
 	// values, which are shown once, on creation or rotation).
@@ -226,7 +230,7 @@ func (r *Registry) check(ep *Endpoint) error {
 	return nil
 }
 
-const endpointColumns = `id, url, coalesce(tenant, ''), description, event_types, headers, disabled_at, coalesce(disabled_reason, ''), created_at, updated_at,
+const endpointColumns = `id, url, coalesce(tenant, ''), description, event_types, headers, disabled_at, coalesce(disabled_reason, ''), failing_since, created_at, updated_at,
 	coalesce(client_cert, ''), coalesce(max_in_flight, 0),
 	coalesce((SELECT jsonb_agg(jsonb_build_object('created_at', s.created_at, 'expires_at', s.expires_at) ORDER BY s.expires_at DESC NULLS FIRST, s.id DESC)
 		FROM /*secrets*/ s WHERE s.endpoint_id = e.id AND (s.expires_at IS NULL OR s.expires_at > now())), '[]')`
@@ -240,7 +244,7 @@ func scanEndpoint(row pgx.Row) (*Endpoint, error) {
 	var ep Endpoint
 	var headers, secrets []byte
 	var certPEM string
-	if err := row.Scan(&ep.ID, &ep.URL, &ep.Tenant, &ep.Description, &ep.EventTypes, &headers, &ep.DisabledAt, &ep.DisabledReason,
+	if err := row.Scan(&ep.ID, &ep.URL, &ep.Tenant, &ep.Description, &ep.EventTypes, &headers, &ep.DisabledAt, &ep.DisabledReason, &ep.FailingSince,
 		&ep.CreatedAt, &ep.UpdatedAt, &certPEM, &ep.MaxInFlight, &secrets); err != nil {
 		return nil, err
 	}

@@ -152,6 +152,14 @@ func TestEndpointsInTheBrowser(t *testing.T) {
 		return err == nil && n == 1
 	}, 20*time.Second, 10*time.Millisecond)
 
+	// The overview says so: a disabled endpoint, and the key of its held
+	// delivery.
+	br.do(chromedp.Navigate(page("")), chromedp.WaitVisible(chromedp.CSS("#needs-you")))
+	needs := br.text("#needs-you")
+	require.Contains(t, needs, "1 endpoint(s) disabled: their deliveries wait until enabled")
+	require.Contains(t, needs, "1 limit key(s) holding back 1 effect(s)")
+	require.Less(t, strings.Index(needs, "endpoint(s) disabled"), strings.Index(needs, "limit key(s)"), "the endpoint first: it is the cause")
+
 	rcv.mu.Lock()
 	rcv.secret = rotated // the receiver moved to the new secret
 	rcv.mu.Unlock()
@@ -164,6 +172,17 @@ func TestEndpointsInTheBrowser(t *testing.T) {
 	e, err := op.Get(ctx, held)
 	require.NoError(t, err)
 	require.Equal(t, 1, e.Attempts, "held, not retried")
+	br.do(chromedp.Navigate(page("")), chromedp.WaitVisible(chromedp.CSS("#needs-you")))
+	require.NotContains(t, br.text("#needs-you"), "endpoint(s) disabled", "enabled again")
+
+	// An endpoint whose every delivery fails is on the overview before it
+	// is disabled.
+	_, err = db.Pool.Exec(ctx, "UPDATE "+db.Schema+".outboxd_endpoints SET failing_since = now() - interval '2 hours' WHERE id = $1", eps[0].ID)
+	require.NoError(t, err)
+	br.do(chromedp.Navigate(page("")), chromedp.WaitVisible(chromedp.CSS("#needs-you")))
+	require.Contains(t, br.text("#needs-you"), "1 endpoint(s) failing every delivery, the first since 2h0m")
+	br.do(chromedp.Navigate(page("endpoints")), chromedp.WaitVisible(chromedp.CSS("#endpoints")))
+	require.Contains(t, br.text("#endpoints"), "enabled, failing every delivery since")
 
 	hist, err := reg.History(ctx, db.Pool, eps[0].ID)
 	require.NoError(t, err)

@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/endpoint"
 	"github.com/outboxd/outboxd/sideeffects"
 	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
@@ -138,7 +140,10 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, http.StatusInternalServerError, "could not read the Idempotency-Keys", err)
 		return
 	}
-	d.NeedsYou = u.needsYou(&d)
+	if d.NeedsYou, err = u.needsYou(ctx, &d, now); err != nil {
+		u.fail(w, http.StatusInternalServerError, "could not read what needs you", err)
+		return
+	}
 	if d.Recent, err = u.op.List(ctx, outboxtype.Filter{Limit: 10}); err != nil {
 		u.fail(w, http.StatusInternalServerError, "could not read recent effects", err)
 		return
@@ -146,10 +151,43 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 	u.render(w, r, http.StatusOK, "overview", "Overview", d)
 }
 
-// needsYou lists what asks for a person on the overview: stuck and
-// failed effects by cause, drift nobody reviewed, destinations held back.
-func (u *ui) needsYou(d *overviewData) []needsYou {
+// needsYou lists what asks for a person on the overview, the most urgent
+// first: destinations that stopped answering, endpoints disabled or about
+// to be, stuck and failed effects by cause, limit keys holding effects
+// back (a 429's or a 503's pause, a disabled endpoint), drift nobody
+// reviewed, Idempotency-Keys stuck. Each line counts its situation once,
+// so that a bulk of one never hides a single serious case.
+func (u *ui) needsYou(ctx context.Context, d *overviewData, now time.Time) ([]needsYou, error) {
 	var out []needsYou
+	if len(d.HeldBack) > 0 {
+		out = append(out, needsYou{fmt.Sprintf("%d webhook destination(s) held back", len(d.HeldBack)), "#heldback"})
+	}
+	if u.cfg.Endpoints != nil {
+		eps, err := u.cfg.Endpoints.List(ctx, u.cfg.EndpointsDB, endpoint.ListFilter{})
+		if err != nil {
+			return nil, err
+		}
+		var disabled, failing int
+		var failingSince time.Time
+		for _, ep := range eps {
+			switch {
+			case ep.DisabledAt != nil:
+				disabled++
+			case ep.FailingSince != nil:
+				failing++
+				if failingSince.IsZero() || ep.FailingSince.Before(failingSince) {
+					failingSince = *ep.FailingSince
+				}
+			}
+		}
+		if disabled > 0 {
+			out = append(out, needsYou{fmt.Sprintf("%d endpoint(s) disabled: their deliveries wait until enabled", disabled), u.cfg.Prefix + "endpoints"})
+		}
+		if failing > 0 {
+			out = append(out, needsYou{fmt.Sprintf("%d endpoint(s) failing every delivery, the first since %s ago: outboxd disables one after --endpoint-disable-after",
+				failing, now.Sub(failingSince).Round(time.Second)), u.cfg.Prefix + "endpoints"})
+		}
+	}
 	var effects int64
 	for _, g := range d.Incidents {
 		effects += g.Count
@@ -157,17 +195,30 @@ func (u *ui) needsYou(d *overviewData) []needsYou {
 	if len(d.Incidents) > 0 {
 		out = append(out, needsYou{fmt.Sprintf("%d stuck or failed effect(s) in %d incident(s), by cause below", effects, len(d.Incidents)), "#incidents"})
 	}
+	limits, err := u.op.Limits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var keys int
+	var waiting int64
+	for _, l := range limits {
+		if l.Holding(now) {
+			keys++
+			waiting += l.WaitingEffects
+		}
+	}
+	if keys > 0 {
+		out = append(out, needsYou{fmt.Sprintf("%d limit key(s) holding back %d effect(s): paused by a 429 or 503, slowed, or a disabled endpoint's", keys, waiting),
+			u.cfg.Prefix + "limits"})
+	}
 	if d.DriftCount > 0 {
 		out = append(out, needsYou{fmt.Sprintf("%d drift record(s) to review: a provider did something outboxd does not hold", d.DriftCount), u.cfg.Prefix + "drift"})
-	}
-	if len(d.HeldBack) > 0 {
-		out = append(out, needsYou{fmt.Sprintf("%d webhook destination(s) held back", len(d.HeldBack)), "#heldback"})
 	}
 	if d.StuckKeys > 0 {
 		out = append(out, needsYou{fmt.Sprintf("%d Idempotency-Key(s) stuck in progress: a request ended without storing its response", d.StuckKeys),
 			u.cfg.Prefix + "keys?state=in_progress"})
 	}
-	return out
+	return out, nil
 }
 
 // chart draws confirmed (green) and failed (red) effects per minute over
