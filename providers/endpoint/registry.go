@@ -70,7 +70,7 @@ type Endpoint struct {
 	// lasts --endpoint-disable-after.
 	FailingSince *time.Time `json:"failing_since,omitempty"`
 	CreatedAt    time.Time  `json:"created_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
+	UpdatedAt    time.Time  `json:"updated_at"`
 	// Secrets are its signing secrets, current first (never their
 	// values, which are shown once, on creation or rotation).
 	Secrets []SecretInfo `json:"secrets,omitempty"`
