@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math"
@@ -75,6 +76,9 @@ type keyState struct {
 	// pauseChecked: a request about to be sent away for the whole pause
 	// read the key's row since the last refresh.
 	pauseChecked bool
+	// writing counts this process's 429s of the key whose pause is being
+	// written: the row does not show their pause yet.
+	writing int
 	// slots request times leased and not yet taken: the next at slotAt,
 	// the others every apart, each good until leaseTTL after it or after
 	// leasedAt (the burst of an idle key lies before the lease). nextAt
@@ -446,22 +450,42 @@ func waitUntil(ctx context.Context, t time.Time, ch chan struct{}) error {
 func (l *limiter) throttled(ctx context.Context, key string, after time.Duration, sent time.Time) (time.Time, bool, error) {
 	l.mu.Lock()
 	st := l.state(key)
-	observed := float64(st.accepted.last(time.Now()))
+	// What the provider was seen to accept in a second: the last whole
+	// one, or this one so far (a drain's first 429s come within its first
+	// second, when the last one saw nothing).
+	observed := float64(max(st.accepted.last(time.Now()), st.accepted.cur))
 	again := st.okSince == 0
 	st.okSince = 0
-	wasPaused := time.Now().Before(st.pausedUntil)
+	now := time.Now()
+	wasPaused := now.Before(st.pausedUntil)
+	// Until the pause is written for every replica, this process sends the
+	// key nothing more: its other workers' requests would meet the same
+	// refusal (a host's whole cap of them, while the write takes; 88 429s
+	// in the first second of a drain to a receiver nobody knew the rate
+	// of). A late answer to a request sent before this process's last 429
+	// pauses nothing.
+	before, provisional := st.pausedUntil, time.Time{}
+	if sent.IsZero() || !sent.Before(st.pausedAt) {
+		provisional = now.Add(cmp.Or(max(after, 0), l.pauseBase))
+		st.pausedUntil = latest(st.pausedUntil, provisional)
+	}
+	st.writing++
 	var at *time.Time
 	if l.clock != nil {
 		at = l.clock()
 	}
 	l.mu.Unlock()
 	_, left, err := Throttle(ctx, l.store, l.pool, key, A429{After: after, Base: l.pauseBase, Observed: observed, Again: again, Sent: sent, At: at})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st.writing--
+	if !provisional.IsZero() && st.pausedUntil.Equal(provisional) {
+		st.pausedUntil = before // the shared pause decides, below
+	}
 	if err != nil {
 		return time.Time{}, false, err
 	}
 	until := time.Now().Add(left)
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	st.limited = true
 	st.slots = 0
 	st.pausedUntil = latest(st.pausedUntil, until)
@@ -502,7 +526,7 @@ func (l *limiter) pauseEnded(ctx context.Context, key string, st *keyState) bool
 	l.mu.Unlock()
 	r, err := l.store.LimitOf(ctx, l.pool, key)
 	l.mu.Lock()
-	if err != nil || r == nil || (limitRow{r}).Paused() || !st.pausedAt.Before(readAt) {
+	if err != nil || r == nil || (limitRow{r}).Paused() || !st.pausedAt.Before(readAt) || st.writing > 0 {
 		return false
 	}
 	st.pausedUntil = time.Time{}

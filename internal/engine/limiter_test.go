@@ -220,3 +220,46 @@ func TestALineAtAClimbingRateIsSpreadOverItsClimb(t *testing.T) {
 		require.LessOrEqual(t, st.spread(), time.Duration(0.75*53.9*float64(time.Second)))
 	}
 }
+
+// TestAProcessStopsSendingAtItsFirst429: a process that gets a key's 429
+// sends that key nothing more while the pause is being written for every
+// replica (here, while another transaction holds the key's row). Before,
+// its other workers kept sending to a key nobody knew the rate of until
+// the write returned: 88 429s in the first second of a drain.
+func TestAProcessStopsSendingAtItsFirst429(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st := store.NewStore(db.Schema)
+	ctx := context.Background()
+	const key = "webhook:unknown.example"
+	l := newLimiter(db.Pool, st, slog.New(slog.DiscardHandler), time.Second)
+	ok, _, err := l.take(ctx, key, 0, false)
+	require.NoError(t, err)
+	require.True(t, ok, "a key nobody limited is free")
+
+	// The key's row exists and another transaction holds it.
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, st.EnsureLimit(ctx, tx, key))
+	require.NoError(t, tx.Commit(ctx))
+	hold, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hold.Rollback(context.Background()) })
+	_, err = st.LockLimit(ctx, hold, key, nil)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := l.throttled(ctx, key, 2*time.Second, time.Now())
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		ok, wait, err := l.take(ctx, key, 0, false)
+		return err == nil && !ok && wait > time.Second
+	}, 5*time.Second, time.Millisecond, "while the pause is written, this process holds the key")
+	require.NoError(t, hold.Rollback(ctx))
+	require.NoError(t, <-done)
+	row, err := st.LimitOf(ctx, db.Pool, key)
+	require.NoError(t, err)
+	require.NotNil(t, row.PausedUntil, "and then every replica does")
+}
