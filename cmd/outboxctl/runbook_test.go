@@ -183,7 +183,8 @@ func TestRunbook(t *testing.T) {
 	t.Run("key window expired: confirm after checking", func(t *testing.T) {
 		t.Parallel()
 		r := startRunbook(t)
-		r.recv.Respond("/slow", fakes.Status(503, "Retry-After", "3600"))
+		// A 500 (a 503 would also pause the receiver's key) asking for an hour.
+		r.recv.Respond("/slow", fakes.Status(500, "Retry-After", "3600"))
 		id := r.enqueue(t, "hook", outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: r.recv.URL + "/slow", Body: json.RawMessage(`{}`)})).String()
 		require.Eventually(t, func() bool { return len(r.recv.Deliveries()) == 1 && r.effect(t, "hook").LastError != nil },
 			30*time.Second, 10*time.Millisecond)
