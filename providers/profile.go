@@ -3,15 +3,13 @@ package providers
 import (
 	"encoding/json"
 	"fmt"
-	"sync"
 )
 
 // Profile is what outboxd tells operators about a provider, and the rules
 // their actions follow for its effects: read by the operator API,
 // outboxctl and the web view by the provider's name, so that none of them
-// names a provider. A provider package registers its own when it is
-// imported (Register, from an init function); a provider with no profile
-// gets the cautious defaults of ProfileOf.
+// names a provider. A provider (or its schema) returns its own (Profiler);
+// one with none gets the cautious defaults of Profiles.Of.
 type Profile struct {
 	// Name is the provider's name, as stored in side_effects.provider.
 	Name string
@@ -55,33 +53,36 @@ const (
 	AnswersObjects
 )
 
-var (
-	profilesMu sync.RWMutex
-	profiles   = map[string]Profile{}
-)
-
-// Register records p for its name; registering a name twice panics, as
-// registering a database/sql driver twice does.
-func Register(p Profile) {
-	profilesMu.Lock()
-	defer profilesMu.Unlock()
-	if p.Name == "" {
-		panic("providers: Register: a profile needs a name")
-	}
-	if _, dup := profiles[p.Name]; dup {
-		panic(fmt.Sprintf("providers: Register: %q registered twice", p.Name))
-	}
-	profiles[p.Name] = p
+// Profiler is implemented by a provider, or its payload schema, that
+// describes itself to operators.
+type Profiler interface {
+	Profile() Profile
 }
 
-// ProfileOf returns the profile registered for name, and false when none
-// is. The cautious defaults fill what a profile leaves out (and a missing
+// Profiles are the profiles of a program's providers, by name.
+type Profiles map[string]Profile
+
+// ProfilesOf collects the profiles of xs that have one (Profiler): the
+// built-in schemas (bundled.Profiles), and an application's providers. A
+// later profile of a name replaces an earlier one.
+func ProfilesOf(xs ...any) Profiles {
+	out := Profiles{}
+	for _, x := range xs {
+		if p, ok := x.(Profiler); ok {
+			if pr := p.Profile(); pr.Name != "" {
+				out[pr.Name] = pr
+			}
+		}
+	}
+	return out
+}
+
+// Of returns the profile of provider name, and false when there is none.
+// The cautious defaults fill what a profile leaves out (and a missing
 // one): a confirmation takes a reference, nothing can be asked, no
 // failure proves that nothing was done.
-func ProfileOf(name string) (Profile, bool) {
-	profilesMu.RLock()
-	p, ok := profiles[name]
-	profilesMu.RUnlock()
+func (ps Profiles) Of(name string) (Profile, bool) {
+	p, ok := ps[name]
 	if !ok {
 		p = Profile{Name: name, Refs: true}
 	}

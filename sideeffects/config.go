@@ -34,6 +34,11 @@ type OperatorConfig struct {
 	// InDoubt overrides a provider's in-doubt policy for individual kinds,
 	// as the dispatcher's Config.InDoubt does.
 	InDoubt map[string]providers.InDoubtPolicy
+	// Profiles are the profiles of providers other than the built-ins
+	// (providers.ProfilesOf(yourProvider)): what operators are told about
+	// their effects and the rules their actions follow. A provider with
+	// none gets cautious defaults.
+	Profiles providers.Profiles
 }
 
 // Config configures a Dispatcher. Zero fields take the defaults below;

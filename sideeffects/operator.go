@@ -211,7 +211,7 @@ func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.R
 		if err != nil {
 			return "", err
 		}
-		if why := unsentProof(e, attempts); why != "" {
+		if why := unsentProof(e, attempts, o.Profile(e.Provider)); why != "" {
 			return why, nil
 		}
 		return "", nil
@@ -238,7 +238,7 @@ func (o *Operator) EditPayload(ctx context.Context, id uuid.UUID, payload json.R
 
 // unsentProof says why effect e's history does not prove that no provider
 // acted on it and that none keeps a result for its key ("" when it does).
-func unsentProof(e *outboxtype.Effect, attempts []outboxtype.Attempt) string {
+func unsentProof(e *outboxtype.Effect, attempts []outboxtype.Attempt, profile providers.Profile) string {
 	const fix = ": fix the payload where the effect was enqueued and enqueue it as a new event, then cancel this one"
 	if e.InDoubt {
 		return "an earlier request may have been delivered (in doubt)" + fix
@@ -254,21 +254,13 @@ func unsentProof(e *outboxtype.Effect, attempts []outboxtype.Attempt) string {
 		// retryable (the receiver may accept it later) and may come back
 		// on every retry, and none of them acted.
 		case (a.Outcome == providers.ClassPermanent.String() || a.Outcome == providers.ClassRetryable.String()) &&
-			validationRefusal(e.Provider, a.Error):
+			profile.RefusedWithoutActing(a.Error):
 		default:
 			return fmt.Sprintf("attempt %d reached %s (%s: %s), which may have acted on it or keep a result for its key%s",
 				a.Attempt, e.Provider, a.Outcome, a.Error, fix)
 		}
 	}
 	return ""
-}
-
-// validationRefusal is whether a provider's permanent answer says it
-// refused the request's fields without acting and keeps no result for
-// its key (its profile's rule; never, for a provider with none).
-func validationRefusal(provider, text string) bool {
-	p, _ := providers.ProfileOf(provider)
-	return p.RefusedWithoutActing(text)
 }
 
 // Acknowledge records that failed effects were reviewed and are correctly
@@ -334,7 +326,7 @@ func (o *Operator) Confirm(ctx context.Context, id uuid.UUID, opts outboxtype.Ac
 	chs, err := o.each(ctx, []uuid.UUID{id}, opts, outboxtype.ActionConfirm, outboxtype.StateConfirmed,
 		[]outboxtype.State{outboxtype.StatePending, outboxtype.StateFired, outboxtype.StateFailed, outboxtype.StateCancelled},
 		func(_ context.Context, _ store.DB, e *outboxtype.Effect, _ *outboxtype.Change) (string, error) {
-			if p, _ := providers.ProfileOf(e.Provider); opts.Ref == "" && p.Refs {
+			if opts.Ref == "" && o.Profile(e.Provider).Refs {
 				return fmt.Sprintf("a %s effect is confirmed with its provider's reference (the provider's id for what it did)", e.Provider), nil
 			}
 			return "", nil

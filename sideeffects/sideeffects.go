@@ -34,6 +34,7 @@ import (
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/bundled"
 )
 
 // The values shared with package outbox and the engine live in package
@@ -156,6 +157,8 @@ type Operator struct {
 	// applies the rules a worker would.
 	told    map[string]providers.Guarantees
 	inDoubt map[string]providers.InDoubtPolicy
+	// profiles are the built-in providers' and OperatorConfig.Profiles.
+	profiles providers.Profiles
 }
 
 // NewOperator returns the operator API over cfg.Schema.
@@ -167,8 +170,24 @@ func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("operator: river client: %w", err)
 	}
-	return &Operator{pool: pool, store: store.NewStore(cfg.Schema), river: rc, told: cfg.Guarantees, inDoubt: cfg.InDoubt}, nil
+	profiles := bundled.Profiles()
+	for name, p := range cfg.Profiles {
+		profiles[name] = p
+	}
+	return &Operator{pool: pool, store: store.NewStore(cfg.Schema), river: rc, told: cfg.Guarantees, inDoubt: cfg.InDoubt,
+		profiles: profiles}, nil
 }
+
+// Profile is what operators are told about provider, and the rules their
+// actions follow for its effects: its providers.Profile (a built-in's, or
+// one in OperatorConfig.Profiles), or cautious defaults.
+func (o *Operator) Profile(provider string) providers.Profile {
+	p, _ := o.profiles.Of(provider)
+	return p
+}
+
+// Profiles are the profiles Profile reads.
+func (o *Operator) Profiles() providers.Profiles { return o.profiles }
 
 // KeyWindows is, by provider, how long after the first request with its
 // key an effect may still be fired: its key window less the margin. Every
@@ -293,7 +312,7 @@ func (o *Operator) Reconcile(ctx context.Context, e *EffectRow, asker providers.
 		if rec.Found, rec.Asked, err = asker.Lookup(lctx, e.Payload, e.IdempotencyKey); err != nil {
 			return nil, fmt.Errorf("asking %s: %w", e.Provider, err)
 		}
-	case profileOf(e.Provider).Answers == providers.AnswersEvents:
+	case o.Profile(e.Provider).Answers == providers.AnswersEvents:
 		if rec.Delivery, err = o.Delivery(ctx, e.ID); err != nil {
 			return nil, err
 		}
@@ -501,9 +520,4 @@ func (o *Operator) ExplainReads(ctx context.Context, notSince, since time.Time) 
 // Config.SweepInterval).
 func JobParams(id uuid.UUID, provider string, notBefore *time.Time) river.InsertManyParams {
 	return engine.JobParams(id, provider, notBefore)
-}
-
-func profileOf(provider string) providers.Profile {
-	p, _ := providers.ProfileOf(provider)
-	return p
 }

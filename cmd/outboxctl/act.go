@@ -11,7 +11,6 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/outboxtype"
-	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
 
@@ -328,7 +327,7 @@ fired").`,
 				if err != nil {
 					return err
 				}
-				if p, _ := providers.ProfileOf(e.Provider); ref == "" && p.Refs {
+				if p := a.op.Profile(e.Provider); ref == "" && p.Refs {
 					return cli.Usagef("--ref is required for %s effect %s: the provider's id for what it did (%s)", e.Provider, e.ID, p.RefExample)
 				}
 				effects = append(effects, e)

@@ -98,6 +98,7 @@ func (a *app) situation(ctx context.Context, now time.Time, bound time.Duration,
 		return oncall.Situation{Now: now, FiredBound: bound}, err
 	}
 	sit := oncall.SituationOf(now, bound, ds)
+	sit.Profiles = a.op.Profiles()
 	if set {
 		sit.FiredBound, sit.BoundFrom = bound, "--fired-bound"
 	}

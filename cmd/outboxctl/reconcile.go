@@ -87,7 +87,7 @@ than one: the request was applied more than once; check them, do not retry.`,
 			if err != nil {
 				return err
 			}
-			rec.Suggestion, _ = oncall.Suggest(rec, a.keyWindow(e.Provider), cliSuggest, time.Now())
+			rec.Suggestion, _ = oncall.Suggest(rec, a.op.Profile(e.Provider), a.keyWindow(e.Provider), cliSuggest, time.Now())
 			if apply {
 				if len(rec.Found) != 1 || rec.Found[0].ID == "" || e.State == outboxtype.StateConfirmed || e.State == outboxtype.StateCancelled {
 					return fmt.Errorf("--apply confirms only a pending, fired or failed effect for which exactly one object was found: %s", rec.Suggestion)

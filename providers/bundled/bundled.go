@@ -1,8 +1,7 @@
 // Package bundled is the one list of outboxd's built-in providers' schemas:
-// what package outbox validates payloads with and what an operator's
-// payload edit is checked against. Importing it also registers each
-// provider's providers.Profile, so that the operators' rules for their
-// effects never depend on what else a program imports.
+// what package outbox validates payloads with, what an operator's payload
+// edit is checked against, and, through each schema's Profile, what
+// operators are told about the built-in providers (Profiles).
 //
 // A new built-in provider adds its schema here; nothing else outside its
 // own package lists it.
@@ -31,4 +30,15 @@ func Schemas(networks []netip.Prefix) []providers.Validator {
 		kafkaschema.Schema{},
 		endpointschema.Schema{},
 	}
+}
+
+// Profiles returns the built-in providers' profiles (each schema's
+// providers.Profiler).
+func Profiles() providers.Profiles {
+	schemas := Schemas(nil)
+	xs := make([]any, len(schemas))
+	for i, s := range schemas {
+		xs[i] = s
+	}
+	return providers.ProfilesOf(xs...)
 }

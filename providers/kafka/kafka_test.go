@@ -129,7 +129,7 @@ func TestAMissingTopicIsRetriedAndATooLargeRecordRefused(t *testing.T) {
 	big := `{"topic":"orders","value":"` + strings.Repeat("x", 5000) + `"}`
 	_, err = p.Send(context.Background(), request(strings.Repeat("cd", 32), big))
 	require.True(t, providers.IsRefused(err), "over the size limit: %v", err)
-	prof, _ := providers.ProfileOf(kafka.Name)
+	prof := kafka.Schema{}.Profile()
 	require.True(t, prof.RefusedWithoutActing(err.Error()), "an operator's edit may follow a refusal: %v", err)
 }
 

@@ -115,7 +115,7 @@ func TestAPublishNoStreamTakesIsRetriedAndOneTooLargeRefused(t *testing.T) {
 	big := `{"subject":"orders.paid","data":"` + strings.Repeat("x", 5000) + `"}`
 	_, err = p.Send(context.Background(), request(strings.Repeat("cd", 32), big))
 	require.True(t, providers.IsRefused(err), "over the stream's max message size: %v", err)
-	prof, _ := providers.ProfileOf(nats.Name)
+	prof := nats.Schema{}.Profile()
 	require.True(t, prof.RefusedWithoutActing(err.Error()), "an operator's edit may follow a refusal: %v", err)
 }
 

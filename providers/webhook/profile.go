@@ -7,8 +7,10 @@ import (
 	"github.com/outboxd/outboxd/providers"
 )
 
-func init() {
-	providers.Register(providers.Profile{
+// Profile implements providers.Profiler: what operators are told about
+// the provider, and the rules their actions follow for its effects.
+func (Schema) Profile() providers.Profile {
+	return providers.Profile{
 		Name: Name,
 		// A receiver's 2xx carries no id of its own: a confirmed webhook is
 		// recorded with its webhook-id.
@@ -21,5 +23,5 @@ func init() {
 			return strings.Contains(text, "HTTP 400") || strings.Contains(text, "HTTP 422")
 		},
 		Host: hostOf,
-	})
+	}
 }

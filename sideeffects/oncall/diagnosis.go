@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/bundled"
 )
 
 // Situation is what a diagnosis knows beyond the effect itself.
@@ -37,6 +38,9 @@ type Situation struct {
 	Destinations map[string]string
 	// HeldBack lists the same, one entry per destination and dispatcher.
 	HeldBack []HeldDestination
+	// Profiles are the providers' profiles the advice follows (the
+	// operator's, Operator.Profiles); nil: the built-in providers'.
+	Profiles providers.Profiles
 	// Say names actions as the surface showing the advice offers them
 	// (CLI when nil, Web).
 	Say Surface
@@ -120,7 +124,7 @@ func Explain(s outboxtype.StuckEffect, sit Situation) string {
 		return fmt.Sprintf("blocked behind %s on ordering key %q: it fires once that effect ends (confirmed, cancelled or released). "+
 			"Act on %s; if it will never complete, %s lets this chain go on", s.BlockedBehind, *e.OrderingKey, s.BlockedBehind, sit.say(ActRelease, s.BlockedBehind.String()))
 	}
-	if d := sit.Destinations[destination(e)]; d != "" && e.State != outboxtype.StateFailed {
+	if d := sit.Destinations[destination(e, sit)]; d != "" && e.State != outboxtype.StateFailed {
 		// Never "confirm --kind": a partner that processed some of them
 		// and then hung would have the others confirmed unsent.
 		this := ""
@@ -129,7 +133,7 @@ func Explain(s outboxtype.StuckEffect, sit Situation) string {
 		}
 		return fmt.Sprintf("destination %s: %s. Its effects wait without an attempt being counted; they go on when it answers again "+
 			"(or cancel them; or confirm only those the receiver's own log shows processed, by the webhook-id it logged: "+
-			"%s%s)", destination(e), d, sit.say(ActConfirmLogged, ""), this)
+			"%s%s)", destination(e, sit), d, sit.say(ActConfirmLogged, ""), this)
 	}
 	if s.JobID == nil {
 		return "no live River job: nothing will fire it. " + sit.say(ActRequeue, "") + " gives it one (the sweeper would, within --sweep-interval)"
@@ -207,16 +211,24 @@ func Explain(s outboxtype.StuckEffect, sit Situation) string {
 
 // destination is e's destination host[:port] as its payload writes it,
 // lower case ("" for a provider whose profile names none).
-func destination(e *outboxtype.Effect) string {
-	p, _ := providers.ProfileOf(e.Provider)
-	return p.Host(e.Payload)
+func destination(e *outboxtype.Effect, sit Situation) string {
+	return sit.profile(e.Provider).Host(e.Payload)
+}
+
+// profile is provider's profile among the situation's.
+func (sit Situation) profile(provider string) providers.Profile {
+	ps := sit.Profiles
+	if ps == nil {
+		ps = bundled.Profiles()
+	}
+	p, _ := ps.Of(provider)
+	return p
 }
 
 // lookUp says how to find out, at e's provider, whether its key was acted
 // on: each provider offers something else (its profile's LookUp).
 func lookUp(e *outboxtype.Effect, sit Situation) string {
-	p, _ := providers.ProfileOf(e.Provider)
-	return p.LookUp(e.IdempotencyKey, sit.say(ActReconcile, ""))
+	return sit.profile(e.Provider).LookUp(e.IdempotencyKey, sit.say(ActReconcile, ""))
 }
 
 // WhatNow says what an effect's state means and what to do, for its page
@@ -289,7 +301,7 @@ func failedAdvice(e *outboxtype.Effect, lastErr string, sit Situation) string {
 			" (audited, same key); if it should not happen, " + cancel + "."
 	case strings.HasPrefix(lastErr, outboxtype.ReasonInDoubt) || e.InDoubt && !strings.HasPrefix(lastErr, outboxtype.ReasonKeyWindow):
 		events := ""
-		if p, _ := providers.ProfileOf(e.Provider); p.Events {
+		if sit.profile(e.Provider).Events {
 			events = " (with provider events on, outboxd confirms it by itself when the provider's event arrives)"
 		}
 		return fmt.Sprintf("An earlier request may have been delivered: %s%s. "+

@@ -9,14 +9,14 @@ import (
 )
 
 // Suggest says what to do about the effect given what the provider holds
-// (window: the provider's key window minus margin, 0 for none), in the
+// (p: its provider's profile, Operator.Profile; window: the provider's key
+// window minus margin, 0 for none), in the
 // words of the surface it is shown on, and which action it suggests: a
 // confirmation with the one object found (Ref), a retry, or none.
-func Suggest(r *outboxtype.Reconciliation, window time.Duration, say Surface, now time.Time) (string, Action) {
+func Suggest(r *outboxtype.Reconciliation, p providers.Profile, window time.Duration, say Surface, now time.Time) (string, Action) {
 	e := r.Effect
 	id := e.ID.String()
 	none := Action{}
-	p, _ := providers.ProfileOf(e.Provider)
 	switch n := len(r.Found); {
 	case p.Answers == providers.AnswersNothing:
 		return p.LookUp(e.IdempotencyKey, "") + "; if it acted: " + say(Action{Act: ActConfirm, ID: id}), none

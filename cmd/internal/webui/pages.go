@@ -19,7 +19,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outboxd/outboxd/outboxtype"
-	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/endpoint"
 	"github.com/outboxd/outboxd/sideeffects"
 	"github.com/outboxd/outboxd/sideeffects/oncall"
@@ -704,6 +703,7 @@ func (u *ui) situation(r *http.Request, now time.Time) (oncall.Situation, error)
 		return oncall.Situation{}, err
 	}
 	sit := oncall.SituationOf(now, u.cfg.FiredBound, ds)
+	sit.Profiles = u.op.Profiles()
 	sit.Say = oncall.Web
 	return sit, nil
 }
@@ -855,7 +855,7 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case d.Reason == "":
 		d.Error = "a reason is required: say why, for the audit trail"
-	case d.Action == "confirm" && d.Ref == "" && needsRef(e.Provider):
+	case d.Action == "confirm" && d.Ref == "" && u.needsRef(e.Provider):
 		d.Error = "confirm needs the provider's reference for what it did"
 	}
 	if d.Error != "" {
@@ -912,7 +912,7 @@ func (u *ui) perform(r *http.Request, d *actionData, actor string, dryRun bool) 
 	case "requeue":
 		chs, err = op.Requeue(ctx, ids, opts)
 	case "confirm":
-		if dryRun && opts.Ref == "" && needsRef(d.Effect.Provider) {
+		if dryRun && opts.Ref == "" && u.needsRef(d.Effect.Provider) {
 			opts.Ref = "(reference)"
 		}
 		var ch outboxtype.Change
@@ -1151,7 +1151,4 @@ func (u *ui) performMany(r *http.Request, d *bulkData, ids []uuid.UUID, actor st
 
 // needsRef says a confirmation of provider's effects takes the provider's
 // reference (its profile; a provider without one takes it too).
-func needsRef(provider string) bool {
-	p, _ := providers.ProfileOf(provider)
-	return p.Refs
-}
+func (u *ui) needsRef(provider string) bool { return u.op.Profile(provider).Refs }

@@ -34,7 +34,7 @@ func (u *ui) reconcile(w http.ResponseWriter, r *http.Request) {
 	}
 	d := &reconcileData{}
 	asker := u.cfg.Reconcilers[e.Provider]
-	if p, _ := providers.ProfileOf(e.Provider); asker == nil && p.Answers == providers.AnswersObjects {
+	if asker == nil && u.op.Profile(e.Provider).Answers == providers.AnswersObjects {
 		d.CannotAsk = "this outboxd does not dispatch for " + e.Provider + ", so it holds no key to ask it with: ask from a process that does, or use outboxctl reconcile with the provider's API key"
 	}
 	rec, err := u.op.Reconcile(r.Context(), e, asker)
@@ -44,7 +44,7 @@ func (u *ui) reconcile(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Rec = rec
 	var act oncall.Action
-	d.Suggestion, act = oncall.Suggest(rec, u.cfg.KeyWindow(e.Provider), oncall.Web, time.Now())
+	d.Suggestion, act = oncall.Suggest(rec, u.op.Profile(e.Provider), u.cfg.KeyWindow(e.Provider), oncall.Web, time.Now())
 	if d.CannotAsk != "" {
 		act = oncall.Action{}
 		d.Suggestion = d.CannotAsk

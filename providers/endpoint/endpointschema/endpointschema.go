@@ -82,8 +82,10 @@ func (Schema) ValidatePayload(kind string, payload json.RawMessage) error {
 	return err
 }
 
-func init() {
-	providers.Register(providers.Profile{
+// Profile implements providers.Profiler: what operators are told about
+// the provider, and the rules their actions follow for its effects.
+func (Schema) Profile() providers.Profile {
+	return providers.Profile{
 		Name: Name,
 		Refs: false,
 		LookUp: func(key, _ string) string {
@@ -93,5 +95,5 @@ func init() {
 		RefusedWithoutActing: func(text string) bool {
 			return strings.Contains(text, "HTTP 400") || strings.Contains(text, "HTTP 422")
 		},
-	})
+	}
 }

@@ -7,8 +7,10 @@ import (
 	"github.com/outboxd/outboxd/providers"
 )
 
-func init() {
-	providers.Register(providers.Profile{
+// Profile implements providers.Profiler: what operators are told about
+// the provider, and the rules their actions follow for its effects.
+func (Schema) Profile() providers.Profile {
+	return providers.Profile{
 		Name:       Name,
 		Refs:       true,
 		RefExample: "the topic, partition and offset the broker acknowledged, for example orders/3/1042",
@@ -19,5 +21,5 @@ func init() {
 		RefusedWithoutActing: func(text string) bool {
 			return strings.Contains(text, "kafka refused the record")
 		},
-	})
+	}
 }

@@ -7,8 +7,10 @@ import (
 	"github.com/outboxd/outboxd/providers"
 )
 
-func init() {
-	providers.Register(providers.Profile{
+// Profile implements providers.Profiler: what operators are told about
+// the provider, and the rules their actions follow for its effects.
+func (Schema) Profile() providers.Profile {
+	return providers.Profile{
 		Name:       Name,
 		Refs:       true,
 		RefExample: "the X-Message-Id SendGrid returned, as in its Email Activity",
@@ -24,5 +26,5 @@ func init() {
 		RefusedWithoutActing: func(text string) bool {
 			return strings.Contains(text, "HTTP 400") || strings.Contains(text, "HTTP 422")
 		},
-	})
+	}
 }

@@ -7,8 +7,10 @@ import (
 	"github.com/outboxd/outboxd/providers"
 )
 
-func init() {
-	providers.Register(providers.Profile{
+// Profile implements providers.Profiler: what operators are told about
+// the provider, and the rules their actions follow for its effects.
+func (Schema) Profile() providers.Profile {
+	return providers.Profile{
 		Name:       Name,
 		Refs:       true,
 		RefExample: "re_…, pi_…, cus_…, tr_…: asking Stripe (reconcile) finds it",
@@ -25,5 +27,5 @@ func init() {
 		RefusedWithoutActing: func(text string) bool {
 			return strings.Contains(text, "invalid_request_error") && strings.Contains(text, "(HTTP 400)")
 		},
-	})
+	}
 }
