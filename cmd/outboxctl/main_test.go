@@ -932,3 +932,37 @@ func TestStuckSaysWhenItsListIsCut(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, out, "there are more")
 }
+
+// TestStuckSaysWhatElseNeedsYouFirst: above its list, stuck names what
+// else asks for a person, the most urgent first, each with the command
+// for it, as the web view's overview does: here an endpoint outboxd
+// disabled, another failing every delivery for two hours, and a limit
+// key paused with an effect waiting. With none of them, nothing is added.
+func TestStuckSaysWhatElseNeedsYouFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	out, err := b.run(t, "", "stuck")
+	require.NoError(t, err, out)
+	require.NotContains(t, out, "needs you")
+
+	s := b.db.Schema
+	for _, q := range []string{
+		`INSERT INTO ` + s + `.outboxd_endpoints (id, url, event_types, disabled_at, disabled_reason)
+			VALUES (gen_random_uuid(), 'https://dead.example/in', '{order.*}', now(), 'every delivery failed')`,
+		`INSERT INTO ` + s + `.outboxd_endpoints (id, url, event_types, failing_since)
+			VALUES (gen_random_uuid(), 'https://flaky.example/in', '{order.*}', now() - interval '2 hours')`,
+		`INSERT INTO ` + s + `.outboxd_limits (key, rate_source, paused_until) VALUES ('webhook:hooks.example.com', 'default', now() + interval '1 hour')`,
+	} {
+		_, err := b.db.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	out, err = b.run(t, "", "stuck")
+	require.NoError(t, err, out)
+	lines := strings.Split(out, "\n")
+	require.Equal(t, "needs you, most urgent first:", lines[0], out)
+	require.Equal(t, "  1 endpoint(s) disabled: their deliveries wait until enabled: outboxctl endpoints list", lines[1])
+	require.Regexp(t, `^  1 endpoint\(s\) failing every delivery, the first since 2h0m\d+s ago: .*: outboxctl endpoints list$`, lines[2])
+	require.Regexp(t, `^  1 limit key\(s\) holding back \d+ effect\(s\): .*: outboxctl limits$`, lines[3])
+	require.Regexp(t, `^ID\s+KIND`, lines[5], "then the stuck effects")
+}

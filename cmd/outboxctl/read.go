@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outboxtype"
+	"github.com/outboxd/outboxd/providers/endpoint"
 	"github.com/outboxd/outboxd/sideeffects"
 	"github.com/outboxd/outboxd/sideeffects/oncall"
 )
@@ -44,6 +47,11 @@ between attempts (a hanging receiver) reads as retrying.`,
 			ctx := cmd.Context()
 			if err := a.open(ctx); err != nil {
 				return err
+			}
+			if !a.JSON {
+				if err := a.printNeeds(cmd.Context(), cmd.OutOrStdout(), firedBound, cmd.Flags().Changed("fired-bound")); err != nil {
+					return err
+				}
 			}
 			if byCause {
 				return a.printStuckGroups(cmd.OutOrStdout(), cmd, olderThan, limit)
@@ -143,6 +151,70 @@ func (a *app) printStuckGroups(out io.Writer, cmd *cobra.Command, olderThan time
 		return err
 	}
 	fmt.Fprintln(out, "\nlist one group: outboxctl list --state <state> --kind <kind>; why one effect: outboxctl show <id>")
+	return nil
+}
+
+// printNeeds prints what asks for a person besides the stuck effects
+// listed below it, one line per situation, the most urgent first, each
+// with the command that deals with it, as the web view's overview does
+// (oncall.Needs): a destination held back, an endpoint disabled or
+// failing, a limit key holding effects back, drift, a stuck
+// Idempotency-Key. Nothing when none of them is there.
+func (a *app) printNeeds(ctx context.Context, out io.Writer, firedBound time.Duration, set bool) error {
+	now := time.Now()
+	sit, err := a.situation(ctx, now, firedBound, set)
+	if err != nil {
+		return err
+	}
+	n := oncall.Needs{HeldBack: len(sit.HeldBack)}
+	reg, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: a.Schema})
+	if err != nil {
+		return err
+	}
+	eps, err := reg.List(ctx, a.pool, endpoint.ListFilter{})
+	if err != nil {
+		return err
+	}
+	for _, ep := range eps {
+		n.AddEndpoint(ep.DisabledAt, ep.FailingSince)
+	}
+	limits, err := a.op.Limits(ctx)
+	if err != nil {
+		return err
+	}
+	n.AddLimits(limits, now)
+	if n.Drift, err = a.op.UnacknowledgedDrift(ctx); err != nil {
+		return err
+	}
+	keys, err := a.keys(ctx)
+	if err != nil {
+		return err
+	}
+	inProgress, err := keys.List(ctx, idempotency.Filter{State: "in_progress", Limit: 100})
+	if err != nil {
+		return err
+	}
+	for _, k := range inProgress {
+		if k.LockedUntil != nil && !k.LockedUntil.After(now) {
+			n.StuckKeys++
+		}
+	}
+	lines := n.Lines(now)
+	if len(lines) == 0 {
+		return nil
+	}
+	where := map[oncall.Place]string{
+		oncall.PlaceHeldBack:  "outboxctl dispatchers",
+		oncall.PlaceEndpoints: "outboxctl endpoints list",
+		oncall.PlaceLimits:    "outboxctl limits",
+		oncall.PlaceDrift:     "outboxctl drift",
+		oncall.PlaceKeys:      "outboxctl keys list --state in_progress",
+	}
+	fmt.Fprintln(out, "needs you, most urgent first:")
+	for _, l := range lines {
+		fmt.Fprintf(out, "  %s: %s\n", l.Text, where[l.Place])
+	}
+	fmt.Fprintln(out)
 	return nil
 }
 

@@ -151,71 +151,41 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 }
 
 // needsYou lists what asks for a person on the overview, the most urgent
-// first: destinations that stopped answering, endpoints disabled or about
-// to be, stuck and failed effects by cause, limit keys holding effects
-// back (a 429's or a 503's pause, a disabled endpoint), drift nobody
-// reviewed, Idempotency-Keys stuck. Each line counts its situation once,
-// so that a bulk of one never hides a single serious case.
+// first (oncall.Needs), each linked to where it is dealt with.
 func (u *ui) needsYou(ctx context.Context, d *overviewData, now time.Time) ([]needsYou, error) {
-	var out []needsYou
-	if len(d.HeldBack) > 0 {
-		out = append(out, needsYou{fmt.Sprintf("%d webhook destination(s) held back", len(d.HeldBack)), "#heldback"})
+	n := oncall.Needs{HeldBack: len(d.HeldBack), Incidents: len(d.Incidents), Drift: d.DriftCount, StuckKeys: d.StuckKeys}
+	for _, g := range d.Incidents {
+		n.StuckEffects += g.Count
 	}
 	if u.cfg.Endpoints != nil {
 		eps, err := u.cfg.Endpoints.List(ctx, u.cfg.EndpointsDB, endpoint.ListFilter{})
 		if err != nil {
 			return nil, err
 		}
-		var disabled, failing int
-		var failingSince time.Time
 		for _, ep := range eps {
-			switch {
-			case ep.DisabledAt != nil:
-				disabled++
-			case ep.FailingSince != nil:
-				failing++
-				if failingSince.IsZero() || ep.FailingSince.Before(failingSince) {
-					failingSince = *ep.FailingSince
-				}
-			}
+			n.AddEndpoint(ep.DisabledAt, ep.FailingSince)
 		}
-		if disabled > 0 {
-			out = append(out, needsYou{fmt.Sprintf("%d endpoint(s) disabled: their deliveries wait until enabled", disabled), u.cfg.Prefix + "endpoints"})
-		}
-		if failing > 0 {
-			out = append(out, needsYou{fmt.Sprintf("%d endpoint(s) failing every delivery, the first since %s ago: outboxd disables one after --endpoint-disable-after",
-				failing, now.Sub(failingSince).Round(time.Second)), u.cfg.Prefix + "endpoints"})
-		}
-	}
-	var effects int64
-	for _, g := range d.Incidents {
-		effects += g.Count
-	}
-	if len(d.Incidents) > 0 {
-		out = append(out, needsYou{fmt.Sprintf("%d stuck or failed effect(s) in %d incident(s), by cause below", effects, len(d.Incidents)), "#incidents"})
 	}
 	limits, err := u.op.Limits(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var keys int
-	var waiting int64
-	for _, l := range limits {
-		if l.Holding(now) {
-			keys++
-			waiting += l.WaitingEffects
+	n.AddLimits(limits, now)
+	href := map[oncall.Place]string{
+		oncall.PlaceHeldBack:  "#heldback",
+		oncall.PlaceEndpoints: u.cfg.Prefix + "endpoints",
+		oncall.PlaceIncidents: "#incidents",
+		oncall.PlaceLimits:    u.cfg.Prefix + "limits",
+		oncall.PlaceDrift:     u.cfg.Prefix + "drift",
+		oncall.PlaceKeys:      u.cfg.Prefix + "keys?state=in_progress",
+	}
+	var out []needsYou
+	for _, line := range n.Lines(now) {
+		text := line.Text
+		if line.Place == oncall.PlaceIncidents {
+			text += ", by cause below"
 		}
-	}
-	if keys > 0 {
-		out = append(out, needsYou{fmt.Sprintf("%d limit key(s) holding back %d effect(s): paused by a 429 or 503, slowed, or a disabled endpoint's", keys, waiting),
-			u.cfg.Prefix + "limits"})
-	}
-	if d.DriftCount > 0 {
-		out = append(out, needsYou{fmt.Sprintf("%d drift record(s) to review: a provider did something outboxd does not hold", d.DriftCount), u.cfg.Prefix + "drift"})
-	}
-	if d.StuckKeys > 0 {
-		out = append(out, needsYou{fmt.Sprintf("%d Idempotency-Key(s) stuck in progress: a request ended without storing its response", d.StuckKeys),
-			u.cfg.Prefix + "keys?state=in_progress"})
+		out = append(out, needsYou{text, href[line.Place]})
 	}
 	return out, nil
 }
