@@ -38,7 +38,12 @@ The crash-recovery bound comes from the settings the running dispatchers
 recorded (their --rescue-after, River's 30s rescuer interval, the first
 retry delay; see outboxctl dispatchers), and an effect is blamed on a dead
 worker only while River still marks its job running: one backing off
-between attempts (a hanging receiver) reads as retrying.`,
+between attempts (a hanging receiver) reads as retrying.
+
+Above the list, what else needs a person, the most urgent first, each with
+the command for it, as the web view's overview: destinations held back,
+endpoints disabled or failing every delivery, limit keys holding effects
+back, drift to review, stuck Idempotency-Keys.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if olderThan < 0 || limit <= 0 {
