@@ -89,7 +89,7 @@ func TestOrderedEffectsFireInCommitOrder(t *testing.T) {
 			// Some requests fail once and are retried: the effects behind
 			// them must wait for the retry.
 			for k := range keys {
-				b.recv.Respond(fmt.Sprintf("/sub_%d", k), fakes.Status(http.StatusServiceUnavailable))
+				b.recv.Respond(fmt.Sprintf("/sub_%d", k), fakes.Status(http.StatusInternalServerError))
 			}
 			for range 3 {
 				b.start(t)
