@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -90,6 +91,10 @@ type settings struct {
 	// phases: a candidate storage layout measured against today's in the
 	// same conditions (docs/storage.md). Reads that need them get slower.
 	DropIndexes string `json:"drop_indexes,omitempty"`
+	// CreateIndexes are indexes created after DropIndexes, each "table
+	// (columns)" or "table USING method (columns)", separated by ";": the
+	// indexes a candidate layout puts in place of those it drops.
+	CreateIndexes string `json:"create_indexes,omitempty"`
 	// FillFactor, when not 0, is side_effects' fillfactor set before the
 	// phases: room left on each page for its row's next versions.
 	FillFactor int `json:"fillfactor,omitempty"`
@@ -171,6 +176,7 @@ func main() {
 	flag.IntVar(&s.LimitsEffects, "limits-effects", 3000, "Stripe effects in the limits phase's backlog (at 100/s; the webhook backlog is half, at 50/s)")
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
+	flag.StringVar(&s.CreateIndexes, "create-indexes", "", `indexes to create after -drop-indexes, each "table (columns)" or "table USING method (columns)", separated by ";" (a candidate layout's replacements)`)
 	flag.StringVar(&s.DropIndexes, "drop-indexes", "", "comma-separated indexes (or constraints) of outboxd's tables to drop before the phases, to measure a candidate storage layout (docs/storage.md)")
 	flag.IntVar(&s.FillFactor, "fillfactor", 0, "side_effects' fillfactor (10-100) set before the phases, to measure a candidate storage layout (0: the migrated one)")
 	flag.BoolVar(&s.IntakeOnly, "intake-only", false, "in the dispatch phase, burn down only -effects effects found in the intake (outbox.JobsByDispatcher), beside River's baselines")
@@ -253,6 +259,9 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 	}
 	defer drop()
 	if err := dropIndexes(ctx, pool, schema, s.DropIndexes); err != nil {
+		return err
+	}
+	if err := createIndexes(ctx, pool, schema, s.CreateIndexes); err != nil {
 		return err
 	}
 	if s.FillFactor != 0 {
@@ -622,6 +631,28 @@ func progress(label string, total int, current func() int, done <-chan struct{})
 			draw()
 		}
 	}
+}
+
+// indexSpec is one -create-indexes entry: a table of the bench schema,
+// then an optional USING method and a parenthesised column list.
+var indexSpec = regexp.MustCompile(`^([a-z_][a-z0-9_]*)\s+((?:USING\s+[a-z]+\s+)?\(.+\))$`)
+
+// createIndexes creates each index of list (";"-separated "table
+// (columns)") on the bench schema's tables.
+func createIndexes(ctx context.Context, pool *pgxpool.Pool, schema, list string) error {
+	for _, spec := range strings.Split(list, ";") {
+		if spec = strings.TrimSpace(spec); spec == "" {
+			continue
+		}
+		m := indexSpec.FindStringSubmatch(spec)
+		if m == nil {
+			return fmt.Errorf(`-create-indexes %q: write "table (columns)" or "table USING method (columns)"`, spec)
+		}
+		if _, err := pool.Exec(ctx, "CREATE INDEX ON "+pgx.Identifier{schema, m[1]}.Sanitize()+" "+m[2]); err != nil {
+			return fmt.Errorf("-create-indexes %q: %w", spec, err)
+		}
+	}
+	return nil
 }
 
 // dropIndexes drops each index named in list (comma-separated) from the
