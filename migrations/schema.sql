@@ -835,7 +835,8 @@ CREATE TABLE outboxd.outboxd_limit_audit (
     from_rate double precision,
     to_rate double precision,
     resumed boolean DEFAULT false NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    in_any_second boolean
 );
 
 --
@@ -874,6 +875,7 @@ CREATE TABLE outboxd.outboxd_limits (
     granted bigint DEFAULT 0 NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     slow_start boolean DEFAULT false NOT NULL,
+    in_any_second boolean DEFAULT false NOT NULL,
     CONSTRAINT outboxd_limits_current_rate_check CHECK (((current_rate IS NULL) OR (current_rate > (0)::double precision))),
     CONSTRAINT outboxd_limits_rate_check CHECK (((rate IS NULL) OR (rate > (0)::double precision)))
 );

@@ -77,9 +77,12 @@ type LimitState struct {
 // created (all replicas: their rate is the key's achieved rate), and the
 // effects waiting for it.
 type LimitReport struct {
-	Key            string     `json:"key"`
-	Rate           *float64   `json:"rate"`
-	RateSource     string     `json:"rate_source"`
+	Key        string   `json:"key"`
+	Rate       *float64 `json:"rate"`
+	RateSource string   `json:"rate_source"`
+	// InAnySecond: Rate is held as at most that many requests in any
+	// second (no burst), not as an average.
+	InAnySecond    bool       `json:"in_any_second,omitempty"`
 	CurrentRate    float64    `json:"current_rate"`
 	PausedUntil    *time.Time `json:"paused_until,omitempty"`
 	Throttles      int64      `json:"throttles"`
@@ -113,13 +116,16 @@ func (l LimitReport) KeyWindowCloses(window time.Duration) time.Time {
 
 // LimitChange is one change of a limit's rate at run time, as audited.
 type LimitChange struct {
-	Key      string    `json:"key"`
-	Actor    string    `json:"actor"`
-	Reason   string    `json:"reason"`
-	FromRate *float64  `json:"from_rate"`
-	ToRate   *float64  `json:"to_rate"`
-	Resumed  bool      `json:"resumed"`
-	At       time.Time `json:"at"`
+	Key      string   `json:"key"`
+	Actor    string   `json:"actor"`
+	Reason   string   `json:"reason"`
+	FromRate *float64 `json:"from_rate"`
+	ToRate   *float64 `json:"to_rate"`
+	Resumed  bool     `json:"resumed"`
+	// InAnySecond: the rate was set to be held as at most that many
+	// requests in any second, not as an average.
+	InAnySecond bool      `json:"in_any_second,omitempty"`
+	At          time.Time `json:"at"`
 }
 
 func (Throttled) observation()            {}

@@ -48,3 +48,15 @@ func CheckLimitKey(key string) error {
 	}
 	return nil
 }
+
+// CheckRateInAnySecond says what is wrong with rate held as "at most rate
+// requests in any second", or nil: a whole number, at least 1.
+func CheckRateInAnySecond(rate float64) error {
+	if err := CheckRate(rate); err != nil {
+		return err
+	}
+	if rate < 1 || rate != math.Trunc(rate) {
+		return fmt.Errorf("%g: a rate held in any second is a whole number of requests, at least 1 (e.g. 4)", rate)
+	}
+	return nil
+}

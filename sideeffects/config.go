@@ -94,6 +94,11 @@ type Config struct {
 	// slow down only when the provider answers 429. A rate an operator set
 	// (outboxctl limits set) is kept over these. See docs/limits.md.
 	Limits map[string]float64
+	// LimitsInAnySecond names the keys of Limits whose rate is held as
+	// "at most N in any second", a partner's contract stated that way,
+	// instead of as an average: no burst after a quiet spell, and request
+	// times a little further apart (docs/limits.md).
+	LimitsInAnySecond []string
 	// LimitPause is how long a 429 that names no delay pauses its limit
 	// key, doubled for each such 429 in a row. Default 500ms.
 	LimitPause time.Duration
@@ -315,6 +320,15 @@ func (cfg Config) validate() error {
 			return err
 		}
 	}
+	for _, key := range cfg.LimitsInAnySecond {
+		rate, ok := cfg.Limits[key]
+		if !ok {
+			return fmt.Errorf("dispatcher: limit %q is to be held in any second but has no rate in Limits: give it one", key)
+		}
+		if err := outboxtype.CheckRateInAnySecond(rate); err != nil {
+			return fmt.Errorf("dispatcher: limit %q: rate %w", key, err)
+		}
+	}
 	return nil
 }
 
@@ -359,7 +373,7 @@ func (cfg Config) wiring() engine.Wiring {
 		},
 		Calls: engine.CallSettings{InDoubt: cfg.InDoubt, Retry: cfg.Retry, MaxProviderDelay: cfg.MaxProviderDelay,
 			Metrics: cfg.Metrics, Tracer: cfg.Tracer},
-		Limits: engine.LimitSettings{Rates: cfg.Limits, Pause: cfg.LimitPause,
+		Limits: engine.LimitSettings{Rates: cfg.Limits, InAnySecond: cfg.LimitsInAnySecond, Pause: cfg.LimitPause,
 			TenantWindow: cfg.TenantWindow, TenantWeights: cfg.TenantWeights},
 		Upkeep: engine.UpkeepSettings{SweepEvery: cfg.SweepInterval, SweepGrace: cfg.SweepGrace,
 			Retention: cfg.Retention, RetentionEvery: cfg.RetentionInterval},

@@ -356,17 +356,25 @@ func (o *Operator) Limits(ctx context.Context) ([]outboxtype.LimitReport, error)
 // the key no rate of its own (it slows on 429s only). resume ends a 429's
 // pause and, once every replica has seen it end, makes the effects waiting
 // for the key due (see ResumeLimit). Audited with actor and reason; it
-// returns the rate the key had.
-func (o *Operator) SetLimit(ctx context.Context, key string, rate *float64, actor, reason string, resume bool) (*float64, error) {
+// returns the rate the key had. inAnySecond holds the rate as "at most
+// rate requests in any second" (a whole number) instead of as an average.
+func (o *Operator) SetLimit(ctx context.Context, key string, rate *float64, inAnySecond bool, actor, reason string, resume bool) (*float64, error) {
 	if err := outboxtype.CheckLimitKey(key); err != nil {
 		return nil, fmt.Errorf("limit: %w", err)
 	}
-	if rate != nil {
+	switch {
+	case rate == nil && inAnySecond:
+		return nil, fmt.Errorf("limit %s: only a rate can be held in any second; give one", key)
+	case rate != nil && inAnySecond:
+		if err := outboxtype.CheckRateInAnySecond(*rate); err != nil {
+			return nil, fmt.Errorf("limit %s: rate %w", key, err)
+		}
+	case rate != nil:
 		if err := outboxtype.CheckRate(*rate); err != nil {
 			return nil, fmt.Errorf("limit %s: rate %g: %w", key, *rate, err)
 		}
 	}
-	before, err := o.store.SetLimit(ctx, o.pool, key, rate, actor, reason, resume)
+	before, err := o.store.SetLimit(ctx, o.pool, key, rate, inAnySecond, actor, reason, resume)
 	if err != nil || !resume {
 		return before, err
 	}

@@ -406,7 +406,7 @@ func (e *endpointsApp) setRate(cmd *cobra.Command, id uuid.UUID, rate float64, r
 	if !cmd.Flags().Changed("rate") {
 		return nil
 	}
-	if _, err := e.op.SetLimit(cmd.Context(), endpoint.LimitKey(id), &rate, e.actor(), cmp.Or(reason, "endpoint's rate"), false); err != nil {
+	if _, err := e.op.SetLimit(cmd.Context(), endpoint.LimitKey(id), &rate, false, e.actor(), cmp.Or(reason, "endpoint's rate"), false); err != nil {
 		return fmt.Errorf("endpoint %s saved; its rate was not: %w (outboxctl limits set %s %v)", id, err, endpoint.LimitKey(id), rate)
 	}
 	return nil

@@ -49,6 +49,9 @@ spends none of an effect's retry budget. See docs/limits.md.`,
 				rate, by, now1, paused, waiting := "-", "-", "-", "-", "0"
 				if l.Rate != nil {
 					rate, by = perSecond(*l.Rate), l.RateSource
+					if l.InAnySecond {
+						rate = fmt.Sprintf("at most %g in any second", *l.Rate)
+					}
 				}
 				if l.CurrentRate > 0 {
 					now1 = perSecond(l.CurrentRate)
@@ -88,8 +91,9 @@ func perSecond(r float64) string {
 
 func newLimitsSetCmd(a *app) *cobra.Command {
 	var (
-		reason string
-		resume bool
+		reason      string
+		resume      bool
+		inAnySecond bool
 	)
 	cmd := &cobra.Command{
 		Use:   "set <key> <rate/s | none> --reason TEXT",
@@ -98,8 +102,11 @@ func newLimitsSetCmd(a *app) *cobra.Command {
 reads it within a second): "stripe:live-a1b2 60", "webhook:api.partner.example
 20", or "none" to leave the key no rate of its own (it then slows only when
 the provider answers 429). The rate is kept over the rates replicas are
-started with (--limit) until set again. --resume also ends the pause a 429
-put on the key. Keys are those "outboxctl limits" lists; a new key is a
+started with (--limit) until set again. --in-any-second holds the rate as
+"at most N in any second", as partners often state theirs, instead of as
+an average (no burst after a quiet spell; requests a twentieth further
+apart; N a whole number). --resume also ends the pause a 429 put on the
+key. Keys are those "outboxctl limits" lists; a new key is a
 provider's name, a colon and what it limits by.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -119,6 +126,14 @@ provider's name, a colon and what it limits by.`,
 				}
 				rate = &r
 			}
+			if inAnySecond {
+				if rate == nil {
+					return cli.Usagef("--in-any-second holds a rate: give one (e.g. 4), not none")
+				}
+				if err := outboxtype.CheckRateInAnySecond(*rate); err != nil {
+					return cli.Usagef("rate %w", err)
+				}
+			}
 			if strings.TrimSpace(reason) == "" {
 				return cli.Usagef("--reason is required: say why the rate changes")
 			}
@@ -126,7 +141,7 @@ provider's name, a colon and what it limits by.`,
 			if err := a.open(ctx); err != nil {
 				return err
 			}
-			before, err := a.op.SetLimit(ctx, key, rate, a.actor(), reason, resume)
+			before, err := a.op.SetLimit(ctx, key, rate, inAnySecond, a.actor(), reason, resume)
 			if err != nil {
 				return err
 			}
@@ -136,10 +151,13 @@ provider's name, a colon and what it limits by.`,
 			}
 			if rate != nil {
 				to = perSecond(*rate)
+				if inAnySecond {
+					to = fmt.Sprintf("at most %g in any second", *rate)
+				}
 			}
 			out := cmd.OutOrStdout()
 			if a.JSON {
-				return printJSON(out, map[string]any{"key": key, "from_rate": before, "to_rate": rate, "resumed": resume})
+				return printJSON(out, map[string]any{"key": key, "from_rate": before, "to_rate": rate, "in_any_second": inAnySecond, "resumed": resume})
 			}
 			fmt.Fprintf(out, "limit %s: %s -> %s", key, from, to)
 			if resume {
@@ -151,6 +169,7 @@ provider's name, a colon and what it limits by.`,
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (required, audited)")
 	cmd.Flags().BoolVar(&resume, "resume", false, "also end the pause a 429 put on the key")
+	cmd.Flags().BoolVar(&inAnySecond, "in-any-second", false, "hold the rate as at most that many requests in any second, not as an average")
 	return cmd
 }
 
@@ -261,6 +280,9 @@ func newLimitsHistoryCmd(a *app) *cobra.Command {
 				}
 				if c.ToRate != nil {
 					to = perSecond(*c.ToRate)
+					if c.InAnySecond {
+						to = fmt.Sprintf("at most %g in any second", *c.ToRate)
+					}
 				}
 				if c.Resumed {
 					to += ", resumed"

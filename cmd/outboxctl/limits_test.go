@@ -23,7 +23,7 @@ func TestLimitsShowWaitingAndChangeAudited(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	const key = "webhook:hooks.example.com"
-	require.NoError(t, b.store.ConfigureLimit(ctx, b.db.Pool, "stripe:live-a1b2", 100, "default"))
+	require.NoError(t, b.store.ConfigureLimit(ctx, b.db.Pool, "stripe:live-a1b2", 100, false, "default"))
 	_, _, err := engine.Throttle(ctx, b.store, b.db.Pool, key, engine.A429{After: time.Minute, Base: time.Second, Observed: 12, Again: true})
 	require.NoError(t, err)
 	require.NoError(t, b.store.MarkWaiting(ctx, b.db.Pool, b.ids["pending"], key))
@@ -79,7 +79,7 @@ func TestLimitsShowWaitingAndChangeAudited(t *testing.T) {
 	require.Nil(t, limits[1].PausedUntil, "resumed")
 
 	// A replica started with its own --limit does not undo an operator's.
-	require.NoError(t, b.store.ConfigureLimit(ctx, b.db.Pool, key, 500, "config"))
+	require.NoError(t, b.store.ConfigureLimit(ctx, b.db.Pool, key, 500, false, "config"))
 	row, err := b.store.LimitOf(ctx, b.db.Pool, key)
 	require.NoError(t, err)
 	require.InDelta(t, 20, *row.Rate, 0)
@@ -97,6 +97,28 @@ func TestLimitsShowWaitingAndChangeAudited(t *testing.T) {
 	require.NotContains(t, out, "\n2026-01-01T00:00:00Z", "the reason's line break is shown, not taken")
 	require.Contains(t, out, `partner asked\n2026-01-01T00:00:00Z`)
 	require.NotContains(t, out, "\r")
+
+	// A partner's "at most 4 in any second": a whole number, a rate.
+	for _, bad := range [][]string{
+		{"limits", "set", key, "4.5", "--in-any-second", "--reason", "x"},
+		{"limits", "set", key, "none", "--in-any-second", "--reason", "x"},
+	} {
+		out, err := b.run(t, "", bad...)
+		require.Equal(t, 2, cli.ExitCode(err), "%v: %v", bad, err)
+		require.Empty(t, out)
+	}
+	out, err = b.run(t, "", "limits", "set", key, "4", "--in-any-second", "--reason", "contract: at most 4 in any second")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "limit webhook:hooks.example.com: 20/s -> at most 4 in any second")
+	out, err = b.run(t, "", "limits")
+	require.NoError(t, err)
+	require.Regexp(t, `webhook:hooks.example.com\s+at most 4 in any second\s+operator:oncall@example.com`, out)
+	out, err = b.run(t, "", "limits", "history", key)
+	require.NoError(t, err)
+	require.Regexp(t, `20/s\s+at most 4 in any second\s+oncall@example.com\s+contract`, out)
+	row, err = b.store.LimitOf(ctx, b.db.Pool, key)
+	require.NoError(t, err)
+	require.True(t, row.InAnySecond, "every replica leases it that way")
 }
 
 // TestLimitsResumeLiftsEveryHold: one command lifts the holds of named keys

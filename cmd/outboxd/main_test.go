@@ -129,6 +129,7 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "twilio=5"}, nil, `no provider "twilio"`},
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:x=0"}, nil, "positive number"},
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:x=1e-12"}, nil, "at least 0.001"},
+		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:x=4.5/any-second"}, nil, "a whole number of requests"},
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:" + strings.Repeat("a", 400) + "=5"}, nil, "at most 300"},
 		{[]string{"run", "--webhook-secret", testSecret, "--tenant-window", "0"}, nil, "--tenant-window (OUTBOXD_TENANT_WINDOW) is 0"},
 		{[]string{"run", "--webhook-secret", testSecret, "--webhook-allow-cidrs", "::ffff:0:0/96"}, nil, "write it as 0.0.0.0/0"},

@@ -148,7 +148,7 @@ already older than --rescue-after and re-fires it within seconds.
 		fmt.Sprintf("workers per provider queue, e.g. webhook=20 (default %d each; stripe %d, under Stripe's live-mode rate limit)", sideeffects.DefaultConcurrency, DefaultStripeConcurrency))
 	envflag.Bind(f, "concurrency", "OUTBOXD_CONCURRENCY")
 	f.StringToStringVar(&c.Limits, "limit", map[string]string{},
-		"rate limits in requests a second shared by every replica, e.g. stripe=80,webhook:api.partner.example=50 (default: Stripe's published 100/s live, 25/s test; others slow on 429s; docs/limits.md)")
+		"rate limits in requests a second shared by every replica, e.g. stripe=80,webhook:api.partner.example=50, or =4/any-second for at most 4 in any second (default: Stripe's published 100/s live, 25/s test; others slow on 429s; docs/limits.md)")
 	envflag.Bind(f, "limit", "OUTBOXD_LIMITS")
 	f.IntVar(&c.TenantWindow, "tenant-window", sideeffects.DefaultTenantWindow,
 		"effects of one tenant, per provider, that may have a dispatch job at once: another tenant's new effect waits behind at most this many (docs/limits.md)")
@@ -385,15 +385,39 @@ func (c *runConfig) tenantWeights() map[string]float64 {
 // limits is --limit as rates (checked by validate) for the enabled
 // providers and for tenants: a limit of a built-in provider without
 // credentials here is not an error.
-func (c *runConfig) limits(provs []providers.Provider) map[string]float64 {
+// It also returns the keys held "in any second" (a value ending in
+// /any-second).
+func (c *runConfig) limits(provs []providers.Provider) (map[string]float64, []string) {
 	out := make(map[string]float64, len(c.Limits))
-	for key, v := range c.Limits {
+	var inAnySecond []string
+	for _, key := range slices.Sorted(maps.Keys(c.Limits)) {
 		name, _, _ := strings.Cut(key, ":")
 		if name+":" == sideeffects.TenantLimitPrefix || slices.ContainsFunc(provs, func(p providers.Provider) bool { return p.Name() == name }) {
-			out[key], _ = strconv.ParseFloat(strings.TrimSuffix(v, "/s"), 64)
+			rate, inAny, _ := parseLimit(c.Limits[key])
+			out[key] = rate
+			if inAny {
+				inAnySecond = append(inAnySecond, key)
+			}
 		}
 	}
-	return out
+	return out, inAnySecond
+}
+
+// parseLimit reads a --limit value: requests a second ("50", "50/s"), an
+// average, or "4/any-second", at most that many in any second.
+func parseLimit(v string) (rate float64, inAnySecond bool, err error) {
+	num, inAnySecond := strings.CutSuffix(v, "/any-second")
+	if !inAnySecond {
+		num = strings.TrimSuffix(v, "/s")
+	}
+	rate, err = strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, false, err
+	}
+	if inAnySecond {
+		return rate, true, outboxtype.CheckRateInAnySecond(rate)
+	}
+	return rate, false, outboxtype.CheckRate(rate)
 }
 
 // concurrency is --concurrency for the enabled providers: a setting for a
@@ -506,12 +530,10 @@ func (c *runConfig) validate() error {
 		return cli.Usagef("--db-max-conns (OUTBOXD_DB_MAX_CONNS) is %d: it must be at least 2", c.MaxConns)
 	}
 	for key, v := range c.Limits {
-		rate, err := strconv.ParseFloat(strings.TrimSuffix(v, "/s"), 64)
-		if err == nil {
-			err = outboxtype.CheckRate(rate)
-		}
-		if err != nil {
-			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: the rate must be a positive number of requests a second, at least %g, e.g. %s=50", key, v, outboxtype.MinRate, key)
+		if _, inAny, err := parseLimit(v); err != nil && inAny {
+			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: %v, e.g. %s=4/any-second", key, v, err, key)
+		} else if err != nil {
+			return cli.Usagef("--limit (OUTBOXD_LIMITS) %s=%s: the rate must be a positive number of requests a second, at least %g, e.g. %s=50 (or %s=4/any-second: at most 4 in any second)", key, v, outboxtype.MinRate, key, key)
 		}
 		if err := outboxtype.CheckLimitKey(key); err != nil {
 			return cli.Usagef("--limit (OUTBOXD_LIMITS) %.80s=%s: %w", key, v, err)
@@ -804,6 +826,7 @@ func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, 
 	if retention <= 0 {
 		retention = -1 // disabled
 	}
+	limits, inAnySecond := c.limits(provs)
 	return sideeffects.Config{
 		Schema:                schema,
 		SweepInterval:         c.SweepInterval,
@@ -812,7 +835,8 @@ func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, 
 		Metrics:               metrics,
 		Providers:             provs,
 		Concurrency:           c.concurrency(provs),
-		Limits:                c.limits(provs),
+		Limits:                limits,
+		LimitsInAnySecond:     inAnySecond,
 		TenantWindow:          c.TenantWindow,
 		TenantWeights:         c.tenantWeights(),
 		InDoubt:               inDoubt,

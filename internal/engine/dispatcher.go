@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,7 +70,10 @@ type CallSettings struct {
 // key as configured (a provider's name stands for its account), the first
 // pause after a 429 that names no delay, and the tenants' windows.
 type LimitSettings struct {
-	Rates         map[string]float64
+	Rates map[string]float64
+	// InAnySecond names the keys of Rates held as at most that many
+	// requests in any second.
+	InAnySecond   []string
 	Pause         time.Duration
 	TenantWindow  int
 	TenantWeights map[string]float64
@@ -159,11 +163,11 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 	lim := newLimiter(pool, st, logger, w.Limits.Pause)
 	for key, rate := range defaults {
 		if _, set := rates[key]; !set {
-			lim.ensure(key, rate, "default")
+			lim.ensure(key, rate, false, "default")
 		}
 	}
 	for key, rate := range rates {
-		lim.ensure(key, rate, "config")
+		lim.ensure(key, rate, slices.Contains(w.Limits.InAnySecond, key), "config")
 	}
 	worker := &Worker{
 		tenants:       newTenantFeeder(w.Limits.TenantWindow, w.Limits.TenantWeights),

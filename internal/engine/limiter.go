@@ -125,20 +125,22 @@ func (l *limiter) state(key string) *keyState {
 }
 
 type configured struct {
-	key    string
-	rate   float64
-	source string
+	key         string
+	rate        float64
+	inAnySecond bool
+	source      string
 }
 
 // ensure records a rate set at start for key (source "config" or
-// "default"): the key leases tokens from its first request on, and its
-// row is written when the limiter starts.
-func (l *limiter) ensure(key string, rate float64, source string) {
+// "default"), held in any second or as an average: the key leases tokens
+// from its first request on, and its row is written when the limiter
+// starts.
+func (l *limiter) ensure(key string, rate float64, inAnySecond bool, source string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.state(key)
 	st.limited, st.rate, st.configured = true, rate, &rate
-	l.pending = append(l.pending, configured{key, rate, source})
+	l.pending = append(l.pending, configured{key, rate, inAnySecond, source})
 }
 
 // writePending writes the rates set at start that are not written yet.
@@ -147,7 +149,7 @@ func (l *limiter) writePending(ctx context.Context) error {
 	todo := slices.Clone(l.pending)
 	l.mu.Unlock()
 	for i, c := range todo {
-		if err := l.store.ConfigureLimit(ctx, l.pool, c.key, c.rate, c.source); err != nil {
+		if err := l.store.ConfigureLimit(ctx, l.pool, c.key, c.rate, c.inAnySecond, c.source); err != nil {
 			l.mu.Lock()
 			l.pending = l.pending[i:]
 			l.mu.Unlock()

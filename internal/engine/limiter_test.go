@@ -26,14 +26,14 @@ func TestThreeReplicasTakeTurnsWithinTheRate(t *testing.T) {
 	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	const key, rate, total = "webhook:turns.example", 50.0, 150
-	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, rate, false, "config"))
 
 	var mu sync.Mutex
 	var times []time.Time
 	var wg sync.WaitGroup
 	for range 3 {
 		l := newLimiter(db.Pool, st, slog.New(slog.DiscardHandler), time.Second)
-		l.ensure(key, rate, "config")
+		l.ensure(key, rate, false, "config")
 		for range 30 {
 			wg.Add(1)
 			go func() {
@@ -84,9 +84,9 @@ func TestADestinationsLongLineDoesNotHoldWorkers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const key, rate = "webhook:slow.example", 0.2
-	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, rate, false, "config"))
 	l := newLimiter(db.Pool, st, slog.New(slog.DiscardHandler), time.Second)
-	l.ensure(key, rate, "config")
+	l.ensure(key, rate, false, "config")
 
 	// The idle key's burst and the time after it: two requests at once.
 	for range 2 {
@@ -159,7 +159,7 @@ func TestALimitThatDoesNotBindLeasesWhatItSpends(t *testing.T) {
 	ctx := context.Background()
 	const key, workers, each = "noop:account", 100, 30
 	l := newLimiter(db.Pool, st, slog.New(slog.DiscardHandler), time.Second)
-	l.ensure(key, 1e6, "default")
+	l.ensure(key, 1e6, false, "default")
 	require.NoError(t, l.writePending(ctx))
 	var wg sync.WaitGroup
 	for i := range workers {

@@ -57,6 +57,11 @@ const (
 	// be spent, so that times nobody used are not sent together with
 	// those of the next block.
 	leaseTTL = 50 * time.Millisecond
+	// anySecondMargin is how much more than a second any rate + 1
+	// request times of a key held "in any second" span: a request leaves
+	// at its time, or up to leaseTTL after it when its worker came late,
+	// and a second's worth of later ones may leave on time.
+	anySecondMargin = leaseTTL
 	// maxLimitPause bounds a key's pause after a 429 that named no
 	// delay: each such episode in a row doubles the first pause
 	// (sideeffects.DefaultLimitPause), up to this.
@@ -230,6 +235,14 @@ func LeaseTokens(ctx context.Context, s *store.Store, db store.TxDB, key string,
 		// idle key starts its burst's worth back; tokens an earlier
 		// version left in the row count as that burst.
 		burst := time.Duration(max(1, rate*burstSeconds) * float64(out.Every))
+		if r.InAnySecond {
+			// At most rate in any second: no burst, and any rate + 1
+			// times a second and anySecondMargin apart, so that requests
+			// that leave up to that margin after their time still keep
+			// it.
+			out.Every = time.Duration(math.Ceil(float64(time.Second+anySecondMargin) / rate))
+			burst = 0
+		}
 		start := latest(r.RefilledAt.Add(-time.Duration(r.Tokens*float64(out.Every))), r.Now.Add(-burst))
 		// The times from start that fall before leaseAhead from now, if
 		// at least half of those asked for do: replicas that take turns
@@ -372,7 +385,7 @@ func LimitReports(ctx context.Context, s *store.Store, db store.DB) ([]outboxtyp
 	out := make([]outboxtype.LimitReport, 0, len(rows))
 	for _, row := range rows {
 		r := limitRow{row}
-		rep := outboxtype.LimitReport{Key: r.Key, Rate: r.Rate, RateSource: r.RateSource, CurrentRate: r.Effective(),
+		rep := outboxtype.LimitReport{Key: r.Key, Rate: r.Rate, RateSource: r.RateSource, InAnySecond: r.InAnySecond, CurrentRate: r.Effective(),
 			Throttles: r.Throttles, LastThrottleAt: r.LastThrottleAt, Granted: r.Granted}
 		if r.Paused() {
 			rep.PausedUntil = r.PausedUntil

@@ -38,7 +38,7 @@ func TestLimitBucketHoldsAcrossReplicas(t *testing.T) {
 	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	const key, rate = "webhook:partner.example", 50.0
-	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, rate, "config"))
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, rate, false, "config"))
 
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var times []time.Time
@@ -103,7 +103,7 @@ func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	const key = "stripe:live-a1b2"
-	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, 100, "default"))
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, 100, false, "default"))
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := clockAt(t0)
 
@@ -303,7 +303,7 @@ func TestLate429sOfRequestsSentBeforeThePauseStartNoEpisode(t *testing.T) {
 	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	const key = "stripe:live-late"
-	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, 100, "default"))
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, 100, false, "default"))
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := clockAt(t0)
 	inFlight := t0.Add(-200 * time.Millisecond)
@@ -499,13 +499,21 @@ func TestLimitsAreCheckedAtStart(t *testing.T) {
 		_, err := newDispatcher(b.db.Pool, cfg)
 		require.ErrorContains(t, err, tc.want)
 	}
+	// A rate held in any second is a whole number, and needs a rate.
+	for key, want := range map[string]string{"webhook:a.example": "a whole number", "webhook:b.example": "has no rate in Limits"} {
+		cfg := b.cfg
+		cfg.Limits = map[string]float64{"webhook:a.example": 4.5}
+		cfg.LimitsInAnySecond = []string{key}
+		_, err := newDispatcher(b.db.Pool, cfg)
+		require.ErrorContains(t, err, want)
+	}
 
 	// At run time too: a rate that would overflow the time between two
 	// requests, and so switch the limit off, is refused with nothing set.
 	op, err := sideeffects.NewOperator(b.db.Pool, sideeffects.OperatorConfig{Schema: b.db.Schema})
 	require.NoError(t, err)
 	tiny := 1e-11
-	_, err = op.SetLimit(context.Background(), "webhook:a.example", &tiny, "oncall", "test", false)
+	_, err = op.SetLimit(context.Background(), "webhook:a.example", &tiny, false, "oncall", "test", false)
 	require.ErrorContains(t, err, "below the floor of 0.001")
 	limits, err := op.Limits(context.Background())
 	require.NoError(t, err)
@@ -521,7 +529,7 @@ func TestTheBucketsClockNeverRunsBackwards(t *testing.T) {
 	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	const key = "webhook:late.example"
-	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, 100, "config"))
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, key, 100, false, "config"))
 	t0 := time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
 	at := clockAt(t0)
 	l, err := engine.LeaseTokens(ctx, st, db.Pool, key, 10, at(0))
@@ -605,4 +613,80 @@ func TestAProviderCannotPauseAKeyForYears(t *testing.T) {
 	ds := b.recv.Deliveries()
 	require.Len(t, ds, 3)
 	require.GreaterOrEqual(t, ds[1].At.Sub(ds[0].At), 990*time.Millisecond, "the bounded wait is still obeyed")
+}
+
+// TestALimitHeldInAnySecondNeverPutsMoreInOneSecond: a partner allows at
+// most 4 requests in any second. Held as an average, a key that was idle
+// starts with a burst and its fifth request falls within a second of its
+// first; held in any second, however three replicas lease its times and
+// however long it sat idle between spells, any five times it gives out
+// span more than a second by at least the lateness a request may have
+// when it leaves (so at most 4 leave in any second).
+func TestALimitHeldInAnySecondNeverPutsMoreInOneSecond(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st := store.NewStore(db.Schema)
+	ctx := context.Background()
+	const n = 4
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	latest := func(a, b time.Time) time.Time {
+		if a.After(b) {
+			return a
+		}
+		return b
+	}
+	// times leases the key's request times, as they are spent, over 20 s
+	// of spells of one
+	// second at full demand from three replicas, each spell after 3 s of
+	// quiet.
+	times := func(key string) []time.Time {
+		var mu sync.Mutex
+		var out []time.Time
+		for spell := range 5 {
+			start := t0.Add(time.Duration(spell) * 4 * time.Second)
+			for step := range 100 {
+				at := start.Add(time.Duration(step) * 10 * time.Millisecond)
+				var wg sync.WaitGroup
+				for range 3 {
+					wg.Go(func() {
+						l, err := engine.LeaseTokens(ctx, st, db.Pool, key, 2, &at)
+						require.NoError(t, err)
+						mu.Lock()
+						defer mu.Unlock()
+						for i := range l.Granted {
+							// A time before the lease (an idle key's
+							// burst) is spent when the lease returns.
+							out = append(out, latest(at, at.Add(l.Start+time.Duration(i)*l.Every)))
+						}
+					})
+				}
+				wg.Wait()
+			}
+		}
+		slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+		return out
+	}
+	// shortest is the shortest span of any n + 1 consecutive times.
+	shortest := func(ts []time.Time) time.Duration {
+		least := time.Duration(math.MaxInt64)
+		for i := n; i < len(ts); i++ {
+			least = min(least, ts[i].Sub(ts[i-n]))
+		}
+		return least
+	}
+
+	const average, anySecond = "webhook:average.example", "webhook:strict.example"
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, average, n, false, "config"))
+	require.NoError(t, st.ConfigureLimit(ctx, db.Pool, anySecond, n, true, "config"))
+	require.Less(t, shortest(times(average)), time.Second, "an average lets a fifth request into one second")
+
+	held := times(anySecond)
+	require.GreaterOrEqual(t, shortest(held), time.Second+50*time.Millisecond,
+		"any 5 times span a second and the 50 ms a request may leave after its time")
+	// It still gives out nearly its rate while it binds: 5 spells of a
+	// second, each ~4 times (a twentieth fewer).
+	require.GreaterOrEqual(t, len(held), 5*(n-1), "gave out %d times", len(held))
+	row, err := st.LimitOf(ctx, db.Pool, anySecond)
+	require.NoError(t, err)
+	require.True(t, row.InAnySecond)
 }

@@ -28,14 +28,17 @@ type LimitRow struct {
 	Granted        int64      `json:"granted"`
 	// SlowStart: the key's current rate was guessed at its first 429;
 	// it climbs fast until the next.
-	SlowStart bool      `json:"slow_start,omitempty"`
-	UpdatedAt time.Time `json:"updated_at"`
+	SlowStart bool `json:"slow_start,omitempty"`
+	// InAnySecond: the rate is held as at most that many requests in any
+	// second, not as an average (no burst, a margin for late requests).
+	InAnySecond bool      `json:"in_any_second,omitempty"`
+	UpdatedAt   time.Time `json:"updated_at"`
 	// Now is the database's time when the row was read.
 	Now time.Time `json:"-"`
 }
 
 const limitColumns = `key, rate, rate_source, current_rate, current_at, tokens, refilled_at, paused_until,
-	throttled_in_a_row, throttles, last_throttle_at, granted, slow_start, updated_at`
+	throttled_in_a_row, throttles, last_throttle_at, granted, slow_start, in_any_second, updated_at`
 
 var (
 	sqlLimitForUpdate = `SELECT ` + limitColumns + `, coalesce($2::timestamptz, now()) FROM /*schema*/outboxd_limits WHERE key = $1 FOR UPDATE`
@@ -55,11 +58,15 @@ WHERE key = $1`
 ON CONFLICT (key) DO UPDATE SET paused_until = greatest(l.paused_until, excluded.paused_until), updated_at = now()
 RETURNING extract(epoch FROM paused_until - now())::float8`
 	// A start-up setting replaces any rate but an operator's.
-	sqlLimitConfigure = `INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source) VALUES ($1, $2, $3)
-ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, rate_source = excluded.rate_source, updated_at = now()
-WHERE outboxd_limits.rate_source NOT LIKE 'operator:%' AND (outboxd_limits.rate, outboxd_limits.rate_source) IS DISTINCT FROM (excluded.rate, excluded.rate_source)`
-	sqlLimitSet = `INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source) VALUES ($1, $2, $3)
+	sqlLimitConfigure = `INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source, in_any_second) VALUES ($1, $2, $3, $4)
+ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, rate_source = excluded.rate_source, in_any_second = excluded.in_any_second,
+	updated_at = now()
+WHERE outboxd_limits.rate_source NOT LIKE 'operator:%'
+	AND (outboxd_limits.rate, outboxd_limits.rate_source, outboxd_limits.in_any_second)
+		IS DISTINCT FROM (excluded.rate, excluded.rate_source, excluded.in_any_second)`
+	sqlLimitSet = `INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source, in_any_second) VALUES ($1, $2, $3, $5)
 ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, rate_source = excluded.rate_source, current_rate = NULL,
+	in_any_second = excluded.in_any_second,
 	paused_until = CASE WHEN $4 THEN NULL ELSE outboxd_limits.paused_until END, updated_at = now()`
 	// Keys of no rate of their own that have not been throttled for a
 	// day hold nothing worth keeping.
@@ -70,9 +77,10 @@ WHERE phase = 'live' AND waiting_for IS NOT NULL AND waiting_for NOT LIKE 'turn:
 	// How many effects wait for each of the keys, over every replica.
 	sqlWaitingFor = `SELECT waiting_for, count(*) FROM /*schema*/side_effects
 WHERE phase = 'live' AND state = 'pending' AND waiting_for = ANY($1) GROUP BY waiting_for`
-	sqlLimitAudit = `INSERT INTO /*schema*/outboxd_limit_audit (key, actor, reason, from_rate, to_rate, resumed)
-VALUES ($1, $2, $3, $4, $5, $6)`
-	sqlLimitHistory = `SELECT key, actor, reason, from_rate, to_rate, resumed, created_at FROM /*schema*/outboxd_limit_audit
+	sqlLimitAudit = `INSERT INTO /*schema*/outboxd_limit_audit (key, actor, reason, from_rate, to_rate, resumed, in_any_second)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
+	sqlLimitHistory = `SELECT key, actor, reason, from_rate, to_rate, resumed, coalesce(in_any_second, false), created_at
+FROM /*schema*/outboxd_limit_audit
 WHERE ($1::text IS NULL OR key = $1) ORDER BY id DESC LIMIT $2`
 	sqlMarkWaiting = `UPDATE /*schema*/side_effects SET waiting_for = $2, waiting_since = coalesce(waiting_since, now())
 WHERE id = $1 AND state = 'pending' AND waiting_for IS DISTINCT FROM $2`
@@ -88,7 +96,7 @@ WHERE id = $1 AND state = 'fired'`
 func scanLimit(row pgx.Row) (*LimitRow, error) {
 	var r LimitRow
 	err := row.Scan(&r.Key, &r.Rate, &r.RateSource, &r.CurrentRate, &r.CurrentAt, &r.Tokens, &r.RefilledAt, &r.PausedUntil,
-		&r.ThrottledInRow, &r.Throttles, &r.LastThrottleAt, &r.Granted, &r.SlowStart, &r.UpdatedAt, &r.Now)
+		&r.ThrottledInRow, &r.Throttles, &r.LastThrottleAt, &r.Granted, &r.SlowStart, &r.InAnySecond, &r.UpdatedAt, &r.Now)
 	return &r, err
 }
 
@@ -157,18 +165,20 @@ func (s *Store) LimitOf(ctx context.Context, db DB, key string) (*LimitRow, erro
 }
 
 // ConfigureLimit sets key's rate at start-up (source "config" or
-// "default"), unless an operator set it.
-func (s *Store) ConfigureLimit(ctx context.Context, db DB, key string, rate float64, source string) error {
-	if _, err := db.Exec(ctx, s.sql(sqlLimitConfigure), key, rate, source); err != nil {
+// "default"), held in any second or as an average, unless an operator set
+// it.
+func (s *Store) ConfigureLimit(ctx context.Context, db DB, key string, rate float64, inAnySecond bool, source string) error {
+	if _, err := db.Exec(ctx, s.sql(sqlLimitConfigure), key, rate, source, inAnySecond); err != nil {
 		return fmt.Errorf("configure limit %s: %w", key, err)
 	}
 	return nil
 }
 
 // SetLimit sets key's rate as operator actor (rate nil: no rate of its
-// own, the key slows on 429s only) and, when resume, ends a 429's pause;
-// audited with reason. It returns the rate the key had.
-func (s *Store) SetLimit(ctx context.Context, db TxDB, key string, rate *float64, actor, reason string, resume bool) (*float64, error) {
+// own, the key slows on 429s only; inAnySecond: held as at most that many
+// in any second) and, when resume, ends a 429's pause; audited with
+// reason. It returns the rate the key had.
+func (s *Store) SetLimit(ctx context.Context, db TxDB, key string, rate *float64, inAnySecond bool, actor, reason string, resume bool) (*float64, error) {
 	var before *float64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		r, err := scanLimit(tx.QueryRow(ctx, s.sql(sqlLimitForUpdate), key, nil))
@@ -179,10 +189,10 @@ func (s *Store) SetLimit(ctx context.Context, db TxDB, key string, rate *float64
 		default:
 			before = r.Rate
 		}
-		if _, err := tx.Exec(ctx, s.sql(sqlLimitSet), key, rate, "operator:"+actor, resume); err != nil {
+		if _, err := tx.Exec(ctx, s.sql(sqlLimitSet), key, rate, "operator:"+actor, resume, inAnySecond); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, s.sql(sqlLimitAudit), key, actor, reason, before, rate, resume)
+		_, err = tx.Exec(ctx, s.sql(sqlLimitAudit), key, actor, reason, before, rate, resume, inAnySecond)
 		return err
 	})
 	if err != nil {
@@ -204,7 +214,7 @@ func (s *Store) LimitHistory(ctx context.Context, db DB, key string, limit int) 
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxtype.LimitChange, error) {
 		var c outboxtype.LimitChange
-		err := r.Scan(&c.Key, &c.Actor, &c.Reason, &c.FromRate, &c.ToRate, &c.Resumed, &c.At)
+		err := r.Scan(&c.Key, &c.Actor, &c.Reason, &c.FromRate, &c.ToRate, &c.Resumed, &c.InAnySecond, &c.At)
 		return c, err
 	})
 }
@@ -226,7 +236,8 @@ func (s *Store) MarkWaiting(ctx context.Context, db DB, id any, key string) erro
 // waiting for it get their jobs now.
 const (
 	sqlLimitResume = `UPDATE /*schema*/outboxd_limits
-SET paused_until = NULL, current_rate = NULL, throttled_in_a_row = 0, updated_at = now() WHERE key = $1 RETURNING rate`
+SET paused_until = NULL, current_rate = NULL, throttled_in_a_row = 0, updated_at = now() WHERE key = $1
+RETURNING rate, in_any_second`
 	// The jobs of their own (a waiting effect is never in a batch's first
 	// attempts) of the effects due that wait for key $1, at most $2.
 	sqlJobsWaitingFor = `
@@ -300,11 +311,12 @@ func (s *Store) WaitingByLimit(ctx context.Context, db DB) (map[string]Waiting, 
 // reason, in tx.
 func (s *Store) ResumeLimit(ctx context.Context, tx pgx.Tx, key, actor, reason string) error {
 	var rate *float64
-	err := tx.QueryRow(ctx, s.sql(sqlLimitResume), key).Scan(&rate)
+	var inAnySecond bool
+	err := tx.QueryRow(ctx, s.sql(sqlLimitResume), key).Scan(&rate, &inAnySecond)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("resume limit %s: %w", key, err)
 	}
-	if _, err := tx.Exec(ctx, s.sql(sqlLimitAudit), key, actor, reason, rate, rate, true); err != nil {
+	if _, err := tx.Exec(ctx, s.sql(sqlLimitAudit), key, actor, reason, rate, rate, true, inAnySecond); err != nil {
 		return fmt.Errorf("resume limit %s: %w", key, err)
 	}
 	return nil

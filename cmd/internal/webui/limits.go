@@ -41,8 +41,8 @@ type tenantRow struct {
 }
 
 type limitForm struct {
-	Key, Rate, Reason string
-	Resume            bool
+	Key, Rate, Reason   string
+	Resume, InAnySecond bool
 }
 
 func (u *ui) limits(w http.ResponseWriter, r *http.Request) {
@@ -80,6 +80,9 @@ func (u *ui) showLimits(w http.ResponseWriter, r *http.Request, d *limitsData, s
 		row := limitRow{Key: l.Key, Rate: "-", SetBy: "-", Now: "-", Paused: "-", Waiting: "0", Throttles: l.Throttles, Granted: l.Granted}
 		if l.Rate != nil {
 			row.Rate, row.SetBy = rate(*l.Rate), l.RateSource
+			if l.InAnySecond {
+				row.Rate = fmt.Sprintf("at most %g in any second", *l.Rate)
+			}
 		}
 		if l.CurrentRate > 0 {
 			row.Now = rate(l.CurrentRate)
@@ -125,7 +128,8 @@ func (u *ui) setLimit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := limitForm{Key: strings.TrimSpace(r.PostFormValue("key")), Rate: strings.TrimSpace(r.PostFormValue("rate")),
-		Reason: strings.TrimSpace(r.PostFormValue("reason")), Resume: r.PostFormValue("resume") == "1"}
+		Reason: strings.TrimSpace(r.PostFormValue("reason")), Resume: r.PostFormValue("resume") == "1",
+		InAnySecond: r.PostFormValue("in_any_second") == "1"}
 	d := &limitsData{Form: f}
 	name, rest, found := strings.Cut(f.Key, ":")
 	var to *float64
@@ -145,12 +149,12 @@ func (u *ui) setLimit(w http.ResponseWriter, r *http.Request) {
 		u.showLimits(w, r, d, http.StatusBadRequest)
 		return
 	}
-	if _, err := u.op.SetLimit(r.Context(), f.Key, to, actor, f.Reason, f.Resume); err != nil {
+	if _, err := u.op.SetLimit(r.Context(), f.Key, to, f.InAnySecond, actor, f.Reason, f.Resume); err != nil {
 		d.Error = "not changed: " + err.Error()
 		u.showLimits(w, r, d, http.StatusConflict)
 		return
 	}
-	u.cfg.Logger.Info("web limit set", "key", f.Key, "rate", f.Rate, "resume", f.Resume, "actor", actor)
+	u.cfg.Logger.Info("web limit set", "key", f.Key, "rate", f.Rate, "in_any_second", f.InAnySecond, "resume", f.Resume, "actor", actor)
 	http.Redirect(w, r, u.cfg.Prefix+"limits?set="+url.QueryEscape(f.Key), http.StatusSeeOther)
 }
 

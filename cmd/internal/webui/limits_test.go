@@ -61,6 +61,15 @@ func TestLimitsAndTenantsInTheWebView(t *testing.T) {
 	require.Equal(t, "partner asked for 20/s", hist[0].Reason)
 	require.True(t, hist[0].Resumed)
 
+	// A partner's "at most 4 in any second": the checkbox holds it so.
+	br.do(chromedp.Navigate(s.url("limits")), chromedp.WaitVisible(chromedp.CSS("#set-limit")))
+	set(key, "4", "contract: at most 4 in any second")
+	br.do(chromedp.Click(chromedp.CSS("#in-any-second")), chromedp.Click(chromedp.CSS("#set-limit")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Regexp(t, key+`\s+at most 4 in any second\s+operator:web:ada`, br.text("#limits"))
+	hist, err = s.op.LimitHistory(ctx, key, 5)
+	require.NoError(t, err)
+	require.True(t, hist[0].InAnySecond)
+
 	// A key paused by a broker out of reach: the admin lifts every hold
 	// at once, with a reason, as outboxctl limits resume --all does.
 	const broker = "nats:nats://127.0.0.1:4222"
