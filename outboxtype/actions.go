@@ -64,6 +64,10 @@ type ActionOpts struct {
 	AllowDuplicate bool
 	// Ref is the provider's reference, for confirm.
 	Ref string
+	// Replay is the paced replay a retry is part of (set by outboxd's
+	// replay worker; 0 for an operator's own retry): the effect's
+	// requests then keep the replay's pace, its retries included.
+	Replay int64
 }
 
 // Operator actions recorded in side_effect_audit.action.

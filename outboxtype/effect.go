@@ -85,6 +85,9 @@ type Effect struct {
 	// Tenant is the tenant the effect was enqueued for, if any: its jobs
 	// are given out in turn with other tenants' (fair shares).
 	Tenant *string `db:"tenant" json:"tenant,omitempty"`
+	// ReplayID is the paced replay that last retried the effect: each of
+	// its requests since keeps the replay's pace (limit key replay:<id>).
+	ReplayID *int64 `db:"replay_id" json:"replay_id,omitempty"`
 }
 
 // Failure reasons recorded in last_error when an effect ends failed.

@@ -70,7 +70,7 @@ func (o *Operator) Retry(ctx context.Context, ids []uuid.UUID, opts outboxtype.A
 		return o.retryCheck(ctx, db, e, ch, opts)
 	}
 	return o.each(ctx, ids, opts, outboxtype.ActionRetry, outboxtype.StatePending, allowed, check, func(ctx context.Context, tx pgx.Tx, e *outboxtype.Effect, ch *outboxtype.Change) (*outboxtype.Effect, error) {
-		before, err := o.store.Redrive(ctx, tx, e.ID, opts.Force, ch.ClearsDoubt, ch.RestartsKeyWindow)
+		before, err := o.store.Redrive(ctx, tx, e.ID, opts.Force, ch.ClearsDoubt, ch.RestartsKeyWindow, opts.Replay)
 		if err != nil || before == nil {
 			return before, err
 		}

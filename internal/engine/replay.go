@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,6 +27,15 @@ type (
 	ReplaySpec = outboxtype.ReplaySpec
 	ReplaySkip = outboxtype.ReplaySkip
 )
+
+// ReplayLimitPrefix starts the limit key of a paced replay's pace
+// ("replay:3"): every request of an effect the replay retried, retries
+// included, takes a time of it (Effect.ReplayID), so the replay's pace
+// covers all the traffic it causes.
+const ReplayLimitPrefix = "replay:"
+
+// ReplayLimitKey is replay id's limit key.
+func ReplayLimitKey(id int64) string { return ReplayLimitPrefix + strconv.FormatInt(id, 10) }
 
 // ReplayQueue runs paced replays, a few at a time per process.
 const ReplayQueue = "outboxd_replays"
@@ -243,6 +253,7 @@ func (w *replayWorker) lookAgain(ctx context.Context, r Replay, n int) (stepOutc
 func (w *replayWorker) retryThrough(ctx context.Context, r Replay, ids []uuid.UUID) ([]outboxtype.Change, error) {
 	return w.retryEach(ctx, ids, outboxtype.ActionOpts{
 		Actor: fmt.Sprintf("%s (replay %d)", r.Actor, r.ID), Reason: r.Reason, AllowDuplicate: r.Spec.AllowDuplicate,
+		Replay: r.ID,
 	})
 }
 

@@ -290,3 +290,83 @@ func TestAReplayOfOneTenant(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, plan.Selected, "acme's two, not beta's")
 }
+
+// TestAReplaysPaceCoversTheRetriesOfWhatItRetried: a replay at the lowest
+// pace retries one effect; its partner answers 500 to it. The retries of
+// that failure take times of the replay's pace too (limit key
+// replay:<id>): the effect soon waits for the replay's key, its job far
+// ahead, instead of hitting the partner again every few milliseconds, and
+// the key is listed with the replay's pace. An operator's own retry of the
+// effect leaves the replay's pace behind.
+func TestAReplaysPaceCoversTheRetriesOfWhatItRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupWorker(t, workerOpts{maxAttempts: 1000})
+	d := b.start(t)
+	engine.SetReplayTiming(d, 100*time.Millisecond, 200*time.Millisecond)
+	ids := b.failedEffects(t, "/orders", 2)
+	failing := make([]fakes.Response, 1000)
+	for i := range failing {
+		failing[i] = fakes.Status(http.StatusInternalServerError)
+	}
+	b.recv.Respond("/orders", failing...)
+	op := b.operator(t)
+	r, err := op.StartReplay(ctx, engine.ReplaySpec{FailedSince: time.Now().Add(-time.Hour), Pace: 1},
+		outboxtype.ActionOpts{Actor: "oncall", Reason: "partner back"})
+	require.NoError(t, err)
+	key := engine.ReplayLimitKey(r.ID)
+	// The partner struggles: the operator slows the replay right after
+	// its first retry, to the lowest pace.
+	b.waitForReplay(t, op, r.ID, func(r engine.Replay) bool { return r.Retried >= 1 })
+	_, ok, err := op.SetReplayPace(ctx, r.ID, 0.001, "oncall", "partner struggles")
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	// Its next request waits for the pace's next time, minutes away
+	// (pending and waiting for the key, or still fired when its last
+	// request ended in doubt), instead of retrying within milliseconds.
+	var first uuid.UUID
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			var far bool
+			err := b.db.Pool.QueryRow(ctx, `SELECT scheduled_at > now() + interval '1 minute' FROM `+b.db.Schema+`.river_job
+				WHERE args->>'effect_id' = $1::text AND state = 'scheduled'`, id).Scan(&far)
+			if err == nil && far {
+				first = id
+				return true
+			}
+		}
+		return false
+	}, testWait, pollEvery, "a retry of what the replay retried waits for the replay's pace")
+	e := b.effect(t, first)
+	require.Equal(t, r.ID, *e.ReplayID)
+	if e.State == outboxtype.StatePending {
+		require.Equal(t, key, *e.WaitingFor)
+	}
+
+	limits, err := op.Limits(ctx)
+	require.NoError(t, err)
+	var pace *outboxtype.LimitReport
+	for i := range limits {
+		if limits[i].Key == key {
+			pace = &limits[i]
+		}
+	}
+	require.NotNil(t, pace, "the replay's pace is listed with the limits")
+	require.InDelta(t, 0.001, *pace.Rate, 1e-9)
+	require.Equal(t, "replay", pace.RateSource)
+
+	// An operator's own retry (here of the other, still failed) is not
+	// the replay's.
+	var other uuid.UUID
+	for _, id := range ids {
+		if id != first {
+			other = id
+		}
+	}
+	if b.effect(t, other).State == outboxtype.StateFailed {
+		_, err = op.Retry(ctx, []uuid.UUID{other}, outboxtype.ActionOpts{Actor: "oncall", Reason: "by hand"})
+		require.NoError(t, err)
+		require.Nil(t, b.effect(t, other).ReplayID)
+	}
+}

@@ -433,11 +433,13 @@ func (w *Worker) admitGate(ctx context.Context, p providers.Provider, claimed *o
 	return nil
 }
 
-// admitLimits takes a token of the destination's limit and of the
-// tenant's own rate, when one is set (tenant:<name>; a key with no rate
-// costs nothing). A destination is known from the payload only: the
-// worker waits for a token briefly (the webhook queue serves every
-// destination), then the job waits its turn.
+// admitLimits takes a token of the destination's limit, of the tenant's
+// own rate, when one is set (tenant:<name>; a key with no rate costs
+// nothing), and of the pace of the replay that retried the effect
+// (replay:<id>), so that its retries keep that pace too. A destination
+// is known from the payload only: the worker waits for a token briefly
+// (the webhook queue serves every destination), then the job waits its
+// turn.
 func (w *Worker) admitLimits(ctx context.Context, _ providers.Provider, claimed *outboxtype.Effect, a *admission) *refusal {
 	var waitFor []string
 	if a.limitKey != "" && a.limitKey != w.accountLimits[claimed.Provider] {
@@ -445,6 +447,9 @@ func (w *Worker) admitLimits(ctx context.Context, _ providers.Provider, claimed 
 	}
 	if claimed.Tenant != nil && w.limits != nil {
 		waitFor = append(waitFor, TenantLimitPrefix+*claimed.Tenant)
+	}
+	if claimed.ReplayID != nil && w.limits != nil {
+		waitFor = append(waitFor, ReplayLimitKey(*claimed.ReplayID))
 	}
 	for _, key := range waitFor {
 		ok, wait, err := w.limits.take(ctx, key, destinationWait, true)

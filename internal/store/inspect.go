@@ -166,7 +166,7 @@ func scanStuck(r pgx.CollectableRow) (outboxtype.StuckEffect, error) {
 	err := r.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Provider, &e.Payload, &e.State, &e.Attempts,
 		&e.LastError, &e.ProviderRef, &e.Replayed, &e.NextAttemptAt, &e.CreatedAt, &e.UpdatedAt, &e.FiredAt,
 		&e.FirstFiredAt, &e.ConfirmedAt, &e.InDoubt, &e.TotalAttempts, &e.Redrives, &e.KeyWindowFrom, &e.AcknowledgedAt, &e.NotBefore,
-		&e.OrderingKey, &e.OrderingSeq, &e.OrderingSkipFailed, &e.OrderingReleasedAt, &e.WaitingFor, &e.WaitingSince, &e.Tenant,
+		&e.OrderingKey, &e.OrderingSeq, &e.OrderingSkipFailed, &e.OrderingReleasedAt, &e.WaitingFor, &e.WaitingSince, &e.Tenant, &e.ReplayID,
 		&st.JobID, &st.JobState, &st.JobScheduledAt, &st.JobHeldBy, &st.BlockedBehind)
 	e.IdempotencyKey = Key(e.SourceID, e.Kind)
 	return st, err

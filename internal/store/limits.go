@@ -70,8 +70,13 @@ ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, rate_source = excluded.rat
 	paused_until = CASE WHEN $4 THEN NULL ELSE outboxd_limits.paused_until END, updated_at = now()`
 	// Keys of no rate of their own that have not been throttled for a
 	// day hold nothing worth keeping.
-	sqlLimitsForget = `DELETE FROM /*schema*/outboxd_limits WHERE rate IS NULL AND rate_source NOT LIKE 'operator:%'
-	AND coalesce(last_throttle_at, updated_at) < now() - interval '1 day'`
+	sqlLimitsForget = `DELETE FROM /*schema*/outboxd_limits l WHERE (rate IS NULL AND rate_source NOT LIKE 'operator:%'
+		AND coalesce(last_throttle_at, updated_at) < now() - interval '1 day')
+	-- A replay's pace, once the replay ended and none of the effects it
+	-- retried is still to be sent.
+	OR (key LIKE 'replay:%' AND rate_source = 'replay' AND updated_at < now() - interval '1 minute'
+		AND NOT EXISTS (SELECT 1 FROM /*schema*/outboxd_replays r WHERE 'replay:' || r.id = l.key AND r.state = 'running')
+		AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.phase = 'live' AND 'replay:' || e.replay_id = l.key))`
 	sqlWaitingByLimit = `SELECT waiting_for, count(*), min(waiting_since), min(key_window_from) FROM /*schema*/side_effects
 WHERE phase = 'live' AND waiting_for IS NOT NULL AND waiting_for NOT LIKE 'turn:%' GROUP BY waiting_for`
 	// How many effects wait for each of the keys, over every replica.

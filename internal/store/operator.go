@@ -15,9 +15,14 @@ import (
 
 // Redrive moves effect id back to pending for a new attempt (force: from
 // any state an operator may retry; clearsDoubt and restartsKeyWindow as
-// the retry's check decided).
-func (s *Store) Redrive(ctx context.Context, db DB, id uuid.UUID, force, clearsDoubt, restartsKeyWindow bool) (*outboxtype.Effect, error) {
-	return s.transitionReturning(ctx, db, outboxtype.ActionRetry, s.sql(sqlRedrive), id, force, clearsDoubt, restartsKeyWindow)
+// the retry's check decided; replay the paced replay retrying it, 0 for
+// an operator's own retry).
+func (s *Store) Redrive(ctx context.Context, db DB, id uuid.UUID, force, clearsDoubt, restartsKeyWindow bool, replay int64) (*outboxtype.Effect, error) {
+	var r *int64
+	if replay != 0 {
+		r = &replay
+	}
+	return s.transitionReturning(ctx, db, outboxtype.ActionRetry, s.sql(sqlRedrive), id, force, clearsDoubt, restartsKeyWindow, r)
 }
 
 // EditPayload replaces failed effect id's payload and moves it back to
@@ -26,7 +31,7 @@ func (s *Store) EditPayload(ctx context.Context, db DB, id uuid.UUID, payload js
 	if _, err := db.Exec(ctx, s.sql(sqlEditPayload), id, payload); err != nil {
 		return nil, err
 	}
-	return s.transitionReturning(ctx, db, outboxtype.ActionEditPayload, s.sql(sqlRedrive), id, false, false, false)
+	return s.transitionReturning(ctx, db, outboxtype.ActionEditPayload, s.sql(sqlRedrive), id, false, false, false, nil)
 }
 
 // SamePayload reports whether a and b are the same payload as Postgres

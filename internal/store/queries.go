@@ -11,7 +11,7 @@ import (
 const effectColumns = `id, source_id, kind, provider, payload, state, attempts,
 	last_error, provider_ref, replayed, next_attempt_at, created_at, updated_at, fired_at, first_fired_at, confirmed_at,
 	in_doubt, total_attempts, redrives, key_window_from, acknowledged_at, not_before,
-	ordering_key, ordering_seq, ordering_skip_failed, ordering_released_at, waiting_for, waiting_since, tenant`
+	ordering_key, ordering_seq, ordering_skip_failed, ordering_released_at, waiting_for, waiting_since, tenant, replay_id`
 
 // openInChain is true of an effect s of an ordering key that has not
 // ended: the effects after it wait. Its terms are those of
@@ -453,7 +453,8 @@ WITH before AS (
 UPDATE /*schema*/side_effects e
 SET state = 'pending', attempts = 0, redrives = e.redrives + 1, next_attempt_at = NULL, updated_at = now(), acknowledged_at = NULL,
 	in_doubt = e.in_doubt AND NOT $3::boolean,
-	key_window_from = CASE WHEN $4::boolean THEN NULL ELSE e.key_window_from END
+	key_window_from = CASE WHEN $4::boolean THEN NULL ELSE e.key_window_from END,
+	replay_id = $5
 FROM before WHERE e.id = before.id
 RETURNING ` + beforeColumns
 
@@ -556,7 +557,7 @@ const beforeColumns = `before.id, before.source_id, before.kind, before.provider
 	before.created_at, before.updated_at, before.fired_at, before.first_fired_at, before.confirmed_at,
 	before.in_doubt, before.total_attempts, before.redrives, before.key_window_from, before.acknowledged_at, before.not_before,
 	before.ordering_key, before.ordering_seq, before.ordering_skip_failed, before.ordering_released_at,
-	before.waiting_for, before.waiting_since, before.tenant`
+	before.waiting_for, before.waiting_since, before.tenant, before.replay_id`
 
 // Inspection: what operators and the stuck/stats commands read.
 const (
@@ -1018,7 +1019,7 @@ GROUP BY kind`
 const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.payload, e.state, e.attempts,
 	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at,
 	e.in_doubt, e.total_attempts, e.redrives, e.key_window_from, e.acknowledged_at, e.not_before,
-	e.ordering_key, e.ordering_seq, e.ordering_skip_failed, e.ordering_released_at, e.waiting_for, e.waiting_since, e.tenant`
+	e.ordering_key, e.ordering_seq, e.ordering_skip_failed, e.ordering_released_at, e.waiting_for, e.waiting_since, e.tenant, e.replay_id`
 
 // Whether two payloads are the same JSON document, as Postgres stores
 // them (jsonb): key order and spacing aside.

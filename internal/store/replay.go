@@ -20,10 +20,18 @@ const (
 	AND ($7::timestamptz IS NULL OR (e.ended_at, e.id) > ($7, $8))
 ORDER BY e.ended_at, e.id LIMIT $9`
 
+	// A new replay, and its pace as its limit key (replay:<id>), which
+	// every request of the effects it retries takes a time of.
 	sqlInsertReplay = `
-INSERT INTO /*schema*/outboxd_replays (actor, reason, failed_since, failed_before, kind, provider, host, tenant, pace, allow_duplicate, selected)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-RETURNING id`
+WITH r AS (
+	INSERT INTO /*schema*/outboxd_replays (actor, reason, failed_since, failed_before, kind, provider, host, tenant, pace, allow_duplicate, selected)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+	RETURNING id, pace
+), k AS (
+	INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source) SELECT 'replay:' || id, pace, 'replay' FROM r
+	ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, rate_source = excluded.rate_source, updated_at = now()
+)
+SELECT id FROM r`
 
 	replayColumns = `r.id, r.state, r.actor, r.reason, r.failed_since, r.failed_before, coalesce(r.kind, ''), coalesce(r.provider, ''),
 	coalesce(r.host, ''), coalesce(r.tenant, ''), r.pace, r.allow_duplicate, r.selected, r.retried,
@@ -55,7 +63,11 @@ WHERE id = $1 AND state = 'running'`
 	// pace comes back, nothing when the replay is not running.
 	sqlSetReplayPace = `
 WITH r AS (SELECT id, pace FROM /*schema*/outboxd_replays WHERE id = $1 AND state = 'running' FOR UPDATE),
-u AS (UPDATE /*schema*/outboxd_replays x SET pace = $2, next_step_at = now(), updated_at = now() FROM r WHERE x.id = r.id RETURNING r.pace AS previous)
+u AS (UPDATE /*schema*/outboxd_replays x SET pace = $2, next_step_at = now(), updated_at = now() FROM r WHERE x.id = r.id RETURNING r.pace AS previous),
+k AS (
+	INSERT INTO /*schema*/outboxd_limits (key, rate, rate_source) SELECT 'replay:' || $1::bigint, $2, 'replay' FROM u
+	ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, rate_source = excluded.rate_source, updated_at = now()
+)
 INSERT INTO /*schema*/outboxd_replay_paces (replay_id, pace, previous, actor, reason)
 SELECT $1, $2, previous, $3, $4 FROM u RETURNING previous`
 
