@@ -66,6 +66,9 @@ type settings struct {
 	SkipReads    bool          `json:"skip_reads,omitempty"`
 	ReadsSettle  time.Duration `json:"reads_settle"`
 	PurgeEffects int           `json:"purge_effects"`
+	// PurgeQuiet is how long the purge phase's traffic runs alone before
+	// the purge, its baseline.
+	PurgeQuiet time.Duration `json:"purge_quiet"`
 	// LimitsEffects is the Stripe backlog of the limits phase (the
 	// webhook backlog is half of it).
 	LimitsEffects int `json:"limits_effects"`
@@ -167,6 +170,7 @@ func main() {
 	flag.BoolVar(&s.SkipReads, "skip-reads", false, "leave out the operator's reads (web view, provider event, outboxctl) at each history size")
 	flag.DurationVar(&s.ReadsSettle, "reads-settle", 1500*time.Millisecond, "wait after each read for Postgres's scan counters to settle")
 	flag.IntVar(&s.PurgeEffects, "purge-effects", 1_000_000, "expired effects retention purges in the purge phase")
+	flag.DurationVar(&s.PurgeQuiet, "purge-quiet", 10*time.Second, "how long the purge phase's traffic runs alone before the purge (its baseline)")
 	flag.DurationVar(&s.Soak, "soak", 0, "instead of the phases, offer -rate effects per second for this long and report each minute (e.g. -soak 30m -rate 300, against a Postgres with autovacuum on)")
 	flag.IntVar(&s.SoakRate, "rate", 300, "effects per second offered in a -soak run")
 	flag.StringVar(&s.LimitsRuns, "limits-runs", "", "the limits phase's runs to make, by number: 1 one replica, 2 three, 3 three with no webhook limit (default all)")

@@ -39,7 +39,7 @@ func TestBenchRuns(t *testing.T) {
 		DatabaseURL: testdb.URL(), EnqueueDuration: 300 * time.Millisecond, Effects: 200, WebhookEffects: 200,
 		Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
 		Rates: []int{100}, RateDuration: 500 * time.Millisecond, AdminRows: 5000, Out: out,
-		History: []int{0, 900}, HistoryEffects: 100, PurgeEffects: 300, ReadsSettle: 50 * time.Millisecond,
+		History: []int{0, 900}, HistoryEffects: 100, PurgeEffects: 300, PurgeQuiet: time.Second, ReadsSettle: 50 * time.Millisecond,
 		LimitsEffects: 100, NoisyBacklog: 300, NoisyDuration: time.Second, BrokerEffects: 100,
 	})
 	require.NoError(t, err, buf.String())

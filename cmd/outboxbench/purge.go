@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync/atomic"
@@ -98,7 +99,8 @@ func (b *bench) purgeCost(ctx context.Context) (purgeResult, error) {
 		return r, err
 	}
 
-	// Under traffic: ten seconds of traffic alone, then the purge.
+	// Under traffic: traffic alone for PurgeQuiet (ten seconds by
+	// default), then the purge.
 	if _, err = b.seedExpired(ctx, b.s.PurgeEffects); err != nil {
 		return r, err
 	}
@@ -110,7 +112,7 @@ func (b *bench) purgeCost(ctx context.Context) (purgeResult, error) {
 	}
 	defer tr.stop()
 	quietFrom := time.Now()
-	if err := sleepCtx(ctx, 10*time.Second); err != nil {
+	if err := sleepCtx(ctx, cmp.Or(b.s.PurgeQuiet, 10*time.Second)); err != nil {
 		return r, err
 	}
 	quietTo := time.Now()
