@@ -12,10 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/pgschema"
 	"github.com/outboxd/outboxd/providers"
@@ -39,6 +41,36 @@ type OperatorConfig struct {
 	// their effects and the rules their actions follow. A provider with
 	// none gets cautious defaults.
 	Profiles providers.Profiles
+	// SharedLimits, when set, is where the limit keys are kept, as the
+	// dispatchers' Config.SharedLimits: set it to the same place.
+	SharedLimits *SharedLimits
+}
+
+// SharedLimits is where the limit keys (a Stripe or SendGrid account, a
+// webhook host, an endpoint, a tenant, a broker) are kept when the
+// effects live in more than one database (shards): every dispatcher and
+// operator whose config names the same place shares each key, so N
+// shards together keep one account's rate instead of N times it. Pool
+// reaches a database migrated for outboxd (one of the shards, or one of
+// its own) and Schema is its schema there. A replay's pace stays with the
+// database its replay ran in. See docs/scaling.md.
+type SharedLimits struct {
+	Pool   *pgxpool.Pool
+	Schema string
+}
+
+// engine is s as the engine takes it (nil when s is).
+func (s *SharedLimits) engine() (*engine.SharedLimits, error) {
+	if s == nil {
+		return nil, nil
+	}
+	if s.Pool == nil {
+		return nil, errors.New("SharedLimits: Pool is nil: give the pool of the database that keeps the limits")
+	}
+	if err := pgschema.Check(s.Schema); err != nil {
+		return nil, fmt.Errorf("SharedLimits: Schema: %w", err)
+	}
+	return &engine.SharedLimits{Pool: s.Pool, Store: store.NewStore(s.Schema)}, nil
 }
 
 // Config configures a Dispatcher. Zero fields take the defaults below;
@@ -94,6 +126,9 @@ type Config struct {
 	// slow down only when the provider answers 429. A rate an operator set
 	// (outboxctl limits set) is kept over these. See docs/limits.md.
 	Limits map[string]float64
+	// SharedLimits, when set, keeps the limit keys in one place for
+	// every database (shard) whose dispatchers name it (see its type).
+	SharedLimits *SharedLimits
 	// LimitsInAnySecond names the keys of Limits whose rate is held as
 	// "at most N in any second", a partner's contract stated that way,
 	// instead of as an average: no burst after a quiet spell, and request
@@ -320,6 +355,9 @@ func (cfg Config) validate() error {
 			return err
 		}
 	}
+	if _, err := cfg.SharedLimits.engine(); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
 	for _, key := range cfg.LimitsInAnySecond {
 		rate, ok := cfg.Limits[key]
 		if !ok {
@@ -350,6 +388,7 @@ func checkLimit(key string, rate float64, providers map[string]bool) error {
 // wiring puts cfg, checked and with its defaults, in the terms of the
 // engine's parts.
 func (cfg Config) wiring() engine.Wiring {
+	shared, _ := cfg.SharedLimits.engine() // checked with the rest
 	workers := make(map[string]int, len(cfg.Providers))
 	for _, p := range cfg.Providers {
 		workers[p.Name()] = cmp.Or(cfg.Concurrency[p.Name()], DefaultConcurrency)
@@ -373,7 +412,7 @@ func (cfg Config) wiring() engine.Wiring {
 		},
 		Calls: engine.CallSettings{InDoubt: cfg.InDoubt, Retry: cfg.Retry, MaxProviderDelay: cfg.MaxProviderDelay,
 			Metrics: cfg.Metrics, Tracer: cfg.Tracer},
-		Limits: engine.LimitSettings{Rates: cfg.Limits, InAnySecond: cfg.LimitsInAnySecond, Pause: cfg.LimitPause,
+		Limits: engine.LimitSettings{Shared: shared, Rates: cfg.Limits, InAnySecond: cfg.LimitsInAnySecond, Pause: cfg.LimitPause,
 			TenantWindow: cfg.TenantWindow, TenantWeights: cfg.TenantWeights},
 		Upkeep: engine.UpkeepSettings{SweepEvery: cfg.SweepInterval, SweepGrace: cfg.SweepGrace,
 			Retention: cfg.Retention, RetentionEvery: cfg.RetentionInterval},

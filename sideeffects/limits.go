@@ -30,16 +30,14 @@ func (o *Operator) ResumeLimit(ctx context.Context, key, actor, reason string) (
 // ResumeLimits is ResumeLimit for each of keys, each audited, and returns
 // how many effects it woke for each.
 func (o *Operator) ResumeLimits(ctx context.Context, keys []string, actor, reason string) (map[string]int, error) {
-	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-		for _, key := range keys {
-			if err := o.store.ResumeLimit(ctx, tx, key, actor, reason); err != nil {
-				return err
-			}
+	for _, key := range keys {
+		pool, st := o.limitsPlace(key)
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			return st.ResumeLimit(ctx, tx, key, actor, reason)
+		})
+		if err != nil {
+			return nil, err
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	return o.WakeWaiting(ctx, keys)
 }

@@ -21,6 +21,8 @@ package sideeffects
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -159,6 +161,9 @@ type Operator struct {
 	inDoubt map[string]providers.InDoubtPolicy
 	// profiles are the built-in providers' and OperatorConfig.Profiles.
 	profiles providers.Profiles
+	// shared is OperatorConfig.SharedLimits (nil: the limits are kept
+	// with the effects).
+	shared *engine.SharedLimits
 }
 
 // NewOperator returns the operator API over cfg.Schema.
@@ -174,8 +179,17 @@ func NewOperator(pool *pgxpool.Pool, cfg OperatorConfig) (*Operator, error) {
 	for name, p := range cfg.Profiles {
 		profiles[name] = p
 	}
+	shared, err := cfg.SharedLimits.engine()
+	if err != nil {
+		return nil, fmt.Errorf("operator: %w", err)
+	}
 	return &Operator{pool: pool, store: store.NewStore(cfg.Schema), river: rc, told: cfg.Guarantees, inDoubt: cfg.InDoubt,
-		profiles: profiles}, nil
+		profiles: profiles, shared: shared}, nil
+}
+
+// limitsPlace is where key's row is kept (engine.LimitsPlace).
+func (o *Operator) limitsPlace(key string) (*pgxpool.Pool, *store.Store) {
+	return engine.LimitsPlace(o.shared, o.pool, o.store, key)
 }
 
 // Profile is what operators are told about provider, and the rules their
@@ -348,7 +362,7 @@ func (o *Operator) AckDrift(ctx context.Context, ids []int64, actor, reason stri
 // Limits lists every rate limit key as the replicas share it, with the
 // effects waiting for it.
 func (o *Operator) Limits(ctx context.Context) ([]outboxtype.LimitReport, error) {
-	return engine.LimitReports(ctx, o.store, o.pool)
+	return engine.LimitReports(ctx, o.shared, o.store, o.pool)
 }
 
 // SetLimit sets limit key's rate at run time for every replica (within a
@@ -374,7 +388,8 @@ func (o *Operator) SetLimit(ctx context.Context, key string, rate *float64, inAn
 			return nil, fmt.Errorf("limit %s: rate %g: %w", key, *rate, err)
 		}
 	}
-	before, err := o.store.SetLimit(ctx, o.pool, key, rate, inAnySecond, actor, reason, resume)
+	pool, st := o.limitsPlace(key)
+	before, err := st.SetLimit(ctx, pool, key, rate, inAnySecond, actor, reason, resume)
 	if err != nil || !resume {
 		return before, err
 	}
@@ -385,7 +400,26 @@ func (o *Operator) SetLimit(ctx context.Context, key string, rate *float64, inAn
 // LimitHistory lists the run-time changes of key's rate ("" every key),
 // newest first, at most limit.
 func (o *Operator) LimitHistory(ctx context.Context, key string, limit int) ([]outboxtype.LimitChange, error) {
-	return o.store.LimitHistory(ctx, o.pool, key, limit)
+	if key != "" || o.shared == nil {
+		pool, st := o.limitsPlace(key)
+		return st.LimitHistory(ctx, pool, key, limit)
+	}
+	// Every key: the shared place's changes and the replays' paces here.
+	out, err := o.shared.Store.LimitHistory(ctx, o.shared.Pool, "", limit)
+	if err != nil {
+		return nil, err
+	}
+	local, err := o.store.LimitHistory(ctx, o.pool, "", limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range local {
+		if strings.HasPrefix(c.Key, engine.ReplayLimitPrefix) {
+			out = append(out, c)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b outboxtype.LimitChange) int { return b.At.Compare(a.At) })
+	return out[:min(len(out), limit)], nil
 }
 
 // ErrReplayNotFound is returned for a replay id that does not exist.

@@ -12,6 +12,8 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/engine"
+	"github.com/outboxd/outboxd/internal/store"
+	"github.com/outboxd/outboxd/internal/testdb"
 )
 
 // TestLimitsShowWaitingAndChangeAudited: an operator sees each limit key
@@ -186,4 +188,37 @@ func jobDue(t *testing.T, b *testBundle, id uuid.UUID) bool {
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT scheduled_at <= now() FROM `+b.db.Schema+`.river_job
 		WHERE args->>'effect_id' = $1::text`, id).Scan(&due))
 	return due
+}
+
+// TestLimitsOfShardsAreReadAndSetInTheSharedPlace: with
+// --limits-database-url, outboxctl reads and sets the limit keys where
+// every shard keeps them, and counts what waits in the shard it reads;
+// --limits-schema alone, or a place not migrated, is refused.
+func TestLimitsOfShardsAreReadAndSetInTheSharedPlace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	place := testdb.New(t)
+	placeStore := store.NewStore(place.Schema)
+	const key = "webhook:hooks.example.com"
+	require.NoError(t, placeStore.ConfigureLimit(ctx, place.Pool, key, 50, false, "config"))
+	require.NoError(t, b.store.MarkWaiting(ctx, b.db.Pool, b.ids["pending"], key))
+	shared := []string{"--limits-database-url", testdb.URL(), "--limits-schema", place.Schema}
+
+	out, err := b.run(t, "", append([]string{"limits"}, shared...)...)
+	require.NoError(t, err, out)
+	require.Regexp(t, `webhook:hooks.example.com\s+50/s\s+config\s+50/s\s+-\s+0\s+0\s+1, longest`, out, "the shared key, with what waits in this shard")
+	out, err = b.run(t, "", append([]string{"limits", "set", key, "20", "--reason", "partner asked"}, shared...)...)
+	require.NoError(t, err, out)
+	row, err := placeStore.LimitOf(ctx, place.Pool, key)
+	require.NoError(t, err)
+	require.InDelta(t, 20, *row.Rate, 0, "set in the shared place")
+	_, err = b.store.LimitOf(ctx, b.db.Pool, key)
+	require.ErrorIs(t, err, store.ErrNotFound, "not in the shard")
+
+	_, err = b.run(t, "", "limits", "--limits-schema", place.Schema)
+	require.Equal(t, 2, cli.ExitCode(err), "%v", err)
+	require.ErrorContains(t, err, "needs --limits-database-url")
+	_, err = b.run(t, "", "limits", "--limits-database-url", testdb.URL(), "--limits-schema", "not_migrated_here")
+	require.ErrorContains(t, err, "--limits-database-url, schema \"not_migrated_here\"")
 }

@@ -131,8 +131,14 @@ func (a *app) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var shared *sideeffects.SharedLimits
+	if lp, err := a.OpenLimits(ctx, 2); err != nil {
+		return err
+	} else if lp != nil {
+		shared = &sideeffects.SharedLimits{Pool: lp, Schema: a.LimitsSchema}
+	}
 	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{
-		Schema: a.Schema, Guarantees: a.Policies.Guarantees(), InDoubt: inDoubt,
+		Schema: a.Schema, Guarantees: a.Policies.Guarantees(), InDoubt: inDoubt, SharedLimits: shared,
 	})
 	if err != nil {
 		return err

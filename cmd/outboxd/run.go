@@ -85,6 +85,9 @@ type runConfig struct {
 	EndpointKey          string
 	EndpointDisableAfter time.Duration
 	endpointKey          *endpoint.Key
+	// sharedLimits is --limits-database-url opened (nil: the limits are
+	// kept with the effects).
+	sharedLimits *sideeffects.SharedLimits
 	// webhookSender is the webhook provider's, shared with the endpoints;
 	// endpointWebhook the --webhook-* settings the endpoints deliver with.
 	webhookSender   *webhook.Sender
@@ -606,6 +609,16 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if err := migrations.Check(ctx, pool, g.Schema); err != nil {
 		return err
 	}
+	// Limits shared with the other databases (shards) that name the same
+	// place: --limits-database-url.
+	limitsPool, err := g.OpenLimits(ctx, max(2, c.MaxConns/4))
+	if err != nil {
+		return err
+	}
+	if limitsPool != nil {
+		defer limitsPool.Close()
+		c.sharedLimits = &sideeffects.SharedLimits{Pool: limitsPool, Schema: g.LimitsSchema}
+	}
 	if c.endpointKey != nil {
 		disableAfter := c.EndpointDisableAfter
 		if disableAfter == 0 {
@@ -632,7 +645,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		dispatchmetrics.NewStateCollector(pool, g.Schema), dispatchmetrics.NewDestinationCollector(provs...),
-		dispatchmetrics.NewLimitCollector(pool, g.Schema), dispatchmetrics.NewTenantCollector(pool, g.Schema, 0))
+		dispatchmetrics.NewSharedLimitCollector(pool, g.Schema, c.sharedLimits), dispatchmetrics.NewTenantCollector(pool, g.Schema, 0))
 	metrics, err := dispatchmetrics.New(reg)
 	if err != nil {
 		return err
@@ -761,7 +774,8 @@ func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[strin
 	for _, p := range provs {
 		guarantees[p.Name()] = p.Guarantees()
 	}
-	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema, Guarantees: guarantees, InDoubt: inDoubt})
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema, Guarantees: guarantees, InDoubt: inDoubt,
+		SharedLimits: c.sharedLimits})
 	if err != nil {
 		return nil, err
 	}
@@ -837,6 +851,7 @@ func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, 
 		Concurrency:           c.concurrency(provs),
 		Limits:                limits,
 		LimitsInAnySecond:     inAnySecond,
+		SharedLimits:          c.sharedLimits,
 		TenantWindow:          c.TenantWindow,
 		TenantWeights:         c.tenantWeights(),
 		InDoubt:               inDoubt,

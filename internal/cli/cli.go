@@ -54,9 +54,18 @@ func ExitCode(err error) int {
 // Connect opens a pool and checks that the database answers. The URL's
 // password is never printed.
 func Connect(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.Pool, error) {
+	return connect(ctx, databaseURL, maxConns, "--database-url (DATABASE_URL)")
+}
+
+// ConnectLimits connects to --limits-database-url, as Connect does.
+func ConnectLimits(ctx context.Context, limitsURL string, maxConns int32) (*pgxpool.Pool, error) {
+	return connect(ctx, limitsURL, maxConns, "--limits-database-url (OUTBOXD_LIMITS_DATABASE_URL)")
+}
+
+func connect(ctx context.Context, databaseURL string, maxConns int32, flag string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
-		return nil, Usagef("--database-url (DATABASE_URL) is not a valid Postgres URL: %s", Redact(databaseURL))
+		return nil, Usagef("%s is not a valid Postgres URL: %s", flag, Redact(databaseURL))
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
@@ -70,7 +79,7 @@ func Connect(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("database unreachable at %s: %w (check DATABASE_URL and that Postgres is running)", Redact(databaseURL), err)
+		return nil, fmt.Errorf("database unreachable at %s: %w (check %s and that Postgres is running)", Redact(databaseURL), err, flag)
 	}
 	return pool, nil
 }
@@ -135,6 +144,11 @@ func Migrate(ctx context.Context, out io.Writer, databaseURL, schema string) err
 type Database struct {
 	URL    string
 	Schema string
+	// LimitsURL and LimitsSchema, when LimitsURL is set, are where the
+	// limit keys are kept for every database that names them
+	// (sideeffects.SharedLimits; docs/scaling.md).
+	LimitsURL    string
+	LimitsSchema string
 }
 
 // NewRoot builds a binary's root command: errors silenced for main to
@@ -154,6 +168,15 @@ func NewRoot(use, short string) (*cobra.Command, *Database) {
 			if err := migrations.ValidSchema(db.Schema); err != nil {
 				return Usagef("--schema (OUTBOXD_SCHEMA): %w", err)
 			}
+			if db.LimitsSchema == "" {
+				db.LimitsSchema = db.Schema
+			}
+			if db.LimitsURL == "" && db.LimitsSchema != db.Schema {
+				return Usagef("--limits-schema (OUTBOXD_LIMITS_SCHEMA) needs --limits-database-url (OUTBOXD_LIMITS_DATABASE_URL): the database that keeps the limits")
+			}
+			if err := migrations.ValidSchema(db.LimitsSchema); err != nil {
+				return Usagef("--limits-schema (OUTBOXD_LIMITS_SCHEMA): %w", err)
+			}
 			return nil
 		},
 	}
@@ -164,6 +187,11 @@ func NewRoot(use, short string) (*cobra.Command, *Database) {
 	envflag.Secret(pf, "database-url")
 	pf.StringVar(&db.Schema, "schema", "public", "Postgres schema of outboxd's and River's tables")
 	envflag.Bind(pf, "schema", "OUTBOXD_SCHEMA")
+	pf.StringVar(&db.LimitsURL, "limits-database-url", "", "keep the rate limits in this database, shared with every database (shard) whose outboxd names it (docs/scaling.md); default: with the effects")
+	envflag.Bind(pf, "limits-database-url", "OUTBOXD_LIMITS_DATABASE_URL")
+	envflag.Secret(pf, "limits-database-url")
+	pf.StringVar(&db.LimitsSchema, "limits-schema", "", "schema of the limits in --limits-database-url (default: --schema)")
+	envflag.Bind(pf, "limits-schema", "OUTBOXD_LIMITS_SCHEMA")
 	return root, db
 }
 
@@ -177,4 +205,22 @@ func Main(name string, root *cobra.Command) {
 		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(ExitCode(err))
 	}
+}
+
+// OpenLimits connects to --limits-database-url, when it is set, and checks
+// that --limits-schema is migrated there: the pool that keeps the shared
+// limits (nil when the limits are kept with the effects).
+func (d *Database) OpenLimits(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	if d.LimitsURL == "" {
+		return nil, nil
+	}
+	pool, err := ConnectLimits(ctx, d.LimitsURL, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrations.Check(ctx, pool, d.LimitsSchema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("--limits-database-url, schema %q: %w (run outboxd migrate against it, or pass the right --limits-schema)", d.LimitsSchema, err)
+	}
+	return pool, nil
 }

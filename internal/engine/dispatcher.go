@@ -70,7 +70,10 @@ type CallSettings struct {
 // key as configured (a provider's name stands for its account), the first
 // pause after a 429 that names no delay, and the tenants' windows.
 type LimitSettings struct {
-	Rates map[string]float64
+	// Shared, when set, keeps the limit keys for every database that
+	// names it (SharedLimits).
+	Shared *SharedLimits
+	Rates  map[string]float64
 	// InAnySecond names the keys of Rates held as at most that many
 	// requests in any second.
 	InAnySecond   []string
@@ -161,6 +164,7 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 		return nil, err
 	}
 	lim := newLimiter(pool, st, logger, w.Limits.Pause)
+	lim.shared = w.Limits.Shared
 	for key, rate := range defaults {
 		if _, set := rates[key]; !set {
 			lim.ensure(key, rate, false, "default")

@@ -43,8 +43,12 @@ func accountWaitFor(jobTimeout time.Duration) time.Duration {
 // tokens it leased, the pauses it knows of, and the workers waiting. A key
 // that has no row (no rate, never throttled) costs no statement at all.
 type limiter struct {
-	pool      *pgxpool.Pool
-	store     *store.Store
+	pool  *pgxpool.Pool
+	store *store.Store
+	// shared, when set, is where every limit key's row is kept but a
+	// replay's (SharedLimits): the dispatchers of every database that
+	// names it share the keys.
+	shared    *SharedLimits
 	logger    *slog.Logger
 	pauseBase time.Duration
 	// clock, when set by tests, is the time the buckets refill up to
@@ -114,6 +118,53 @@ func newLimiter(pool *pgxpool.Pool, store *store.Store, logger *slog.Logger, pau
 	return &limiter{pool: pool, store: store, logger: logger, pauseBase: pauseBase, keys: map[string]*keyState{}}
 }
 
+// SharedLimits is where the limit keys are kept when the dispatchers of
+// more than one database (shards) share them: a database migrated for
+// outboxd (one of the shards, or one of its own) and its schema's store.
+// A replay's pace (replay:<id>) stays with its own database.
+type SharedLimits struct {
+	Pool  *pgxpool.Pool
+	Store *store.Store
+}
+
+// LimitsPlace returns where key's row is kept: shared (if set), but a
+// replay's pace in db and s, the database the replay ran in.
+func LimitsPlace(shared *SharedLimits, db *pgxpool.Pool, s *store.Store, key string) (*pgxpool.Pool, *store.Store) {
+	if shared == nil || strings.HasPrefix(key, ReplayLimitPrefix) {
+		return db, s
+	}
+	return shared.Pool, shared.Store
+}
+
+// place is LimitsPlace for this limiter.
+func (l *limiter) place(key string) (*pgxpool.Pool, *store.Store) {
+	return LimitsPlace(l.shared, l.pool, l.store, key)
+}
+
+// LimitRows reads every limit key's row: the shared place's and, when
+// there is one, the replays' paces kept in db and s.
+func LimitRows(ctx context.Context, shared *SharedLimits, db *pgxpool.Pool, s *store.Store) ([]*store.LimitRow, error) {
+	if shared == nil {
+		return s.Limits(ctx, db)
+	}
+	rows, err := shared.Store.Limits(ctx, shared.Pool)
+	if err != nil {
+		return nil, err
+	}
+	rows = slices.DeleteFunc(rows, func(r *store.LimitRow) bool { return strings.HasPrefix(r.Key, ReplayLimitPrefix) })
+	local, err := s.Limits(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range local {
+		if strings.HasPrefix(r.Key, ReplayLimitPrefix) {
+			rows = append(rows, r)
+		}
+	}
+	slices.SortFunc(rows, func(a, b *store.LimitRow) int { return strings.Compare(a.Key, b.Key) })
+	return rows, nil
+}
+
 // state returns key's state; l.mu is held.
 func (l *limiter) state(key string) *keyState {
 	st := l.keys[key]
@@ -149,7 +200,8 @@ func (l *limiter) writePending(ctx context.Context) error {
 	todo := slices.Clone(l.pending)
 	l.mu.Unlock()
 	for i, c := range todo {
-		if err := l.store.ConfigureLimit(ctx, l.pool, c.key, c.rate, c.inAnySecond, c.source); err != nil {
+		pool, st := l.place(c.key)
+		if err := st.ConfigureLimit(ctx, pool, c.key, c.rate, c.inAnySecond, c.source); err != nil {
 			l.mu.Lock()
 			l.pending = l.pending[i:]
 			l.mu.Unlock()
@@ -318,7 +370,8 @@ func (l *limiter) takeDue(ctx context.Context, key string, maxWait time.Duration
 			at = l.clock()
 		}
 		l.mu.Unlock()
-		lease, err := LeaseTokens(ctx, l.store, l.pool, key, want, at)
+		pool, lst := l.place(key)
+		lease, err := LeaseTokens(ctx, lst, pool, key, want, at)
 		l.mu.Lock()
 		st.leasing = nil
 		close(ch)
@@ -477,7 +530,8 @@ func (l *limiter) throttled(ctx context.Context, key string, after time.Duration
 		at = l.clock()
 	}
 	l.mu.Unlock()
-	_, left, err := Throttle(ctx, l.store, l.pool, key, A429{After: after, Base: l.pauseBase, Observed: observed, Again: again, Sent: sent, At: at})
+	pool, lst := l.place(key)
+	_, left, err := Throttle(ctx, lst, pool, key, A429{After: after, Base: l.pauseBase, Observed: observed, Again: again, Sent: sent, At: at})
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st.writing--
@@ -505,7 +559,8 @@ func (l *limiter) held(ctx context.Context, key string, after time.Duration, _ t
 	st := l.state(key)
 	wasPaused := time.Now().Before(st.pausedUntil)
 	l.mu.Unlock()
-	left, err := l.store.Hold(ctx, l.pool, key, after)
+	pool, lst := l.place(key)
+	left, err := lst.Hold(ctx, pool, key, after)
 	if err != nil {
 		return time.Time{}, false, err
 	}
@@ -526,7 +581,8 @@ func (l *limiter) pauseEnded(ctx context.Context, key string, st *keyState) bool
 	st.pauseChecked = true
 	readAt := time.Now()
 	l.mu.Unlock()
-	r, err := l.store.LimitOf(ctx, l.pool, key)
+	pool, lst := l.place(key)
+	r, err := lst.LimitOf(ctx, pool, key)
 	l.mu.Lock()
 	if err != nil || r == nil || (limitRow{r}).Paused() || !st.pausedAt.Before(readAt) || st.writing > 0 {
 		return false
@@ -542,7 +598,7 @@ func (l *limiter) refresh(ctx context.Context) error {
 		return err
 	}
 	readAt := time.Now()
-	rows, err := l.store.Limits(ctx, l.pool)
+	rows, err := LimitRows(ctx, l.shared, l.pool, l.store)
 	if err != nil {
 		return err
 	}
@@ -641,6 +697,9 @@ func (l *limiter) start(ctx context.Context) {
 				}
 			case <-forget.C:
 				_ = l.store.ForgetLimits(ctx, l.pool)
+				if l.shared != nil {
+					_ = l.shared.Store.ForgetLimits(ctx, l.shared.Pool)
+				}
 			}
 		}
 	}()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -371,10 +372,11 @@ func Throttle(ctx context.Context, s *store.Store, db store.TxDB, key string, t 
 	return until, left, nil
 }
 
-// LimitReports is every limit key with the effects waiting for it (a key
-// effects wait for that has no row yet is listed too).
-func LimitReports(ctx context.Context, s *store.Store, db store.DB) ([]outboxtype.LimitReport, error) {
-	rows, err := s.Limits(ctx, db)
+// LimitReports is every limit key (kept in shared, when set) with the
+// effects of db waiting for it (a key effects wait for that has no row
+// yet is listed too).
+func LimitReports(ctx context.Context, shared *SharedLimits, s *store.Store, db *pgxpool.Pool) ([]outboxtype.LimitReport, error) {
+	rows, err := LimitRows(ctx, shared, db, s)
 	if err != nil {
 		return nil, err
 	}

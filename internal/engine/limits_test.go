@@ -690,3 +690,73 @@ func TestALimitHeldInAnySecondNeverPutsMoreInOneSecond(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, row.InAnySecond)
 }
+
+// TestShardsShareOneLimitPlace: the effects of two databases (shards)
+// go to one receiver; their dispatchers keep the limits in one shared
+// place. A 429 that shard A's request got pauses the receiver's key for
+// shard B too: B's effect waits for the key instead of being sent (with
+// the limits in each shard, B would send at once, and N shards offer N
+// times a partner's rate). The key is kept in the shared place only; an
+// operator of shard B sees it there and resumes it, and B's effect goes
+// out.
+func TestShardsShareOneLimitPlace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	limits := testdb.New(t)
+	shared := &sideeffects.SharedLimits{Pool: limits.Pool, Schema: limits.Schema}
+	a := setupWorker(t, workerOpts{})
+	b := setupWorker(t, workerOpts{})
+	a.cfg.SharedLimits, b.cfg.SharedLimits = shared, shared
+	a.recv.Respond("/a", fakes.Status(http.StatusTooManyRequests, "Retry-After", "3600"))
+	u, err := url.Parse(a.recv.URL)
+	require.NoError(t, err)
+	key := "webhook:" + u.Host
+	a.start(t)
+	db := b.start(t)
+
+	a.enqueue(t, "/a")
+	sharedStore := store.NewStore(limits.Schema)
+	require.Eventually(t, func() bool {
+		row, err := sharedStore.LimitOf(ctx, limits.Pool, key)
+		return err == nil && row.PausedUntil != nil && time.Until(*row.PausedUntil) > 5*time.Minute
+	}, testWait, pollEvery, "shard A's 429 paused the key in the shared place")
+	// Shard B's dispatcher reads the shared keys each second, as a
+	// replica of one database reads its own.
+	require.Eventually(t, func() bool {
+		for _, k := range db.Limits() {
+			if k.Key == key && time.Until(k.PausedUntil) > 5*time.Minute {
+				return true
+			}
+		}
+		return false
+	}, testWait, pollEvery, "shard B's dispatcher knows of the pause")
+
+	e := b.enqueueURL(t, a.recv.URL+"/b")
+	require.Eventually(t, func() bool {
+		got := b.effect(t, e.ID)
+		return got.WaitingFor != nil && *got.WaitingFor == key
+	}, testWait, pollEvery, "shard B's effect waits for the key shard A's 429 paused")
+	for _, d := range a.recv.Deliveries() {
+		require.NotEqual(t, e.Key, d.ID, "shard B sent nothing to the paused receiver")
+	}
+	for _, shard := range []*workerBundle{a, b} {
+		_, err := shard.store.LimitOf(ctx, shard.db.Pool, key)
+		require.ErrorIs(t, err, store.ErrNotFound, "no shard keeps a row of its own")
+	}
+
+	op, err := sideeffects.NewOperator(b.db.Pool, sideeffects.OperatorConfig{Schema: b.db.Schema, SharedLimits: shared})
+	require.NoError(t, err)
+	reports, err := op.Limits(ctx)
+	require.NoError(t, err)
+	require.Len(t, reports, 1)
+	require.Equal(t, key, reports[0].Key)
+	require.NotNil(t, reports[0].PausedUntil)
+	require.EqualValues(t, 1, reports[0].WaitingEffects, "shard B's effect, counted in shard B")
+	woken, err := op.ResumeLimit(ctx, key, "oncall", "partner back")
+	require.NoError(t, err)
+	require.Equal(t, 1, woken)
+	b.waitFor(t, e.ID, outboxtype.StateConfirmed)
+	hist, err := op.LimitHistory(ctx, key, 5)
+	require.NoError(t, err)
+	require.Len(t, hist, 1, "the resume is audited in the shared place")
+}

@@ -291,9 +291,18 @@ type LimitCollector struct {
 
 // NewLimitCollector builds a collector for the limits in schema.
 func NewLimitCollector(pool *pgxpool.Pool, schema string) *LimitCollector {
+	return NewSharedLimitCollector(pool, schema, nil)
+}
+
+// NewSharedLimitCollector is NewLimitCollector for limits kept in shared
+// (sideeffects.SharedLimits; nil: with the effects); the waiting effects
+// are schema's.
+func NewSharedLimitCollector(pool *pgxpool.Pool, schema string, shared *sideeffects.SharedLimits) *LimitCollector {
 	l := []string{"key"}
+	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema, SharedLimits: shared})
 	return &LimitCollector{
-		reader:     newReader(pool, schema, prometheus.NewDesc("outboxd_limits_scrape_ok", "1 if the limits could be read for this scrape, 0 otherwise.", nil, nil)),
+		reader: reader{op: op, opErr: err, timeout: 5 * time.Second,
+			up: prometheus.NewDesc("outboxd_limits_scrape_ok", "1 if the limits could be read for this scrape, 0 otherwise.", nil, nil)},
 		rate:       prometheus.NewDesc("outboxd_limit_rate", "A limit key's configured rate, requests a second (keys with none are not reported).", l, nil),
 		current:    prometheus.NewDesc("outboxd_limit_current_rate", "The rate a limit key may take now, lowered by 429s and climbing back (0: not limited).", l, nil),
 		paused:     prometheus.NewDesc("outboxd_limit_paused_seconds", "Seconds left of the pause a 429 put on a limit key (0: not paused).", l, nil),
