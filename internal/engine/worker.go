@@ -466,14 +466,20 @@ func (w *Worker) admitLimits(ctx context.Context, _ providers.Provider, claimed 
 // comeBackLater is the one way out of a refused admission: the claim of
 // before is undone, and the job waits as r says.
 func (w *Worker) comeBackLater(ctx context.Context, before *outboxtype.Effect, r *refusal) error {
+	if r.err == nil && r.key != "" {
+		// Turned away by a limit key: it waits for it, said in the same
+		// statement, whether it goes back to pending or (its last
+		// request in doubt) to fired.
+		if _, err := w.store.UnclaimWaiting(context.WithoutCancel(ctx), w.pool, before, r.key); err != nil {
+			return err
+		}
+		return snooze(r.wait)
+	}
 	if _, err := w.store.Unclaim(context.WithoutCancel(ctx), w.pool, before); err != nil {
 		return err
 	}
 	if r.err != nil {
 		return r.err
-	}
-	if r.key != "" {
-		w.markWaiting(ctx, before.ID, r.key)
 	}
 	return snooze(r.wait)
 }

@@ -172,6 +172,14 @@ func (s *Store) Unclaim(ctx context.Context, db DB, before *outboxtype.Effect) (
 		before.FiredAt, before.FirstFiredAt, before.KeyWindowFrom, before.NextAttemptAt, nil, nil)
 }
 
+// UnclaimWaiting is Unclaim for an effect turned away by limit key: it
+// also records that the effect waits for key, whatever state it goes back
+// to (an effect whose last request ended in doubt waits in fired).
+func (s *Store) UnclaimWaiting(ctx context.Context, db DB, before *outboxtype.Effect, key string) (bool, error) {
+	return s.exec(ctx, db, "unclaim", s.sql(sqlUnclaim), before.ID, before.State, before.InDoubt,
+		before.FiredAt, before.FirstFiredAt, before.KeyWindowFrom, before.NextAttemptAt, nil, key)
+}
+
 // ReleaseHeld undoes the claim of before, whose delivery was held on
 // outboxd's side with nothing sent, and makes it wait for limit key with
 // lastError saying why.
