@@ -69,6 +69,12 @@ type LimitState struct {
 	Rate        float64
 	PausedUntil time.Time
 	Waiting     int
+	// Share is the part of the key's times this process leased lately,
+	// over every process that shares it (0: not known yet).
+	Share float64
+	// FallingBack: the shared limits cannot be reached, and this process
+	// keeps to its Share of the rate meanwhile.
+	FallingBack bool
 }
 
 // LimitReport is one rate limit key as every replica shares it: its rate

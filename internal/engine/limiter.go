@@ -112,6 +112,18 @@ type keyState struct {
 	spent   perSecond
 	leased  perSecond
 	lastUse time.Time
+	// fleetShare is the part of the key's times, over every process
+	// leasing it, that this process leased between the last two
+	// refreshes that saw it move (0: not known): what it keeps to while
+	// the shared place cannot be reached (fallback). mine counts the
+	// times it leased, minedAt and grantedAt the counts at the last
+	// refresh (grantedAt 0: no baseline).
+	fleetShare    float64
+	mine, minedAt int64
+	grantedAt     int64
+	inAnySecond   bool
+	fallbackNext  time.Time
+	fallingBack   bool
 }
 
 func newLimiter(pool *pgxpool.Pool, store *store.Store, logger *slog.Logger, pauseBase time.Duration) *limiter {
@@ -376,8 +388,13 @@ func (l *limiter) takeDue(ctx context.Context, key string, maxWait time.Duration
 		st.leasing = nil
 		close(ch)
 		if err != nil {
-			return time.Time{}, false, 0, err
+			fb, ok := l.fallback(ctx, key, st, want, err)
+			if !ok {
+				return time.Time{}, false, 0, err
+			}
+			lease = fb
 		}
+		st.mine += int64(lease.Granted)
 		now = time.Now()
 		st.limited, st.rate = lease.Limited, lease.Rate
 		st.climb, st.ceiling = lease.Climb, lease.Ceiling
@@ -395,6 +412,43 @@ func (l *limiter) takeDue(ctx context.Context, key string, maxWait time.Duration
 			st.nextAt = now.Add(lease.NextIn)
 		}
 	}
+}
+
+// fallback leases want times of key from this process's own schedule
+// when the shared place (SharedLimits) cannot be reached (err): at the
+// part of the key's rate this process was leasing before (fleetShare),
+// so that the processes that were sending keep sending, together within
+// the rate, and none that was not starts. It says so once per spell.
+// False when it does not apply: no shared place, a key of this database,
+// no rate or no share known, or ctx ended. l.mu is held.
+func (l *limiter) fallback(ctx context.Context, key string, st *keyState, want int, err error) (Lease, bool) {
+	if l.shared == nil || strings.HasPrefix(key, ReplayLimitPrefix) || ctx.Err() != nil || st.rate <= 0 || st.fleetShare <= 0 {
+		return Lease{}, false
+	}
+	now := time.Now()
+	rate := st.rate * st.fleetShare
+	out := Lease{At: now, Limited: true, Rate: rate, Every: time.Duration(math.Ceil(float64(time.Second) / rate))}
+	if st.inAnySecond {
+		out.Every = time.Duration(math.Ceil(float64(time.Second+anySecondMargin) / rate))
+	}
+	start := latest(st.fallbackNext, now)
+	room := now.Add(leaseAhead).Sub(start)
+	if fit := int((room-1)/out.Every) + 1; room > 0 && fit >= 1 {
+		out.Granted = min(want, fit)
+		out.Start = start.Sub(now)
+		st.fallbackNext = start.Add(time.Duration(out.Granted) * out.Every)
+	} else {
+		out.NextIn = max(time.Millisecond, out.Every-room)
+	}
+	if !st.fallingBack {
+		st.fallingBack = true
+		l.logger.Warn("the shared limits cannot be reached: this process keeps to its part of the key's rate until they can",
+			"limit", key, "rate", rate, "share", st.fleetShare, "error", err)
+	}
+	// Its own times are not in the shared row: the share is measured
+	// afresh once the place is back.
+	st.grantedAt = 0
+	return out, true
 }
 
 // sendLag is how long after its time an account's request goes out: the
@@ -535,6 +589,14 @@ func (l *limiter) throttled(ctx context.Context, key string, after time.Duration
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st.writing--
+	if err != nil && l.shared != nil && !strings.HasPrefix(key, ReplayLimitPrefix) && !provisional.IsZero() && ctx.Err() == nil {
+		// The shared place cannot be reached (fallback): the pause holds
+		// in this process, and its schedule starts after it.
+		st.pausedAt = time.Now()
+		st.slots = 0
+		st.fallbackNext = latest(st.fallbackNext, st.pausedUntil)
+		return st.pausedUntil, !wasPaused, nil
+	}
 	if !provisional.IsZero() && st.pausedUntil.Equal(provisional) {
 		st.pausedUntil = before // the shared pause decides, below
 	}
@@ -611,6 +673,17 @@ func (l *limiter) refresh(ctx context.Context) error {
 		seen[r.Key] = true
 		st := l.state(r.Key)
 		st.pauseChecked = false
+		st.inAnySecond = r.InAnySecond
+		if st.fallingBack {
+			st.fallingBack = false
+			l.logger.Info("the shared limits can be reached again", "limit", r.Key)
+		}
+		if st.grantedAt > 0 && r.Granted > st.grantedAt {
+			st.fleetShare = min(1, float64(st.mine-st.minedAt)/float64(r.Granted-st.grantedAt))
+		}
+		if st.grantedAt == 0 || r.Granted > st.grantedAt {
+			st.grantedAt, st.minedAt = r.Granted, st.mine
+		}
 		eff := r.Effective()
 		st.limited = eff > 0 || r.Paused()
 		if eff > 0 {
@@ -725,7 +798,8 @@ func (l *limiter) states() []KeyState {
 		if !st.limited && st.waiting == 0 {
 			continue
 		}
-		out = append(out, KeyState{Key: key, Configured: st.configured, Rate: st.rate, PausedUntil: st.pausedUntil, Waiting: st.waiting})
+		out = append(out, KeyState{Key: key, Configured: st.configured, Rate: st.rate, PausedUntil: st.pausedUntil, Waiting: st.waiting,
+			Share: st.fleetShare, FallingBack: st.fallingBack})
 	}
 	slices.SortFunc(out, func(a, b KeyState) int { return strings.Compare(a.Key, b.Key) })
 	return out

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/engine"
@@ -759,4 +760,62 @@ func TestShardsShareOneLimitPlace(t *testing.T) {
 	hist, err := op.LimitHistory(ctx, key, 5)
 	require.NoError(t, err)
 	require.Len(t, hist, 1, "the resume is audited in the shared place")
+}
+
+// TestAShardKeepsSendingAtItsShareWhenTheSharedLimitsAreAway: a shard's
+// dispatcher leases a limited key from the shared place, then the place
+// cannot be read (its table gone); the dispatcher keeps sending the key's
+// effects at the part of the rate it was leasing, instead of failing
+// every limited request until the place is back.
+func TestAShardKeepsSendingAtItsShareWhenTheSharedLimitsAreAway(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	limits := testdb.New(t)
+	b := setupWorker(t, workerOpts{})
+	b.cfg.SharedLimits = &sideeffects.SharedLimits{Pool: limits.Pool, Schema: limits.Schema}
+	u, err := url.Parse(b.recv.URL)
+	require.NoError(t, err)
+	key := "webhook:" + u.Host
+	b.cfg.Limits = map[string]float64{key: 50}
+	d := b.start(t)
+
+	// Its share is learned from the shared row: it is the only process
+	// leasing the key.
+	var before []uuid.UUID
+	require.Eventually(t, func() bool {
+		before = append(before, b.enqueue(t, "/before").ID)
+		for _, k := range d.Limits() {
+			if k.Key == key && k.Share >= 0.99 {
+				return true
+			}
+		}
+		return false
+	}, testWait, 300*time.Millisecond, "the dispatcher learns its share of the key")
+	for _, id := range before {
+		b.waitFor(t, id, outboxtype.StateConfirmed)
+	}
+
+	_, err = limits.Pool.Exec(ctx, "ALTER TABLE "+limits.Schema+".outboxd_limits RENAME TO outboxd_limits_away")
+	require.NoError(t, err)
+	var after []uuid.UUID
+	for range 5 {
+		after = append(after, b.enqueue(t, "/after").ID)
+	}
+	for _, id := range after {
+		got := b.waitFor(t, id, outboxtype.StateConfirmed)
+		require.Equal(t, 1, got.Attempts, "no attempt failed for the limits being away")
+	}
+
+	// A 429 meanwhile pauses the key in this process.
+	b.recv.Respond("/throttled", fakes.Status(http.StatusTooManyRequests, "Retry-After", "1"))
+	e := b.enqueue(t, "/throttled")
+	b.waitFor(t, e.ID, outboxtype.StateConfirmed)
+	var at []time.Time
+	for _, d := range b.recv.Deliveries() {
+		if d.ID == e.Key {
+			at = append(at, d.At)
+		}
+	}
+	require.Len(t, at, 2, "answered 429, then accepted")
+	require.GreaterOrEqual(t, at[1].Sub(at[0]), 990*time.Millisecond, "not sent again during the 429's pause")
 }
