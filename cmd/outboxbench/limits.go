@@ -284,7 +284,7 @@ func (b *bench) limitsRun(ctx context.Context, k int, webhookLimit bool) ([]limi
 	}
 	var pools []*pgxpool.Pool
 	var started []*sideeffects.Dispatcher
-	defer func() {
+	stopAll := func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for _, d := range started {
@@ -293,7 +293,9 @@ func (b *bench) limitsRun(ctx context.Context, k int, webhookLimit bool) ([]limi
 		for _, p := range pools {
 			p.Close()
 		}
-	}()
+		started, pools = nil, nil
+	}
+	defer stopAll()
 	ds := make([]*sideeffects.Dispatcher, k)
 	for i := range ds {
 		pool, err := cli.Connect(ctx, b.s.DatabaseURL, replicaConns)
@@ -387,6 +389,9 @@ func (b *bench) limitsRun(ctx context.Context, k int, webhookLimit bool) ([]limi
 		fmt.Printf("  %s: %.2fx ideal, %.1f%% 429s, attempts %.2f (max %d), %d failed, %d executed twice\n",
 			r.Name, r.VsIdeal, 100*r.ThrottledShare, r.AttemptsMean, r.AttemptsMax, r.Failed, r.ExecutedTwice)
 	}
+	// Stopped before the tables are emptied: TRUNCATE waits for the
+	// running dispatchers' locks.
+	stopAll()
 	if _, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".outboxd_limits"); err != nil {
 		return nil, err
 	}

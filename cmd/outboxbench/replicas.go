@@ -66,13 +66,15 @@ func (b *bench) replicas(ctx context.Context, k int) (replicaResult, error) {
 		return replicaResult{}, err
 	}
 	var started []*sideeffects.Dispatcher
-	defer func() {
+	stopAll := func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for _, d := range started {
 			_ = d.Stop(stopCtx)
 		}
-	}()
+		started = nil
+	}
+	defer stopAll()
 	var pools []*pgxpool.Pool
 	defer func() {
 		for _, p := range pools {
@@ -120,5 +122,8 @@ func (b *bench) replicas(ctx context.Context, k int) (replicaResult, error) {
 	if distinct != n {
 		return r, fmt.Errorf("%d of %d effects called", distinct, n)
 	}
+	// Stopped before the tables are emptied: TRUNCATE waits for the
+	// running dispatchers' locks.
+	stopAll()
 	return r, b.clear(ctx)
 }
