@@ -16,7 +16,7 @@ demo:
 test: vet
 	@$(DEVDB) $(GO) test -race -count=1 -timeout 20m ./...
 
-## test-bench: the benchmark end to end at a tiny size (every phase, then a short soak; ~2 min)
+## test-bench: the benchmark end to end at a tiny size (every phase, then a short soak; ~80 s)
 test-bench:
 	@$(DEVDB) OUTBOXD_BENCH_SMOKE=1 $(GO) test -race -count=1 -timeout 15m -run '^(TestBenchRuns|TestSoakRuns)$$' ./cmd/outboxbench/
 
