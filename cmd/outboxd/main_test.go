@@ -21,6 +21,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/fakes"
+	"github.com/outboxd/outboxd/internal/store"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -489,4 +490,56 @@ func TestSecretsAreNamedNeverEchoed(t *testing.T) {
 			t.Setenv(k, "")
 		}
 	}
+}
+
+// TestRunKeepsItsLimitsInTheSharedPlace: outboxd run with
+// --limits-database-url writes its --limit rates where every shard keeps
+// them (held in any second as asked), not in its own schema, and /metrics
+// reports them from there; a limits database it cannot reach is refused
+// at start without echoing its password.
+func TestRunKeepsItsLimitsInTheSharedPlace(t *testing.T) {
+	t.Parallel()
+	shard, place := testdb.New(t), testdb.New(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	_, err = execute(context.Background(), "run", "--database-url", testdb.URL(), "--schema", shard.Schema,
+		"--webhook-secret", testSecret, "--log-level", "error",
+		"--limits-database-url", "postgres://postgres:hunter2secret@127.0.0.1:1/db?sslmode=disable")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "--limits-database-url")
+	require.NotContains(t, err.Error(), "hunter2secret")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := execute(ctx, "run", "--database-url", testdb.URL(), "--schema", shard.Schema,
+			"--webhook-secret", testSecret, "--http-addr", addr, "--log-level", "error",
+			"--limits-database-url", testdb.URL(), "--limits-schema", place.Schema,
+			"--limit", "webhook:partner.example=5/any-second")
+		done <- err
+	}()
+	const key = "webhook:partner.example"
+	var body string
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://%s/metrics", addr))
+		if err != nil {
+			return false
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(raw)
+		return strings.Contains(body, `outboxd_limit_rate{key="`+key+`"} 5`)
+	}, 30*time.Second, 50*time.Millisecond, "/metrics reports the rate from the shared place")
+	row, err := store.NewStore(place.Schema).LimitOf(context.Background(), place.Pool, key)
+	require.NoError(t, err)
+	require.InDelta(t, 5, *row.Rate, 0)
+	require.True(t, row.InAnySecond)
+	_, err = store.NewStore(shard.Schema).LimitOf(context.Background(), shard.Pool, key)
+	require.ErrorIs(t, err, store.ErrNotFound, "nothing in the shard's own schema")
+
+	cancel()
+	require.NoError(t, <-done)
 }
