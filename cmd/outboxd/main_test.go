@@ -131,6 +131,7 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:x=0"}, nil, "positive number"},
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:x=1e-12"}, nil, "at least 0.001"},
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:x=4.5/any-second"}, nil, "a whole number of requests"},
+		{[]string{"run", "--webhook-secret", testSecret, "--shard", "EU 1"}, nil, "--shard (OUTBOXD_SHARD)"},
 		{[]string{"run", "--webhook-secret", testSecret, "--limit", "webhook:" + strings.Repeat("a", 400) + "=5"}, nil, "at most 300"},
 		{[]string{"run", "--webhook-secret", testSecret, "--tenant-window", "0"}, nil, "--tenant-window (OUTBOXD_TENANT_WINDOW) is 0"},
 		{[]string{"run", "--webhook-secret", testSecret, "--webhook-allow-cidrs", "::ffff:0:0/96"}, nil, "write it as 0.0.0.0/0"},
@@ -518,7 +519,7 @@ func TestRunKeepsItsLimitsInTheSharedPlace(t *testing.T) {
 		_, err := execute(ctx, "run", "--database-url", testdb.URL(), "--schema", shard.Schema,
 			"--webhook-secret", testSecret, "--http-addr", addr, "--log-level", "error",
 			"--limits-database-url", testdb.URL(), "--limits-schema", place.Schema,
-			"--limit", "webhook:partner.example=5/any-second")
+			"--limit", "webhook:partner.example=5/any-second", "--shard", "eu-1")
 		done <- err
 	}()
 	const key = "webhook:partner.example"
@@ -531,8 +532,9 @@ func TestRunKeepsItsLimitsInTheSharedPlace(t *testing.T) {
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		body = string(raw)
-		return strings.Contains(body, `outboxd_limit_rate{key="`+key+`"} 5`)
-	}, 30*time.Second, 50*time.Millisecond, "/metrics reports the rate from the shared place")
+		return strings.Contains(body, `outboxd_limit_rate{key="`+key+`",shard="eu-1"} 5`)
+	}, 30*time.Second, 50*time.Millisecond, "/metrics reports the rate from the shared place, labelled with the shard")
+	require.Contains(t, body, `outboxd_limits_scrape_ok{shard="eu-1"} 1`, "every series carries the shard")
 	row, err := store.NewStore(place.Schema).LimitOf(context.Background(), place.Pool, key)
 	require.NoError(t, err)
 	require.InDelta(t, 5, *row.Rate, 0)

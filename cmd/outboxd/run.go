@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,7 @@ const DefaultStripeConcurrency = 100
 // runConfig holds the settings of outboxd run.
 type runConfig struct {
 	Name            string
+	Shard           string
 	HTTPAddr        string
 	ShutdownTimeout time.Duration
 	MaxConns        int32
@@ -141,6 +143,8 @@ already older than --rescue-after and re-fires it within seconds.
 	f := cmd.Flags()
 	f.StringVar(&c.Name, "name", "", "how operators tell this replica apart (outboxctl dispatchers, the web view, a job's attempted_by), such as the pod name; with the pid and start time added (default the host name)")
 	envflag.Bind(f, "name", "OUTBOXD_NAME")
+	f.StringVar(&c.Shard, "shard", "", "this database's name among the application's shards: every /metrics series and log line carries it (docs/scaling.md)")
+	envflag.Bind(f, "shard", "OUTBOXD_SHARD")
 	f.StringVar(&c.HTTPAddr, "http-addr", ":8080", "address of /healthz, /readyz and /metrics (empty: none)")
 	envflag.Bind(f, "http-addr", "OUTBOXD_HTTP_ADDR")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight calls may finish after a signal")
@@ -360,6 +364,13 @@ func (c *runConfig) settings(names []string, provs []providers.Provider) map[str
 		"tenant_weights":          c.TenantWeights,
 		"endpoint_disable_after":  c.EndpointDisableAfter.String(),
 	}
+	if c.Shard != "" {
+		s["shard"] = c.Shard
+	}
+	if c.sharedLimits != nil {
+		// Where, not how to reach it: the URL may hold a password.
+		s["limits_shared"] = map[string]any{"schema": c.sharedLimits.Schema}
+	}
 	for _, n := range names {
 		switch n {
 		case webhook.Name:
@@ -405,6 +416,9 @@ func (c *runConfig) limits(provs []providers.Provider) (map[string]float64, []st
 	}
 	return out, inAnySecond
 }
+
+// shardName is what --shard accepts: a label value and a log field.
+var shardName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // parseLimit reads a --limit value: requests a second ("50", "50/s"), an
 // average, or "4/any-second", at most that many in any second.
@@ -549,6 +563,9 @@ func (c *runConfig) validate() error {
 	if err := sideeffects.CheckName(c.Name); err != nil {
 		return cli.Usagef("--name (OUTBOXD_NAME) is %w", err)
 	}
+	if c.Shard != "" && !shardName.MatchString(c.Shard) {
+		return cli.Usagef("--shard (OUTBOXD_SHARD) is %.80q: give 1 to 64 lower-case letters, digits, '-' or '_', e.g. eu-1", c.Shard)
+	}
 	if c.TenantWindow < 1 {
 		return cli.Usagef("--tenant-window (OUTBOXD_TENANT_WINDOW) is %d: it must be at least 1", c.TenantWindow)
 	}
@@ -572,6 +589,9 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	log, err := g.logger(stderr)
 	if err != nil {
 		return err
+	}
+	if c.Shard != "" {
+		log = log.With("shard", c.Shard)
 	}
 	if err := c.validate(); err != nil {
 		return err
@@ -643,10 +663,16 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		provs = append(provs, ep)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	// With --shard every series carries shard="<name>", so that one
+	// Prometheus reads the fleet.
+	var labelled prometheus.Registerer = reg
+	if c.Shard != "" {
+		labelled = prometheus.WrapRegistererWith(prometheus.Labels{"shard": c.Shard}, reg)
+	}
+	labelled.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		dispatchmetrics.NewStateCollector(pool, g.Schema), dispatchmetrics.NewDestinationCollector(provs...),
 		dispatchmetrics.NewSharedLimitCollector(pool, g.Schema, c.sharedLimits), dispatchmetrics.NewTenantCollector(pool, g.Schema, 0))
-	metrics, err := dispatchmetrics.New(reg)
+	metrics, err := dispatchmetrics.New(labelled)
 	if err != nil {
 		return err
 	}
