@@ -91,12 +91,17 @@ func Explain(s outboxtype.StuckEffect, sit Situation) string {
 		return why + ": each tenant has a window of effects with a dispatch job at once, and this one gets its job when one of " +
 			"the tenant's ends (fair shares; waiting is not an attempt). " + sit.say(ActTenants, "") + " shows each tenant's queue"
 	}
-	if e.WaitingFor != nil && e.State == outboxtype.StatePending {
+	// A held effect whose last request ended in doubt waits in fired:
+	// nothing is in flight (a claim clears the mark).
+	if e.WaitingFor != nil && (e.State == outboxtype.StatePending || e.State == outboxtype.StateFired) {
 		why := fmt.Sprintf("waiting for limit %s", *e.WaitingFor)
 		if e.WaitingSince != nil {
 			why += " since " + relative(*e.WaitingSince, now)
 		}
 		why += " (the provider answered 429, or held it back, or the key had no token left when it was due): waiting is not an attempt and spends none of its retries"
+		if e.State == outboxtype.StateFired {
+			why += "; nothing is in flight, but its last request's outcome is unknown, so it goes again with the same key"
+		}
 		if e.LastError != nil && *e.LastError != "" {
 			// What held it back, in the provider's words (a 429's body, a
 			// disabled endpoint and its reason).

@@ -59,6 +59,8 @@ func TestAdviceSpeaksTheSurfacesLanguage(t *testing.T) {
 	fired.FiredAt, fired.Attempts = at(-30*time.Minute), 1
 	limited := effect("stripe", outboxtype.StatePending, "")
 	limited.WaitingFor = ptr("stripe:live-a1b2")
+	limitedInDoubt := effect("webhook", outboxtype.StateFired, "in_doubt: HTTP 500")
+	limitedInDoubt.WaitingFor, limitedInDoubt.InDoubt, limitedInDoubt.Attempts = ptr("replay:3"), true, 1
 	tenant := effect("webhook", outboxtype.StatePending, "")
 	tenant.WaitingFor = ptr("turn:acme")
 	blocked := effect("webhook", outboxtype.StatePending, "")
@@ -67,15 +69,16 @@ func TestAdviceSpeaksTheSurfacesLanguage(t *testing.T) {
 		s   outboxtype.StuckEffect
 		sit oncall.Situation
 	}{
-		"unqueueable": {s: outboxtype.StuckEffect{Effect: effect("twilio", outboxtype.StateFailed, outboxtype.ReasonUnqueueable+": no provider")}},
-		"in doubt":    {s: outboxtype.StuckEffect{Effect: inDoubt}},
-		"key window":  {s: outboxtype.StuckEffect{Effect: effect("stripe", outboxtype.StateFailed, outboxtype.ReasonKeyWindow)}},
-		"exhausted":   {s: outboxtype.StuckEffect{Effect: effect("webhook", outboxtype.StateFailed, "retries exhausted after 2 attempts")}},
-		"permanent":   {s: outboxtype.StuckEffect{Effect: effect("webhook", outboxtype.StateFailed, "permanent: HTTP 410")}},
-		"no job":      {s: outboxtype.StuckEffect{Effect: effect("webhook", outboxtype.StatePending, "")}},
-		"limit":       {s: outboxtype.StuckEffect{Effect: limited, JobID: &job, JobState: &available}},
-		"tenant":      {s: outboxtype.StuckEffect{Effect: tenant}},
-		"blocked":     {s: outboxtype.StuckEffect{Effect: blocked, BlockedBehind: &head, JobID: &job, JobState: &available}},
+		"unqueueable":     {s: outboxtype.StuckEffect{Effect: effect("twilio", outboxtype.StateFailed, outboxtype.ReasonUnqueueable+": no provider")}},
+		"in doubt":        {s: outboxtype.StuckEffect{Effect: inDoubt}},
+		"key window":      {s: outboxtype.StuckEffect{Effect: effect("stripe", outboxtype.StateFailed, outboxtype.ReasonKeyWindow)}},
+		"exhausted":       {s: outboxtype.StuckEffect{Effect: effect("webhook", outboxtype.StateFailed, "retries exhausted after 2 attempts")}},
+		"permanent":       {s: outboxtype.StuckEffect{Effect: effect("webhook", outboxtype.StateFailed, "permanent: HTTP 410")}},
+		"no job":          {s: outboxtype.StuckEffect{Effect: effect("webhook", outboxtype.StatePending, "")}},
+		"limit":           {s: outboxtype.StuckEffect{Effect: limited, JobID: &job, JobState: &available}},
+		"limit, in doubt": {s: outboxtype.StuckEffect{Effect: limitedInDoubt, JobID: &job, JobState: &available}},
+		"tenant":          {s: outboxtype.StuckEffect{Effect: tenant}},
+		"blocked":         {s: outboxtype.StuckEffect{Effect: blocked, BlockedBehind: &head, JobID: &job, JobState: &available}},
 		"held back": {s: outboxtype.StuckEffect{Effect: effect("webhook", outboxtype.StatePending, ""), JobID: &job, JobState: &available},
 			sit: oncall.Situation{Destinations: map[string]string{"hooks.partner.example": "breaker open"}}},
 		"dead worker, no outboxd": {s: outboxtype.StuckEffect{Effect: fired, JobID: &job, JobState: &running}, sit: oncall.Situation{Dispatchers: 0}},
@@ -153,4 +156,22 @@ func TestPayloadDiffNamesEachChangedField(t *testing.T) {
 	got := oncall.PayloadDiff(json.RawMessage(`{"operation": "refund.create", "params": {"reason": "oops", "amount": 100, "metadata": {"a": "1"}}}`),
 		json.RawMessage(`{"operation": "refund.create", "params": {"reason": "requested_by_customer", "amount": 100, "items": [1]}}`))
 	require.Equal(t, []string{`params.items[0]: (added) 1`, `params.metadata.a: "1" -> (removed)`, `params.reason: "oops" -> "requested_by_customer"`}, got)
+}
+
+// TestAHeldEffectInDoubtSaysWhatItWaitsFor: an effect turned away by a
+// limit key after a request that ended in doubt waits in fired; it is
+// explained as waiting for its key, with nothing in flight, not as a
+// retry or a call under way.
+func TestAHeldEffectInDoubtSaysWhatItWaitsFor(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	key, errText, job, state := "replay:3", "in_doubt: HTTP 500", int64(7), "scheduled"
+	since, next := now.Add(-time.Minute), now.Add(20*time.Minute)
+	e := &outboxtype.Effect{ID: uuid.New(), Kind: "webhook.order_paid", Provider: "webhook", State: outboxtype.StateFired,
+		Attempts: 1, InDoubt: true, LastError: &errText, WaitingFor: &key, WaitingSince: &since, FiredAt: &since}
+	why := oncall.Explain(outboxtype.StuckEffect{Effect: e, JobID: &job, JobState: &state, JobScheduledAt: &next},
+		oncall.Situation{Now: now, FiredBound: 10 * time.Minute, Dispatchers: 1})
+	require.Contains(t, why, "waiting for limit replay:3 since 1m0s ago")
+	require.Contains(t, why, "nothing is in flight")
+	require.Contains(t, why, "it asks again in 20m0s")
+	require.NotContains(t, why, "retrying:")
 }
