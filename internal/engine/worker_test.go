@@ -420,12 +420,16 @@ func TestHangingReceiverDoesNotStallOtherDestinations(t *testing.T) {
 	for range hangingEffects {
 		b.enqueueURL(t, hanging.URL+"/slow")
 	}
-	require.Eventually(t, func() bool { return inFlight.Load() == webhook.DefaultMaxPerHost }, testWait, pollEvery,
+	// A host that never answered holds its warm-up's four requests: it
+	// answers none, so no more open (providers/webhook's gate).
+	const warm = 4
+	require.Eventually(t, func() bool { return inFlight.Load() == warm }, testWait, pollEvery,
 		"the hanging host gets its share of workers")
 	healthy := b.enqueue(t, "/orders")
 	b.waitFor(t, healthy.ID, outboxtype.StateConfirmed)
 	require.Zero(t, finished.Load(), "delivered while every hanging request was still in flight")
-	require.Equal(t, int32(webhook.DefaultMaxPerHost), maxInFlight.Load(), "never more than the per-host cap at the hanging host")
+	require.Equal(t, int32(warm), maxInFlight.Load(), "never more than the warm-up at a host that never answered")
+	require.Less(t, warm, webhook.DefaultMaxPerHost)
 }
 
 // gatedProvider turns effects away at its gate a number of times before it

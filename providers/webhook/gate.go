@@ -35,6 +35,16 @@ const (
 	// job waits capacityWait (plus jitter) without holding a worker.
 	slotWait     = 100 * time.Millisecond
 	capacityWait = time.Second
+	// A destination this process holds nothing for starts at warmStart
+	// requests in flight, and each request it accepts (answers other than
+	// with an error) opens one more, at most one every warmStep, up to
+	// the cap. A receiver whose rate nobody told outboxd refuses, with a
+	// 429, every request in flight when its bucket runs dry: with three
+	// replicas at a cap of 16 that first wave was 41 of a drain's 53 429s.
+	// A receiver that keeps accepting reaches the cap in 12 answers,
+	// 120 ms at the earliest.
+	warmStart = 4
+	warmStep  = 10 * time.Millisecond
 )
 
 // gate isolates destinations from each other: at most max requests in
@@ -77,6 +87,19 @@ type hostState struct {
 	// probing is true while the one request let through after the breaker
 	// opened is in flight.
 	probing bool
+	// window is how many requests may be in flight to the host now (its
+	// warm-up; 0: the cap), opened one more at grownAt.
+	window  int
+	grownAt time.Time
+}
+
+// limit is how many requests may be in flight to h: its warm-up's
+// window, or max once warmed up.
+func (h *hostState) limit(max int) int {
+	if h.window <= 0 || h.window >= max {
+		return max
+	}
+	return h.window
 }
 
 // addressShare is how many destinations' caps one address may fill.
@@ -231,7 +254,7 @@ func (g *gate) tryAdmit(host string) (ok bool, wait time.Duration, slot chan str
 	defer g.mu.Unlock()
 	h := g.hosts[host]
 	if h == nil {
-		h = &hostState{}
+		h = &hostState{window: warmStart}
 		g.hosts[host] = h
 	}
 	now := g.now()
@@ -245,7 +268,10 @@ func (g *gate) tryAdmit(host string) (ok bool, wait time.Duration, slot chan str
 		}
 		h.probing = true
 	}
-	if h.inFlight >= g.max || len(h.waiters) > 0 {
+	if !h.open {
+		g.grantWaiting(host, h)
+	}
+	if h.inFlight >= h.limit(g.max) || len(h.waiters) > 0 {
 		if h.open {
 			return false, capacityWait + jitter(), nil
 		}
@@ -265,6 +291,18 @@ func (g *gate) tryAdmit(host string) (ok bool, wait time.Duration, slot chan str
 	return true, 0, nil
 }
 
+// grantWaiting gives the slots host's warm-up opened to the callers
+// waiting, oldest first, within its address's cap. g.mu is held.
+func (g *gate) grantWaiting(host string, h *hostState) {
+	for len(h.waiters) > 0 && h.inFlight < h.limit(g.max) && g.addresses[addressOf(host)] < g.maxPerAddress {
+		var next chan struct{}
+		next, h.waiters = h.waiters[0], h.waiters[1:]
+		h.inFlight++
+		g.addresses[addressOf(host)]++
+		next <- struct{}{}
+	}
+}
+
 // done releases host's slot and records whether the host answered at all
 // (any HTTP status counts as an answer).
 func (g *gate) done(host string, sendErr error) {
@@ -277,11 +315,17 @@ func (g *gate) done(host string, sendErr error) {
 	wasProbe := h.probing
 	h.probing = false
 	h.lastFreed = g.now()
+	if sendErr == nil && h.window > 0 && h.window < g.max && h.lastFreed.Sub(h.grownAt) >= warmStep {
+		h.window++ // accepted: one more may go (the warm-up)
+		h.grownAt = h.lastFreed
+	}
 	if len(h.waiters) > 0 && !h.open {
-		// The slot passes to the oldest waiter (of the same address).
+		// The slot passes to the oldest waiter (of the same address), and
+		// so do those the warm-up opened.
 		next := h.waiters[0]
 		h.waiters = h.waiters[1:]
 		next <- struct{}{}
+		g.grantWaiting(host, h)
 	} else {
 		h.inFlight--
 		if addr := addressOf(host); g.addresses[addr] <= 1 {
@@ -306,7 +350,9 @@ func (g *gate) done(host string, sendErr error) {
 			h.opens++
 		}
 	}
-	if h.inFlight == 0 && len(h.waiters) == 0 && !h.open && h.failures == 0 {
+	if h.inFlight == 0 && len(h.waiters) == 0 && !h.open && h.failures == 0 && h.window <= warmStart {
+		// Nothing to keep; a host that warmed up is kept (forgetIdle),
+		// or its next burst would warm up again.
 		delete(g.hosts, host)
 	}
 	g.forgetIdle()
@@ -344,6 +390,9 @@ func (g *gate) states() []providers.DestinationState {
 	defer g.mu.Unlock()
 	out := make([]providers.DestinationState, 0, len(g.hosts))
 	for key, h := range g.hosts {
+		if h.inFlight == 0 && len(h.waiters) == 0 && !h.open && h.failures == 0 {
+			continue // kept only for its warm-up: holds nothing
+		}
 		host, addr, _ := strings.Cut(key, "@")
 		st := providers.DestinationState{Host: host, Address: addr, InFlight: h.inFlight, Waiting: len(h.waiters), Limit: g.max,
 			Failures: h.failures, BreakerOpen: h.open}

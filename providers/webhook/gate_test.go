@@ -253,3 +253,103 @@ func TestOneAddressCannotMultiplyItsSlots(t *testing.T) {
 	ok, _ = g.admit(ctx, "[2001:db8:0:1::1]:443")
 	require.True(t, ok, "the next /64 is another")
 }
+
+// TestADestinationWarmsUpToItsCap: a destination the gate holds nothing
+// for gets 4 requests in flight at first; each request it accepts opens
+// one more, at most one every 10 ms, up to its cap (16); a refusal opens
+// none. A receiver whose rate nobody told outboxd refuses every request
+// in flight when its bucket runs dry, so that first wave stays small. The
+// slots the warm-up opens go to the workers waiting.
+func TestADestinationWarmsUpToItsCap(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	g := newGate(16)
+	g.now = func() time.Time { return now }
+	const host = "partner.example:443"
+	for i := range 4 {
+		ok, _, _ := g.tryAdmit(host)
+		require.True(t, ok, "request %d", i+1)
+	}
+	ok, _, first := g.tryAdmit(host)
+	require.False(t, ok, "a fifth at once waits")
+	_, _, second := g.tryAdmit(host)
+
+	// Refused (a 429): its slot passes on, no more open.
+	now = now.Add(20 * time.Millisecond)
+	g.done(host, providers.Throttled(errors.New("HTTP 429"), 0))
+	requireGranted(t, first)
+	requireWaiting(t, second)
+	require.Equal(t, 4, g.hosts[host].inFlight)
+
+	// Accepted: its slot passes on, and one more opens.
+	now = now.Add(20 * time.Millisecond)
+	g.done(host, nil)
+	requireGranted(t, second)
+	ok, _, _ = g.tryAdmit(host)
+	require.True(t, ok, "the one it opened")
+	ok, _, third := g.tryAdmit(host)
+	require.False(t, ok, "and no more")
+	require.Equal(t, 5, g.hosts[host].inFlight)
+	g.done(host, providers.Throttled(errors.New("HTTP 429"), 0))
+	requireGranted(t, third)
+
+	// At most one more every 10 ms, however many answers come.
+	g.done(host, nil)
+	g.done(host, nil)
+	require.Equal(t, 5, g.hosts[host].window)
+
+	// A receiver that keeps accepting: the cap.
+	for range 20 {
+		now = now.Add(10 * time.Millisecond)
+		ok, _, _ := g.tryAdmit(host)
+		require.True(t, ok)
+		g.done(host, nil)
+	}
+	for g.hosts[host].inFlight < 16 {
+		ok, _, _ := g.tryAdmit(host)
+		require.True(t, ok, "admitted up to the cap")
+	}
+	ok, _, _ = g.tryAdmit(host)
+	require.False(t, ok, "and no further")
+
+	// Its next burst, after a pause, starts warm; a host idle for
+	// forgetIdleAfter is forgotten and warms up again.
+	for g.hosts[host].inFlight > 0 {
+		g.done(host, nil)
+	}
+	require.Empty(t, g.states(), "a warm host holding nothing is not reported")
+	now = now.Add(time.Minute)
+	for range 16 {
+		ok, _, _ := g.tryAdmit(host)
+		require.True(t, ok, "warm after a minute's pause")
+	}
+	for g.hosts[host].inFlight > 0 {
+		g.done(host, nil)
+	}
+	now = now.Add(forgetIdleAfter + 2*time.Minute)
+	g.forgetIdle()
+	require.NotContains(t, g.hosts, host)
+	for range 4 {
+		ok, _, _ := g.tryAdmit(host)
+		require.True(t, ok)
+	}
+	ok, _, _ = g.tryAdmit(host)
+	require.False(t, ok, "cold again")
+}
+
+func requireGranted(t *testing.T, slot chan struct{}) {
+	t.Helper()
+	select {
+	case <-slot:
+	default:
+		t.Fatal("the waiting caller was not given a slot")
+	}
+}
+
+func requireWaiting(t *testing.T, slot chan struct{}) {
+	t.Helper()
+	select {
+	case <-slot:
+		t.Fatal("the waiting caller was given a slot")
+	default:
+	}
+}
