@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"unicode"
 )
 
@@ -59,4 +60,17 @@ func CheckRateInAnySecond(rate float64) error {
 		return fmt.Errorf("%g: a rate held in any second is a whole number of requests, at least 1 (e.g. 4)", rate)
 	}
 	return nil
+}
+
+// RateText is a limit's rate for people: a tenth of a unit from 1/s up,
+// three significant digits below (a replay's pace of 0.01/s is not
+// "0/s"); "at most N in any second" for a rate held that way.
+func RateText(rate float64, inAnySecond bool) string {
+	if inAnySecond {
+		return fmt.Sprintf("at most %g in any second", rate)
+	}
+	if rate < 1 {
+		return strconv.FormatFloat(rate, 'g', 3, 64) + "/s"
+	}
+	return strconv.FormatFloat(math.Round(rate*10)/10, 'f', -1, 64) + "/s"
 }

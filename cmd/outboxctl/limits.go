@@ -48,10 +48,7 @@ spends none of an effect's retry budget. See docs/limits.md.`,
 			for _, l := range limits {
 				rate, by, now1, paused, waiting := "-", "-", "-", "-", "0"
 				if l.Rate != nil {
-					rate, by = perSecond(*l.Rate), l.RateSource
-					if l.InAnySecond {
-						rate = fmt.Sprintf("at most %g in any second", *l.Rate)
-					}
+					rate, by = outboxtype.RateText(*l.Rate, l.InAnySecond), l.RateSource
 				}
 				if l.CurrentRate > 0 {
 					now1 = perSecond(l.CurrentRate)
@@ -82,12 +79,7 @@ spends none of an effect's retry budget. See docs/limits.md.`,
 
 // perSecond is a rate for people: a tenth of a unit from 1/s up, three
 // significant digits below (a replay's pace of 0.01/s is not "0/s").
-func perSecond(r float64) string {
-	if r < 1 {
-		return strconv.FormatFloat(r, 'g', 3, 64) + "/s"
-	}
-	return strconv.FormatFloat(math.Round(r*10)/10, 'f', -1, 64) + "/s"
-}
+func perSecond(r float64) string { return outboxtype.RateText(r, false) }
 
 func newLimitsSetCmd(a *app) *cobra.Command {
 	var (
@@ -150,10 +142,7 @@ provider's name, a colon and what it limits by.`,
 				from = perSecond(*before)
 			}
 			if rate != nil {
-				to = perSecond(*rate)
-				if inAnySecond {
-					to = fmt.Sprintf("at most %g in any second", *rate)
-				}
+				to = outboxtype.RateText(*rate, inAnySecond)
 			}
 			out := cmd.OutOrStdout()
 			if a.JSON {
@@ -279,10 +268,7 @@ func newLimitsHistoryCmd(a *app) *cobra.Command {
 					from = perSecond(*c.FromRate)
 				}
 				if c.ToRate != nil {
-					to = perSecond(*c.ToRate)
-					if c.InAnySecond {
-						to = fmt.Sprintf("at most %g in any second", *c.ToRate)
-					}
+					to = outboxtype.RateText(*c.ToRate, c.InAnySecond)
 				}
 				if c.Resumed {
 					to += ", resumed"

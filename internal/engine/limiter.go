@@ -427,10 +427,7 @@ func (l *limiter) fallback(ctx context.Context, key string, st *keyState, want i
 	}
 	now := time.Now()
 	rate := st.rate * st.fleetShare
-	out := Lease{At: now, Limited: true, Rate: rate, Every: time.Duration(math.Ceil(float64(time.Second) / rate))}
-	if st.inAnySecond {
-		out.Every = time.Duration(math.Ceil(float64(time.Second+anySecondMargin) / rate))
-	}
+	out := Lease{At: now, Limited: true, Rate: rate, Every: spacing(rate, st.inAnySecond)}
 	start := latest(st.fallbackNext, now)
 	room := now.Add(leaseAhead).Sub(start)
 	if fit := int((room-1)/out.Every) + 1; room > 0 && fit >= 1 {

@@ -228,8 +228,7 @@ func LeaseTokens(ctx context.Context, s *store.Store, db store.TxDB, key string,
 			out.PausedFor = r.PausedUntil.Sub(r.Now)
 			return nil
 		}
-		// Rounded up: a time given out is never early.
-		out.Every = time.Duration(math.Ceil(float64(time.Second) / rate))
+		out.Every = spacing(rate, false)
 		// The schedule only moves forward: now() is when this transaction
 		// began, possibly before another that waited less for the row
 		// lock moved it, and a time given out is never given again. An
@@ -237,12 +236,8 @@ func LeaseTokens(ctx context.Context, s *store.Store, db store.TxDB, key string,
 		// version left in the row count as that burst.
 		burst := time.Duration(max(1, rate*burstSeconds) * float64(out.Every))
 		if r.InAnySecond {
-			// At most rate in any second: no burst, and any rate + 1
-			// times a second and anySecondMargin apart, so that requests
-			// that leave up to that margin after their time still keep
-			// it.
-			out.Every = time.Duration(math.Ceil(float64(time.Second+anySecondMargin) / rate))
-			burst = 0
+			// At most rate in any second: no burst (and spacing's times).
+			out.Every, burst = spacing(rate, true), 0
 		}
 		start := latest(r.RefilledAt.Add(-time.Duration(r.Tokens*float64(out.Every))), r.Now.Add(-burst))
 		// The times from start that fall before leaseAhead from now, if
@@ -271,6 +266,18 @@ func LeaseTokens(ctx context.Context, s *store.Store, db store.TxDB, key string,
 		return Lease{}, fmt.Errorf("lease tokens of limit %s: %w", key, err)
 	}
 	return out, nil
+}
+
+// spacing is how far apart a key's request times are at rate: 1/rate,
+// rounded up (a time given out is never early), or, for a key held in
+// any second, far enough that any rate + 1 of them span a second and
+// anySecondMargin, so that requests that leave up to that margin after
+// their time still keep it.
+func spacing(rate float64, inAnySecond bool) time.Duration {
+	if inAnySecond {
+		return time.Duration(math.Ceil(float64(time.Second+anySecondMargin) / rate))
+	}
+	return time.Duration(math.Ceil(float64(time.Second) / rate))
 }
 
 // A429 is one refusal for rate (an HTTP 429) of a request of a key.

@@ -79,10 +79,7 @@ func (u *ui) showLimits(w http.ResponseWriter, r *http.Request, d *limitsData, s
 		}
 		row := limitRow{Key: l.Key, Rate: "-", SetBy: "-", Now: "-", Paused: "-", Waiting: "0", Throttles: l.Throttles, Granted: l.Granted}
 		if l.Rate != nil {
-			row.Rate, row.SetBy = rate(*l.Rate), l.RateSource
-			if l.InAnySecond {
-				row.Rate = fmt.Sprintf("at most %g in any second", *l.Rate)
-			}
+			row.Rate, row.SetBy = outboxtype.RateText(*l.Rate, l.InAnySecond), l.RateSource
 		}
 		if l.CurrentRate > 0 {
 			row.Now = rate(l.CurrentRate)
@@ -114,12 +111,7 @@ func (u *ui) showLimits(w http.ResponseWriter, r *http.Request, d *limitsData, s
 
 // rate is a rate for people: a tenth of a unit from 1/s up, three
 // significant digits below (a replay's pace of 0.01/s is not "0/s").
-func rate(r float64) string {
-	if r < 1 {
-		return strconv.FormatFloat(r, 'g', 3, 64) + "/s"
-	}
-	return strconv.FormatFloat(math.Round(r*10)/10, 'f', -1, 64) + "/s"
-}
+func rate(r float64) string { return outboxtype.RateText(r, false) }
 
 // setLimit sets a key's rate from the form, as outboxctl limits set does.
 func (u *ui) setLimit(w http.ResponseWriter, r *http.Request) {
