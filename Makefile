@@ -14,7 +14,7 @@ demo:
 
 ## test: go vet, then every test with the race detector (TEST_DATABASE_URL)
 test: vet
-	@$(DEVDB) $(GO) test -race -count=1 -timeout 20m ./...
+	@$(DEVDB) $(GO) test -race -count=1 -timeout 20m ./...; status=$$?; $(DEVDB) $(GO) run ./internal/testdb/dropidle; exit $$status
 
 ## test-bench: the benchmark end to end at a tiny size (every phase, then a short soak; ~80 s)
 test-bench:

@@ -1,6 +1,7 @@
 // Package testdb gives each test its own migrated Postgres schema in a real
-// database, dropped when the test ends, so parallel packages and repeated
-// runs never see each other's rows.
+// database, for that test alone while it runs, so parallel tests, packages
+// and repeated runs never see each other's rows. Schemas are reused within
+// a test process once emptied (pool.go), as River's riverdbtest does.
 package testdb
 
 import (
@@ -14,8 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/outboxd/outboxd/migrations"
 )
 
 // DefaultURL is used when TEST_DATABASE_URL is unset.
@@ -35,18 +34,49 @@ type DB struct {
 	Schema string
 }
 
-// New creates a schema with River's and outboxd's migrations applied.
+// New gives the test a schema with River's and outboxd's migrations
+// applied and no rows but what the migrations seed: one an earlier test of
+// this process gave back, emptied, or a new one (see pool.go).
 func New(tb testing.TB) *DB {
 	tb.Helper()
-	db := NewEmpty(tb)
-	if _, err := migrations.Up(context.Background(), db.Pool, db.Schema); err != nil {
-		tb.Fatalf("testdb: migrate %s: %v", db.Schema, err)
+	pgpool := connect(tb)
+	s := thePool.get(tb, pgpool)
+	if s == nil {
+		name, err := thePool.name(tb)
+		if err != nil {
+			pgpool.Close()
+			tb.Fatalf("testdb: %v", err)
+		}
+		if s, err = newPooled(context.Background(), pgpool, name); err != nil {
+			_, _ = pgpool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+name+" CASCADE")
+			pgpool.Close()
+			tb.Fatalf("testdb: %v", err)
+		}
 	}
-	return db
+	tb.Cleanup(func() {
+		thePool.put(s, pgpool)
+		pgpool.Close()
+	})
+	return &DB{Pool: pgpool, Schema: s.name}
 }
 
 // NewEmpty reserves a schema name without creating anything in it.
 func NewEmpty(tb testing.TB) *DB {
+	tb.Helper()
+	pool := connect(tb)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "outboxd_test_" + hex.EncodeToString(b[:])
+	tb.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		pool.Close()
+	})
+	return &DB{Pool: pool, Schema: schema}
+}
+
+// connect opens a pool on the test database, creating the database on a
+// fresh server.
+func connect(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, URL())
@@ -63,14 +93,7 @@ func NewEmpty(tb testing.TB) *DB {
 		pool.Close()
 		tb.Fatalf("testdb: Postgres unreachable at %s (set TEST_DATABASE_URL): %v", URL(), err)
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "outboxd_test_" + hex.EncodeToString(b[:])
-	tb.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-		pool.Close()
-	})
-	return &DB{Pool: pool, Schema: schema}
+	return pool
 }
 
 // createDatabase creates the test database on a fresh server, through the
