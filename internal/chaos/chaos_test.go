@@ -368,6 +368,11 @@ func TestChaosLimitHolds(t *testing.T) {
 		most = max(most, i-j+1)
 	}
 	t.Logf("%d requests in %s; at most %d in any 10 s (limit %d)", len(at), at[len(at)-1].Sub(at[0]).Round(time.Second), most, 10*rate)
+	perSecond := make([]int, int(at[len(at)-1].Sub(at[0])/time.Second)+1)
+	for _, a := range at {
+		perSecond[int(a.Sub(at[0])/time.Second)]++
+	}
+	t.Logf("requests in each second: %v", perSecond)
 	// The bucket holds a tenth of a second, and each replica may spend
 	// the block it leased a little later (its requests' own latency): the
 	// limit, within 5%, over any 10 s window.
