@@ -108,9 +108,12 @@ type Dispatcher struct {
 	settings  map[string]any
 	heartbeat chan struct{}
 	stopOnce  sync.Once
-	pool      *pgxpool.Pool
-	store     *store.Store
-	logger    *slog.Logger
+	// orphans holds this process's alive lock and hands back the jobs of
+	// processes that are gone.
+	orphans *orphans
+	pool    *pgxpool.Pool
+	store   *store.Store
+	logger  *slog.Logger
 
 	client  *river.Client[pgx.Tx]
 	worker  *Worker
@@ -268,7 +271,8 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 	}
 	worker.client = inserts
 	return &Dispatcher{record: record, settings: w.Settings, heartbeat: make(chan struct{}), pool: pool, store: st, logger: logger,
-		client: client, worker: worker, replays: replays, intake: &intake{
+		orphans: newOrphans(pool, st, w.Schema, record, cmp.Or(rc.JobTimeout, river.JobTimeoutDefault), logger),
+		client:  client, worker: worker, replays: replays, intake: &intake{
 			pool: pool, store: st, schema: w.Schema, logger: logger, client: inserts,
 			tenants: worker.tenants,
 		}}, nil
@@ -293,6 +297,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		return err
 	}
 	d.intake.start()
+	d.orphans.start(ctx)
 	if d.settings != nil {
 		d.announce(ctx)
 	}
@@ -366,6 +371,9 @@ func (d *Dispatcher) announce(ctx context.Context) {
 // effect fired, to be re-fired with the same key by this or another
 // replica.
 func (d *Dispatcher) Stop(ctx context.Context) error {
+	// The alive lock is released last: until every worker has returned,
+	// no other process may take this one's jobs for orphans.
+	defer d.orphans.stopAlive()
 	// The batchers serve the workers until the last one has returned.
 	defer d.worker.stopBatchers()
 	defer d.worker.limits.stopLimiter()
