@@ -136,17 +136,20 @@ func TestA429PausesTheKeyAndLowersItsRate(t *testing.T) {
 	require.Equal(t, 30, l.Granted, "from a twentieth of a second back, at 85/s")
 	require.Equal(t, -50*time.Millisecond, l.Start.Round(time.Millisecond))
 
-	// A new episode soon after: the pause doubles and the rate halves again.
+	// A new episode soon after, nothing accepted since the last: the
+	// pause doubles, and the rate stays where it had climbed to (a
+	// provider refusing everything says nothing of its rate).
 	until, _, err = engine.Throttle(ctx, st, db.Pool, key, engine.A429{Base: time.Second, Again: true, At: at(2100 * time.Millisecond)})
 	require.NoError(t, err)
 	require.WithinDuration(t, t0.Add(4100*time.Millisecond), until, 0)
 	row, err = st.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)
 	require.Equal(t, 2, row.ThrottledInRow)
-	require.InDelta(t, 64.5, *row.CurrentRate, 0.01)
+	require.InDelta(t, 86, *row.CurrentRate, 0.01)
 
-	// Never below what the provider was just seen to accept.
-	_, _, err = engine.Throttle(ctx, st, db.Pool, key, engine.A429{Base: time.Second, Observed: 90, Again: true, At: at(8 * time.Second)})
+	// Requests accepted since: a new episode lowers it again, never below
+	// what the provider was just seen to accept.
+	_, _, err = engine.Throttle(ctx, st, db.Pool, key, engine.A429{Base: time.Second, Observed: 90, At: at(8 * time.Second)})
 	require.NoError(t, err)
 	row, err = st.LimitOf(ctx, db.Pool, key)
 	require.NoError(t, err)

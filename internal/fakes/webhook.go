@@ -33,7 +33,19 @@ type Receiver struct {
 	mu         sync.Mutex
 	deliveries []Delivery
 	script     map[string][]Response
+	throttle   string // Retry-After of every answer while throttling
 }
+
+// Throttle makes the receiver answer every request 429 with Retry-After:
+// retryAfter (seconds) until Unthrottle, as a partner over its rate does.
+func (r *Receiver) Throttle(retryAfter string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.throttle = retryAfter
+}
+
+// Unthrottle ends Throttle.
+func (r *Receiver) Unthrottle() { r.Throttle("") }
 
 // NewReceiver starts a receiver that verifies with secret (whsec_...).
 func NewReceiver(secret string) (*Receiver, error) {
@@ -97,7 +109,9 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	var respond Response
-	if q := r.script[req.URL.Path]; len(q) > 0 {
+	if r.throttle != "" {
+		respond = Status(http.StatusTooManyRequests, "Retry-After", r.throttle)
+	} else if q := r.script[req.URL.Path]; len(q) > 0 {
 		respond, r.script[req.URL.Path] = q[0], q[1:]
 	}
 	r.mu.Unlock()
