@@ -55,7 +55,7 @@ func newWorld(t *testing.T) *world {
 	recv, err := fakes.NewReceiver(secret)
 	require.NoError(t, err)
 	t.Cleanup(recv.Close)
-	w := &world{db: testdb.New(t), bin: bin, recv: recv, stripe: fakes.NewFakeStripe(), sg: fakes.NewFakeSendGrid(),
+	w := &world{db: testdb.NewFresh(t), bin: bin, recv: recv, stripe: fakes.NewFakeStripe(), sg: fakes.NewFakeSendGrid(),
 		marker: map[string]string{}, ids: map[string]uuid.UUID{}}
 	t.Cleanup(w.stripe.Close)
 	t.Cleanup(w.sg.Close)

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/migrations"
 )
 
 // DefaultURL is used when TEST_DATABASE_URL is unset.
@@ -58,6 +60,19 @@ func New(tb testing.TB) *DB {
 		pgpool.Close()
 	})
 	return &DB{Pool: pgpool, Schema: s.name}
+}
+
+// NewFresh gives the test a newly migrated schema of its own, dropped when
+// the test ends and never reused: for tests whose processes outside this
+// one (outboxd binaries) work in the schema, where a process that outlived
+// its test must not meet the next test's rows.
+func NewFresh(tb testing.TB) *DB {
+	tb.Helper()
+	db := NewEmpty(tb)
+	if _, err := migrations.Up(context.Background(), db.Pool, db.Schema); err != nil {
+		tb.Fatalf("testdb: migrate %s: %v", db.Schema, err)
+	}
+	return db
 }
 
 // NewEmpty reserves a schema name without creating anything in it.
