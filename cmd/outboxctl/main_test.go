@@ -491,7 +491,7 @@ func TestJobsLeftRunningNameTheirProcess(t *testing.T) {
 	out, err := b.run(t, "", "dispatchers")
 	require.NoError(t, err)
 	require.Regexp(t, `web-2-7-1\s+silent since 20m\ds ago: killed\?\s+\S+\s+20m\ds ago\s+1\s`, out)
-	require.Regexp(t, `web-2-7-1 \(silent since 20m\ds ago: killed\?\) left 1 dispatch jobs running, the oldest attempted 20m\ds ago: a running outboxd hands them back once they have run for --job-timeout if that process is gone`, out)
+	require.Regexp(t, `web-2-7-1 \(silent since 20m\ds ago: killed\?\) left 1 dispatch jobs running, the oldest attempted 20m\ds ago: River rescues them`, out)
 
 	out, err = b.run(t, "", "stuck", "--json")
 	require.NoError(t, err)

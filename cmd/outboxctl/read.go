@@ -903,8 +903,8 @@ River's rescue (--rescue-after). --json prints everything in full.`,
 			for _, r := range rows {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%d\t%s\n", r.ID, r.State, r.StartedAt.UTC().Format(time.RFC3339), ago(r.SeenAt), r.RunningJobs, r.Settings)
 				if r.RunningJobs > 0 && r.State != "running" && r.State != "not recorded" {
-					left = append(left, fmt.Sprintf("%s (%s) left %d dispatch jobs running, the oldest attempted %s ago: a running outboxd hands them back once they have run "+
-						"for --job-timeout if that process is gone (River's rescue after --rescue-after is the backstop), and their effects are re-fired with the same key (or parked, at_most_once); `outboxctl stuck` lists them",
+					left = append(left, fmt.Sprintf("%s (%s) left %d dispatch jobs running, the oldest attempted %s ago: River rescues them once they have run "+
+						"for --rescue-after, and their effects are re-fired with the same key (or parked, at_most_once); `outboxctl stuck` lists them",
 						r.ID, r.State, r.RunningJobs, ago(held0(running, r.ID).Oldest)))
 				}
 			}

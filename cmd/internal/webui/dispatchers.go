@@ -53,8 +53,8 @@ func (u *ui) dispatchers(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		} else if row.RunningJobs > 0 {
-			d.Left = append(d.Left, fmt.Sprintf("%s (%s) left %d dispatch job(s) running, the oldest attempted %s ago: a running outboxd hands them back once they have run "+
-				"for --job-timeout if that process is gone (River's rescue after --rescue-after is the backstop), and their effects are re-fired with the same key (at_least_once) or parked for review (at_most_once). "+
+			d.Left = append(d.Left, fmt.Sprintf("%s (%s) left %d dispatch job(s) running, the oldest attempted %s ago: River rescues them once they have run "+
+				"for its --rescue-after, and their effects are re-fired with the same key (at_least_once) or parked for review (at_most_once). "+
 				"The overview's stuck list names each.", rec.ID, row.State, row.RunningJobs, now.Sub(held[rec.ID].Oldest).Round(time.Second)))
 		}
 		delete(held, rec.ID)
