@@ -108,12 +108,9 @@ type Dispatcher struct {
 	settings  map[string]any
 	heartbeat chan struct{}
 	stopOnce  sync.Once
-	// orphans holds this process's alive lock and hands back the jobs of
-	// processes that are gone.
-	orphans *orphans
-	pool    *pgxpool.Pool
-	store   *store.Store
-	logger  *slog.Logger
+	pool      *pgxpool.Pool
+	store     *store.Store
+	logger    *slog.Logger
 
 	client  *river.Client[pgx.Tx]
 	worker  *Worker
@@ -271,8 +268,7 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 	}
 	worker.client = inserts
 	return &Dispatcher{record: record, settings: w.Settings, heartbeat: make(chan struct{}), pool: pool, store: st, logger: logger,
-		orphans: newOrphans(pool, st, w.Schema, record, cmp.Or(rc.JobTimeout, river.JobTimeoutDefault), logger),
-		client:  client, worker: worker, replays: replays, intake: &intake{
+		client: client, worker: worker, replays: replays, intake: &intake{
 			pool: pool, store: st, schema: w.Schema, logger: logger, client: inserts,
 			tenants: worker.tenants,
 		}}, nil
@@ -297,7 +293,6 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		return err
 	}
 	d.intake.start()
-	d.orphans.start(ctx)
 	if d.settings != nil {
 		d.announce(ctx)
 	}
@@ -371,9 +366,6 @@ func (d *Dispatcher) announce(ctx context.Context) {
 // effect fired, to be re-fired with the same key by this or another
 // replica.
 func (d *Dispatcher) Stop(ctx context.Context) error {
-	// The alive lock is released last: until every worker has returned,
-	// no other process may take this one's jobs for orphans.
-	defer d.orphans.stopAlive()
 	// The batchers serve the workers until the last one has returned.
 	defer d.worker.stopBatchers()
 	defer d.worker.limits.stopLimiter()
