@@ -17,7 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -33,7 +33,6 @@ import (
 	"github.com/outboxd/outboxd/cmd/internal/webui"
 	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/internal/envflag"
-	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox/idempotency"
 	"github.com/outboxd/outboxd/outbox/outboxtrace"
 	"github.com/outboxd/outboxd/outboxtype"
@@ -55,8 +54,13 @@ const DefaultStripeConcurrency = 100
 
 // runConfig holds the settings of outboxd run.
 type runConfig struct {
-	Name            string
-	Shard           string
+	Name  string
+	Shard string
+	// ShardDatabases are the shards' databases, name=URL each, when this
+	// process dispatches for several; ShardSchemas their schemas where
+	// not --schema.
+	ShardDatabases  []string
+	ShardSchemas    map[string]string
 	HTTPAddr        string
 	ShutdownTimeout time.Duration
 	MaxConns        int32
@@ -145,6 +149,11 @@ already older than --rescue-after and re-fires it within seconds.
 	envflag.Bind(f, "name", "OUTBOXD_NAME")
 	f.StringVar(&c.Shard, "shard", "", "this database's name among the application's shards: every /metrics series and log line carries it (docs/scaling.md)")
 	envflag.Bind(f, "shard", "OUTBOXD_SHARD")
+	f.StringArrayVar(&c.ShardDatabases, "shard-database", nil, "dispatch for several shards' databases from this process instead of --database-url: name=postgres://… (repeat the flag; in the variable separate entries by spaces); each shard gets its own River client, leader, sweeper and retention, and the limits are kept once for all (docs/scaling.md)")
+	envflag.Bind(f, "shard-database", "OUTBOXD_SHARD_DATABASES")
+	envflag.Secret(f, "shard-database")
+	f.StringToStringVar(&c.ShardSchemas, "shard-schema", nil, "schemas of the --shard-database shards where not --schema, e.g. eu-1=outboxd")
+	envflag.Bind(f, "shard-schema", "OUTBOXD_SHARD_SCHEMAS")
 	f.StringVar(&c.HTTPAddr, "http-addr", ":8080", "address of /healthz, /readyz and /metrics (empty: none)")
 	envflag.Bind(f, "http-addr", "OUTBOXD_HTTP_ADDR")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight calls may finish after a signal")
@@ -345,7 +354,7 @@ func (c *runConfig) providers(ctx context.Context) (provs []providers.Provider, 
 // settings are what this process dispatches with, as outboxctl
 // dispatchers shows them: hosts, windows, policies and limits, never
 // secrets.
-func (c *runConfig) settings(names []string, provs []providers.Provider) map[string]any {
+func (c *runConfig) settings(shard string, names []string, provs []providers.Provider) map[string]any {
 	s := map[string]any{
 		"providers":               names,
 		"concurrency":             c.concurrency(provs),
@@ -364,8 +373,8 @@ func (c *runConfig) settings(names []string, provs []providers.Provider) map[str
 		"tenant_weights":          c.TenantWeights,
 		"endpoint_disable_after":  c.EndpointDisableAfter.String(),
 	}
-	if c.Shard != "" {
-		s["shard"] = c.Shard
+	if shard != "" {
+		s["shard"] = shard
 	}
 	if c.sharedLimits != nil {
 		// Where, not how to reach it: the URL may hold a password.
@@ -596,6 +605,11 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if err := c.validate(); err != nil {
 		return err
 	}
+	shards, err := c.shardSpecs(g)
+	if err != nil {
+		return err
+	}
+	multi := len(c.ShardDatabases) > 0
 	tp, flushTraces, err := setupTracing(ctx, os.Getenv, log)
 	if err != nil {
 		return err
@@ -621,16 +635,22 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if err != nil {
 		return err
 	}
-	pool, err := cli.Connect(ctx, g.URL, c.MaxConns)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := migrations.Check(ctx, pool, g.Schema); err != nil {
-		return err
+	defer closeShards(shards)
+	for _, s := range shards {
+		s.log = log
+		if multi {
+			s.log = log.With("shard", s.name)
+		}
+		// One database must answer at start; of several shards, one that
+		// does not yet is waited for while the others dispatch.
+		if err := s.open(ctx, c.MaxConns, !multi); err != nil {
+			return err
+		}
 	}
 	// Limits shared with the other databases (shards) that name the same
-	// place: --limits-database-url.
+	// place: --limits-database-url. With several shards and no place
+	// named, the first shard keeps them for all, so that N shards never
+	// offer N times a provider's rate.
 	limitsPool, err := g.OpenLimits(ctx, max(2, c.MaxConns/4))
 	if err != nil {
 		return err
@@ -638,78 +658,94 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if limitsPool != nil {
 		defer limitsPool.Close()
 		c.sharedLimits = &sideeffects.SharedLimits{Pool: limitsPool, Schema: g.LimitsSchema}
+	} else if multi {
+		c.sharedLimits = &sideeffects.SharedLimits{Pool: shards[0].pool, Schema: shards[0].schema}
 	}
-	if c.endpointKey != nil {
-		disableAfter := c.EndpointDisableAfter
-		if disableAfter == 0 {
-			disableAfter = -1 // never
-		}
-		ep, err := endpoint.New(endpoint.Config{DB: pool, Schema: g.Schema, Key: c.endpointKey, Sender: c.webhookSender,
-			Webhook: c.endpointWebhook, DisableAfter: disableAfter})
-		if err != nil {
-			return cli.UsageError{Err: err}
-		}
-		// A key that opens none of some endpoints' secrets would leave
-		// their deliveries waiting on this replica: refused at start.
-		sealed, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: g.Schema, Key: c.endpointKey})
+	if c.endpointKey != nil && !multi {
+		ep, err := c.endpointProvider(ctx, shards[0])
 		if err != nil {
 			return err
-		}
-		if n, err := sealed.Unopenable(ctx, pool); err != nil {
-			return err
-		} else if n > 0 {
-			return cli.Usagef("--endpoint-key (OUTBOXD_ENDPOINT_KEY) is not the key %d sealed endpoint secrets were sealed with: give that key too, as a comma-separated list with the new key first, then run outboxctl endpoints reseal", n)
 		}
 		provs = append(provs, ep)
 	}
 	reg := prometheus.NewRegistry()
-	// With --shard every series carries shard="<name>", so that one
-	// Prometheus reads the fleet.
-	var labelled prometheus.Registerer = reg
-	if c.Shard != "" {
-		labelled = prometheus.WrapRegistererWith(prometheus.Labels{"shard": c.Shard}, reg)
+	// Every series of a named shard carries shard="<name>", so that one
+	// Prometheus reads the fleet; with several shards in this process, its
+	// own series (Go, the process, the destinations its senders hold) are
+	// one per process.
+	var processReg prometheus.Registerer = reg
+	if !multi && c.Shard != "" {
+		processReg = prometheus.WrapRegistererWith(prometheus.Labels{"shard": c.Shard}, reg)
 	}
-	labelled.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		dispatchmetrics.NewStateCollector(pool, g.Schema), dispatchmetrics.NewDestinationCollector(provs...),
-		dispatchmetrics.NewSharedLimitCollector(pool, g.Schema, c.sharedLimits), dispatchmetrics.NewTenantCollector(pool, g.Schema, 0))
-	metrics, err := dispatchmetrics.New(labelled)
-	if err != nil {
-		return err
-	}
-	names := make([]string, len(provs))
-	for i, p := range provs {
-		names[i] = p.Name()
-	}
-	newDispatcher := func() (*sideeffects.Dispatcher, error) {
-		cfg := c.dispatcherConfig(g.Schema, provs, names, inDoubt, metrics, log)
-		if tp != nil {
-			cfg.Tracer = outboxtrace.New(tp)
-			cfg.RiverMiddleware = []rivertype.Middleware{outboxtrace.RiverMiddleware(tp)}
+	processReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		dispatchmetrics.NewDestinationCollector(provs...))
+	builds := make([]func() (*sideeffects.Dispatcher, error), len(shards))
+	var firstMetrics *dispatchmetrics.Metrics
+	for i, s := range shards {
+		var labelled prometheus.Registerer = reg
+		if s.name != "" {
+			labelled = prometheus.WrapRegistererWith(prometheus.Labels{"shard": s.name}, reg)
 		}
-		d, err := sideeffects.NewDispatcher(pool, cfg)
+		labelled.MustRegister(dispatchmetrics.NewStateCollector(s.pool, s.schema),
+			dispatchmetrics.NewSharedLimitCollector(s.pool, s.schema, c.sharedLimits), dispatchmetrics.NewTenantCollector(s.pool, s.schema, 0))
+		metrics, err := dispatchmetrics.New(labelled)
 		if err != nil {
-			return nil, cli.UsageError{Err: err}
+			return err
 		}
-		return d, nil
-	}
-	if _, err := newDispatcher(); err != nil {
-		return err
+		if i == 0 {
+			firstMetrics = metrics
+		}
+		builds[i] = func() (*sideeffects.Dispatcher, error) {
+			shardProvs := provs
+			if c.endpointKey != nil && multi {
+				// A shard's endpoints live in its own database, with the
+				// events that fan out to them: read once it answers.
+				ep, err := c.endpointProvider(ctx, s)
+				if err != nil {
+					return nil, err
+				}
+				shardProvs = append(slices.Clip(provs), ep)
+			}
+			cfg := c.dispatcherConfig(s.name, s.schema, shardProvs, inDoubt, metrics, s.log)
+			s.providers = cfg.Settings["providers"].([]string)
+			if tp != nil {
+				cfg.Tracer = outboxtrace.New(tp)
+				cfg.RiverMiddleware = []rivertype.Middleware{outboxtrace.RiverMiddleware(tp)}
+			}
+			d, err := sideeffects.NewDispatcher(s.pool, cfg)
+			if err != nil {
+				return nil, cli.UsageError{Err: err}
+			}
+			return d, nil
+		}
+		if !multi {
+			// Settings mistakes end outboxd before it serves anything.
+			if _, err := builds[i](); err != nil {
+				return err
+			}
+		}
 	}
 
-	var started atomic.Bool
 	var srv, eventsSrv, webSrv *http.Server
 	if c.HTTPAddr != "" {
-		mux := healthHandler(pool, g.Schema, &started)
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte("ok\n"))
+		})
+		readyHandler(mux, shards, multi)
 		mux.Handle("GET /metrics", metricsHandler(reg))
 		if srv, _, err = serve(c.HTTPAddr, "--http-addr (OUTBOXD_HTTP_ADDR)", "health server", mux, log, listenerTimeouts); err != nil {
 			return err
 		}
 	}
+	// Provider events and the web view serve the one database of
+	// --database-url (shardSpecs refuses them with several shards).
+	pool := shards[0].pool
 	// Provider events: their own address, as providers reach it from the
 	// internet while /metrics stays internal.
 	if c.StripeWebhookSecret != "" || c.SendGridEventPublicKey != "" {
 		ecfg := providerevents.Config{Schema: g.Schema, StripeSecret: c.StripeWebhookSecret, SendGridPublicKey: c.SendGridEventPublicKey,
-			Observer: metrics, Logger: log}
+			Observer: firstMetrics, Logger: log}
 		h, err := providerevents.New(pool, ecfg)
 		if err != nil {
 			return cli.UsageError{Err: err}
@@ -740,20 +776,53 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 
 	// The signal cancels ctx, which starts River's soft stop
 	// (ShutdownTimeout); Stop below waits for it and stops the rest.
-	d, err := startRetrying(ctx, log, newDispatcher, time.Second)
-	if err != nil {
-		return fmt.Errorf("start dispatcher: %w", err)
+	startCtx, cancelStart := context.WithCancel(ctx)
+	defer cancelStart()
+	failed := make(chan error, len(shards))
+	var starting sync.WaitGroup
+	for i, s := range shards {
+		starting.Add(1)
+		go func() {
+			defer starting.Done()
+			if multi {
+				if err := s.waitReady(startCtx); err != nil {
+					failed <- err
+					return
+				}
+			}
+			d, err := startRetrying(startCtx, s.log, builds[i], time.Second)
+			if err != nil {
+				failed <- fmt.Errorf("start dispatcher%s: %w", shardSuffix(s.name), err)
+				return
+			}
+			s.mu.Lock()
+			s.d = d
+			s.mu.Unlock()
+			s.started.Store(true)
+			s.log.Info("outboxd running", "schema", s.schema, "providers", s.providers, "http_addr", c.HTTPAddr,
+				"job_timeout", c.JobTimeout, "rescue_after", c.RescueAfter, "retention", c.Retention, "tracing", tp != nil)
+		}()
 	}
-	started.Store(true)
-	log.Info("outboxd running", "schema", g.Schema, "providers", names, "http_addr", c.HTTPAddr,
-		"job_timeout", c.JobTimeout, "rescue_after", c.RescueAfter, "retention", c.Retention, "tracing", tp != nil)
+	if !multi {
+		// One database: outboxd is running once its dispatcher is, or
+		// ends with the reason it could not start.
+		starting.Wait()
+	}
 
-	<-ctx.Done()
-	log.Info("signal received: draining", "timeout", c.ShutdownTimeout)
-	started.Store(false)
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("signal received: draining", "timeout", c.ShutdownTimeout)
+	case runErr = <-failed:
+		if ctx.Err() != nil {
+			runErr = nil // the signal came while starting
+		}
+	}
+	cancelStart()
+	starting.Wait()
 	stopCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout+15*time.Second)
 	defer cancel()
-	stopErr := d.Stop(stopCtx)
+	stopErr := stopShards(stopCtx, shards)
 	if srv != nil {
 		_ = srv.Shutdown(context.Background())
 	}
@@ -763,11 +832,23 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	if webSrv != nil {
 		_ = webSrv.Shutdown(stopCtx)
 	}
+	if runErr != nil {
+		return runErr
+	}
 	if stopErr != nil {
-		return fmt.Errorf("stop dispatcher: %w", stopErr)
+		return stopErr
 	}
 	log.Info("outboxd stopped")
 	return nil
+}
+
+// closeShards closes the shards' pools.
+func closeShards(shards []*shard) {
+	for _, s := range shards {
+		if s.pool != nil {
+			s.pool.Close()
+		}
+	}
 }
 
 // reconcilers are the providers the web view can ask what they hold for
@@ -826,47 +907,18 @@ func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[strin
 		KeyWindow: func(provider string) time.Duration { return guarantees[provider].Refirable() }})
 }
 
-// healthHandler serves /healthz (the process is alive) and /readyz (the
-// database answers, migrations are applied and the dispatcher is running).
-// The migration check opens its own connection, so a passing result is
-// reused for 30 seconds rather than repeated on every probe.
-func healthHandler(pool *pgxpool.Pool, schema string, started *atomic.Bool) *http.ServeMux {
-	var migratedAt atomic.Int64 // unix nanoseconds of the last passing check
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-		defer cancel()
-		if !started.Load() {
-			http.Error(w, "dispatcher not running", http.StatusServiceUnavailable)
-			return
-		}
-		if err := pool.Ping(ctx); err != nil {
-			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
-			return
-		}
-		if time.Since(time.Unix(0, migratedAt.Load())) > 30*time.Second {
-			if err := migrations.Check(ctx, pool, schema); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			migratedAt.Store(time.Now().UnixNano())
-		}
-		_, _ = w.Write([]byte("ready\n"))
-	})
-	return mux
-}
-
 // dispatcherConfig is the dispatcher's configuration from the flags.
-func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, names []string,
+func (c *runConfig) dispatcherConfig(shard, schema string, provs []providers.Provider,
 	inDoubt map[string]providers.InDoubtPolicy, metrics sideeffects.Observer, log *slog.Logger) sideeffects.Config {
 	retention := c.Retention
 	if retention <= 0 {
 		retention = -1 // disabled
 	}
 	limits, inAnySecond := c.limits(provs)
+	names := make([]string, len(provs))
+	for i, p := range provs {
+		names[i] = p.Name()
+	}
 	return sideeffects.Config{
 		Schema:                schema,
 		SweepInterval:         c.SweepInterval,
@@ -890,7 +942,7 @@ func (c *runConfig) dispatcherConfig(schema string, provs []providers.Provider, 
 		ShutdownTimeout: max(c.ShutdownTimeout, time.Millisecond),
 		Logger:          log,
 		// What outboxctl dispatchers shows of this process.
-		Settings: c.settings(names, provs),
+		Settings: c.settings(shard, names, provs),
 		Name:     c.Name,
 	}
 }

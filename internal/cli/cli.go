@@ -62,7 +62,9 @@ func ConnectLimits(ctx context.Context, limitsURL string, maxConns int32) (*pgxp
 	return connect(ctx, limitsURL, maxConns, "--limits-database-url (OUTBOXD_LIMITS_DATABASE_URL)")
 }
 
-func connect(ctx context.Context, databaseURL string, maxConns int32, flag string) (*pgxpool.Pool, error) {
+// OpenPool opens a pool without waiting for the database to answer: its
+// connections are made when first used. flag names the setting in errors.
+func OpenPool(ctx context.Context, databaseURL string, maxConns int32, flag string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, Usagef("%s is not a valid Postgres URL: %s", flag, Redact(databaseURL))
@@ -74,6 +76,14 @@ func connect(ctx context.Context, databaseURL string, maxConns int32, flag strin
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", Redact(databaseURL), err)
+	}
+	return pool, nil
+}
+
+func connect(ctx context.Context, databaseURL string, maxConns int32, flag string) (*pgxpool.Pool, error) {
+	pool, err := OpenPool(ctx, databaseURL, maxConns, flag)
+	if err != nil {
+		return nil, err
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
