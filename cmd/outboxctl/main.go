@@ -48,6 +48,8 @@ type app struct {
 	Policies cli.Policies
 	stdin    io.Reader
 
+	fleet fleet
+
 	pool *pgxpool.Pool
 	op   *sideeffects.Operator
 	// windows are the providers' key windows less their margins
@@ -64,22 +66,23 @@ func newRootCmd(stdin io.Reader) *cobra.Command {
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		cmd.SetOut(newEscapeWriter(cmd.OutOrStdout()))
 		cmd.SetErr(newEscapeWriter(cmd.ErrOrStderr()))
-		return pre(cmd, args)
-	}
-	root.PersistentPostRun = func(*cobra.Command, []string) {
-		if a.pool != nil {
-			a.pool.Close()
+		if err := pre(cmd, args); err != nil {
+			return err
 		}
+		return a.selectShard(cmd)
 	}
+	root.PersistentPostRun = func(*cobra.Command, []string) { a.close() }
 	pf := root.PersistentFlags()
 	pf.BoolVar(&a.JSON, "json", false, "print JSON instead of a table")
 	pf.StringVar(&a.Actor, "actor", "", "who acts, for the audit trail (default: the OS user)")
 	envflag.Bind(pf, "actor", "OUTBOXCTL_ACTOR")
 	// The same settings as outboxd run's, from the same variables.
 	a.Policies.Bind(pf)
+	a.fleet.bind(pf)
 
 	root.AddCommand(newStuckCmd(a), newListCmd(a), newShowCmd(a), newEventsCmd(a), newStatsCmd(a), newDispatchersCmd(a),
 		newRetryCmd(a), newRequeueCmd(a), newEditCmd(a), newAcknowledgeCmd(a), newReleaseCmd(a), newCancelCmd(a), newConfirmCmd(a), newPurgeCmd(a), newKeysCmd(a), newDriftCmd(a), newLimitsCmd(a), newTenantsCmd(a), newEndpointsCmd(a), newReplaysCmd(a), newReconcileCmd(a), newMigrateCmd(a))
+	a.enableFleet(root)
 	return root
 }
 

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -426,9 +425,6 @@ func (c *runConfig) limits(provs []providers.Provider) (map[string]float64, []st
 	return out, inAnySecond
 }
 
-// shardName is what --shard accepts: a label value and a log field.
-var shardName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-
 // parseLimit reads a --limit value: requests a second ("50", "50/s"), an
 // average, or "4/any-second", at most that many in any second.
 func parseLimit(v string) (rate float64, inAnySecond bool, err error) {
@@ -572,8 +568,10 @@ func (c *runConfig) validate() error {
 	if err := sideeffects.CheckName(c.Name); err != nil {
 		return cli.Usagef("--name (OUTBOXD_NAME) is %w", err)
 	}
-	if c.Shard != "" && !shardName.MatchString(c.Shard) {
-		return cli.Usagef("--shard (OUTBOXD_SHARD) is %.80q: give 1 to 64 lower-case letters, digits, '-' or '_', e.g. eu-1", c.Shard)
+	if c.Shard != "" {
+		if err := cli.CheckShardName("--shard (OUTBOXD_SHARD)", c.Shard); err != nil {
+			return err
+		}
 	}
 	if c.TenantWindow < 1 {
 		return cli.Usagef("--tenant-window (OUTBOXD_TENANT_WINDOW) is %d: it must be at least 1", c.TenantWindow)

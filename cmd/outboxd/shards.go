@@ -58,34 +58,14 @@ func (c *runConfig) shardSpecs(g *globalConfig) ([]*shard, error) {
 	if c.Shard != "" {
 		return nil, cli.Usagef("--shard (OUTBOXD_SHARD) names the one database of --database-url: with --shard-database each shard is named there (name=postgres://…)")
 	}
-	var out []*shard
-	for _, entry := range c.ShardDatabases {
-		for _, field := range strings.Fields(entry) {
-			name, url, ok := strings.Cut(field, "=")
-			if !ok || !shardName.MatchString(name) {
-				return nil, cli.Usagef("--shard-database (OUTBOXD_SHARD_DATABASES) %.40q: give name=postgres://… with a name of 1 to 64 lower-case letters, digits, '-' or '_', e.g. eu-1=postgres://outboxd@eu-1.db/app", cli.Redact(field))
-			}
-			if !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
-				return nil, cli.Usagef("--shard-database (OUTBOXD_SHARD_DATABASES) %s: give the database as a postgres:// URL (entries are separated by spaces)", name)
-			}
-			if slices.ContainsFunc(out, func(s *shard) bool { return s.name == name }) {
-				return nil, cli.Usagef("--shard-database (OUTBOXD_SHARD_DATABASES) names shard %s twice: each shard once", name)
-			}
-			schema := g.Schema
-			if v, ok := c.ShardSchemas[name]; ok {
-				schema = v
-			}
-			out = append(out, &shard{name: name, url: url, schema: schema,
-				setting: "--shard-database (OUTBOXD_SHARD_DATABASES) " + name})
-		}
+	parsed, err := cli.ParseShards(c.ShardDatabases, c.ShardSchemas, g.Schema)
+	if err != nil {
+		return nil, err
 	}
-	for name, schema := range c.ShardSchemas {
-		if !slices.ContainsFunc(out, func(s *shard) bool { return s.name == name }) {
-			return nil, cli.Usagef("--shard-schema (OUTBOXD_SHARD_SCHEMAS) %s=%s: no --shard-database names shard %s", name, schema, name)
-		}
-		if err := migrations.ValidSchema(schema); err != nil {
-			return nil, cli.Usagef("--shard-schema (OUTBOXD_SHARD_SCHEMAS) %s: %w", name, err)
-		}
+	var out []*shard
+	for _, p := range parsed {
+		out = append(out, &shard{name: p.Name, url: p.URL, schema: p.Schema,
+			setting: "--shard-database (OUTBOXD_SHARD_DATABASES) " + p.Name})
 	}
 	if c.WebAddr != "" || c.StripeWebhookSecret != "" || c.SendGridEventPublicKey != "" {
 		return nil, cli.Usagef("--web-addr and the provider events (--stripe-webhook-secret, --sendgrid-event-public-key) serve one database: " +
