@@ -98,6 +98,9 @@ type settings struct {
 	// (columns)" or "table USING method (columns)", separated by ";": the
 	// indexes a candidate layout puts in place of those it drops.
 	CreateIndexes string `json:"create_indexes,omitempty"`
+	// LayoutSQL is a SQL file run on the migrated schema before the
+	// phases: a candidate layout.
+	LayoutSQL string `json:"layout_sql,omitempty"`
 	// FillFactor, when not 0, is side_effects' fillfactor set before the
 	// phases: room left on each page for its row's next versions.
 	FillFactor int `json:"fillfactor,omitempty"`
@@ -181,6 +184,7 @@ func main() {
 	flag.StringVar(&s.Out, "out", "bench.json", "write the figures here as JSON (empty: don't)")
 	flag.StringVar(&s.CPUProfile, "cpuprofile", "", "write outboxbench's own CPU profile here (go tool pprof)")
 	flag.StringVar(&s.CreateIndexes, "create-indexes", "", `indexes to create after -drop-indexes, each "table (columns)" or "table USING method (columns)", separated by ";" (a candidate layout's replacements)`)
+	flag.StringVar(&s.LayoutSQL, "layout-sql", "", "a SQL file run on the migrated bench schema (search_path set to it) before the phases: a candidate storage layout, such as cmd/outboxbench/layouts/*.sql (docs/storage.md)")
 	flag.StringVar(&s.DropIndexes, "drop-indexes", "", "comma-separated indexes (or constraints) of outboxd's tables to drop before the phases, to measure a candidate storage layout (docs/storage.md)")
 	flag.IntVar(&s.FillFactor, "fillfactor", 0, "side_effects' fillfactor (10-100) set before the phases, to measure a candidate storage layout (0: the migrated one)")
 	flag.BoolVar(&s.IntakeOnly, "intake-only", false, "in the dispatch phase, burn down only -effects effects found in the intake (outbox.JobsByDispatcher), beside River's baselines")
@@ -266,6 +270,9 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 		return err
 	}
 	if err := createIndexes(ctx, pool, schema, s.CreateIndexes); err != nil {
+		return err
+	}
+	if err := layoutSQL(ctx, pool, schema, s.LayoutSQL); err != nil {
 		return err
 	}
 	if s.FillFactor != 0 {
@@ -655,6 +662,31 @@ func createIndexes(ctx context.Context, pool *pgxpool.Pool, schema, list string)
 		if _, err := pool.Exec(ctx, "CREATE INDEX ON "+pgx.Identifier{schema, m[1]}.Sanitize()+" "+m[2]); err != nil {
 			return fmt.Errorf("-create-indexes %q: %w", spec, err)
 		}
+	}
+	return nil
+}
+
+// layoutSQL runs the SQL file path, if any, on the bench schema, with
+// search_path set to it.
+func layoutSQL(ctx context.Context, pool *pgxpool.Pool, schema, path string) error {
+	if path == "" {
+		return nil
+	}
+	text, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("-layout-sql: %w", err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET search_path TO "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return err
+	}
+	defer func() { _, _ = conn.Exec(ctx, "RESET search_path") }()
+	if _, err := conn.Exec(ctx, string(text)); err != nil {
+		return fmt.Errorf("-layout-sql %s: %w", path, err)
 	}
 	return nil
 }
