@@ -755,7 +755,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		log.Info("provider events served", "addr", addr.String(), "endpoints", ecfg.String())
 	}
 	if c.WebAddr != "" {
-		h, err := c.webView(pool, g.Schema, inDoubt, provs, log)
+		h, err := c.webView(shards, inDoubt, provs, log)
 		if err != nil {
 			return cli.UsageError{Err: err}
 		}
@@ -849,6 +849,27 @@ func closeShards(shards []*shard) {
 	}
 }
 
+// webView is the web view of the one database, or, with several shards,
+// of each shard with an overview of them all (webui.NewFleet).
+func (c *runConfig) webView(shards []*shard, inDoubt map[string]providers.InDoubtPolicy, provs []providers.Provider, log *slog.Logger) (http.Handler, error) {
+	if len(c.ShardDatabases) == 0 {
+		cfg, err := c.webConfig(shards[0].pool, shards[0].schema, inDoubt, provs, log)
+		if err != nil {
+			return nil, err
+		}
+		return webui.New(cfg)
+	}
+	fleet := make([]webui.FleetShard, len(shards))
+	for i, s := range shards {
+		cfg, err := c.webConfig(s.pool, s.schema, inDoubt, provs, s.log)
+		if err != nil {
+			return nil, err
+		}
+		fleet[i] = webui.FleetShard{Name: s.name, Config: cfg}
+	}
+	return webui.NewFleet("", fleet)
+}
+
 // reconcilers are the providers the web view can ask what they hold for
 // an effect's key ("Ask the provider"), by name.
 func reconcilers(provs []providers.Provider) map[string]providers.Reconciler {
@@ -870,9 +891,9 @@ func validators(provs []providers.Provider) map[string]providers.Validator {
 	return out
 }
 
-// webView builds the web view with the operator API and the policies
-// outboxctl uses.
-func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[string]providers.InDoubtPolicy, provs []providers.Provider, log *slog.Logger) (http.Handler, error) {
+// webConfig configures the web view of one database with the operator
+// API and the policies outboxctl uses.
+func (c *runConfig) webConfig(pool *pgxpool.Pool, schema string, inDoubt map[string]providers.InDoubtPolicy, provs []providers.Provider, log *slog.Logger) (webui.Config, error) {
 	// The providers this process runs know their own windows (a broker's
 	// is its stream's); the policies name the rest.
 	guarantees := c.Policies.Guarantees()
@@ -882,27 +903,27 @@ func (c *runConfig) webView(pool *pgxpool.Pool, schema string, inDoubt map[strin
 	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: schema, Guarantees: guarantees, InDoubt: inDoubt,
 		SharedLimits: c.sharedLimits})
 	if err != nil {
-		return nil, err
+		return webui.Config{}, err
 	}
 	proxies, err := c.trustedProxies()
 	if err != nil {
-		return nil, err
+		return webui.Config{}, err
 	}
 	keys, err := idempotency.NewKeys(pool, schema)
 	if err != nil {
-		return nil, err
+		return webui.Config{}, err
 	}
 	// The endpoints pages read without the key; registering an endpoint
 	// and rotating a secret need it.
 	endpoints, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: schema, Key: c.endpointKey, AllowedNetworks: c.endpointWebhook.AllowedNetworks})
 	if err != nil {
-		return nil, err
+		return webui.Config{}, err
 	}
-	return webui.New(webui.Config{Keys: keys, Endpoints: endpoints, EndpointsDB: pool, Schema: schema, Operator: op, AdminToken: c.WebAdminToken, ReadToken: c.webReadToken(), Logger: log,
+	return webui.Config{Keys: keys, Endpoints: endpoints, EndpointsDB: pool, Schema: schema, Operator: op, AdminToken: c.WebAdminToken, ReadToken: c.webReadToken(), Logger: log,
 		Operators: c.WebOperatorTokens, ReadNeedsCredential: !loopbackAddr(c.WebAddr) && !c.WebAnonymousRead,
 		TrustedUserHeader: c.WebTrustedUserHeader, TrustedProxies: proxies,
 		FiredBound: c.RescueAfter + time.Minute, Reconcilers: reconcilers(provs), Validators: validators(provs),
-		KeyWindow: func(provider string) time.Duration { return guarantees[provider].Refirable() }})
+		KeyWindow: func(provider string) time.Duration { return guarantees[provider].Refirable() }}, nil
 }
 
 // dispatcherConfig is the dispatcher's configuration from the flags.

@@ -73,6 +73,10 @@ func TestOneOutboxdDispatchesForEveryShardAndADownShardStopsOnlyItself(t *testin
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
+	l, err = net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	webAddr := l.Addr().String()
+	require.NoError(t, l.Close())
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -91,7 +95,7 @@ func TestOneOutboxdDispatchesForEveryShardAndADownShardStopsOnlyItself(t *testin
 		cmd := newRootCmd()
 		cmd.SetOut(&logs)
 		cmd.SetErr(&logs)
-		cmd.SetArgs([]string{"run", "--http-addr", addr, "--log-level", "info",
+		cmd.SetArgs([]string{"run", "--http-addr", addr, "--web-addr", webAddr, "--log-level", "info",
 			"--webhook-secret", testSecret, "--webhook-allow-cidrs", "127.0.0.0/8",
 			"--shard-database", "eu-1=" + testdb.URL(), "--shard-database", "us-1=" + testdb.URL(),
 			// A shard whose database does not answer.
@@ -140,6 +144,17 @@ func TestOneOutboxdDispatchesForEveryShardAndADownShardStopsOnlyItself(t *testin
 	require.Contains(t, metrics, `outboxd_effects_scrape_ok{shard="ap-1"} 0`)
 	require.Contains(t, metrics, `outboxd_transitions_total{kind="webhook.order_paid",provider="webhook",shard="us-1",to="confirmed"} 7`)
 
+	// One web view: a row per shard, each shard's pages under its name.
+	status, body = get("http://" + webAddr + "/ui/")
+	require.Equal(t, http.StatusOK, status)
+	for _, name := range []string{"eu-1", "us-1", "ap-1"} {
+		require.Contains(t, body, `data-shard="`+name+`"`)
+	}
+	require.Contains(t, body, "could not be read", "the shard that is down says so")
+	status, body = get("http://" + webAddr + "/ui/shards/us-1/effects/" + idsB[0].String())
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `<strong id="shard">us-1</strong>`)
+
 	// The shard that was down dispatches once its database answers.
 	proxy.open()
 	confirmed(c, idsC)
@@ -181,7 +196,7 @@ func TestShardDatabasesAreCheckedBeforeAnythingStarts(t *testing.T) {
 		{[]string{"--shard-database", "eu=postgres://x/y", "--shard-database", "eu=postgres://z/y"}, "names shard eu twice"},
 		{[]string{"--shard-database", "eu=postgres://x/y", "--shard-schema", "us=s"}, "no --shard-database names shard us"},
 		{[]string{"--shard-database", "eu=postgres://x/y", "--shard", "eu"}, "--shard (OUTBOXD_SHARD) names the one database"},
-		{[]string{"--shard-database", "eu=postgres://x/y", "--web-addr", "127.0.0.1:0"}, "serve them from a replica per shard"},
+		{[]string{"--shard-database", "eu=postgres://x/y", "--stripe-webhook-secret", "whsec_x"}, "serve them from a replica per shard"},
 		{[]string{"--shard-database", "eu=postgres://u:hunter2secret@x/y", "--shard-schema", "eu=1bad"}, "--shard-schema (OUTBOXD_SHARD_SCHEMAS) eu"},
 	} {
 		args := append([]string{"run", "--webhook-secret", testSecret, "--http-addr", ""}, c.args...)

@@ -42,6 +42,12 @@ var staticFS embed.FS
 type Config struct {
 	// Schema is shown in the page header ("" shows search_path).
 	Schema string
+	// Shard names the database among the application's shards, shown in
+	// the header of every page (NewFleet sets it).
+	Shard string
+	// Fleet is the path of the overview of every shard, linked from the
+	// header (NewFleet sets it; "" for one database).
+	Fleet string
 	// Operator reads and acts; the web view holds no connection of its own.
 	Operator *sideeffects.Operator
 	// Prefix is the path the view is served under. Default "/ui/".
@@ -267,14 +273,16 @@ type view struct {
 	Title  string
 	Prefix string
 	Schema string
+	Shard  string
+	Fleet  string
 	Admin  bool
 	CSRF   string
 	Data   any
 }
 
 func (u *ui) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
-	v := view{Title: title, Prefix: u.cfg.Prefix, Schema: cmpOr(u.cfg.Schema, "search_path"), Admin: u.canAct(),
-		CSRF: u.csrfToken(w, r), Data: data}
+	v := view{Title: title, Prefix: u.cfg.Prefix, Schema: cmpOr(u.cfg.Schema, "search_path"), Shard: u.cfg.Shard, Fleet: u.cfg.Fleet,
+		Admin: u.canAct(), CSRF: u.csrfToken(w, r), Data: data}
 	var b strings.Builder
 	if err := u.pages[page].ExecuteTemplate(&b, "layout", v); err != nil {
 		u.cfg.Logger.Error("webui: render", "page", page, "error", err)
@@ -292,8 +300,8 @@ func (u *ui) fail(w http.ResponseWriter, status int, msg string, err error) {
 	if err != nil {
 		u.cfg.Logger.Error("webui: "+msg, "error", err)
 	}
-	v := view{Title: http.StatusText(status), Prefix: u.cfg.Prefix, Schema: cmpOr(u.cfg.Schema, "search_path"), Admin: u.canAct(),
-		Data: errorData{Status: status, StatusText: http.StatusText(status), Message: msg}}
+	v := view{Title: http.StatusText(status), Prefix: u.cfg.Prefix, Schema: cmpOr(u.cfg.Schema, "search_path"), Shard: u.cfg.Shard,
+		Fleet: u.cfg.Fleet, Admin: u.canAct(), Data: errorData{Status: status, StatusText: http.StatusText(status), Message: msg}}
 	var b strings.Builder
 	if err := u.pages["error"].ExecuteTemplate(&b, "layout", v); err != nil {
 		http.Error(w, msg, status)
