@@ -145,7 +145,10 @@ func TestChaosShards(t *testing.T) {
 	args := []string{"run", "--http-addr", "", "--log-level", "error",
 		"--webhook-secret", secret, "--webhook-allow-cidrs", "127.0.0.0/8", "--webhook-timeout", "2s",
 		"--job-timeout", "5s", "--rescue-after", "8s", "--retry-base-delay", "100ms", "--retry-max-delay", "2s",
-		"--concurrency", "webhook=100", "--shutdown-timeout", "5s", "--db-max-conns", "10",
+		"--concurrency", "webhook=100", "--shutdown-timeout", "5s",
+		// Two replicas, two shards on the local cluster: 20 of its 100
+		// connections, beside the test running next to this one.
+		"--db-max-conns", "5",
 		"--limit", fmt.Sprintf("webhook:localhost:%s=%d", port, rate)}
 	var schemas []string
 	for _, s := range shards {
