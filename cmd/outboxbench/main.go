@@ -123,6 +123,9 @@ type report struct {
 	Admin   []adminResult    `json:"admin,omitempty"`
 	// Replicas is no-op dispatch with 1, 2 and 3 dispatchers.
 	Replicas []replicaResult `json:"replicas,omitempty"`
+	// Shards is no-op dispatch of 1, 2 and 3 shards' backlogs by one
+	// process serving them all.
+	Shards []shardResult `json:"shards,omitempty"`
 	// History is the cost-versus-history phase, one row per size.
 	History []historyResult `json:"history,omitempty"`
 	// Purge is retention deleting expired effects under steady traffic.
@@ -188,7 +191,7 @@ func main() {
 	flag.StringVar(&s.DropIndexes, "drop-indexes", "", "comma-separated indexes (or constraints) of outboxd's tables to drop before the phases, to measure a candidate storage layout (docs/storage.md)")
 	flag.IntVar(&s.FillFactor, "fillfactor", 0, "side_effects' fillfactor (10-100) set before the phases, to measure a candidate storage layout (0: the migrated one)")
 	flag.BoolVar(&s.IntakeOnly, "intake-only", false, "in the dispatch phase, burn down only -effects effects found in the intake (outbox.JobsByDispatcher), beside River's baselines")
-	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,fanout,idempotency,dispatch,webhook,brokers,replicas,latency,history,purge,admin,limits, and watermill (the peer in bench/watermill)")
+	flag.StringVar(&s.Skip, "skip", "", "comma-separated phases to skip: enqueue,fanout,idempotency,dispatch,webhook,brokers,replicas,shards,latency,history,purge,admin,limits, and watermill (the peer in bench/watermill)")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
 		var n int
@@ -350,6 +353,11 @@ func run(ctx context.Context, out io.Writer, s settings) error {
 	if !skip["replicas"] {
 		if rep.Replicas, err = bn.replicaThroughput(ctx); err != nil {
 			return fmt.Errorf("replicas: %w", err)
+		}
+	}
+	if !skip["shards"] {
+		if rep.Shards, err = bn.shardThroughput(ctx); err != nil {
+			return fmt.Errorf("shards: %w", err)
 		}
 	}
 	if !skip["limits"] && s.LimitsEffects > 0 {
@@ -544,6 +552,12 @@ func printReport(out io.Writer, rep report) {
 		fmt.Fprintf(tw, "\nREPLICAS (EACH ITS OWN POOL OF %d)\tN\tPER SECOND\tSECONDS\tVS ONE REPLICA\tCALLS\tEFFECTS FIRED TWICE\n", replicaConns)
 		for _, r := range rep.Replicas {
 			fmt.Fprintf(tw, "%d dispatcher(s), no-op provider\t%d\t%.0f\t%.1f\t%s\t%d\t%d\n", r.Replicas, r.N, r.PerSecond, r.Seconds, ratioStr(r.VsOne, ""), r.Calls, r.DoubleFires)
+		}
+	}
+	if len(rep.Shards) > 0 {
+		fmt.Fprintf(tw, "\nSHARDS (ONE PROCESS, A POOL OF %d AND A DISPATCHER EACH)\tN EACH\tPER SECOND\tSECONDS\tVS ONE SHARD\tCALLS\tEFFECTS FIRED TWICE\n", replicaConns)
+		for _, r := range rep.Shards {
+			fmt.Fprintf(tw, "%d shard(s), no-op provider\t%d\t%.0f\t%.1f\t%s\t%d\t%d\n", r.Shards, r.N, r.PerSecond, r.Seconds, ratioStr(r.VsOne, ""), r.Calls, r.DoubleFires)
 		}
 	}
 	if len(rep.Latency) > 0 {

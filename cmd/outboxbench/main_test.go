@@ -126,6 +126,13 @@ func TestBenchRuns(t *testing.T) {
 		require.Zero(t, r.DoubleFires)
 	}
 	require.Positive(t, rep.Replicas[2].VsOne)
+	require.Len(t, rep.Shards, 3, "1, 2 and 3 shards")
+	for i, r := range rep.Shards {
+		require.Equal(t, i+1, r.Shards)
+		require.Equal(t, int64((i+1)*200), r.Calls, "every effect of every shard called once")
+		require.Zero(t, r.DoubleFires)
+	}
+	require.Positive(t, rep.Shards[2].VsOne)
 	require.Len(t, rep.History, 2, "empty tables, then 900 effects of history")
 	require.Zero(t, rep.History[0].Effects)
 	grown := rep.History[1]

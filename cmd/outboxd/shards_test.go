@@ -7,13 +7,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/fakes"
@@ -22,6 +25,7 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/outboxtype"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/endpoint"
 	"github.com/outboxd/outboxd/providers/webhook"
 	"github.com/outboxd/outboxd/sideeffects"
 )
@@ -247,3 +251,90 @@ func newGate(t *testing.T, target string) *gate {
 }
 
 func (g *gate) open() { close(g.up) }
+
+// TestEachShardsEndpointsReceiveItsOwnEvents: registered endpoints live in
+// their shard's database; one outboxd serving two shards delivers each
+// shard's events to that shard's endpoints only, each signed with its own
+// endpoint's secret.
+func TestEachShardsEndpointsReceiveItsOwnEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	keyText := endpoint.NewKey()
+	key, err := endpoint.ParseKey(keyText)
+	require.NoError(t, err)
+	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	var mu sync.Mutex
+	type seen struct {
+		header http.Header
+		body   []byte
+	}
+	got := map[string][]seen{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got[r.URL.Path] = append(got[r.URL.Path], seen{r.Header.Clone(), body})
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+
+	type shardOf struct {
+		db      *testdb.DB
+		path    string
+		secret  string
+		effects []uuid.UUID
+	}
+	shards := []*shardOf{{db: testdb.New(t), path: "/eu"}, {db: testdb.New(t), path: "/us"}}
+	for _, s := range shards {
+		reg, err := endpoint.NewRegistry(endpoint.RegistryConfig{Schema: s.db.Schema, Key: key, AllowedNetworks: loop})
+		require.NoError(t, err)
+		_, s.secret, err = reg.Create(ctx, s.db.Pool, endpoint.Endpoint{URL: srv.URL + s.path, EventTypes: []string{"order.*"}},
+			endpoint.Change{Actor: "test"})
+		require.NoError(t, err)
+		ob, err := outbox.New(outbox.Config{Schema: s.db.Schema, WebhookAllowedNetworks: loop})
+		require.NoError(t, err)
+		for range 3 {
+			require.NoError(t, pgx.BeginFunc(ctx, s.db.Pool, func(tx pgx.Tx) error {
+				res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid", Payload: []byte(`{"order":"o_1"}`)},
+					outbox.ToSubscribers())
+				if err == nil {
+					s.effects = append(s.effects, res.Effects[0].ID)
+				}
+				return err
+			}))
+		}
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := execute(runCtx, "run", "--http-addr", "", "--log-level", "error",
+			"--webhook-allow-cidrs", "127.0.0.0/8", "--endpoint-key", keyText,
+			"--shard-database", "eu-1="+testdb.URL(), "--shard-database", "us-1="+testdb.URL(),
+			"--shard-schema", "eu-1="+shards[0].db.Schema+",us-1="+shards[1].db.Schema)
+		done <- err
+	}()
+	for _, s := range shards {
+		op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema})
+		require.NoError(t, err)
+		for _, id := range s.effects {
+			require.Eventually(t, func() bool {
+				e, err := op.Get(ctx, id)
+				return err == nil && e.State == outboxtype.StateConfirmed
+			}, 30*time.Second, 20*time.Millisecond)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range shards {
+		require.Len(t, got[s.path], 3, "each of %s's events reached its own endpoint once", s.path)
+		wh, err := standardwebhooks.NewWebhook(s.secret)
+		require.NoError(t, err)
+		for _, d := range got[s.path] {
+			require.NoError(t, wh.Verify(d.body, d.header), "signed with %s's own endpoint's secret", s.path)
+		}
+	}
+	cancel()
+	require.NoError(t, <-done)
+}
