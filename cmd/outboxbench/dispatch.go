@@ -69,13 +69,16 @@ const (
 // noopProvider acknowledges every effect at once, counting calls; with
 // refs, it answers with a reference of its own for each, as Stripe answers
 // with the object's id.
+// noopName is the no-op provider's name.
+const noopName = "noop"
+
 type noopProvider struct {
 	calls  atomic.Int64
 	onSend func(req providers.Request)
 	refs   bool
 }
 
-func (p *noopProvider) Name() string                                  { return "noop" }
+func (p *noopProvider) Name() string                                  { return noopName }
 func (p *noopProvider) ValidatePayload(string, json.RawMessage) error { return nil }
 func (p *noopProvider) Guarantees() providers.Guarantees {
 	return providers.Guarantees{InDoubt: providers.AtLeastOnce}

@@ -53,8 +53,36 @@ func (b *bench) replicaThroughput(ctx context.Context) ([]replicaResult, error) 
 
 func (b *bench) replicas(ctx context.Context, k int) (replicaResult, error) {
 	n := b.s.Effects
+	if err := b.seedEffects(ctx, n, noopName, `{}`); err != nil {
+		return replicaResult{}, err
+	}
+	schemas := make([]string, k)
+	for i := range schemas {
+		schemas[i] = b.schema
+	}
+	d, err := b.burnDownBy(ctx, fmt.Sprintf("%d replica(s), no-op provider", k), schemas, n)
+	if err != nil {
+		return replicaResult{}, err
+	}
+	return replicaResult{Replicas: k, N: n, Seconds: d.seconds, PerSecond: float64(n) / d.seconds, Calls: d.calls,
+		DoubleFires: d.doubleFires}, nil
+}
+
+// burnDownResult is what burnDownBy measured.
+type burnDownResult struct {
+	seconds            float64
+	calls, doubleFires int64
+}
+
+// burnDownBy starts a dispatcher for each of schemas (a schema named k
+// times is k replicas of it), each with a pool of its own as separate
+// outboxd processes or shards would have, all calling one no-op
+// provider; it waits until total effects were called, checks that each
+// was, and counts those called more than once. The tables are cleared
+// after.
+func (b *bench) burnDownBy(ctx context.Context, name string, schemas []string, total int) (burnDownResult, error) {
 	var mu sync.Mutex
-	seen := make(map[string]int, n)
+	seen := make(map[string]int, total)
 	var calls atomic.Int64
 	noop := &noopProvider{onSend: func(req providers.Request) {
 		mu.Lock()
@@ -62,9 +90,6 @@ func (b *bench) replicas(ctx context.Context, k int) (replicaResult, error) {
 		mu.Unlock()
 		calls.Add(1)
 	}}
-	if err := b.seedEffects(ctx, n, noop.Name(), `{}`); err != nil {
-		return replicaResult{}, err
-	}
 	var started []*sideeffects.Dispatcher
 	stopAll := func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -81,46 +106,47 @@ func (b *bench) replicas(ctx context.Context, k int) (replicaResult, error) {
 			p.Close()
 		}
 	}()
-	ds := make([]*sideeffects.Dispatcher, k)
-	for i := range ds {
+	ds := make([]*sideeffects.Dispatcher, len(schemas))
+	for i, schema := range schemas {
 		pool, err := cli.Connect(ctx, b.s.DatabaseURL, replicaConns)
 		if err != nil {
-			return replicaResult{}, err
+			return burnDownResult{}, err
 		}
 		pools = append(pools, pool)
-		if ds[i], err = sideeffects.NewDispatcher(pool, b.dispatcherConfig(noop)); err != nil {
-			return replicaResult{}, err
+		cfg := b.dispatcherConfig(noop)
+		cfg.Schema = schema
+		if ds[i], err = sideeffects.NewDispatcher(pool, cfg); err != nil {
+			return burnDownResult{}, err
 		}
 	}
-	name := fmt.Sprintf("%d replica(s), no-op provider", k)
 	done := make(chan struct{})
-	go progress(name, n, func() int { return int(noop.calls.Load()) }, done)
+	go progress(name, total, func() int { return int(calls.Load()) }, done)
 	start := time.Now()
 	for _, d := range ds {
 		if err := d.Start(ctx); err != nil {
 			close(done)
-			return replicaResult{}, err
+			return burnDownResult{}, err
 		}
 		started = append(started, d)
 	}
-	err := b.waitFor(ctx, func() bool { return int(noop.calls.Load()) >= n },
+	err := b.waitFor(ctx, func() bool { return int(calls.Load()) >= total },
 		"SELECT count(*) FROM "+b.schema+".side_effects WHERE phase = 'live'")
 	elapsed := time.Since(start)
 	close(done)
 	if err != nil {
-		return replicaResult{}, err
+		return burnDownResult{}, err
 	}
-	r := replicaResult{Replicas: k, N: n, Seconds: elapsed.Seconds(), PerSecond: float64(n) / elapsed.Seconds(), Calls: calls.Load()}
+	r := burnDownResult{seconds: elapsed.Seconds(), calls: calls.Load()}
 	mu.Lock()
 	for _, c := range seen {
 		if c > 1 {
-			r.DoubleFires++
+			r.doubleFires++
 		}
 	}
 	distinct := len(seen)
 	mu.Unlock()
-	if distinct != n {
-		return r, fmt.Errorf("%d of %d effects called", distinct, n)
+	if distinct != total {
+		return r, fmt.Errorf("%d of %d effects called", distinct, total)
 	}
 	// Stopped before the tables are emptied: TRUNCATE waits for the
 	// running dispatchers' locks.

@@ -3,16 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/outboxd/outboxd/internal/cli"
 	"github.com/outboxd/outboxd/migrations"
-	"github.com/outboxd/outboxd/providers"
-	"github.com/outboxd/outboxd/sideeffects"
 )
 
 // shardResult is a burn-down of the same backlog in each of k shards by
@@ -53,15 +45,6 @@ func (b *bench) shardThroughput(ctx context.Context) ([]shardResult, error) {
 
 func (b *bench) shards(ctx context.Context, k int) (shardResult, error) {
 	n := b.s.Effects
-	var mu sync.Mutex
-	seen := make(map[string]int, k*n)
-	var calls atomic.Int64
-	noop := &noopProvider{onSend: func(req providers.Request) {
-		mu.Lock()
-		seen[req.EffectID]++
-		mu.Unlock()
-		calls.Add(1)
-	}}
 	schemas := []string{b.schema}
 	for range k - 1 {
 		schema, drop, err := migrations.Temporary(ctx, b.pool, "outboxd_bench_shard")
@@ -75,7 +58,7 @@ func (b *bench) shards(ctx context.Context, k int) (shardResult, error) {
 	defer func() { b.schema = home }()
 	for _, schema := range schemas {
 		b.schema = schema
-		if err := b.seedIntake(ctx, n, noop.Name(), `{}`); err != nil {
+		if err := b.seedIntake(ctx, n, noopName, `{}`); err != nil {
 			return shardResult{}, err
 		}
 		if err := b.vacuum(ctx); err != nil {
@@ -83,65 +66,10 @@ func (b *bench) shards(ctx context.Context, k int) (shardResult, error) {
 		}
 	}
 	b.schema = home
-	var started []*sideeffects.Dispatcher
-	stopAll := func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, d := range started {
-			_ = d.Stop(stopCtx)
-		}
-		started = nil
-	}
-	defer stopAll()
-	var pools []*pgxpool.Pool
-	defer func() {
-		for _, p := range pools {
-			p.Close()
-		}
-	}()
-	ds := make([]*sideeffects.Dispatcher, k)
-	for i, schema := range schemas {
-		pool, err := cli.Connect(ctx, b.s.DatabaseURL, replicaConns)
-		if err != nil {
-			return shardResult{}, err
-		}
-		pools = append(pools, pool)
-		cfg := b.dispatcherConfig(noop)
-		cfg.Schema = schema
-		if ds[i], err = sideeffects.NewDispatcher(pool, cfg); err != nil {
-			return shardResult{}, err
-		}
-	}
-	name := fmt.Sprintf("%d shard(s), one process, no-op provider", k)
-	done := make(chan struct{})
-	go progress(name, k*n, func() int { return int(calls.Load()) }, done)
-	start := time.Now()
-	for _, d := range ds {
-		if err := d.Start(ctx); err != nil {
-			close(done)
-			return shardResult{}, err
-		}
-		started = append(started, d)
-	}
-	err := b.waitFor(ctx, func() bool { return int(calls.Load()) >= k*n },
-		"SELECT count(*) FROM "+b.schema+".side_effects WHERE phase = 'live'")
-	elapsed := time.Since(start)
-	close(done)
+	d, err := b.burnDownBy(ctx, fmt.Sprintf("%d shard(s), one process, no-op provider", k), schemas, k*n)
 	if err != nil {
 		return shardResult{}, err
 	}
-	r := shardResult{Shards: k, N: n, Seconds: elapsed.Seconds(), PerSecond: float64(k*n) / elapsed.Seconds(), Calls: calls.Load()}
-	mu.Lock()
-	for _, c := range seen {
-		if c > 1 {
-			r.DoubleFires++
-		}
-	}
-	distinct := len(seen)
-	mu.Unlock()
-	if distinct != k*n {
-		return r, fmt.Errorf("%d of %d effects called", distinct, k*n)
-	}
-	stopAll()
-	return r, b.clear(ctx)
+	return shardResult{Shards: k, N: n, Seconds: d.seconds, PerSecond: float64(k*n) / d.seconds, Calls: d.calls,
+		DoubleFires: d.doubleFires}, nil
 }

@@ -28,11 +28,7 @@ type fleet struct {
 }
 
 func (f *fleet) bind(pf *pflag.FlagSet) {
-	pf.StringArrayVar(&f.Databases, "shard-database", nil, "the application's shards, name=postgres://… (repeat the flag; in the variable separate entries by spaces), as outboxd run takes them: then --shard NAME addresses one, --all-shards reads them all")
-	envflag.Bind(pf, "shard-database", "OUTBOXD_SHARD_DATABASES")
-	envflag.Secret(pf, "shard-database")
-	pf.StringToStringVar(&f.Schemas, "shard-schema", nil, "schemas of the --shard-database shards where not --schema, e.g. eu-1=outboxd")
-	envflag.Bind(pf, "shard-schema", "OUTBOXD_SHARD_SCHEMAS")
+	cli.BindShards(pf, &f.Databases, &f.Schemas, "as outboxd run takes them; then --shard NAME addresses one, --all-shards reads them all")
 	pf.StringVar(&f.Shard, "shard", "", "the --shard-database shard this command reads or acts on")
 	envflag.Bind(pf, "shard", "OUTBOXCTL_SHARD")
 	pf.BoolVar(&f.All, "all-shards", false, "read every --shard-database shard: one table (or JSON array) with a shard column, in one order (stuck, list, stats, limits, tenants, dispatchers, drift, keys list)")

@@ -359,14 +359,7 @@ func TestChaosLimitHolds(t *testing.T) {
 	for _, d := range w.recv.Deliveries() {
 		at = append(at, d.At)
 	}
-	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
-	most, j := 0, 0
-	for i := range at {
-		for at[i].Sub(at[j]) >= 10*time.Second {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
+	most := busiest(at, 10*time.Second)
 	t.Logf("%d requests in %s; at most %d in any 10 s (limit %d)", len(at), at[len(at)-1].Sub(at[0]).Round(time.Second), most, 10*rate)
 	perSecond := make([]int, int(at[len(at)-1].Sub(at[0])/time.Second)+1)
 	for _, a := range at {
@@ -377,4 +370,17 @@ func TestChaosLimitHolds(t *testing.T) {
 	// the block it leased a little later (its requests' own latency): the
 	// limit, within 5%, over any 10 s window.
 	require.LessOrEqual(t, most, 10*rate*105/100, "the replicas together stayed within the limit")
+}
+
+// busiest sorts at and returns the most of its times within any window.
+func busiest(at []time.Time, window time.Duration) int {
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	most, j := 0, 0
+	for i := range at {
+		for at[i].Sub(at[j]) >= window {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	return most
 }

@@ -225,14 +225,7 @@ func TestChaosShards(t *testing.T) {
 	require.Zero(t, byShard["ap-1"], "nothing of ap-1 could go out while its database was down")
 
 	// One limit for the whole fleet.
-	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
-	most, j := 0, 0
-	for i := range at {
-		for at[i].Sub(at[j]) >= 10*time.Second {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
+	most := busiest(at, 10*time.Second)
 	t.Logf("%d requests in %s; at most %d in any 10 s (limit %d for all shards)", len(at), at[len(at)-1].Sub(at[0]).Round(time.Second), most, 10*rate)
 	require.LessOrEqual(t, most, 10*rate*105/100, "the shards together stayed within the limit")
 }

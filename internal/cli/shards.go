@@ -6,8 +6,22 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/spf13/pflag"
+
+	"github.com/outboxd/outboxd/internal/envflag"
 	"github.com/outboxd/outboxd/migrations"
 )
+
+// BindShards binds --shard-database (OUTBOXD_SHARD_DATABASES) and
+// --shard-schema (OUTBOXD_SHARD_SCHEMAS), the shards both binaries take;
+// what says what they are for with each binary.
+func BindShards(fs *pflag.FlagSet, databases *[]string, schemas *map[string]string, what string) {
+	fs.StringArrayVar(databases, "shard-database", nil, "the application's shards, name=postgres://… (repeat the flag; in the variable separate entries by spaces): "+what)
+	envflag.Bind(fs, "shard-database", "OUTBOXD_SHARD_DATABASES")
+	envflag.Secret(fs, "shard-database")
+	fs.StringToStringVar(schemas, "shard-schema", nil, "schemas of the --shard-database shards where not --schema, e.g. eu-1=outboxd")
+	envflag.Bind(fs, "shard-schema", "OUTBOXD_SHARD_SCHEMAS")
+}
 
 // Shard is one of the application's databases, as --shard-database
 // names it.
