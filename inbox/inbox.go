@@ -152,6 +152,78 @@ type Func func(ctx context.Context, tx pgx.Tx, m Message) error
 // run fn for the new ones, commit, answer 200. It returns an error when the
 // source's retention is shorter than the verifier's retry window.
 func (ib *Inbox) Handler(source string, v Verifier, fn Func) (http.Handler, error) {
+	return ib.handler(source, v, func(ctx context.Context, msgs []Message) (fresh, dup int, err error) {
+		err = pgx.BeginFunc(ctx, ib.pool, func(tx pgx.Tx) error {
+			fresh, dup = 0, 0
+			for _, m := range msgs {
+				isNew, err := ib.handle(ctx, tx, source, m, fn)
+				if err != nil {
+					return err
+				}
+				if isNew {
+					fresh++
+				} else {
+					dup++
+				}
+			}
+			return nil
+		})
+		return fresh, dup, err
+	})
+}
+
+// Route picks, for a verified message, the inbox (the database) that
+// claims it and the Func that handles it in that inbox's transaction.
+type Route func(ctx context.Context, m Message) (*Inbox, Func, error)
+
+// RoutedHandler is Handler for a sender whose messages belong to several
+// databases (an application's shards, one provider account for all):
+// each message is claimed and handled in a transaction of the inbox route
+// picks, one transaction per message, so that a redelivery is a duplicate
+// in whichever database its message went to. When one fails it answers
+// 500 (the messages before it stay committed; the sender's retry finds
+// them as duplicates). Every inbox route picks should keep the source as
+// long as ib does: ib's retention is the one checked against the
+// sender's retry window.
+func (ib *Inbox) RoutedHandler(source string, v Verifier, route Route) (http.Handler, error) {
+	return ib.handler(source, v, func(ctx context.Context, msgs []Message) (fresh, dup int, err error) {
+		for _, m := range msgs {
+			owner, fn, err := route(ctx, m)
+			if err != nil {
+				return fresh, dup, fmt.Errorf("message %s (%s): %w", m.ID, m.Type, err)
+			}
+			var isNew bool
+			if err := pgx.BeginFunc(ctx, owner.pool, func(tx pgx.Tx) error {
+				isNew, err = owner.handle(ctx, tx, source, m, fn)
+				return err
+			}); err != nil {
+				return fresh, dup, err
+			}
+			if isNew {
+				fresh++
+			} else {
+				dup++
+			}
+		}
+		return fresh, dup, nil
+	})
+}
+
+// handle claims m in tx and, when it is new, runs fn for it.
+func (ib *Inbox) handle(ctx context.Context, tx pgx.Tx, source string, m Message, fn Func) (isNew bool, err error) {
+	if isNew, err = ib.Claim(ctx, tx, source, m.ID); err != nil || !isNew {
+		return isNew, err
+	}
+	if err := fn(ctx, tx, m); err != nil {
+		return true, fmt.Errorf("message %s (%s): %w", m.ID, m.Type, err)
+	}
+	return true, nil
+}
+
+// handler serves deliveries from source: POST only, the body bounded,
+// verified, then process records the messages; 200 with the counts, or
+// 500 so that the sender retries.
+func (ib *Inbox) handler(source string, v Verifier, process func(context.Context, []Message) (fresh, dup int, err error)) (http.Handler, error) {
 	if ret := ib.Retention(source); ret < v.RetryWindow() {
 		return nil, fmt.Errorf("inbox: retention of %s (%s) is shorter than the sender's retry window (%s): a late redelivery would run again",
 			source, ret, v.RetryWindow())
@@ -173,27 +245,9 @@ func (ib *Inbox) Handler(source string, v Verifier, fn Func) (http.Handler, erro
 			http.Error(w, "signature verification failed: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		var fresh, dup int
-		err = pgx.BeginFunc(r.Context(), ib.pool, func(tx pgx.Tx) error {
-			fresh, dup = 0, 0
-			for _, m := range msgs {
-				isNew, err := ib.Claim(r.Context(), tx, source, m.ID)
-				if err != nil {
-					return err
-				}
-				if !isNew {
-					dup++
-					continue
-				}
-				fresh++
-				if err := fn(r.Context(), tx, m); err != nil {
-					return fmt.Errorf("message %s (%s): %w", m.ID, m.Type, err)
-				}
-			}
-			return nil
-		})
+		fresh, dup, err := process(r.Context(), msgs)
 		if err != nil {
-			ib.cfg.Logger.Error("inbox: processing failed; nothing recorded, the sender will retry", "source", source, "error", err)
+			ib.cfg.Logger.Error("inbox: processing failed; the sender will retry", "source", source, "error", err)
 			http.Error(w, "processing failed; retry", http.StatusInternalServerError)
 			return
 		}

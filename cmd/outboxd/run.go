@@ -674,7 +674,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 	processReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		dispatchmetrics.NewDestinationCollector(provs...))
 	builds := make([]func() (*sideeffects.Dispatcher, error), len(shards))
-	var firstMetrics *dispatchmetrics.Metrics
+	shardMetrics := make([]*dispatchmetrics.Metrics, len(shards))
 	for i, s := range shards {
 		var labelled prometheus.Registerer = reg
 		if s.name != "" {
@@ -686,9 +686,7 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 		if err != nil {
 			return err
 		}
-		if i == 0 {
-			firstMetrics = metrics
-		}
+		shardMetrics[i] = metrics
 		builds[i] = func() (*sideeffects.Dispatcher, error) {
 			shardProvs := provs
 			if c.endpointKey != nil && multi {
@@ -732,15 +730,16 @@ func run(ctx context.Context, stderr io.Writer, g *globalConfig, c *runConfig) e
 			return err
 		}
 	}
-	// Provider events and the web view serve the one database of
-	// --database-url (shardSpecs refuses them with several shards).
-	pool := shards[0].pool
 	// Provider events: their own address, as providers reach it from the
-	// internet while /metrics stays internal.
+	// internet while /metrics stays internal. With several shards, each
+	// event goes to the shard whose effect carries its key.
 	if c.StripeWebhookSecret != "" || c.SendGridEventPublicKey != "" {
-		ecfg := providerevents.Config{Schema: g.Schema, StripeSecret: c.StripeWebhookSecret, SendGridPublicKey: c.SendGridEventPublicKey,
-			Observer: firstMetrics, Logger: log}
-		h, err := providerevents.New(pool, ecfg)
+		ecfg := providerevents.Config{StripeSecret: c.StripeWebhookSecret, SendGridPublicKey: c.SendGridEventPublicKey, Logger: log}
+		targets := make([]providerevents.Shard, len(shards))
+		for i, s := range shards {
+			targets[i] = providerevents.Shard{Name: s.name, Pool: s.pool, Schema: s.schema, Observer: shardMetrics[i]}
+		}
+		h, err := providerevents.NewFleet(targets, ecfg)
 		if err != nil {
 			return cli.UsageError{Err: err}
 		}

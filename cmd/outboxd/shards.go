@@ -67,10 +67,6 @@ func (c *runConfig) shardSpecs(g *globalConfig) ([]*shard, error) {
 		out = append(out, &shard{name: p.Name, url: p.URL, schema: p.Schema,
 			setting: "--shard-database (OUTBOXD_SHARD_DATABASES) " + p.Name})
 	}
-	if c.StripeWebhookSecret != "" || c.SendGridEventPublicKey != "" {
-		return nil, cli.Usagef("the provider events (--stripe-webhook-secret, --sendgrid-event-public-key) are matched to one database's effects: " +
-			"with --shard-database, serve them from a replica per shard (outboxd run --database-url … --shard NAME), docs/scaling.md")
-	}
 	return out, nil
 }
 

@@ -62,8 +62,42 @@ const (
 // New returns a handler serving POST /events/stripe and POST
 // /events/sendgrid for the providers configured.
 func New(pool *pgxpool.Pool, cfg Config) (http.Handler, error) {
+	return NewFleet([]Shard{{Pool: pool, Schema: cfg.Schema, Observer: cfg.Observer}}, cfg)
+}
+
+// Shard is one database of an application's shards, all of whose
+// provider events arrive at one address (one Stripe or SendGrid account
+// for every shard).
+type Shard struct {
+	Name   string
+	Pool   *pgxpool.Pool
+	Schema string
+	// Observer is told what each event applied in this shard did (its
+	// metrics, labelled with the shard).
+	Observer Observer
+}
+
+// shardEvents is a shard's inbox and operator.
+type shardEvents struct {
+	Shard
+	ib *inbox.Inbox
+	op *sideeffects.Operator
+}
+
+// NewFleet is New for several shards (cfg.Schema and cfg.Observer are
+// the shards' own): each
+// event is claimed in the inbox of, and applied to, the shard whose
+// effect carries its key, in one transaction there, so that a
+// redelivery is a duplicate wherever its event went; an event whose key
+// no shard holds goes to the first shard, whose drift records it. With
+// one shard every event of a delivery commits in one transaction, as New
+// always did.
+func NewFleet(shards []Shard, cfg Config) (http.Handler, error) {
 	if cfg.StripeSecret == "" && cfg.SendGridPublicKey == "" {
 		return nil, errors.New("provider events: configure a Stripe signing secret or a SendGrid verification key")
+	}
+	if len(shards) == 0 {
+		return nil, errors.New("provider events: no database")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -72,30 +106,55 @@ func New(pool *pgxpool.Pool, cfg Config) (http.Handler, error) {
 	if cfg.Retention > 0 {
 		retention = map[string]time.Duration{SourceStripe: cfg.Retention, SourceSendGrid: cfg.Retention}
 	}
-	ib, err := inbox.New(pool, inbox.Config{Schema: cfg.Schema, Retention: retention, Logger: cfg.Logger})
-	if err != nil {
-		return nil, err
-	}
-	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{Schema: cfg.Schema})
-	if err != nil {
-		return nil, err
+	fleet := make([]shardEvents, len(shards))
+	for i, s := range shards {
+		ib, err := inbox.New(s.Pool, inbox.Config{Schema: s.Schema, Retention: retention, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		op, err := sideeffects.NewOperator(s.Pool, sideeffects.OperatorConfig{Schema: s.Schema})
+		if err != nil {
+			return nil, err
+		}
+		fleet[i] = shardEvents{s, ib, op}
 	}
 	mux := http.NewServeMux()
 	add := func(path, source string, v inbox.Verifier, parse func([]byte) (providers.EventReport, error)) error {
-		h, err := ib.Handler(source, v, func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
-			ev, err := parse(m.Body)
-			if err != nil {
-				return err
+		apply := func(s shardEvents, ev providers.EventReport) inbox.Func {
+			return func(ctx context.Context, tx pgx.Tx, _ inbox.Message) error {
+				res, err := s.op.ApplyProviderEvent(ctx, tx, ev)
+				if err != nil {
+					return err
+				}
+				if done, ok := ctx.Value(appliedKey{}).(*[]applied); ok {
+					*done = append(*done, applied{ev, res, s.Observer})
+				}
+				return nil
 			}
-			res, err := op.ApplyProviderEvent(ctx, tx, ev)
-			if err != nil {
-				return err
-			}
-			if done, ok := ctx.Value(appliedKey{}).(*[]applied); ok {
-				*done = append(*done, applied{ev, res})
-			}
-			return nil
-		})
+		}
+		var h http.Handler
+		var err error
+		if len(fleet) == 1 {
+			h, err = fleet[0].ib.Handler(source, v, func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+				ev, err := parse(m.Body)
+				if err != nil {
+					return err
+				}
+				return apply(fleet[0], ev)(ctx, tx, m)
+			})
+		} else {
+			h, err = fleet[0].ib.RoutedHandler(source, v, func(ctx context.Context, m inbox.Message) (*inbox.Inbox, inbox.Func, error) {
+				ev, err := parse(m.Body)
+				if err != nil {
+					return nil, nil, err
+				}
+				owner, err := ownerOf(ctx, fleet, ev.Key)
+				if err != nil {
+					return nil, nil, err
+				}
+				return owner.ib, apply(owner, ev), nil
+			})
+		}
 		if err != nil {
 			return err
 		}
@@ -123,11 +182,31 @@ func New(pool *pgxpool.Pool, cfg Config) (http.Handler, error) {
 	return mux, nil
 }
 
+// ownerOf is the shard with the effect whose idempotency key is key, or
+// the first shard when none has one (or the event carries no key).
+func ownerOf(ctx context.Context, fleet []shardEvents, key string) (shardEvents, error) {
+	if key == "" {
+		return fleet[0], nil
+	}
+	for _, s := range fleet {
+		_, err := s.op.GetByKey(ctx, key)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, sideeffects.ErrNotFound) {
+			return shardEvents{}, fmt.Errorf("shard %s: %w", s.Name, err)
+		}
+	}
+	return fleet[0], nil
+}
+
 type appliedKey struct{}
 
 type applied struct {
 	ev  providers.EventReport
 	res outboxtype.EventResult
+	// obs is the observer of the shard it was applied in.
+	obs Observer
 }
 
 // observed tells the observer and the log what each event did, once its
@@ -144,8 +223,8 @@ func observed(h http.Handler, cfg Config) http.Handler {
 		logged, unlogged, unrecorded := 0, 0, 0
 		for _, a := range done {
 			unrecorded += a.res.DriftNotRecorded
-			if cfg.Observer != nil {
-				cfg.Observer.Observe(outboxtype.ProviderEventApplied{Event: a.ev, Result: a.res})
+			if a.obs != nil {
+				a.obs.Observe(outboxtype.ProviderEventApplied{Event: a.ev, Result: a.res})
 			}
 			if a.res.Confirmed {
 				cfg.Logger.Info("effect confirmed by provider event", "effect_id", a.res.Effect.ID, "kind", a.res.Effect.Kind,

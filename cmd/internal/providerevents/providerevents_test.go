@@ -424,3 +424,58 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestEachEventGoesToTheShardThatHoldsItsKey: one provider account for
+// every shard, its events at one address. Each event is applied to, and
+// remembered in the inbox of, the shard whose effect carries its key; a
+// key no shard holds is drift in the first; a redelivery is a duplicate;
+// each shard's observer hears of its own events.
+func TestEachEventGoesToTheShardThatHoldsItsKey(t *testing.T) {
+	t.Parallel()
+	a, b := newEnv(t), newEnv(t)
+	h, err := providerevents.NewFleet([]providerevents.Shard{
+		{Name: "eu-1", Pool: a.db.Pool, Schema: a.db.Schema, Observer: a.obs},
+		{Name: "us-1", Pool: b.db.Pool, Schema: b.db.Schema, Observer: b.obs},
+	}, providerevents.Config{StripeSecret: stripeSecret, SendGridPublicKey: a.sg.PublicKey(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	fleet := httptest.NewServer(h)
+	t.Cleanup(fleet.Close)
+	via := &env{db: a.db, srv: fleet, sg: a.sg}
+
+	inDoubt := func(e *env, eff outbox.Effect) *outboxtype.Effect {
+		got := e.enqueue(t, eff)
+		e.set(t, got.ID, "state = 'fired', in_doubt = true, attempts = 1, fired_at = now(), last_error = 'no response: timeout'")
+		return got
+	}
+	cus := inDoubt(b, customer())
+	status, body := via.stripeEvent(t, "evt_us", "customer.created",
+		map[string]any{"id": "cus_us", "object": "customer", "metadata": map[string]any{"outboxd_idempotency_key": cus.IdempotencyKey}})
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, outboxtype.StateConfirmed, b.get(t, cus.ID).State, "confirmed in the shard that holds its key")
+	require.Equal(t, 1, b.count(t, "inbox_messages"))
+	require.Zero(t, a.count(t, "inbox_messages"))
+
+	status, body = via.stripeEvent(t, "evt_us", "customer.created",
+		map[string]any{"id": "cus_us", "object": "customer", "metadata": map[string]any{"outboxd_idempotency_key": cus.IdempotencyKey}})
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `"duplicates": 1`, "a redelivery is a duplicate where it went")
+
+	// One SendGrid batch with a mail of each shard.
+	mailA, mailB := inDoubt(a, mail()), inDoubt(b, mail())
+	status, body = via.sendgridEvents(t,
+		sgEvent("sg_a", "processed", mailA.IdempotencyKey, "msg_a", time.Now()),
+		sgEvent("sg_b", "processed", mailB.IdempotencyKey, "msg_b", time.Now()))
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, "msg_a", *a.get(t, mailA.ID).ProviderRef)
+	require.Equal(t, "msg_b", *b.get(t, mailB.ID).ProviderRef)
+
+	// A key no shard has: drift, recorded once, in the first shard.
+	status, _ = via.stripeEvent(t, "evt_unknown", "customer.created",
+		map[string]any{"id": "cus_x", "object": "customer", "metadata": map[string]any{"outboxd_idempotency_key": "f00d"}})
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, 1, a.count(t, "provider_drift"))
+	require.Zero(t, b.count(t, "provider_drift"))
+
+	require.Len(t, b.obs.events, 2, "us-1 heard of its Stripe event and its mail")
+	require.Len(t, a.obs.events, 2, "eu-1 of its mail and the unknown key")
+}
