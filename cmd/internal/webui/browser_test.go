@@ -136,7 +136,10 @@ func browser(t *testing.T) context.Context {
 	bctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(cancel)
 	require.NoError(t, chromedp.Do(bctx), "start chromium") // no timeout on the first run: it would stop the browser
-	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
+	// A bound on a hung browser, not on speed: under -race with other
+	// packages' tests beside it, a test's pages took over 2 minutes on a
+	// 2-core box (TestTheOverviewNamesTheIncidentNow, 132 s).
+	ctx, cancel := context.WithTimeout(bctx, 6*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
