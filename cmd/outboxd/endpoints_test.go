@@ -38,20 +38,7 @@ func TestRunDeliversToEndpoints(t *testing.T) {
 		AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	require.NoError(t, err)
 
-	type seen struct {
-		header http.Header
-		body   []byte
-	}
-	var mu sync.Mutex
-	got := map[string][]seen{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		got[r.URL.Path] = append(got[r.URL.Path], seen{r.Header.Clone(), body})
-		mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer srv.Close()
+	srv := newPathRecorder(t)
 	secrets := map[string]string{}
 	for _, name := range []string{"/a", "/b"} {
 		_, secret, err := reg.Create(ctx, db.Pool, endpoint.Endpoint{URL: srv.URL + name, EventTypes: []string{"order.*"}},
@@ -99,8 +86,7 @@ func TestRunDeliversToEndpoints(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done, logs.String())
 
-	mu.Lock()
-	defer mu.Unlock()
+	got := srv.byPath()
 	for name, secret := range secrets {
 		require.Len(t, got[name], 1, name)
 		wh, err := standardwebhooks.NewWebhook(secret)
@@ -158,4 +144,43 @@ func TestRunRefusesAnEndpointKeyThatSealedNoSecret(t *testing.T) {
 	_, err = execute(runCtx, "run", "--database-url", testdb.URL(), "--schema", db.Schema, "--http-addr", "",
 		"--webhook-secret", testSecret, "--endpoint-key", newKey+","+oldKey)
 	require.NoError(t, err, "with the list it starts (and stops when its context ends)")
+}
+
+// seen is a request a pathRecorder received.
+type seen struct {
+	header http.Header
+	body   []byte
+}
+
+// pathRecorder is a receiver that answers 204 and keeps every request by
+// path.
+type pathRecorder struct {
+	*httptest.Server
+	mu  sync.Mutex
+	got map[string][]seen
+}
+
+func newPathRecorder(t *testing.T) *pathRecorder {
+	t.Helper()
+	p := &pathRecorder{got: map[string][]seen{}}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		p.mu.Lock()
+		p.got[r.URL.Path] = append(p.got[r.URL.Path], seen{r.Header.Clone(), body})
+		p.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+// byPath returns a copy of the requests received so far, by path.
+func (p *pathRecorder) byPath() map[string][]seen {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string][]seen, len(p.got))
+	for k, v := range p.got {
+		out[k] = append([]seen(nil), v...)
+	}
+	return out
 }

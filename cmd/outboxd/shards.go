@@ -186,7 +186,7 @@ func shardSuffix(name string) string {
 // stops only itself), and /readyz/{shard} for each shard alone.
 func readyHandler(mux *http.ServeMux, shards []*shard, multi bool) {
 	check := newReadiness()
-	one := func(w http.ResponseWriter, r *http.Request, s *shard) (bool, string) {
+	one := func(r *http.Request, s *shard) (bool, string) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		if !s.started.Load() {
@@ -207,7 +207,7 @@ func readyHandler(mux *http.ServeMux, shards []*shard, multi bool) {
 				http.Error(w, "dispatcher not running", http.StatusServiceUnavailable)
 				return
 			}
-			if ok, why := one(w, r, s); !ok {
+			if ok, why := one(r, s); !ok {
 				http.Error(w, why, http.StatusServiceUnavailable)
 				return
 			}
@@ -219,7 +219,7 @@ func readyHandler(mux *http.ServeMux, shards []*shard, multi bool) {
 		var b strings.Builder
 		any := false
 		for _, s := range shards {
-			ok, why := one(w, r, s)
+			ok, why := one(r, s)
 			any = any || ok
 			fmt.Fprintf(&b, "%s: %s\n", s.name, why)
 		}
@@ -234,7 +234,7 @@ func readyHandler(mux *http.ServeMux, shards []*shard, multi bool) {
 			http.Error(w, "no such shard", http.StatusNotFound)
 			return
 		}
-		if ok, why := one(w, r, shards[i]); !ok {
+		if ok, why := one(r, shards[i]); !ok {
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}

@@ -7,10 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -262,20 +260,7 @@ func TestEachShardsEndpointsReceiveItsOwnEvents(t *testing.T) {
 	key, err := endpoint.ParseKey(keyText)
 	require.NoError(t, err)
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
-	var mu sync.Mutex
-	type seen struct {
-		header http.Header
-		body   []byte
-	}
-	got := map[string][]seen{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		got[r.URL.Path] = append(got[r.URL.Path], seen{r.Header.Clone(), body})
-		mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer srv.Close()
+	srv := newPathRecorder(t)
 
 	type shardOf struct {
 		db      *testdb.DB
@@ -324,8 +309,7 @@ func TestEachShardsEndpointsReceiveItsOwnEvents(t *testing.T) {
 			}, 30*time.Second, 20*time.Millisecond)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	got := srv.byPath()
 	for _, s := range shards {
 		require.Len(t, got[s.path], 3, "each of %s's events reached its own endpoint once", s.path)
 		wh, err := standardwebhooks.NewWebhook(s.secret)
