@@ -281,10 +281,10 @@ func (w *world) checkOrder(t *testing.T) {
 }
 
 // killReplicas runs three outboxd replicas (with extra flags) and
-// SIGKILLs one at random ten times, every wait to wait+spread, starting it
-// again each time; the replicas left running are stopped when the test
+// SIGKILLs one at random kills times, every wait to wait+spread, starting
+// it again each time; the replicas left running are stopped when the test
 // ends. seed varies the choices between tests.
-func (w *world) killReplicas(t *testing.T, seed uint64, wait, spread time.Duration, extra ...string) {
+func (w *world) killReplicas(t *testing.T, seed uint64, kills int, wait, spread time.Duration, extra ...string) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), seed))
 	var cmds [3]*exec.Cmd
@@ -297,7 +297,6 @@ func (w *world) killReplicas(t *testing.T, seed uint64, wait, spread time.Durati
 			_ = cmd.Wait()
 		}
 	})
-	const kills = 10
 	for i := range kills {
 		time.Sleep(wait + time.Duration(rng.Int64N(int64(spread))))
 		victim := rng.IntN(len(cmds))
@@ -315,7 +314,7 @@ func TestChaosOrdering(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.enqueueChains(t, 100, 8)
-	w.killReplicas(t, 2, 200*time.Millisecond, 600*time.Millisecond)
+	w.killReplicas(t, 2, 10, 200*time.Millisecond, 600*time.Millisecond)
 	w.waitAllConfirmed(t, 4*time.Minute)
 	w.checkKeys(t)
 	w.checkOrder(t)
@@ -352,7 +351,7 @@ func TestChaosLimitHolds(t *testing.T) {
 		return nil
 	}))
 	limit := fmt.Sprintf("webhook:localhost:%s=%d", port, rate)
-	w.killReplicas(t, 3, 500*time.Millisecond, time.Second, "--limit", limit, "--concurrency", "webhook=100")
+	w.killReplicas(t, 3, 10, 500*time.Millisecond, time.Second, "--limit", limit, "--concurrency", "webhook=100")
 	w.waitAllConfirmed(t, 4*time.Minute)
 	w.checkKeys(t)
 	var at []time.Time

@@ -21,6 +21,8 @@ type StripeRequest struct {
 	IdempotencyKey string
 	Form           url.Values
 	At             time.Time
+	// Status is the answer's status code (429 when over Limit).
+	Status int
 }
 
 // FakeStripe is an httptest Stripe API that records every request. By
@@ -34,6 +36,7 @@ type FakeStripe struct {
 	mu       sync.Mutex
 	requests []StripeRequest
 	script   map[string][]Response
+	limit    limit
 }
 
 // NewFakeStripe starts a fake Stripe API.
@@ -49,6 +52,11 @@ func (f *FakeStripe) Respond(path string, responses ...Response) {
 	defer f.mu.Unlock()
 	f.script[path] = append(f.script[path], responses...)
 }
+
+// Limit makes the fake answer as Stripe does over its rate limit: a
+// request beyond perSecond (with a burst of a fifth of a second) gets 429
+// rate_limit with no Retry-After, before any scripted answer. 0 lifts it.
+func (f *FakeStripe) Limit(perSecond float64) { f.limit.set(perSecond) }
 
 // StripeError is a scripted Stripe error response.
 func StripeError(status int, typ, code string, headers ...string) Response {
@@ -82,21 +90,27 @@ func (f *FakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	time.Sleep(f.Delay)
 	form, _ := url.ParseQuery(string(body))
-	f.mu.Lock()
-	f.requests = append(f.requests, StripeRequest{
+	req := StripeRequest{
 		Method: r.Method, Path: r.URL.Path, IdempotencyKey: r.Header.Get("Idempotency-Key"), Form: form, At: time.Now(),
-	})
+	}
+	over := !f.limit.allow()
+	f.mu.Lock()
 	var respond Response
-	if q := f.script[r.URL.Path]; len(q) > 0 {
+	if q := f.script[r.URL.Path]; len(q) > 0 && !over {
 		respond, f.script[r.URL.Path] = q[0], q[1:]
 	}
-	n := len(f.requests)
+	n := len(f.requests) + 1
 	f.mu.Unlock()
-	if respond != nil {
-		respond(w, r)
-		return
+	switch {
+	case over:
+		respond = StripeError(http.StatusTooManyRequests, "invalid_request_error", "rate_limit")
+	case respond == nil:
+		respond = StripeObject(objectID(r.URL.Path, n))
 	}
-	StripeObject(objectID(r.URL.Path, n))(w, r)
+	req.Status = respond(w, r)
+	f.mu.Lock()
+	f.requests = append(f.requests, req)
+	f.mu.Unlock()
 }
 
 // objectID is the id a request acts on, as Stripe answers it: the id in the

@@ -34,6 +34,8 @@ type Receiver struct {
 	deliveries []Delivery
 	script     map[string][]Response
 	throttle   string // Retry-After of every answer while throttling
+	limit      limit
+	limitAfter string // Retry-After of an answer over limit
 }
 
 // Throttle makes the receiver answer every request 429 with Retry-After:
@@ -46,6 +48,16 @@ func (r *Receiver) Throttle(retryAfter string) {
 
 // Unthrottle ends Throttle.
 func (r *Receiver) Unthrottle() { r.Throttle("") }
+
+// Limit makes the receiver refuse, as a partner with a rate limit does,
+// every request beyond perSecond (with a burst of a fifth of a second):
+// 429 with Retry-After: retryAfter (seconds; none when empty). 0 lifts it.
+func (r *Receiver) Limit(perSecond float64, retryAfter string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.limit.set(perSecond)
+	r.limitAfter = retryAfter
+}
 
 // NewReceiver starts a receiver that verifies with secret (whsec_...).
 func NewReceiver(secret string) (*Receiver, error) {
@@ -107,10 +119,17 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		Path: req.URL.Path, ID: req.Header.Get("webhook-id"), Key: req.Header.Get("Idempotency-Key"),
 		Body: body, Verified: verifier.Verify(body, req.Header) == nil, At: time.Now(),
 	}
+	over := !r.limit.allow()
 	r.mu.Lock()
 	var respond Response
 	if r.throttle != "" {
 		respond = Status(http.StatusTooManyRequests, "Retry-After", r.throttle)
+	} else if over {
+		if r.limitAfter != "" {
+			respond = Status(http.StatusTooManyRequests, "Retry-After", r.limitAfter)
+		} else {
+			respond = Status(http.StatusTooManyRequests)
+		}
 	} else if q := r.script[req.URL.Path]; len(q) > 0 {
 		respond, r.script[req.URL.Path] = q[0], q[1:]
 	}
