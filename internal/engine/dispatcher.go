@@ -116,6 +116,7 @@ type Dispatcher struct {
 	worker  *Worker
 	replays *replayWorker
 	intake  *intake
+	due     *dueKeeper
 }
 
 // limitKeys resolves the configured limits and the providers' published
@@ -271,7 +272,7 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 		client: client, worker: worker, replays: replays, intake: &intake{
 			pool: pool, store: st, schema: w.Schema, logger: logger, client: inserts,
 			tenants: worker.tenants,
-		}}, nil
+		}, due: newDueKeeper(pool, w.Schema, logger)}, nil
 }
 
 // Start begins fetching and working dispatch jobs.
@@ -293,6 +294,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		return err
 	}
 	d.intake.start()
+	d.due.start()
 	if d.settings != nil {
 		d.announce(ctx)
 	}
@@ -378,6 +380,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		}
 	})
 	d.intake.stopIntake()
+	d.due.stopKeeper()
 	err := d.client.Stop(ctx)
 	if ctx.Err() != nil {
 		hard, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

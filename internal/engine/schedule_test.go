@@ -92,6 +92,31 @@ func TestScheduledEffectFiresAtItsTime(t *testing.T) {
 	}
 }
 
+// TestAJobFiresAtItsTimeWhileRiversLeaderIsGone: River makes a scheduled
+// job available only on its elected leader; while the leader that died
+// still holds its lease (15 s after a SIGKILL), every dispatcher makes the
+// jobs whose time has come available itself, so an effect snoozed or
+// scheduled for a time still goes at that time.
+func TestAJobFiresAtItsTimeWhileRiversLeaderIsGone(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{})
+	ctx := context.Background()
+	// A leader that died with an hour left on its lease: River elects no
+	// other, and its scheduler runs nowhere.
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO `+b.db.Schema+`.river_leader (elected_at, expires_at, leader_id, name)
+		VALUES (now(), now() + interval '1 hour', 'a-process-that-died', 'default')`)
+	require.NoError(t, err)
+	b.start(t)
+	due := time.Now().Add(time.Second)
+	_, e := b.enqueueAt(t, "/remind", due)
+	got := b.waitFor(t, e.ID, outboxtype.StateConfirmed)
+	require.False(t, got.FirstFiredAt.Before(due.Truncate(time.Microsecond)), "fired at %s, before its time %s", got.FirstFiredAt, due)
+	require.Equal(t, 1, b.deliveriesTo("/remind"))
+	var leader string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT leader_id FROM `+b.db.Schema+`.river_leader`).Scan(&leader))
+	require.Equal(t, "a-process-that-died", leader, "River elected no other leader meanwhile")
+}
+
 // TestAJobRunEarlyWaitsForItsEffect: a job that runs before its effect is
 // due (inserted at once by a tool, a sweep or a redrive) fires nothing and
 // is snoozed until the effect's time.

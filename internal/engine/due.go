@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// A snoozed or retried River job is `scheduled` (or `retryable`) until
+// River's scheduler makes it `available`; only available jobs are fetched.
+// River runs its scheduler on its elected leader alone, every 5 s, and
+// after the leader dies another takes over once its lease (15 s) has run
+// out: a limited drain whose leader was SIGKILLed sent next to nothing for
+// 10–15 s while hundreds of jobs snoozed for their place in a limit's line
+// were past their time (TestChaosLimitedDrainKnownLimits, `make
+// test-chaos`). So every dispatcher also makes due jobs available, every
+// dueInterval, with River's own statement (riverdriver's JobSchedule, the
+// one its scheduler runs: it also settles unique jobs' conflicts as River
+// does), looking dueInterval ahead as River's scheduler looks its own
+// interval ahead: a job made available early is still fetched at its time.
+const (
+	dueInterval = time.Second
+	// dueBatch bounds one statement; a longer list takes more in turn.
+	dueBatch = 1000
+)
+
+// dueKeeper makes due River jobs available on every dispatcher.
+type dueKeeper struct {
+	exec   riverdriver.Executor
+	schema string
+	logger *slog.Logger
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func newDueKeeper(pool *pgxpool.Pool, schema string, logger *slog.Logger) *dueKeeper {
+	return &dueKeeper{exec: riverpgxv5.New(pool).GetExecutor(), schema: schema, logger: logger}
+}
+
+func (k *dueKeeper) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	k.stop, k.done = cancel, make(chan struct{})
+	go func() {
+		defer close(k.done)
+		t := time.NewTicker(dueInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := k.makeDue(ctx, time.Now().Add(dueInterval)); err != nil && ctx.Err() == nil {
+				k.logger.Warn("could not make due jobs available; River's scheduler still does, every 5 s", "error", err)
+			}
+		}
+	}()
+}
+
+func (k *dueKeeper) stopKeeper() {
+	if k.stop != nil {
+		k.stop()
+		<-k.done
+	}
+}
+
+// makeDue makes available the scheduled and retryable jobs due by until
+// and returns how many it made available.
+func (k *dueKeeper) makeDue(ctx context.Context, until time.Time) (int, error) {
+	total := 0
+	for {
+		res, err := k.exec.JobSchedule(ctx, &riverdriver.JobScheduleParams{Max: dueBatch, Now: &until, Schema: k.schema})
+		if err != nil {
+			return total, fmt.Errorf("make due jobs available: %w", err)
+		}
+		total += len(res)
+		if len(res) < dueBatch {
+			return total, nil
+		}
+	}
+}
