@@ -2,13 +2,12 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river/riverdriver"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/outboxd/outboxd/internal/store"
 )
 
 // A snoozed or retried River job is `scheduled` (or `retryable`) until
@@ -18,11 +17,14 @@ import (
 // out: a limited drain whose leader was SIGKILLed sent next to nothing for
 // 10–15 s while hundreds of jobs snoozed for their place in a limit's line
 // were past their time (TestChaosLimitedDrainKnownLimits, `make
-// test-chaos`). So every dispatcher also makes due jobs available, every
-// dueInterval, with River's own statement (riverdriver's JobSchedule, the
-// one its scheduler runs: it also settles unique jobs' conflicts as River
-// does), looking dueInterval ahead as River's scheduler looks its own
-// interval ahead: a job made available early is still fetched at its time.
+// test-chaos`). So every dispatcher also makes its due dispatch jobs
+// available, every dueInterval, looking dueInterval ahead as River's
+// scheduler looks its own interval ahead (a job made available early is
+// still fetched at its time). It skips the rows another transaction holds
+// (store.MakeDue): River's JobSchedule, which waits for them, run by every
+// replica beside River's own scheduler queued the statements behind one
+// another until River's timed out after 30 s and three shards sent nothing
+// for a minute (TestChaosShards).
 const (
 	dueInterval = time.Second
 	// dueBatch bounds one statement; a longer list takes more in turn.
@@ -31,16 +33,16 @@ const (
 
 // dueKeeper makes due River jobs available on every dispatcher.
 type dueKeeper struct {
-	exec   riverdriver.Executor
-	schema string
+	pool   *pgxpool.Pool
+	store  *store.Store
 	logger *slog.Logger
 
 	stop context.CancelFunc
 	done chan struct{}
 }
 
-func newDueKeeper(pool *pgxpool.Pool, schema string, logger *slog.Logger) *dueKeeper {
-	return &dueKeeper{exec: riverpgxv5.New(pool).GetExecutor(), schema: schema, logger: logger}
+func newDueKeeper(pool *pgxpool.Pool, st *store.Store, logger *slog.Logger) *dueKeeper {
+	return &dueKeeper{pool: pool, store: st, logger: logger}
 }
 
 func (k *dueKeeper) start() {
@@ -75,13 +77,10 @@ func (k *dueKeeper) stopKeeper() {
 func (k *dueKeeper) makeDue(ctx context.Context, until time.Time) (int, error) {
 	total := 0
 	for {
-		res, err := k.exec.JobSchedule(ctx, &riverdriver.JobScheduleParams{Max: dueBatch, Now: &until, Schema: k.schema})
-		if err != nil {
-			return total, fmt.Errorf("make due jobs available: %w", err)
-		}
-		total += len(res)
-		if len(res) < dueBatch {
-			return total, nil
+		n, err := k.store.MakeDue(ctx, k.pool, until, dueBatch)
+		total += n
+		if err != nil || n < dueBatch {
+			return total, err
 		}
 	}
 }

@@ -238,3 +238,32 @@ func (s *Store) RunningBatchOf(ctx context.Context, db DB, id uuid.UUID) (int64,
 	}
 	return job, nil
 }
+
+// sqlMakeDue makes available the dispatch jobs, at most $2, that are
+// scheduled or retryable for a time up to $1. A row another transaction
+// holds is skipped, not waited for (River's own scheduler, or another
+// dispatcher, is moving it), so the statement never queues behind a lock
+// nor holds rows others wait for. A dispatch job's unique states include
+// scheduled, retryable and available alike, so the move cannot meet a
+// unique conflict (River's JobSchedule settles those for jobs that can).
+const sqlMakeDue = `
+UPDATE /*schema*/river_job j SET state = 'available'
+FROM (
+	SELECT id FROM /*schema*/river_job
+	WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= $1
+		AND kind IN ('outboxd.dispatch', 'outboxd.dispatch_batch')
+	ORDER BY scheduled_at, id
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+) due
+WHERE j.id = due.id`
+
+// MakeDue makes available the dispatch jobs, at most limit, whose time
+// comes by until, and returns how many.
+func (s *Store) MakeDue(ctx context.Context, db DB, until time.Time, limit int) (int, error) {
+	tag, err := db.Exec(ctx, s.sql(sqlMakeDue), until, limit)
+	if err != nil {
+		return 0, fmt.Errorf("make due jobs available: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
