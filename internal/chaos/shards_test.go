@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -25,6 +26,8 @@ import (
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
+	"github.com/outboxd/outboxd/providers/stripe"
+	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
 
@@ -94,17 +97,22 @@ type shardOf struct {
 }
 
 // TestChaosShards: three shards (two schemas of the local cluster and a
-// cluster of its own), each with a webhook backlog, drained by two outboxd
-// replicas that each serve all three, against one limit for the whole
-// fleet; replicas are SIGKILLed, and the third shard's Postgres is stopped
-// for 30 s mid-drain. The others keep dispatching while it is down, every
-// effect of every shard is delivered with its own key, the receiver never
-// gets more than the limit over any 10 s window, and the stopped shard
-// drains once it is back.
+// cluster of its own), each with a backlog of webhooks and Stripe
+// refunds, drained by two outboxd replicas that each serve all three,
+// against one limit per provider for the whole fleet: a Stripe that
+// refuses (429 rate_limit) beyond 100 requests a second and a receiver
+// that refuses (429, Retry-After: 1) beyond 50; replicas are SIGKILLed,
+// and the third shard's Postgres is stopped for 30 s mid-drain. The
+// others keep dispatching while it is down, every effect of every shard is
+// sent with its own key, each provider gets no more than its rate over
+// any 10 s window (its refused requests counted) and refuses at most 1%,
+// and the stopped shard drains once it is back.
 func TestChaosShards(t *testing.T) {
 	t.Parallel()
-	const rate, perShard = 50, 400
+	const rate, perShard, stripePerShard = 50, 400, 600
 	w := newWorld(t)
+	w.stripe.Limit(stripeRate)
+	w.recv.Limit(rate, "1")
 	ctx := context.Background()
 	priv := newCluster(t)
 	migrate := exec.Command(w.bin, "migrate", "--database-url", priv.url(), "--schema", "outboxd")
@@ -122,21 +130,35 @@ func TestChaosShards(t *testing.T) {
 	port := w.recv.URL[strings.LastIndex(w.recv.URL, ":")+1:]
 	for _, s := range shards {
 		ob, err := outbox.New(outbox.Config{Jobs: outbox.JobsByDispatcher, Schema: s.schema, Providers: []providers.Validator{
-			webhook.Schema{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+			webhook.Schema{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, stripe.Schema{},
 		}})
 		require.NoError(t, err)
 		require.NoError(t, pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			for i := range perShard {
+			for i := range max(perShard, stripePerShard) {
 				order := fmt.Sprintf("%s-%05d", s.name, i)
-				res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("chaos-shards", order), Type: "order.paid"},
-					outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: "http://localhost:" + port + "/hook",
+				// What each request carries that names its order (a Stripe
+				// id has no dashes).
+				var effects []outbox.Effect
+				var markers []string
+				if i < perShard {
+					effects = append(effects, outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: "http://localhost:" + port + "/hook",
 						Body: json.RawMessage(`{"order": "` + order + `"}`)}))
+					markers = append(markers, order)
+				}
+				if i < stripePerShard {
+					pi := strings.ReplaceAll(order, "-", "")
+					effects = append(effects, outbox.EffectOf("stripe.refund", stripeschema.RefundCreate{PaymentIntent: "pi_" + pi}))
+					markers = append(markers, pi)
+				}
+				res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("chaos-shards", order), Type: "order.paid"}, effects...)
 				if err != nil {
 					return err
 				}
-				w.marker[res.Effects[0].Key] = order
-				w.ids[res.Effects[0].Key] = res.Effects[0].ID
-				s.keys = append(s.keys, res.Effects[0].Key)
+				for j, e := range res.Effects {
+					w.marker[e.Key] = markers[j]
+					w.ids[e.Key] = e.ID
+					s.keys = append(s.keys, e.Key)
+				}
 			}
 			return nil
 		}))
@@ -145,11 +167,12 @@ func TestChaosShards(t *testing.T) {
 	args := []string{"run", "--http-addr", "", "--log-level", "error",
 		"--webhook-secret", secret, "--webhook-allow-cidrs", "127.0.0.0/8", "--webhook-timeout", "2s",
 		"--job-timeout", "5s", "--rescue-after", "8s", "--retry-base-delay", "100ms", "--retry-max-delay", "2s",
-		"--concurrency", "webhook=100", "--shutdown-timeout", "5s",
+		"--stripe-api-key", "sk_test_chaos", "--stripe-api-base", w.stripe.URL, "--stripe-timeout", "2s",
+		"--concurrency", "webhook=100,stripe=20", "--shutdown-timeout", "5s",
 		// Two replicas, two shards on the local cluster: 20 of its 100
 		// connections, beside the test running next to this one.
 		"--db-max-conns", "5",
-		"--limit", fmt.Sprintf("webhook:localhost:%s=%d", port, rate)}
+		"--limit", fmt.Sprintf("webhook:localhost:%s=%d", port, rate), "--limit", fmt.Sprintf("stripe=%d", stripeRate)}
 	var schemas []string
 	for _, s := range shards {
 		args = append(args, "--shard-database", s.name+"="+s.url)
@@ -177,6 +200,7 @@ func TestChaosShards(t *testing.T) {
 	}
 
 	time.Sleep(3 * time.Second)
+	firstKill := time.Now()
 	kill(0)
 	time.Sleep(2 * time.Second)
 	priv.stop(t)
@@ -221,11 +245,53 @@ func TestChaosShards(t *testing.T) {
 		}
 	}
 	t.Logf("delivered while ap-1 was down (%s): %v", up.Sub(down).Round(time.Second), byShard)
+	perShard10s := map[string][]time.Time{}
+	for _, d := range w.recv.Deliveries() {
+		var body struct{ Order string }
+		require.NoError(t, json.Unmarshal(d.Body, &body))
+		name, _, _ := strings.Cut(body.Order, "-0")
+		perShard10s["webhook "+name] = append(perShard10s["webhook "+name], d.At)
+	}
+	for _, r := range w.stripe.Requests() {
+		name := strings.TrimPrefix(r.Form.Get("payment_intent"), "pi_")[:4]
+		perShard10s["stripe "+name[:2]+"-"+name[2:]] = append(perShard10s["stripe "+name[:2]+"-"+name[2:]], r.At)
+	}
+	for _, k := range slices.Sorted(maps.Keys(perShard10s)) {
+		t.Logf("%s per 10 s from the first kill: %v", k, perWindow(perShard10s[k], firstKill, 10*time.Second))
+	}
 	require.Positive(t, byShard["eu-1"]+byShard["us-1"], "the shards that were up kept dispatching")
 	require.Zero(t, byShard["ap-1"], "nothing of ap-1 could go out while its database was down")
 
-	// One limit for the whole fleet.
-	most := busiest(at, 10*time.Second)
-	t.Logf("%d requests in %s; at most %d in any 10 s (limit %d for all shards)", len(at), at[len(at)-1].Sub(at[0]).Round(time.Second), most, 10*rate)
-	require.LessOrEqual(t, most, 10*rate*105/100, "the shards together stayed within the limit")
+	// One limit per provider for the whole fleet.
+	var stripeAt []time.Time
+	var stripeRefused, webhookRefused int
+	for _, r := range w.stripe.Requests() {
+		stripeAt = append(stripeAt, r.At)
+		if r.Status == 429 {
+			stripeRefused++
+		}
+	}
+	for _, d := range w.recv.Deliveries() {
+		if d.Status == 429 {
+			webhookRefused++
+		}
+	}
+	for _, p := range []struct {
+		name          string
+		at            []time.Time
+		refused, rate int
+	}{{"webhook", at, webhookRefused, rate}, {"stripe", stripeAt, stripeRefused, stripeRate}} {
+		most := busiest(p.at, 10*time.Second)
+		t.Logf("%s: %d requests in %s, %d refused 429 (%.2f%%); at most %d in any 10 s (limit %d/s for all shards)", p.name, len(p.at),
+			p.at[len(p.at)-1].Sub(p.at[0]).Round(time.Second), p.refused, 100*float64(p.refused)/float64(len(p.at)), most, p.rate)
+		require.LessOrEqual(t, most, 10*p.rate*105/100, "%s: the shards together stayed within the limit", p.name)
+		require.LessOrEqual(t, p.refused*100, len(p.at), "%s: at most 1%% of requests refused 429", p.name)
+	}
+	var attempts, effects float64
+	for _, s := range shards {
+		var a, n float64
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT sum(total_attempts)::float8, count(*)::float8 FROM `+s.schema+`.side_effects`).Scan(&a, &n))
+		attempts, effects = attempts+a, effects+n
+	}
+	t.Logf("requests per effect: %.3f (a SIGKILL mid-call re-sends with the same key)", attempts/effects)
 }
