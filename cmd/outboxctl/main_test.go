@@ -275,7 +275,7 @@ func TestStuckBlamesADeadWorkerOnlyForARunningJob(t *testing.T) {
 	require.NoError(t, err)
 	w = why()
 	require.Contains(t, w[b.ids["fired_stale"]], "beyond the crash-recovery bound (2m31s")
-	require.Contains(t, w[b.ids["fired_stale"]], "River on one of the 1 running outboxd rescues the job")
+	require.Contains(t, w[b.ids["fired_stale"]], "one of the 1 running outboxd rescues the job")
 	require.Contains(t, w[b.ids["fired_stale"]], "ask the receiver whether it processed webhook-id")
 }
 

@@ -134,10 +134,11 @@ for up to --shutdown-timeout, then cancels them. A cancelled call leaves its
 effect fired; this or another replica re-fires it with the same key.
 
 Crash recovery bound: an effect left fired by a killed process is re-fired,
-with the same key, after --rescue-after plus River's 30s rescuer interval
-plus the first retry delay (about 3 minutes with the defaults) by replicas
-that kept running; an outboxd that starts after the crash finds the job
-already older than --rescue-after and re-fires it within seconds.
+with the same key, after --rescue-after plus a second (every outboxd looks
+for such jobs each second; River's own rescuer every 30s) plus the first
+retry delay (about 2 minutes with the defaults) by replicas that kept
+running; an outboxd that starts after the crash finds the job already older
+than --rescue-after and re-fires it within seconds.
 
 ` + tracingEnv,
 		Args: cobra.NoArgs,

@@ -117,6 +117,33 @@ func TestAJobFiresAtItsTimeWhileRiversLeaderIsGone(t *testing.T) {
 	require.Equal(t, "a-process-that-died", leader, "River elected no other leader meanwhile")
 }
 
+// TestAJobOfAKilledProcessIsRescuedWhileRiversLeaderIsGone: a job whose
+// process died mid-run is handed back once it has run --rescue-after,
+// by whichever dispatcher looks first, not only by River's rescuer on its
+// leader (every 30 s): with the leader gone, the effect still goes.
+func TestAJobOfAKilledProcessIsRescuedWhileRiversLeaderIsGone(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{webhookLimit: 500 * time.Millisecond})
+	b.cfg.JobTimeout, b.cfg.RescueAfter = time.Second, 2*time.Second
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO `+b.db.Schema+`.river_leader (elected_at, expires_at, leader_id, name)
+		VALUES (now(), now() + interval '1 hour', 'a-process-that-died', 'default')`)
+	require.NoError(t, err)
+	e := b.enqueue(t, "/rescued")
+	// A process took the job and was killed before it claimed the effect.
+	tag, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.river_job SET state = 'running', attempt = 1, attempted_at = now(),
+		attempted_by = '{a-process-that-died}' WHERE args @> jsonb_build_object('effect_id', $1::uuid)`, e.ID)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+	b.start(t)
+	b.waitFor(t, e.ID, outboxtype.StateConfirmed)
+	require.Equal(t, 1, b.deliveriesTo("/rescued"))
+	var rescued bool
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT errors[1]->>'error' LIKE 'Stuck job rescued by outboxd%' FROM `+b.db.Schema+`.river_job
+		WHERE args @> jsonb_build_object('effect_id', $1::uuid)`, e.ID).Scan(&rescued))
+	require.True(t, rescued, "the job's history says who rescued it")
+}
+
 // TestAJobRunEarlyWaitsForItsEffect: a job that runs before its effect is
 // due (inserted at once by a tool, a sweep or a redrive) fires nothing and
 // is snoozed until the effect's time.

@@ -175,7 +175,7 @@ func Explain(s outboxtype.StuckEffect, sit Situation) string {
 		case sit.Dispatchers == 0:
 			who = "no outboxd has reported in the last minute: start one (" + sit.say(ActDispatchers, "") + " lists them). It rescues the job within seconds and "
 		case sit.Dispatchers > 0:
-			who = fmt.Sprintf("the process that called the provider died mid-call; River on one of the %d running outboxd rescues the job within its rescuer interval (30s) and ", sit.Dispatchers)
+			who = fmt.Sprintf("the process that called the provider died mid-call; one of the %d running outboxd rescues the job (within a second; River's own rescuer within 30s) and ", sit.Dispatchers)
 		default:
 			who = "the worker died mid-call (is any outboxd running? " + sit.say(ActDispatchers, "") + "); an outboxd rescues the job and "
 		}
