@@ -38,7 +38,8 @@ func TestConformance(t *testing.T) {
 					return http.StatusBadRequest
 				})
 			},
-			Unreachable: func(*testing.T) { f.Close() },
+			Unreachable:          func(*testing.T) { f.Close() },
+			RefusedBeforeWriting: true,
 		}
 	}})
 }
