@@ -177,7 +177,10 @@ replica has read the key again, at the key's rate (at most 10,000 a key
 per call; the rest at the time they were given). --all lifts every key
 that is paused or has effects waiting. A disabled endpoint holds its
 deliveries again at their next attempt: enable it with "outboxctl
-endpoints enable".`,
+endpoints enable". With --shard-database, --all-shards lifts the keys
+once in the place every shard shares and makes the waiting effects of
+every shard due (--all: the keys any shard waits for); --shard NAME
+makes only that shard's due.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
 				return cli.Usagef("name the keys to resume (as `outboxctl limits` lists them), or give --all")
@@ -186,19 +189,36 @@ endpoints enable".`,
 				return cli.Usagef("--reason is required: say why the hold is lifted")
 			}
 			ctx := cmd.Context()
-			if err := a.open(ctx); err != nil {
-				return err
-			}
-			reports, err := a.op.Limits(ctx)
-			if err != nil {
+			// Each shard's waiting effects, for --all-shards; the first
+			// shard's operator lifts the keys in the shared place.
+			shards := []cli.Shard{{}}
+			if a.fleet.All {
+				shards = a.fleet.shards
+			} else if err := a.open(ctx); err != nil {
 				return err
 			}
 			known := map[string]bool{}
 			var keys []string
-			for _, l := range reports {
-				known[l.Key] = true
-				if all && l.Holding(time.Now()) {
-					keys = append(keys, l.Key)
+			for i, sh := range shards {
+				if a.fleet.All {
+					if err := a.openShard(ctx, sh); err != nil {
+						return fmt.Errorf("shard %s: %w", sh.Name, err)
+					}
+				}
+				reports, err := a.op.Limits(ctx)
+				if err != nil {
+					return err
+				}
+				for _, l := range reports {
+					if all && !known[l.Key] && l.Holding(time.Now()) {
+						keys = append(keys, l.Key)
+					}
+					known[l.Key] = true
+				}
+				if i == len(shards)-1 && a.fleet.All {
+					if err := a.openShard(ctx, shards[0]); err != nil {
+						return fmt.Errorf("shard %s: %w", shards[0].Name, err)
+					}
 				}
 			}
 			for _, k := range args {
@@ -219,11 +239,34 @@ endpoints enable".`,
 			if err != nil {
 				return err
 			}
+			if !a.fleet.All {
+				if a.JSON {
+					return printJSON(out, woken)
+				}
+				for _, k := range keys {
+					fmt.Fprintf(out, "limit %s resumed: %d waiting effects go out now\n", k, woken[k])
+				}
+				return nil
+			}
+			byShard := map[string]map[string]int{shards[0].Name: woken}
+			for _, sh := range shards[1:] {
+				if err := a.openShard(ctx, sh); err != nil {
+					return fmt.Errorf("limits %s resumed; shard %s: %w", strings.Join(keys, ", "), sh.Name, err)
+				}
+				if byShard[sh.Name], err = a.op.WakeWaiting(ctx, keys); err != nil {
+					return fmt.Errorf("limits %s resumed; shard %s: %w", strings.Join(keys, ", "), sh.Name, err)
+				}
+			}
 			if a.JSON {
-				return printJSON(out, woken)
+				return printJSON(out, byShard)
 			}
 			for _, k := range keys {
-				fmt.Fprintf(out, "limit %s resumed: %d waiting effects go out now\n", k, woken[k])
+				total, parts := 0, make([]string, 0, len(shards))
+				for _, sh := range shards {
+					total += byShard[sh.Name][k]
+					parts = append(parts, fmt.Sprintf("%s %d", sh.Name, byShard[sh.Name][k]))
+				}
+				fmt.Fprintf(out, "limit %s resumed: %d waiting effects go out now (%s)\n", k, total, strings.Join(parts, ", "))
 			}
 			return nil
 		},

@@ -51,7 +51,9 @@ type app struct {
 	fleet fleet
 
 	pool *pgxpool.Pool
-	op   *sideeffects.Operator
+	// limitsPool is the shared limits' place, when it is another pool.
+	limitsPool *pgxpool.Pool
+	op         *sideeffects.Operator
 	// windows are the providers' key windows less their margins
 	// (sideeffects.Operator.KeyWindows), read when the database is opened.
 	windows map[string]time.Duration
@@ -138,6 +140,7 @@ func (a *app) open(ctx context.Context) error {
 	if lp, err := a.OpenLimits(ctx, 2); err != nil {
 		return err
 	} else if lp != nil {
+		a.limitsPool = lp
 		shared = &sideeffects.SharedLimits{Pool: lp, Schema: a.LimitsSchema}
 	}
 	op, err := sideeffects.NewOperator(pool, sideeffects.OperatorConfig{

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -50,6 +52,12 @@ func (a *app) selectShard(cmd *cobra.Command) error {
 		return err
 	}
 	f.shards = shards
+	// With several shards and no --limits-database-url, the first shard
+	// keeps the limits for all, as outboxd run keeps them: reading or
+	// setting a key through another shard reads or sets that one row.
+	if len(shards) > 1 && a.LimitsURL == "" {
+		a.LimitsURL, a.LimitsSchema = shards[0].URL, shards[0].Schema
+	}
 	names := make([]string, len(shards))
 	for i, s := range shards {
 		names[i] = s.Name
@@ -65,7 +73,7 @@ func (a *app) selectShard(cmd *cobra.Command) error {
 		a.URL, a.Schema = shards[i].URL, shards[i].Schema
 		return nil
 	case f.All:
-		if _, ok := fleetViews[fleetPath(cmd)]; !ok {
+		if _, ok := fleetViews[fleetPath(cmd)]; !ok && !fleetActions[fleetPath(cmd)] {
 			return cli.Usagef("--all-shards reads (stuck, list, stats, limits, tenants, dispatchers, drift, keys list): `outboxctl %s` addresses one shard: name it with --shard (one of %s)",
 				fleetPath(cmd), strings.Join(names, ", "))
 		}
@@ -109,6 +117,10 @@ func cols(spec ...string) []fleetColumn {
 	}
 	return out
 }
+
+// fleetActions are the actions --all-shards may address: those on what
+// every shard shares (the limits' place), each shard's part done in turn.
+var fleetActions = map[string]bool{"limits resume": true}
 
 var fleetViews = map[string]fleetView{
 	"stuck": {orderBy: "updated_at", columns: cols("ID=id", "KIND=kind", "PROVIDER=provider", "STATE=state", "ATTEMPTS=attempts",
@@ -314,10 +326,19 @@ func printFleetTable(w interface{ Write([]byte) (int, error) }, view fleetView, 
 // close closes the database a command opened, so that the next shard's
 // is opened afresh.
 func (a *app) close() {
-	if a.pool != nil {
-		a.pool.Close()
+	for _, p := range []*pgxpool.Pool{a.pool, a.limitsPool} {
+		if p != nil {
+			p.Close()
+		}
 	}
-	a.pool, a.op, a.windows = nil, nil, nil
+	a.pool, a.limitsPool, a.op, a.windows = nil, nil, nil, nil
+}
+
+// openShard points a at shard s and opens it, closing what was open.
+func (a *app) openShard(ctx context.Context, s cli.Shard) error {
+	a.URL, a.Schema = s.URL, s.Schema
+	a.close()
+	return a.open(ctx)
 }
 
 // enableFleet lets the reading commands of fleetViews read every shard.

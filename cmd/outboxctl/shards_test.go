@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/internal/engine"
 	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outboxtype"
 )
@@ -117,4 +119,53 @@ func findShardRow(t *testing.T, out, shard, id string) string {
 		}
 	}
 	return ""
+}
+
+// TestALimitIsLiftedForEveryShard: with several shards the first keeps
+// the limits for all (as outboxd run does), so a key read through any
+// shard is that one row; `limits resume --all-shards` lifts it once and
+// makes the effects waiting for it in every shard due, saying how many
+// in each.
+func TestALimitIsLiftedForEveryShard(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t), setup(t)
+	ctx := context.Background()
+	const key = "webhook:a.example.com"
+	// A 429 paused the key in the place every shard shares: eu-1's.
+	_, _, err := engine.Throttle(ctx, a.store, a.db.Pool, key, engine.A429{After: time.Hour, Base: time.Second, Again: true})
+	require.NoError(t, err)
+	for _, s := range []*testBundle{a, b} {
+		require.NoError(t, s.store.MarkWaiting(ctx, s.db.Pool, s.ids["pending"], key))
+		sleepJob(t, s, s.ids["pending"])
+	}
+
+	out, _, err := fleetRun(t, a, b, nil, "limits", "--shard", "us-1", "--json")
+	require.NoError(t, err)
+	var limits []struct {
+		Key            string     `json:"key"`
+		PausedUntil    *time.Time `json:"paused_until"`
+		WaitingEffects int        `json:"waiting_effects"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &limits))
+	require.Len(t, limits, 1, "us-1 reads the limits eu-1 keeps for both: %s", out)
+	require.Equal(t, key, limits[0].Key)
+	require.NotNil(t, limits[0].PausedUntil, "the pause a 429 of either shard began")
+	require.Equal(t, 1, limits[0].WaitingEffects, "what waits for it in the shard read")
+
+	_, _, err = fleetRun(t, a, b, nil, "limits", "set", key, "5", "--all-shards", "--reason", "x")
+	require.Equal(t, 2, cli.ExitCode(err), "an action other than resume addresses one shard: %v", err)
+
+	out, _, err = fleetRun(t, a, b, nil, "limits", "resume", key, "--all-shards", "--reason", "partner back")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "limit "+key+" resumed: 2 waiting effects go out now (eu-1 1, us-1 1)")
+	require.True(t, jobDue(t, a, a.ids["pending"]), "eu-1's waiting effect is due now")
+	require.True(t, jobDue(t, b, b.ids["pending"]), "us-1's waiting effect is due now")
+	out, _, err = fleetRun(t, a, b, nil, "limits", "--all-shards", "--json")
+	require.NoError(t, err)
+	limits = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &limits))
+	require.Len(t, limits, 2, "the key, as each shard reads it")
+	for _, l := range limits {
+		require.Nil(t, l.PausedUntil, "%s resumed for every shard", l.Key)
+	}
 }
