@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/internal/cli"
+	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/webhook"
@@ -46,6 +47,8 @@ const (
 type limitsResult struct {
 	Name     string `json:"name"`
 	Replicas int    `json:"replicas"`
+	// Shards, when set, is how many shards one process served.
+	Shards   int    `json:"shards,omitempty"`
 	Provider string `json:"provider"`
 	// Limit is the server's; Configured what outboxd was given.
 	Limit      float64 `json:"limit"`
@@ -237,17 +240,19 @@ func mostIn(times []time.Time, w time.Duration) int {
 func (s *limitedServer) close() { _ = s.srv.Close() }
 
 // limits runs the phase: 1 and 3 replicas with the receiver's limit set,
-// 3 replicas with none set, and the cost of limits that do not bind.
+// 3 replicas with none set, 3 shards served by one process with the
+// receiver's limit set, and the cost of limits that do not bind.
 func (b *bench) limits(ctx context.Context) ([]limitsResult, error) {
 	var out []limitsResult
 	for i, run := range []struct {
 		replicas int
 		webhook  bool // --limit set for the receiver
-	}{{1, true}, {3, true}, {3, false}} {
+		shards   bool // one dispatcher for each of replicas shards
+	}{{1, true, false}, {3, true, false}, {3, false, false}, {3, true, true}} {
 		if b.s.LimitsRuns != "" && !strings.Contains(b.s.LimitsRuns, strconv.Itoa(i+1)) {
 			continue
 		}
-		rs, err := b.limitsRun(ctx, run.replicas, run.webhook)
+		rs, err := b.limitsRun(ctx, run.replicas, run.webhook, run.shards)
 		if err != nil {
 			return out, err
 		}
@@ -256,8 +261,24 @@ func (b *bench) limits(ctx context.Context) ([]limitsResult, error) {
 	return out, nil
 }
 
-func (b *bench) limitsRun(ctx context.Context, k int, webhookLimit bool) ([]limitsResult, error) {
+// limitsRun drains the backlog with k replicas of one database or, with
+// shards, k dispatchers in one process, one for each of k shards (the
+// bench's schema and k-1 of their own), each holding a k-th of the
+// backlog, sharing the providers and the limits kept in the first shard,
+// as outboxd run --shard-database serves them.
+func (b *bench) limitsRun(ctx context.Context, k int, webhookLimit, shards bool) ([]limitsResult, error) {
 	ns, nw := b.s.LimitsEffects, b.s.LimitsEffects/2
+	schemas := slices.Repeat([]string{b.schema}, k)
+	if shards {
+		for i := 1; i < k; i++ {
+			schema, drop, err := migrations.Temporary(ctx, b.pool, "outboxd_bench_shard")
+			if err != nil {
+				return nil, err
+			}
+			defer drop()
+			schemas[i] = schema
+		}
+	}
 	st, err := stripeLike()
 	if err != nil {
 		return nil, err
@@ -268,13 +289,26 @@ func (b *bench) limitsRun(ctx context.Context, k int, webhookLimit bool) ([]limi
 		return nil, err
 	}
 	defer rc.close()
-	if err := b.seedEffects(ctx, ns, stripe.Name, `{"operation": "refund.create", "params": {"payment_intent": "pi_bench", "amount": 500}}`); err != nil {
-		return nil, err
-	}
 	body, _ := json.Marshal(webhook.Payload{URL: rc.url + "/hook", Body: json.RawMessage(`{"type": "order.paid"}`)})
-	if err := b.seedEffects(ctx, nw, webhook.Name, string(body)); err != nil {
-		return nil, err
+	home := b.schema
+	homes := slices.Compact(slices.Clone(schemas))
+	for i, schema := range homes {
+		b.schema = schema
+		// Each shard's part; the first takes what does not divide.
+		ps, pw := ns/len(homes), nw/len(homes)
+		if i == 0 {
+			ps, pw = ns-ps*(len(homes)-1), nw-pw*(len(homes)-1)
+		}
+		err := b.seedEffects(ctx, ps, stripe.Name, `{"operation": "refund.create", "params": {"payment_intent": "pi_bench", "amount": 500}}`)
+		if err == nil {
+			err = b.seedEffects(ctx, pw, webhook.Name, string(body))
+		}
+		if err != nil {
+			b.schema = home
+			return nil, err
+		}
 	}
+	b.schema = home
 	hookKey := "webhook:" + rc.url[len("http://"):]
 	configured := "none (429s only)"
 	limits := map[string]float64{}
@@ -297,24 +331,31 @@ func (b *bench) limitsRun(ctx context.Context, k int, webhookLimit bool) ([]limi
 	}
 	defer stopAll()
 	ds := make([]*sideeffects.Dispatcher, k)
+	var sp, wp providers.Provider
+	var shared *sideeffects.SharedLimits
 	for i := range ds {
 		pool, err := cli.Connect(ctx, b.s.DatabaseURL, replicaConns)
 		if err != nil {
 			return nil, err
 		}
 		pools = append(pools, pool)
-		sp, err := stripe.New(stripe.Config{APIKey: limitsStripeKey, APIBase: st.url})
-		if err != nil {
-			return nil, err
+		// Replicas are processes of their own; a process serving shards
+		// has one of each provider.
+		if sp == nil || !shards {
+			if sp, err = stripe.New(stripe.Config{APIKey: limitsStripeKey, APIBase: st.url}); err != nil {
+				return nil, err
+			}
+			if wp, err = webhook.New(webhook.Config{Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+				AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}); err != nil {
+				return nil, err
+			}
 		}
-		wp, err := webhook.New(webhook.Config{Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-			AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-		if err != nil {
-			return nil, err
+		if shards && shared == nil {
+			shared = &sideeffects.SharedLimits{Pool: pool, Schema: schemas[0]}
 		}
 		// outboxd run's defaults: 100 Stripe workers, 400 webhook workers.
 		if ds[i], err = sideeffects.NewDispatcher(pool, sideeffects.Config{
-			Schema: b.schema, Providers: []providers.Provider{sp, wp},
+			Schema: schemas[i], Providers: []providers.Provider{sp, wp}, SharedLimits: shared,
 			Concurrency:   map[string]int{stripe.Name: 100, webhook.Name: sideeffects.DefaultConcurrency},
 			Limits:        limits,
 			FetchCooldown: b.s.FetchCooldown, FetchPollInterval: b.s.FetchPollInterval, Logger: quiet,
@@ -323,7 +364,11 @@ func (b *bench) limitsRun(ctx context.Context, k int, webhookLimit bool) ([]limi
 			return nil, err
 		}
 	}
-	name := fmt.Sprintf("%d replica(s), limits", k)
+	who := fmt.Sprintf("%d replica(s)", k)
+	if shards {
+		who = fmt.Sprintf("%d shards, one process", k)
+	}
+	name := who + ", limits"
 	done := make(chan struct{})
 	go progress(name, ns+nw, func() int { return int(st.n.Load() + rc.n.Load()) }, done)
 	start := time.Now()
@@ -339,10 +384,14 @@ func (b *bench) limitsRun(ctx context.Context, k int, webhookLimit bool) ([]limi
 	deadline := time.Now().Add(10 * time.Minute)
 	for stripeDone.Load() == 0 || hookDone.Load() == 0 {
 		var sl, wl int
-		if err := b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE provider = 'stripe'), count(*) FILTER (WHERE provider = 'webhook')
-			FROM `+b.schema+`.side_effects WHERE phase = 'live'`).Scan(&sl, &wl); err != nil {
-			close(done)
-			return nil, err
+		for _, schema := range homes {
+			var l1, l2 int
+			if err := b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE provider = 'stripe'), count(*) FILTER (WHERE provider = 'webhook')
+				FROM `+schema+`.side_effects WHERE phase = 'live'`).Scan(&l1, &l2); err != nil {
+				close(done)
+				return nil, err
+			}
+			sl, wl = sl+l1, wl+l2
 		}
 		now := int64(time.Since(start))
 		if sl == 0 {
@@ -378,10 +427,17 @@ func (b *bench) limitsRun(ctx context.Context, k int, webhookLimit bool) ([]limi
 		{stripe.Name, st, ns, limitsStripeRate, fmt.Sprintf("%d/s (Stripe's published, by default)", stripe.LiveRate), time.Duration(stripeDone.Load())},
 		{webhook.Name, rc, nw, limitsWebhookRate, configured, time.Duration(hookDone.Load())},
 	} {
-		r := limitsResult{Name: fmt.Sprintf("%d replica(s), %s", k, p.provider), Replicas: k, Provider: p.provider,
+		r := limitsResult{Name: who + ", " + p.provider, Replicas: k, Provider: p.provider,
 			Limit: p.rate, Configured: p.configured, Effects: p.n}
+		if shards {
+			r.Replicas, r.Shards = 1, k
+		}
+		var union []string
+		for _, schema := range homes {
+			union = append(union, `SELECT attempts, state FROM `+schema+`.side_effects WHERE provider = $1`)
+		}
 		if err := b.pool.QueryRow(ctx, `SELECT coalesce(avg(attempts), 0), coalesce(max(attempts), 0), count(*) FILTER (WHERE state = 'failed')
-			FROM `+b.schema+`.side_effects WHERE provider = $1`, p.provider).Scan(&r.AttemptsMean, &r.AttemptsMax, &r.Failed); err != nil {
+			FROM (`+strings.Join(union, " UNION ALL ")+`) e`, p.provider).Scan(&r.AttemptsMean, &r.AttemptsMax, &r.Failed); err != nil {
 			return nil, err
 		}
 		p.srv.report(&r, p.elapsed)

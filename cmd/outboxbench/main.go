@@ -76,7 +76,8 @@ type settings struct {
 	// NoisyDuration how long tenant B commits meanwhile.
 	NoisyBacklog int `json:"noisy_backlog"`
 	// LimitsRuns picks the limits phase's runs by number (1: one replica,
-	// 2: three, 3: three with no webhook limit); "" runs all.
+	// 2: three, 3: three with no webhook limit, 4: three shards served by
+	// one process); "" runs all.
 	LimitsRuns string `json:"limits_runs,omitempty"`
 	// SweepInterval is the dispatchers' sweep interval in the limits
 	// phase (0: outboxd's default).
@@ -179,7 +180,7 @@ func main() {
 	flag.DurationVar(&s.PurgeQuiet, "purge-quiet", 10*time.Second, "how long the purge phase's traffic runs alone before the purge (its baseline)")
 	flag.DurationVar(&s.Soak, "soak", 0, "instead of the phases, offer -rate effects per second for this long and report each minute (e.g. -soak 30m -rate 300, against a Postgres with autovacuum on)")
 	flag.IntVar(&s.SoakRate, "rate", 300, "effects per second offered in a -soak run")
-	flag.StringVar(&s.LimitsRuns, "limits-runs", "", "the limits phase's runs to make, by number: 1 one replica, 2 three, 3 three with no webhook limit (default all)")
+	flag.StringVar(&s.LimitsRuns, "limits-runs", "", "the limits phase's runs to make, by number: 1 one replica, 2 three, 3 three with no webhook limit, 4 three shards served by one process (default all)")
 	flag.DurationVar(&s.SweepInterval, "sweep-interval", 0, "the dispatchers' sweep interval in the limits phase (default outboxd's)")
 	flag.IntVar(&s.NoisyBacklog, "noisy-backlog", 50000, "tenant A's backlog in the limits phase's noisy-tenant row (0: none)")
 	flag.DurationVar(&s.NoisyDuration, "noisy-duration", time.Minute, "how long tenant B commits 5 refunds a second while A drains")
