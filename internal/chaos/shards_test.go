@@ -96,8 +96,8 @@ type shardOf struct {
 	keys              []string
 }
 
-// TestChaosShards: three shards (two schemas of the local cluster and a
-// cluster of its own), each with a backlog of webhooks and Stripe
+// TestChaosShards: three shards, each on a Postgres of its own (the
+// local cluster and two private ones), each with a backlog of webhooks and Stripe
 // refunds, drained by two outboxd replicas that each serve all three,
 // against one limit per provider for the whole fleet: a Stripe that
 // refuses (429 rate_limit) beyond 100 requests a second and a receiver
@@ -114,17 +114,21 @@ func TestChaosShards(t *testing.T) {
 	w.stripe.Limit(stripeRate)
 	w.recv.Limit(rate, "1")
 	ctx := context.Background()
-	priv := newCluster(t)
-	migrate := exec.Command(w.bin, "migrate", "--database-url", priv.url(), "--schema", "outboxd")
-	out, err := migrate.CombinedOutput()
-	require.NoError(t, err, "migrate the third shard: %s", out)
-	privPool, err := pgxpool.New(ctx, priv.url())
-	require.NoError(t, err)
-	t.Cleanup(privPool.Close)
-	second := testdb.NewFresh(t)
+	// us-1 and ap-1 each on a Postgres of its own.
+	own := func(name string) (*cluster, *pgxpool.Pool) {
+		c := newCluster(t)
+		out, err := exec.Command(w.bin, "migrate", "--database-url", c.url(), "--schema", "outboxd").CombinedOutput()
+		require.NoError(t, err, "migrate shard %s: %s", name, out)
+		pool, err := pgxpool.New(ctx, c.url())
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		return c, pool
+	}
+	us, usPool := own("us-1")
+	priv, privPool := own("ap-1")
 	shards := []*shardOf{
 		{name: "eu-1", url: testdb.URL(), schema: w.db.Schema, pool: w.db.Pool},
-		{name: "us-1", url: testdb.URL(), schema: second.Schema, pool: second.Pool},
+		{name: "us-1", url: us.url(), schema: "outboxd", pool: usPool},
 		{name: "ap-1", url: priv.url(), schema: "outboxd", pool: privPool},
 	}
 	port := w.recv.URL[strings.LastIndex(w.recv.URL, ":")+1:]
