@@ -62,10 +62,7 @@ func TestChaosBrokers(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				for _, e := range res.Effects {
-					w.marker[e.Key] = order
-					w.ids[e.Key] = e.ID
-				}
+				w.remember(res, order)
 			}
 			return nil
 		})

@@ -93,14 +93,20 @@ func (w *world) enqueue(t *testing.T, n int) {
 				if err != nil {
 					return err
 				}
-				for _, e := range res.Effects {
-					w.marker[e.Key] = order
-					w.ids[e.Key] = e.ID
-				}
+				w.remember(res, order)
 			}
 			return nil
 		})
 		require.NoError(t, err)
+	}
+}
+
+// remember records the effects of res as order's: every request that
+// carries one of their keys must name order (checkKeys).
+func (w *world) remember(res *outbox.Result, order string) {
+	for _, e := range res.Effects {
+		w.marker[e.Key] = order
+		w.ids[e.Key] = e.ID
 	}
 }
 
@@ -254,8 +260,7 @@ func (w *world) enqueueChains(t *testing.T, keys, perKey int) {
 				if err != nil {
 					return err
 				}
-				w.marker[res.Effects[0].Key] = step
-				w.ids[res.Effects[0].Key] = res.Effects[0].ID
+				w.remember(res, step)
 			}
 			return nil
 		}))
@@ -345,8 +350,7 @@ func TestChaosLimitHolds(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			w.marker[res.Effects[0].Key] = order
-			w.ids[res.Effects[0].Key] = res.Effects[0].ID
+			w.remember(res, order)
 		}
 		return nil
 	}))

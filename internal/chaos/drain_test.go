@@ -93,10 +93,7 @@ func limitedDrain(t *testing.T, c drainCase) {
 				if err != nil {
 					return err
 				}
-				for _, e := range res.Effects {
-					w.marker[e.Key] = order
-					w.ids[e.Key] = e.ID
-				}
+				w.remember(res, order)
 			}
 			return nil
 		}))
