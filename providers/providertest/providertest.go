@@ -58,13 +58,6 @@ type Setup struct {
 	// Unreachable makes the destination unreachable from now on (its
 	// server closed, its broker stopped); nil to skip that check.
 	Unreachable func(t *testing.T)
-	// RefusedBeforeWriting says that after Unreachable the next request
-	// meets a refused connection before a byte of it is written (an HTTP
-	// server closed: the request dials), so it must be retryable, never in
-	// doubt. A broker's client that still holds a connection it has not
-	// yet seen close may have written the publish: in doubt is the truth
-	// there, and its own tests cover the refused dial.
-	RefusedBeforeWriting bool
 }
 
 // queueName is River's rule for a queue name, which a provider's name is.
@@ -181,9 +174,6 @@ func Run(t *testing.T, f Fixture) {
 		require.Error(t, err, "nothing acknowledged it")
 		class, _ := providers.Classify(err)
 		require.NotEqual(t, providers.ClassPermanent, class, "an outage fails no effect: %v", err)
-		if s.RefusedBeforeWriting {
-			require.Equal(t, providers.ClassRetryable, class, "a refused connection wrote nothing: retryable, not in doubt: %v", err)
-		}
 	})
 
 	t.Run("ACancelledCallIsNotAcknowledged", func(t *testing.T) {

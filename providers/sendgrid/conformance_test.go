@@ -38,8 +38,7 @@ func TestConformance(t *testing.T) {
 					return http.StatusBadRequest
 				})
 			},
-			Unreachable:          func(*testing.T) { f.Close() },
-			RefusedBeforeWriting: true,
+			Unreachable: func(*testing.T) { f.Close() },
 		}
 	}})
 }

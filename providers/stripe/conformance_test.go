@@ -32,8 +32,7 @@ func TestConformance(t *testing.T) {
 			Reject: func() {
 				f.Respond("/v1/refunds", fakes.StripeError(400, "invalid_request_error", "parameter_invalid_integer"))
 			},
-			Unreachable:          func(*testing.T) { f.Close() },
-			RefusedBeforeWriting: true,
+			Unreachable: func(*testing.T) { f.Close() },
 		}
 	}})
 }

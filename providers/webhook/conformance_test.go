@@ -31,10 +31,9 @@ func TestConformance(t *testing.T) {
 				}
 				return keys
 			},
-			Throttle:             func() { recv.Respond("/hooks", fakes.Status(http.StatusTooManyRequests, "Retry-After", "1")) },
-			Reject:               func() { recv.Respond("/hooks", fakes.Status(http.StatusGone)) },
-			Unreachable:          func(*testing.T) { recv.Close() },
-			RefusedBeforeWriting: true,
+			Throttle:    func() { recv.Respond("/hooks", fakes.Status(http.StatusTooManyRequests, "Retry-After", "1")) },
+			Reject:      func() { recv.Respond("/hooks", fakes.Status(http.StatusGone)) },
+			Unreachable: func(*testing.T) { recv.Close() },
 		}
 	}})
 }
