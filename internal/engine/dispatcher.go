@@ -272,7 +272,7 @@ func NewDispatcher(pool *pgxpool.Pool, w Wiring) (*Dispatcher, error) {
 		client: client, worker: worker, replays: replays, intake: &intake{
 			pool: pool, store: st, schema: w.Schema, logger: logger, client: inserts,
 			tenants: worker.tenants,
-		}, due: newDueKeeper(pool, st, logger, w.Schema, rc.RescueStuckJobsAfter, w.Calls.Retry.Delay(1))}, nil
+		}, due: newDueKeeper(pool, st, logger, worker.providerNames, w.Schema, rc.RescueStuckJobsAfter, w.Calls.Retry.Delay(1))}, nil
 }
 
 // Start begins fetching and working dispatch jobs.

@@ -57,6 +57,8 @@ type dueKeeper struct {
 	pool   *pgxpool.Pool
 	store  *store.Store
 	logger *slog.Logger
+	// queues are the providers' queues, whose jobs it makes due
+	queues []string
 	// rescue: River's statements, its schema, --rescue-after (0: River's
 	// rescuer alone) and the retry schedule's first step
 	exec        riverdriver.Executor
@@ -68,8 +70,8 @@ type dueKeeper struct {
 	done chan struct{}
 }
 
-func newDueKeeper(pool *pgxpool.Pool, st *store.Store, logger *slog.Logger, schema string, rescueAfter, firstRetry time.Duration) *dueKeeper {
-	return &dueKeeper{pool: pool, store: st, logger: logger, exec: riverpgxv5.New(pool).GetExecutor(), schema: schema,
+func newDueKeeper(pool *pgxpool.Pool, st *store.Store, logger *slog.Logger, queues []string, schema string, rescueAfter, firstRetry time.Duration) *dueKeeper {
+	return &dueKeeper{pool: pool, store: st, logger: logger, queues: queues, exec: riverpgxv5.New(pool).GetExecutor(), schema: schema,
 		rescueAfter: rescueAfter, firstRetry: firstRetry}
 }
 
@@ -110,7 +112,7 @@ func (k *dueKeeper) stopKeeper() {
 func (k *dueKeeper) makeDue(ctx context.Context, until time.Time) (int, error) {
 	total := 0
 	for {
-		n, err := k.store.MakeDue(ctx, k.pool, until, dueBatch)
+		n, err := k.store.MakeDue(ctx, k.pool, k.queues, until, dueBatch)
 		total += n
 		if err != nil || n < dueBatch {
 			return total, err

@@ -239,29 +239,31 @@ func (s *Store) RunningBatchOf(ctx context.Context, db DB, id uuid.UUID) (int64,
 	return job, nil
 }
 
-// sqlMakeDue makes available the dispatch jobs, at most $2, that are
-// scheduled or retryable for a time up to $1. A row another transaction
-// holds is skipped, not waited for (River's own scheduler, or another
-// dispatcher, is moving it), so the statement never queues behind a lock
-// nor holds rows others wait for. A dispatch job's unique states include
-// scheduled, retryable and available alike, so the move cannot meet a
-// unique conflict (River's JobSchedule settles those for jobs that can).
+// sqlMakeDue makes available the dispatch jobs, at most $2, of queues $3
+// that are scheduled or retryable for a time up to $1. A row another
+// transaction holds is skipped, not waited for (River's own scheduler, or
+// another dispatcher, is moving it), so the statement never queues behind
+// a lock nor holds rows others wait for. A dispatch job's unique states
+// include scheduled, retryable and available alike, so the move cannot
+// meet a unique conflict (River's JobSchedule settles those for jobs that
+// can). The queues and River's default priority, which every dispatch job
+// has, let River's fetching index find the due rows alone: without them
+// the statement read every job, 27 ms a second at 70,000 waiting; with
+// them 0.3 ms when none is due.
 const sqlMakeDue = `
-UPDATE /*schema*/river_job j SET state = 'available'
-FROM (
+UPDATE /*schema*/river_job SET state = 'available'
+WHERE id = ANY(ARRAY(
 	SELECT id FROM /*schema*/river_job
-	WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= $1
+	WHERE state IN ('scheduled', 'retryable') AND queue = ANY($3) AND priority = 1 AND scheduled_at <= $1
 		AND kind IN ('outboxd.dispatch', 'outboxd.dispatch_batch')
 	ORDER BY scheduled_at, id
 	LIMIT $2
-	FOR UPDATE SKIP LOCKED
-) due
-WHERE j.id = due.id`
+	FOR UPDATE SKIP LOCKED))`
 
-// MakeDue makes available the dispatch jobs, at most limit, whose time
-// comes by until, and returns how many.
-func (s *Store) MakeDue(ctx context.Context, db DB, until time.Time, limit int) (int, error) {
-	tag, err := db.Exec(ctx, s.sql(sqlMakeDue), until, limit)
+// MakeDue makes available the dispatch jobs of queues, at most limit,
+// whose time comes by until, and returns how many.
+func (s *Store) MakeDue(ctx context.Context, db DB, queues []string, until time.Time, limit int) (int, error) {
+	tag, err := db.Exec(ctx, s.sql(sqlMakeDue), until, limit, queues)
 	if err != nil {
 		return 0, fmt.Errorf("make due jobs available: %w", err)
 	}

@@ -12,3 +12,6 @@ func JobInStatement(s *Store) string { return s.sql(sqlJobIn) }
 // FewJobsPlan runs fn with the planner settings of the reads that look up
 // a page of effects' jobs.
 var FewJobsPlan = fewJobsPlan
+
+// MakeDueStatement makes due jobs available, for plan checks.
+func MakeDueStatement(s *Store) string { return s.sql(sqlMakeDue) }

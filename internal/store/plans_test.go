@@ -98,3 +98,44 @@ func TestStuckEffectsWithoutJobsFindTheirJobsByTheArgsIndex(t *testing.T) {
 		require.Nil(t, e.JobID, "no job")
 	}
 }
+
+// TestMakingJobsDueReadsOnlyTheDueJobs: every dispatcher makes due jobs
+// available each second, so the statement finds them through River's
+// fetching index and reads no job that is not due: reading every job took
+// 27 ms a second at 70,000 snoozed jobs. It moves the due jobs of its
+// queues, and nothing else.
+func TestMakingJobsDueReadsOnlyTheDueJobs(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st := store.NewStore(db.Schema)
+	ctx := context.Background()
+	s := db.Schema
+	for _, q := range []string{
+		`INSERT INTO ` + s + `.river_job (args, kind, max_attempts, queue, state, scheduled_at)
+			SELECT jsonb_build_object('effect_id', gen_random_uuid()), 'outboxd.dispatch', 100, 'webhook', 'scheduled', now() + interval '1 hour'
+			FROM generate_series(1, 5000)`,
+		`INSERT INTO ` + s + `.river_job (args, kind, max_attempts, queue, state, scheduled_at)
+			SELECT jsonb_build_object('effect_id', gen_random_uuid()), 'outboxd.dispatch', 100, q, 'retryable', now() - interval '1 second'
+			FROM generate_series(1, 5), unnest(ARRAY['webhook', 'stripe']) q`,
+		`ANALYZE ` + s + `.river_job`,
+	} {
+		_, err := db.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	rows, err := db.Pool.Query(ctx, "EXPLAIN "+store.MakeDueStatement(st), time.Now(), 1000, []string{"webhook", "sendgrid"})
+	require.NoError(t, err)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	text := strings.Join(plan, "\n")
+	require.Contains(t, text, "river_job_prioritized_fetching_index", text)
+	require.NotContains(t, text, "Seq Scan", text)
+
+	n, err := st.MakeDue(ctx, db.Pool, []string{"webhook", "sendgrid"}, time.Now(), 1000)
+	require.NoError(t, err)
+	require.Equal(t, 5, n, "the due jobs of its queues")
+	var available, stripeDue int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'available'),
+		count(*) FILTER (WHERE queue = 'stripe' AND state = 'retryable') FROM `+s+`.river_job`).Scan(&available, &stripeDue))
+	require.Equal(t, 5, available, "no job that is not due")
+	require.Equal(t, 5, stripeDue, "another queue's jobs are left to its dispatcher")
+}
