@@ -364,11 +364,7 @@ func TestChaosLimitHolds(t *testing.T) {
 	}
 	most := busiest(at, 10*time.Second)
 	t.Logf("%d requests in %s; at most %d in any 10 s (limit %d)", len(at), at[len(at)-1].Sub(at[0]).Round(time.Second), most, 10*rate)
-	perSecond := make([]int, int(at[len(at)-1].Sub(at[0])/time.Second)+1)
-	for _, a := range at {
-		perSecond[int(a.Sub(at[0])/time.Second)]++
-	}
-	t.Logf("requests in each second: %v", perSecond)
+	t.Logf("requests in each second: %v", perWindow(at, at[0], time.Second))
 	// The bucket holds a tenth of a second, and each replica may spend
 	// the block it leased a little later (its requests' own latency): the
 	// limit, within 5%, over any 10 s window.

@@ -23,23 +23,15 @@ func TestTheSweepHashesTheLiveJobs(t *testing.T) {
 	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	s := db.Schema
-	for _, q := range []string{
-		`INSERT INTO ` + s + `.outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'b', '{}' FROM generate_series(1, 3000)`,
-		`INSERT INTO ` + s + `.side_effects (id, source_id, kind, provider, payload, updated_at)
-			SELECT gen_random_uuid(), id, 'k', 'webhook', '{}', now() - interval '5 minutes' FROM ` + s + `.outbox_events`,
-		`INSERT INTO ` + s + `.river_job (args, kind, max_attempts, queue, state, scheduled_at)
-			SELECT jsonb_build_object('effect_id', id), 'outboxd.dispatch', 100, 'webhook', 'available', now() FROM ` + s + `.side_effects`,
-		`ANALYZE ` + s + `.side_effects, ` + s + `.river_job`,
-	} {
-		_, err := db.Pool.Exec(ctx, q)
-		require.NoError(t, err)
-	}
-	var plan []string
-	rows, err := db.Pool.Query(ctx, "EXPLAIN "+store.SweepStatement(st), time.Now().Add(-time.Minute), 1000)
-	require.NoError(t, err)
-	plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	text := strings.Join(plan, "\n")
+	seed(t, db,
+		`INSERT INTO `+s+`.outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'b', '{}' FROM generate_series(1, 3000)`,
+		`INSERT INTO `+s+`.side_effects (id, source_id, kind, provider, payload, updated_at)
+			SELECT gen_random_uuid(), id, 'k', 'webhook', '{}', now() - interval '5 minutes' FROM `+s+`.outbox_events`,
+		`INSERT INTO `+s+`.river_job (args, kind, max_attempts, queue, state, scheduled_at)
+			SELECT jsonb_build_object('effect_id', id), 'outboxd.dispatch', 100, 'webhook', 'available', now() FROM `+s+`.side_effects`,
+		`ANALYZE `+s+`.side_effects, `+s+`.river_job`,
+	)
+	text := explain(t, db.Pool, store.SweepStatement(st), time.Now().Add(-time.Minute), 1000)
 	require.Contains(t, text, "Hash Anti Join", text)
 	require.NotContains(t, text, "river_job_args_index", text)
 	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -61,29 +53,21 @@ func TestStuckEffectsWithoutJobsFindTheirJobsByTheArgsIndex(t *testing.T) {
 	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	s := db.Schema
-	for _, q := range []string{
-		`INSERT INTO ` + s + `.river_job (args, kind, max_attempts, queue, state, scheduled_at, finalized_at)
+	seed(t, db,
+		`INSERT INTO `+s+`.river_job (args, kind, max_attempts, queue, state, scheduled_at, finalized_at)
 			SELECT jsonb_build_object('effect_id', gen_random_uuid()), 'outboxd.dispatch', 100, 'webhook', 'completed', now(), now()
 			FROM generate_series(1, 20000)`,
-		`INSERT INTO ` + s + `.outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'b', '{}' FROM generate_series(1, 60)`,
-		`INSERT INTO ` + s + `.side_effects (id, source_id, kind, provider, payload, updated_at)
-			SELECT gen_random_uuid(), id, 'k', 'stripe', '{}', now() - interval '1 hour' FROM ` + s + `.outbox_events`,
-		`ANALYZE ` + s + `.side_effects, ` + s + `.river_job`,
-	} {
-		_, err := db.Pool.Exec(ctx, q)
-		require.NoError(t, err)
-	}
-	explain := func(stmt string, args ...any) string {
-		var plan []string
+		`INSERT INTO `+s+`.outbox_events (id, event_type, payload) SELECT gen_random_uuid(), 'b', '{}' FROM generate_series(1, 60)`,
+		`INSERT INTO `+s+`.side_effects (id, source_id, kind, provider, payload, updated_at)
+			SELECT gen_random_uuid(), id, 'k', 'stripe', '{}', now() - interval '1 hour' FROM `+s+`.outbox_events`,
+		`ANALYZE `+s+`.side_effects, `+s+`.river_job`,
+	)
+	explain := func(stmt string, args ...any) (plan string) {
 		require.NoError(t, store.FewJobsPlan(ctx, db.Pool, func(db store.DB) error {
-			rows, err := db.Query(ctx, "EXPLAIN "+stmt, args...)
-			if err != nil {
-				return err
-			}
-			plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
-			return err
+			plan = explain(t, db, stmt, args...)
+			return nil
 		}))
-		return strings.Join(plan, "\n")
+		return plan
 	}
 	plan := explain(store.StuckStatement(st), time.Now().Add(-5*time.Minute), 50)
 	require.Contains(t, plan, "river_job_args_index", plan)
@@ -110,23 +94,16 @@ func TestMakingJobsDueReadsOnlyTheDueJobs(t *testing.T) {
 	st := store.NewStore(db.Schema)
 	ctx := context.Background()
 	s := db.Schema
-	for _, q := range []string{
-		`INSERT INTO ` + s + `.river_job (args, kind, max_attempts, queue, state, scheduled_at)
+	seed(t, db,
+		`INSERT INTO `+s+`.river_job (args, kind, max_attempts, queue, state, scheduled_at)
 			SELECT jsonb_build_object('effect_id', gen_random_uuid()), 'outboxd.dispatch', 100, 'webhook', 'scheduled', now() + interval '1 hour'
 			FROM generate_series(1, 5000)`,
-		`INSERT INTO ` + s + `.river_job (args, kind, max_attempts, queue, state, scheduled_at)
+		`INSERT INTO `+s+`.river_job (args, kind, max_attempts, queue, state, scheduled_at)
 			SELECT jsonb_build_object('effect_id', gen_random_uuid()), 'outboxd.dispatch', 100, q, 'retryable', now() - interval '1 second'
 			FROM generate_series(1, 5), unnest(ARRAY['webhook', 'stripe']) q`,
-		`ANALYZE ` + s + `.river_job`,
-	} {
-		_, err := db.Pool.Exec(ctx, q)
-		require.NoError(t, err)
-	}
-	rows, err := db.Pool.Query(ctx, "EXPLAIN "+store.MakeDueStatement(st), time.Now(), 1000, []string{"webhook", "sendgrid"})
-	require.NoError(t, err)
-	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	text := strings.Join(plan, "\n")
+		`ANALYZE `+s+`.river_job`,
+	)
+	text := explain(t, db.Pool, store.MakeDueStatement(st), time.Now(), 1000, []string{"webhook", "sendgrid"})
 	require.Contains(t, text, "river_job_prioritized_fetching_index", text)
 	require.NotContains(t, text, "Seq Scan", text)
 
@@ -138,4 +115,24 @@ func TestMakingJobsDueReadsOnlyTheDueJobs(t *testing.T) {
 		count(*) FILTER (WHERE queue = 'stripe' AND state = 'retryable') FROM `+s+`.river_job`).Scan(&available, &stripeDue))
 	require.Equal(t, 5, available, "no job that is not due")
 	require.Equal(t, 5, stripeDue, "another queue's jobs are left to its dispatcher")
+}
+
+// seed runs each statement on db, in order: a table's rows for a plan
+// check, and the ANALYZE that gives the planner their numbers.
+func seed(t *testing.T, db *testdb.DB, statements ...string) {
+	t.Helper()
+	for _, q := range statements {
+		_, err := db.Pool.Exec(context.Background(), q)
+		require.NoError(t, err)
+	}
+}
+
+// explain returns the plan Postgres chooses for stmt with args on db.
+func explain(t *testing.T, db store.DB, stmt string, args ...any) string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), "EXPLAIN "+stmt, args...)
+	require.NoError(t, err)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return strings.Join(plan, "\n")
 }
