@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -175,6 +176,47 @@ func TestBenchRuns(t *testing.T) {
 	require.Contains(t, buf.String(), "VS WATERMILL FORWARDER")
 	require.Contains(t, buf.String(), "autovacuum")
 	require.Contains(t, buf.String(), "IDEMPOTENCY-KEY MIDDLEWARE")
+}
+
+// TestEveryCandidateLayoutRuns runs the enqueue and dispatch phases on
+// each candidate storage layout in layouts/ (docs/storage.md): each must
+// take the default enqueue, the SQL function's and the jobs-in-tx one,
+// and burn every effect down, or its figures mean nothing.
+func TestEveryCandidateLayoutRuns(t *testing.T) {
+	needsSmoke(t)
+	files, err := filepath.Glob(filepath.Join("layouts", "*.sql"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(files), 3, "HOT confirmations, fewest entries, ended apart")
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "bench.json")
+			var buf bytes.Buffer
+			err := run(context.Background(), &buf, settings{
+				DatabaseURL: testdb.URL(), EnqueueDuration: 200 * time.Millisecond, Effects: 300, IntakeOnly: true,
+				Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
+				LayoutSQL: file, Out: out,
+				Skip: "fanout,idempotency,webhook,brokers,replicas,shards,latency,history,purge,admin,limits,watermill",
+			})
+			require.NoError(t, err, buf.String())
+			raw, err := os.ReadFile(out)
+			require.NoError(t, err)
+			var rep report
+			require.NoError(t, json.Unmarshal(raw, &rep))
+			require.Equal(t, file, rep.Settings.LayoutSQL)
+			for _, r := range rep.Enqueue {
+				require.Positive(t, r.Txs, "%s x%d committed nothing", r.Name, r.Concurrency)
+			}
+			var burnt bool
+			for _, r := range rep.Dispatch {
+				if strings.HasPrefix(r.Name, "outboxd, no-op provider") {
+					require.Equal(t, 300, r.N, r.Name)
+					require.Positive(t, r.PerSecond, r.Name)
+					burnt = true
+				}
+			}
+			require.True(t, burnt, "no outboxd burn-down row: %+v", rep.Dispatch)
+		})
+	}
 }
 
 // TestSoakRuns runs a soak with two-second "minutes": every row reports
