@@ -67,3 +67,19 @@ func TestTemporarySchemaIsMigratedAndDropped(t *testing.T) {
 	_, _, err = migrations.Temporary(ctx, pool, "Bad Prefix")
 	require.ErrorContains(t, err, "schema")
 }
+
+// TestTheEnqueueFunctionKeepsItsSettings: outboxd_enqueue resolves names
+// in its own schema only (00023) and plans its statements once per
+// session (00039). Both are settings of the function, which a later
+// CREATE OR REPLACE of it would drop without a word.
+func TestTheEnqueueFunctionKeepsItsSettings(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	var settings []string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT coalesce(proconfig, '{}') FROM pg_proc
+		WHERE proname = 'outboxd_enqueue' AND pronamespace = $1::regnamespace`, db.Schema).Scan(&settings))
+	require.ElementsMatch(t, []string{
+		"search_path=" + db.Schema + ", pg_temp",
+		"plan_cache_mode=force_generic_plan",
+	}, settings)
+}

@@ -157,6 +157,7 @@ $$;
 CREATE FUNCTION outboxd.outboxd_enqueue(event jsonb, effects jsonb DEFAULT '[]'::jsonb, wake_dispatchers boolean DEFAULT false) RETURNS TABLE(event_id uuid, event_existed boolean, effect_id uuid, kind text, idempotency_key text, duplicate boolean)
     LANGUAGE plpgsql
     SET search_path TO 'outboxd', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $_$
 #variable_conflict use_column
 DECLARE
