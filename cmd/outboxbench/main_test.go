@@ -184,6 +184,7 @@ func TestBenchRuns(t *testing.T) {
 // and burn every effect down, or its figures mean nothing.
 func TestEveryCandidateLayoutRuns(t *testing.T) {
 	needsSmoke(t)
+	t.Parallel()
 	files, err := filepath.Glob(filepath.Join("layouts", "*.sql"))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(files), 3, "HOT confirmations, fewest entries, ended apart")
