@@ -16,7 +16,7 @@ demo:
 test: vet
 	@$(DEVDB) $(GO) test -race -count=1 -timeout 20m ./...; status=$$?; $(DEVDB) $(GO) run ./internal/testdb/dropidle; exit $$status
 
-## test-bench: the benchmark end to end at a tiny size (every phase, a short soak, each candidate layout; ~110 s)
+## test-bench: the benchmark end to end at a tiny size (every phase, a short soak, each candidate layout; ~100 s)
 test-bench:
 	@$(DEVDB) OUTBOXD_BENCH_SMOKE=1 $(GO) test -race -count=1 -timeout 15m -run '^(TestBenchRuns|TestSoakRuns|TestEveryCandidateLayoutRuns)$$' ./cmd/outboxbench/
 
