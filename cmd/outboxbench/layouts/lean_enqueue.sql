@@ -5,11 +5,13 @@
 -- A new effect enters today: pkey, (source_id, kind), created_at, live.
 -- Here: pkey, (source_id, kind), and one index on (phase, created_at, id)
 -- that serves both the live set (its phase = 'live' range, which every
--- live read already names) and time order (a list across phases merges
--- one ordered range per phase: five index scans, each LIMIT n, then the
--- newest n). The event's created_at (retention's scan of events with no
--- effects left, the events list) is a BRIN range index instead of a
--- B-tree: an insert touches it only when its page range's summary grows.
+-- live read already names) and time order (a list across phases would
+-- merge one ordered range per phase: five index scans, each LIMIT n, then
+-- the newest n; the bench measures writes, and its lists still run
+-- today's statement, which sorts here). The event's created_at
+-- (retention's scan of events with no effects left, the events list) is
+-- a BRIN range index instead of a B-tree: an insert touches it only when
+-- its page range's summary grows.
 --
 -- A claim stays HOT (phase stays live); a confirmation writes what it
 -- writes today (pkey, (source_id, kind), the phase index, terminal).
