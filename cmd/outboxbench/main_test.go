@@ -34,20 +34,13 @@ func needsSmoke(t *testing.T) {
 func TestBenchRuns(t *testing.T) {
 	needsSmoke(t)
 	t.Parallel()
-	out := filepath.Join(t.TempDir(), "bench.json")
-	var buf bytes.Buffer
-	err := run(context.Background(), &buf, settings{
+	rep, printed := runBench(t, settings{
 		DatabaseURL: testdb.URL(), EnqueueDuration: 300 * time.Millisecond, Effects: 200, WebhookEffects: 200,
 		Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
-		Rates: []int{100}, RateDuration: 500 * time.Millisecond, AdminRows: 5000, Out: out,
+		Rates: []int{100}, RateDuration: 500 * time.Millisecond, AdminRows: 5000,
 		History: []int{0, 900}, HistoryEffects: 100, PurgeEffects: 300, PurgeQuiet: time.Second, ReadsSettle: 50 * time.Millisecond,
 		LimitsEffects: 100, NoisyBacklog: 300, NoisyDuration: time.Second, BrokerEffects: 100,
 	})
-	require.NoError(t, err, buf.String())
-	raw, err := os.ReadFile(out)
-	require.NoError(t, err)
-	var rep report
-	require.NoError(t, json.Unmarshal(raw, &rep))
 	require.Len(t, rep.Enqueue, 14, "bare, three ways of enqueueing, traced, from SQL and the Watermill publisher, at two concurrencies")
 	for _, i := range []int{6, 13} {
 		require.Contains(t, rep.Enqueue[i].Name, "Watermill")
@@ -163,19 +156,19 @@ func TestBenchRuns(t *testing.T) {
 	require.Equal(t, 1, events, "a provider event through outboxd run's endpoint")
 	require.Equal(t, 10, ctl, "outboxctl's reads, and its floor")
 	require.Positive(t, grown.P99VsEmpty)
-	require.Contains(t, buf.String(), "COST VERSUS HISTORY")
+	require.Contains(t, printed, "COST VERSUS HISTORY")
 	require.NotNil(t, rep.Purge)
 	require.Equal(t, 300, rep.Purge.Expired)
 	require.Equal(t, int64(300), rep.Purge.Effects, "every expired effect purged")
 	require.Equal(t, int64(100), rep.Purge.Events, "with its event")
 	require.Positive(t, rep.Purge.WALBytes)
 	require.Positive(t, rep.Purge.QuietPerSecond, "the traffic ran")
-	require.Contains(t, buf.String(), "RETENTION PURGE")
-	require.Contains(t, buf.String(), "DISPATCH")
-	require.Contains(t, buf.String(), "HOT UPDATES")
-	require.Contains(t, buf.String(), "VS WATERMILL FORWARDER")
-	require.Contains(t, buf.String(), "autovacuum")
-	require.Contains(t, buf.String(), "IDEMPOTENCY-KEY MIDDLEWARE")
+	require.Contains(t, printed, "RETENTION PURGE")
+	require.Contains(t, printed, "DISPATCH")
+	require.Contains(t, printed, "HOT UPDATES")
+	require.Contains(t, printed, "VS WATERMILL FORWARDER")
+	require.Contains(t, printed, "autovacuum")
+	require.Contains(t, printed, "IDEMPOTENCY-KEY MIDDLEWARE")
 }
 
 // TestEveryCandidateLayoutRuns runs the enqueue and dispatch phases on
@@ -190,19 +183,12 @@ func TestEveryCandidateLayoutRuns(t *testing.T) {
 	require.GreaterOrEqual(t, len(files), 3, "HOT confirmations, fewest entries, ended apart")
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			out := filepath.Join(t.TempDir(), "bench.json")
-			var buf bytes.Buffer
-			err := run(context.Background(), &buf, settings{
+			rep, _ := runBench(t, settings{
 				DatabaseURL: testdb.URL(), EnqueueDuration: 200 * time.Millisecond, Effects: 300, IntakeOnly: true,
 				Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
-				LayoutSQL: file, Out: out,
-				Skip: "fanout,idempotency,webhook,brokers,replicas,shards,latency,history,purge,admin,limits,watermill",
+				LayoutSQL: file,
+				Skip:      "fanout,idempotency,webhook,brokers,replicas,shards,latency,history,purge,admin,limits,watermill",
 			})
-			require.NoError(t, err, buf.String())
-			raw, err := os.ReadFile(out)
-			require.NoError(t, err)
-			var rep report
-			require.NoError(t, json.Unmarshal(raw, &rep))
 			require.Equal(t, file, rep.Settings.LayoutSQL)
 			for _, r := range rep.Enqueue {
 				require.Positive(t, r.Txs, "%s x%d committed nothing", r.Name, r.Concurrency)
@@ -225,17 +211,10 @@ func TestEveryCandidateLayoutRuns(t *testing.T) {
 func TestSoakRuns(t *testing.T) {
 	needsSmoke(t)
 	t.Parallel()
-	out := filepath.Join(t.TempDir(), "soak.json")
-	var buf bytes.Buffer
-	err := run(context.Background(), &buf, settings{
+	rep, printed := runBench(t, settings{
 		DatabaseURL: testdb.URL(), Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond,
-		Soak: 6 * time.Second, SoakRate: 50, SoakTick: 2 * time.Second, Out: out,
+		Soak: 6 * time.Second, SoakRate: 50, SoakTick: 2 * time.Second,
 	})
-	require.NoError(t, err, buf.String())
-	raw, err := os.ReadFile(out)
-	require.NoError(t, err)
-	var rep report
-	require.NoError(t, json.Unmarshal(raw, &rep))
 	require.NotNil(t, rep.Soak)
 	require.Empty(t, rep.Dispatch, "a soak runs instead of the phases")
 	require.Len(t, rep.Soak.Minutes, 3)
@@ -246,7 +225,7 @@ func TestSoakRuns(t *testing.T) {
 		require.Positive(t, m.BytesPerKept, "minute %d", m.Minute)
 	}
 	require.Greater(t, rep.Soak.Minutes[2].Effects.Live, int64(0))
-	require.Contains(t, buf.String(), "SOAK AT 50/S")
+	require.Contains(t, printed, "SOAK AT 50/S")
 }
 
 // TestSeedingRebuildsTheIndexesItDrops: a large seed drops the secondary
@@ -279,4 +258,19 @@ func TestKeptJobsAtTenMillion(t *testing.T) {
 	require.Equal(t, 1488, keptJobs(1_000_000))
 	require.Equal(t, 14880, keptJobs(10_000_000))
 	require.Equal(t, 148809, keptJobs(100_000_000))
+}
+
+// runBench runs the benchmark with s, its figures written to a file of the
+// test's, and returns them as read back from that file, with what it
+// printed.
+func runBench(t *testing.T, s settings) (report, string) {
+	t.Helper()
+	s.Out = filepath.Join(t.TempDir(), "bench.json")
+	var buf bytes.Buffer
+	require.NoError(t, run(context.Background(), &buf, s), buf.String())
+	raw, err := os.ReadFile(s.Out)
+	require.NoError(t, err)
+	var rep report
+	require.NoError(t, json.Unmarshal(raw, &rep))
+	return rep, buf.String()
 }
