@@ -51,11 +51,12 @@ bench:
 	$(GO) run ./cmd/outboxbench
 
 ## test-chaos: SIGKILL a real outboxd again and again, restart Postgres mid-dispatch
-## (restarts the local Postgres cluster: run it alone, never beside other tests;
-## the restart test runs first, alone, then the others two at a time: each runs
-## up to three replicas, and more at once exceed Postgres's 100 connections)
+## (each test on a Postgres cluster of its own, started from the installed
+## binaries, so the local one is never touched; the webhook throttling test
+## runs first, alone, then the others three at a time: their bounds are wall
+## clock, so run the suite alone, never beside other tests)
 test-chaos:
-	$(GO) test -tags chaos -count=1 -timeout 15m -v -parallel 2 -run Chaos ./internal/chaos/
+	$(GO) test -tags chaos -count=1 -timeout 15m -v -parallel 3 -run Chaos ./internal/chaos/
 
 FUZZTIME ?= 100000x
 # FUZZTIME counts executions, not seconds: a duration races Go's fuzzing

@@ -36,7 +36,9 @@ const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // world is a schema, recording fake providers and a built outboxd binary.
 type world struct {
+	pg     *cluster // the Postgres of the world's own
 	db     *testdb.DB
+	url    string // pg's URL, which outboxd is given
 	bin    string
 	recv   *fakes.Receiver
 	stripe *fakes.FakeStripe
@@ -46,17 +48,41 @@ type world struct {
 	ids    map[string]uuid.UUID
 }
 
+// outboxdBin is the outboxd binary every test of the suite runs, built once
+// by TestMain.
+var outboxdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "outboxd-chaos-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	outboxdBin = filepath.Join(dir, "outboxd")
+	build := exec.Command("go", "build", "-o", outboxdBin, "github.com/outboxd/outboxd/cmd/outboxd")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	code := 1
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build outboxd:", err)
+	} else {
+		code = m.Run()
+	}
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// newWorld is a world on a Postgres cluster of the test's own
+// (cluster_test.go), migrated into schema "outboxd": the suite's tests run
+// side by side, each with up to three replicas and their pools, and none
+// can take another's connections, or be stopped by another's restart.
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "outboxd")
-	build := exec.Command("go", "build", "-o", bin, "github.com/outboxd/outboxd/cmd/outboxd")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run(), "build outboxd")
+	pg := newCluster(t)
 	recv, err := fakes.NewReceiver(secret)
 	require.NoError(t, err)
 	t.Cleanup(recv.Close)
-	w := &world{db: testdb.NewFresh(t), bin: bin, recv: recv, stripe: fakes.NewFakeStripe(), sg: fakes.NewFakeSendGrid(),
-		marker: map[string]string{}, ids: map[string]uuid.UUID{}}
+	w := &world{pg: pg, db: pg.migrated(t), url: pg.url(), bin: outboxdBin, recv: recv, stripe: fakes.NewFakeStripe(),
+		sg: fakes.NewFakeSendGrid(), marker: map[string]string{}, ids: map[string]uuid.UUID{}}
 	t.Cleanup(w.stripe.Close)
 	t.Cleanup(w.sg.Close)
 	// Every provider takes a little while, so kills land mid-call.
@@ -114,7 +140,7 @@ func (w *world) remember(res *outbox.Result, order string) {
 func (w *world) startOnly(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(w.bin, append([]string{"run",
-		"--database-url", testdb.URL(), "--schema", w.db.Schema, "--http-addr", "", "--log-level", "error"}, args...)...)
+		"--database-url", w.url, "--schema", w.db.Schema, "--http-addr", "", "--log-level", "error"}, args...)...)
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
 	return cmd
@@ -125,7 +151,7 @@ func (w *world) startOnly(t *testing.T, args ...string) *exec.Cmd {
 func (w *world) start(t *testing.T, extra ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(w.bin, append([]string{"run",
-		"--database-url", testdb.URL(), "--schema", w.db.Schema, "--http-addr", "", "--log-level", "error",
+		"--database-url", w.url, "--schema", w.db.Schema, "--http-addr", "", "--log-level", "error",
 		"--webhook-secret", secret, "--webhook-allow-cidrs", "127.0.0.0/8", "--webhook-timeout", "2s",
 		"--stripe-api-key", "sk_test_chaos", "--stripe-api-base", w.stripe.URL, "--stripe-timeout", "2s",
 		"--sendgrid-api-key", "SG.chaos", "--sendgrid-api-host", w.sg.URL, "--sendgrid-timeout", "2s",
@@ -213,24 +239,17 @@ func TestChaosSIGKILL(t *testing.T) {
 	w.checkKeys(t)
 }
 
-// TestChaosPostgresRestart restarts the local cluster: it runs alone,
-// before the other tests of the suite, which run side by side
-// (t.Parallel waits for every test that is not parallel to end).
+// TestChaosPostgresRestart restarts the Postgres outboxd works in, in the
+// middle of dispatch (the world's own cluster: the tests beside it are on
+// theirs).
 func TestChaosPostgresRestart(t *testing.T) {
-	ctl, err := exec.LookPath("pg_ctlcluster")
-	if err != nil {
-		t.Skip("pg_ctlcluster not available: cannot restart Postgres")
-	}
-	versions, _ := filepath.Glob("/etc/postgresql/*")
-	require.NotEmpty(t, versions)
+	t.Parallel()
 	w := newWorld(t)
 	w.enqueue(t, 500)
 	cmd := w.start(t)
 	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
 	time.Sleep(time.Second)
-	restart := exec.Command(ctl, "--skip-systemctl-redirect", filepath.Base(versions[len(versions)-1]), "main", "restart")
-	out, err := restart.CombinedOutput()
-	require.NoError(t, err, "restart Postgres: %s", out)
+	w.pg.restart(t)
 	t.Log("Postgres restarted")
 	w.waitAllConfirmed(t, 3*time.Minute)
 	w.checkKeys(t)

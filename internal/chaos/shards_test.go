@@ -7,13 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,71 +20,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/testdb"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/providers"
 	"github.com/outboxd/outboxd/providers/stripe"
 	"github.com/outboxd/outboxd/providers/stripe/stripeschema"
 	"github.com/outboxd/outboxd/providers/webhook"
 )
-
-// cluster is a private Postgres cluster started from the installed
-// binaries (as scripts/devdb starts one), so that a test can stop it.
-type cluster struct {
-	bin, data, sock string
-	port            int
-	as              []string
-}
-
-func newCluster(t *testing.T) *cluster {
-	t.Helper()
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(bins) == 0 {
-		t.Skip("no PostgreSQL binaries to start a cluster of its own")
-	}
-	sort.Strings(bins)
-	c := &cluster{bin: filepath.Dir(bins[len(bins)-1])}
-	dir, err := os.MkdirTemp("", "outboxd-shard-")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	c.data, c.sock = filepath.Join(dir, "data"), dir
-	if os.Geteuid() == 0 {
-		// Postgres refuses to run as root.
-		c.as = []string{"runuser", "-u", "postgres", "--"}
-		require.NoError(t, exec.Command("chown", "postgres", dir).Run())
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	c.port = l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	out, err := c.run("initdb", "-D", c.data, "-U", "postgres", "-A", "trust")
-	require.NoError(t, err, "initdb: %s", out)
-	c.start(t)
-	t.Cleanup(func() { _, _ = c.run("pg_ctl", "-D", c.data, "-m", "immediate", "stop") })
-	return c
-}
-
-func (c *cluster) run(name string, args ...string) ([]byte, error) {
-	argv := append(slices.Clone(c.as), append([]string{filepath.Join(c.bin, name)}, args...)...)
-	return exec.Command(argv[0], argv[1:]...).CombinedOutput()
-}
-
-func (c *cluster) start(t *testing.T) {
-	t.Helper()
-	out, err := c.run("pg_ctl", "-D", c.data, "-l", filepath.Join(c.sock, "log"), "-w",
-		"-o", fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off", c.port, c.sock), "start")
-	require.NoError(t, err, "start the shard's Postgres: %s", out)
-}
-
-func (c *cluster) stop(t *testing.T) {
-	t.Helper()
-	out, err := c.run("pg_ctl", "-D", c.data, "-m", "fast", "-w", "stop")
-	require.NoError(t, err, "stop the shard's Postgres: %s", out)
-}
-
-func (c *cluster) url() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", c.port)
-}
 
 // shardOf is one shard of the fleet test: its name, URL, schema and pool.
 type shardOf struct {
@@ -96,8 +34,7 @@ type shardOf struct {
 	keys              []string
 }
 
-// TestChaosShards: three shards, each on a Postgres of its own (the
-// local cluster and two private ones), each with a backlog of webhooks and Stripe
+// TestChaosShards: three shards, each on a Postgres of its own, each with a backlog of webhooks and Stripe
 // refunds, drained by two outboxd replicas that each serve all three,
 // against one limit per provider for the whole fleet: a Stripe that
 // refuses (429 rate_limit) beyond 100 requests a second and a receiver
@@ -127,7 +64,7 @@ func TestChaosShards(t *testing.T) {
 	us, usPool := own("us-1")
 	priv, privPool := own("ap-1")
 	shards := []*shardOf{
-		{name: "eu-1", url: testdb.URL(), schema: w.db.Schema, pool: w.db.Pool},
+		{name: "eu-1", url: w.url, schema: w.db.Schema, pool: w.db.Pool},
 		{name: "us-1", url: us.url(), schema: "outboxd", pool: usPool},
 		{name: "ap-1", url: priv.url(), schema: "outboxd", pool: privPool},
 	}
@@ -173,8 +110,8 @@ func TestChaosShards(t *testing.T) {
 		"--job-timeout", "5s", "--rescue-after", "8s", "--retry-base-delay", "100ms", "--retry-max-delay", "2s",
 		"--stripe-api-key", "sk_test_chaos", "--stripe-api-base", w.stripe.URL, "--stripe-timeout", "2s",
 		"--concurrency", "webhook=100,stripe=20", "--shutdown-timeout", "5s",
-		// Two replicas, two shards on the local cluster: 20 of its 100
-		// connections, beside the test running next to this one.
+		// A small pool per shard: a replica serving many shards holds
+		// a pool on each.
 		"--db-max-conns", "5",
 		"--limit", fmt.Sprintf("webhook:localhost:%s=%d", port, rate), "--limit", fmt.Sprintf("stripe=%d", stripeRate)}
 	var schemas []string
