@@ -28,19 +28,28 @@ func needsSmoke(t *testing.T) {
 	}
 }
 
-// TestBenchRuns runs every phase at a tiny size: it checks that the
-// benchmark works end to end and reports every figure, not how fast anything
-// is.
-func TestBenchRuns(t *testing.T) {
-	needsSmoke(t)
-	t.Parallel()
-	rep, printed := runBench(t, settings{
+// tiny is the benchmark at a tiny size, every phase on: the whole-run
+// tests each skip the phases the other runs, and run side by side.
+func tiny() settings {
+	return settings{
 		DatabaseURL: testdb.URL(), EnqueueDuration: 300 * time.Millisecond, Effects: 200, WebhookEffects: 200,
 		Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
 		Rates: []int{100}, RateDuration: 500 * time.Millisecond, AdminRows: 5000,
 		History: []int{0, 900}, HistoryEffects: 100, PurgeEffects: 300, PurgeQuiet: time.Second, ReadsSettle: 50 * time.Millisecond,
 		LimitsEffects: 100, NoisyBacklog: 300, NoisyDuration: time.Second, BrokerEffects: 100,
-	})
+	}
+}
+
+// TestBenchRuns runs the enqueue, dispatch and latency phases at a tiny
+// size (TestBenchRunsLimitsAndHistory the others): it checks that the
+// benchmark works end to end and reports every figure, not how fast
+// anything is.
+func TestBenchRuns(t *testing.T) {
+	needsSmoke(t)
+	t.Parallel()
+	s := tiny()
+	s.Skip = "limits,history,purge,admin"
+	rep, printed := runBench(t, s)
 	require.Len(t, rep.Enqueue, 14, "bare, three ways of enqueueing, traced, from SQL and the Watermill publisher, at two concurrencies")
 	for _, i := range []int{6, 13} {
 		require.Contains(t, rep.Enqueue[i].Name, "Watermill")
@@ -65,20 +74,6 @@ func TestBenchRuns(t *testing.T) {
 		require.Positive(t, rep.Brokers[i].VsNoop, rep.Brokers[i].Name)
 		require.Positive(t, rep.Brokers[i].VsWatermill, rep.Brokers[i].Name)
 	}
-	require.Len(t, rep.LimitCost, 2, "two alternating pairs")
-	require.Positive(t, rep.LimitCost[1].OnVsOff)
-	require.Positive(t, rep.LimitCost[1].Granted, "the limited runs leased tokens")
-	require.Len(t, rep.Limits, 8, "Stripe and webhook, with 1 and 3 replicas, 3 with no webhook limit set, and 3 shards in one process")
-	require.Equal(t, 3, rep.Limits[6].Shards, rep.Limits[6].Name)
-	require.Len(t, rep.Noisy, 2, "with and without tenants")
-	require.True(t, rep.Noisy[0].Tenants)
-	require.Positive(t, rep.Noisy[0].BServed, "B's effects were called")
-	for _, r := range rep.Limits {
-		require.Zero(t, r.Failed, r.Name)
-		require.Zero(t, r.ExecutedTwice, r.Name)
-		require.Positive(t, r.Requests, r.Name)
-		require.Positive(t, r.VsIdeal, r.Name)
-	}
 	require.Len(t, rep.Idempotency, 4, "with and without the middleware, at two concurrencies")
 	require.Positive(t, rep.Idempotency[1].CostRatio)
 	require.Len(t, rep.Dispatch, 10, "River fast, River with outboxd's settings, Watermill's forwarder, outboxd no-op, traced, "+
@@ -100,7 +95,6 @@ func TestBenchRuns(t *testing.T) {
 	require.Positive(t, ours.VsWatermill)
 	require.Len(t, rep.Latency, 4, "one rate, four ways of enqueueing")
 	require.NotEmpty(t, rep.Machine.Autovacuum)
-	require.Len(t, rep.Admin, 6)
 	require.Equal(t, 200, ours.N)
 	require.Positive(t, ours.VsRiver)
 	require.Positive(t, ours.VsRiverSame)
@@ -111,9 +105,6 @@ func TestBenchRuns(t *testing.T) {
 	require.GreaterOrEqual(t, rep.Latency[0].CallP99Max, rep.Latency[0].CallP99)
 	require.GreaterOrEqual(t, ours.Updates, int64(2*200), "a claim and a confirmation per effect counted")
 	require.Positive(t, ours.HOTUpdates, "claims are HOT updates")
-	for _, a := range rep.Admin {
-		require.True(t, a.IndexUsed, "%s: %s", a.Name, a.Plan)
-	}
 	require.Len(t, rep.Replicas, 3, "1, 2 and 3 dispatchers")
 	for i, r := range rep.Replicas {
 		require.Equal(t, i+1, r.Replicas)
@@ -128,6 +119,39 @@ func TestBenchRuns(t *testing.T) {
 		require.Zero(t, r.DoubleFires)
 	}
 	require.Positive(t, rep.Shards[2].VsOne)
+	require.Contains(t, printed, "DISPATCH")
+	require.Contains(t, printed, "HOT UPDATES")
+	require.Contains(t, printed, "VS WATERMILL FORWARDER")
+	require.Contains(t, printed, "autovacuum")
+	require.Contains(t, printed, "IDEMPOTENCY-KEY MIDDLEWARE")
+}
+
+// TestBenchRunsLimitsAndHistory runs the limits, history, purge and admin
+// phases at a tiny size, beside TestBenchRuns.
+func TestBenchRunsLimitsAndHistory(t *testing.T) {
+	needsSmoke(t)
+	t.Parallel()
+	s := tiny()
+	s.Skip = "watermill,enqueue,fanout,idempotency,dispatch,webhook,brokers,replicas,shards,latency"
+	rep, printed := runBench(t, s)
+	require.Len(t, rep.LimitCost, 2, "two alternating pairs")
+	require.Positive(t, rep.LimitCost[1].OnVsOff)
+	require.Positive(t, rep.LimitCost[1].Granted, "the limited runs leased tokens")
+	require.Len(t, rep.Limits, 8, "Stripe and webhook, with 1 and 3 replicas, 3 with no webhook limit set, and 3 shards in one process")
+	require.Equal(t, 3, rep.Limits[6].Shards, rep.Limits[6].Name)
+	require.Len(t, rep.Noisy, 2, "with and without tenants")
+	require.True(t, rep.Noisy[0].Tenants)
+	require.Positive(t, rep.Noisy[0].BServed, "B's effects were called")
+	for _, r := range rep.Limits {
+		require.Zero(t, r.Failed, r.Name)
+		require.Zero(t, r.ExecutedTwice, r.Name)
+		require.Positive(t, r.Requests, r.Name)
+		require.Positive(t, r.VsIdeal, r.Name)
+	}
+	require.Len(t, rep.Admin, 6)
+	for _, a := range rep.Admin {
+		require.True(t, a.IndexUsed, "%s: %s", a.Name, a.Plan)
+	}
 	require.Len(t, rep.History, 2, "empty tables, then 900 effects of history")
 	require.Zero(t, rep.History[0].Effects)
 	grown := rep.History[1]
@@ -164,11 +188,7 @@ func TestBenchRuns(t *testing.T) {
 	require.Positive(t, rep.Purge.WALBytes)
 	require.Positive(t, rep.Purge.QuietPerSecond, "the traffic ran")
 	require.Contains(t, printed, "RETENTION PURGE")
-	require.Contains(t, printed, "DISPATCH")
-	require.Contains(t, printed, "HOT UPDATES")
-	require.Contains(t, printed, "VS WATERMILL FORWARDER")
 	require.Contains(t, printed, "autovacuum")
-	require.Contains(t, printed, "IDEMPOTENCY-KEY MIDDLEWARE")
 }
 
 // TestEveryCandidateLayoutRuns runs the enqueue and dispatch phases on
@@ -183,6 +203,7 @@ func TestEveryCandidateLayoutRuns(t *testing.T) {
 	require.GreaterOrEqual(t, len(files), 3, "HOT confirmations, fewest entries, ended apart")
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
+			t.Parallel()
 			rep, _ := runBench(t, settings{
 				DatabaseURL: testdb.URL(), EnqueueDuration: 200 * time.Millisecond, Effects: 300, IntakeOnly: true,
 				Workers: 10, PoolSize: 20, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
