@@ -53,9 +53,9 @@ bench:
 
 ## test-chaos: SIGKILL a real outboxd again and again, restart Postgres mid-dispatch
 ## (each test on a Postgres cluster of its own, started from the installed
-## binaries, so the local one is never touched; the webhook throttling test
-## runs first, alone, then the others three at a time: their bounds are wall
-## clock, so run the suite alone, never beside other tests)
+## binaries, so the local one is never touched; three tests at a time,
+## each mostly waiting on outages and paced providers; their bounds are
+## wall clock, so run the suite alone, never beside other tests)
 test-chaos:
 	$(GO) test -tags chaos -count=1 -timeout 15m -v -parallel 3 -run Chaos ./internal/chaos/
 
