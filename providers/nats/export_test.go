@@ -1,6 +1,9 @@
 package nats
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Classify is classify, for tests.
 var Classify = classify
@@ -14,3 +17,11 @@ var Redacted = redacted
 // ReadStreams reads the streams' subjects and windows now, as the
 // provider does at most every 10 s.
 func ReadStreams(p *Provider) error { return p.readStreams(context.Background()) }
+
+// AgeStreams makes what was read of the streams, and the last try to read
+// them, old: the next publish reads them again.
+func AgeStreams(p *Provider) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.subjectsAt, p.triedAt = time.Time{}, time.Time{}
+}

@@ -96,6 +96,12 @@ type Provider struct {
 	subjectsAt time.Time
 	nowWindow  time.Duration
 	nowStream  string
+	// triedAt is when the streams were last read, whether or not the read
+	// succeeded, and reading says a read is under way: one publish reads
+	// them at a time, at most every recheck after a failure, and the
+	// others go on with what was read last (refresh).
+	triedAt time.Time
+	reading bool
 }
 
 // subjectsRefresh is how often, at most, the streams' subjects and
@@ -187,18 +193,38 @@ func (p *Provider) readStreams(ctx context.Context) error {
 	return nil
 }
 
+// refresh reads the streams again when what was read is subjectsRefresh
+// old, unless another publish is reading them or the last read, which
+// failed, was less than recheck ago; the read is bounded by the publish
+// timeout. It reports whether it read them successfully. A failed read
+// keeps what was read last. Every publish asking at once, each waiting
+// for a JetStream API that did not answer yet (a server just back, a
+// loaded box), once held a relay's batches for tens of seconds after the
+// broker was back.
+func (p *Provider) refresh(ctx context.Context) bool {
+	p.mu.Lock()
+	now := time.Now()
+	if p.reading || now.Sub(p.subjectsAt) < subjectsRefresh || now.Sub(p.triedAt) < recheck {
+		p.mu.Unlock()
+		return false
+	}
+	p.reading, p.triedAt = true, now
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	err := p.readStreams(ctx)
+	p.mu.Lock()
+	p.reading = false
+	p.mu.Unlock()
+	return err == nil
+}
+
 // windowHolds says, as an error, that a stream's duplicate window is now
 // shorter than the one this provider started with and promised
 // (Guarantees): a re-publish after it could be stored twice. The streams
-// are read again at most every subjectsRefresh (a failed read keeps what
-// was read last).
+// are read again at most every subjectsRefresh (refresh).
 func (p *Provider) windowHolds(ctx context.Context) error {
-	p.mu.Lock()
-	at := p.subjectsAt
-	p.mu.Unlock()
-	if time.Since(at) >= subjectsRefresh {
-		_ = p.readStreams(ctx)
-	}
+	p.refresh(ctx)
 	p.mu.Lock()
 	now, stream := p.nowWindow, p.nowStream
 	p.mu.Unlock()
@@ -214,12 +240,12 @@ func (p *Provider) windowHolds(ctx context.Context) error {
 // ago (a subject added to a stream is published to without a restart).
 func (p *Provider) captured(ctx context.Context, subject string) bool {
 	p.mu.Lock()
-	subjects, at := p.subjects, p.subjectsAt
+	subjects := p.subjects
 	p.mu.Unlock()
 	if matchesAny(subjects, subject) {
 		return true
 	}
-	if time.Since(at) < subjectsRefresh || p.readStreams(ctx) != nil {
+	if !p.refresh(ctx) {
 		return false
 	}
 	p.mu.Lock()

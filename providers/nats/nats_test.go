@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/testbrokers"
@@ -403,4 +405,64 @@ func TestAShortenedWindowHoldsEveryPublish(t *testing.T) {
 	_, err = p.Send(ctx, request(strings.Repeat("b2", 32), `{"subject":"orders.paid"}`))
 	require.NoError(t, err)
 	require.EqualValues(t, 2, stored())
+}
+
+// TestOnePublishAtATimeReadsTheStreams: once the streams are due to be
+// read again, one publish reads them while the others go on with what was
+// read last, and a read that failed is tried again a second later, not by
+// every publish: each waiting for a JetStream API that had not answered
+// yet once held a relay's batches for tens of seconds after the broker
+// was back.
+func TestOnePublishAtATimeReadsTheStreams(t *testing.T) {
+	t.Parallel()
+	url, js := startJetStream(t, time.Hour)
+	ctx := context.Background()
+	// A second stream, deleted once the provider has read it: every read
+	// of the streams fails from then on.
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "AUDIT", Subjects: []string{"audit.>"}, Duplicates: time.Hour})
+	require.NoError(t, err)
+	p, err := nats.New(ctx, nats.Config{URL: url, Streams: []string{"ORDERS", "AUDIT"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	require.NoError(t, js.DeleteStream(ctx, "AUDIT"))
+
+	// Every request to read a stream, seen by a subscriber of the API's
+	// subject (which gets a copy of each).
+	nc, err := natsgo.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	sub, err := nc.SubscribeSync("$JS.API.STREAM.INFO.>")
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	reads := func() int {
+		require.NoError(t, nc.Flush())
+		n, _, err := sub.Pending()
+		require.NoError(t, err)
+		return n
+	}
+
+	publish := func(from, n int) {
+		var wg sync.WaitGroup
+		for i := from; i < from+n; i++ {
+			wg.Go(func() {
+				_, err := p.Send(ctx, request(fmt.Sprintf("%064x", i), `{"subject":"orders.paid"}`))
+				assert.NoError(t, err, "what was read last still holds")
+			})
+		}
+		wg.Wait()
+	}
+	nats.AgeStreams(p)
+	publish(0, 20)
+	require.Equal(t, 2, reads(), "one read of the streams for 20 publishes at once: ORDERS, then AUDIT, which failed")
+	publish(20, 20)
+	require.Equal(t, 2, reads(), "a failed read is not tried again by the next publishes")
+	nats.AgeStreams(p)
+	publish(40, 1)
+	require.Equal(t, 4, reads(), "and is tried again once it is due")
+
+	stream, err := js.Stream(ctx, "ORDERS")
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 41, info.State.Msgs, "every publish stored")
 }
