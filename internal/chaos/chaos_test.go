@@ -34,7 +34,8 @@ import (
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-// world is a schema, recording fake providers and a built outboxd binary.
+// world is a Postgres cluster of its own with outboxd's schema, recording
+// fake providers, and the outboxd binary.
 type world struct {
 	pg     *cluster // the Postgres of the world's own
 	db     *testdb.DB
