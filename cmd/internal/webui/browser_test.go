@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -117,8 +118,28 @@ func (s *site) wait(t *testing.T, name string, state outboxtype.State) {
 
 func (s *site) url(path string) string { return s.ui.URL + "/ui/" + path }
 
-// browser starts headless Chromium (Debian's chromium package); without it
-// the test is skipped locally and fails in CI, where .ci/run installs it.
+// theBrowser is one headless Chromium for the package's tests, started by
+// the first that needs it and closed by TestMain: each test works in a
+// browser context of its own (no cookies, storage or headers shared), and
+// the package no longer starts a Chromium a test.
+var theBrowser struct {
+	once   sync.Once
+	ctx    context.Context
+	cancel context.CancelFunc
+	err    error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if theBrowser.cancel != nil {
+		theBrowser.cancel()
+	}
+	os.Exit(code)
+}
+
+// browser opens a tab in a browser context of the test's own, in headless
+// Chromium (Debian's chromium package); without it the test is skipped
+// locally and fails in CI, where .ci/run installs it.
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
@@ -128,18 +149,22 @@ func browser(t *testing.T) context.Context {
 		}
 		t.Skip("chromium not installed (apt-get install chromium)")
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1000))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	theBrowser.once.Do(func() {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
+			chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
+			chromedp.WindowSize(1280, 1000))
+		actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+		bctx, bcancel := chromedp.NewContext(actx)
+		theBrowser.ctx, theBrowser.cancel = bctx, func() { bcancel(); acancel() }
+		theBrowser.err = chromedp.Do(bctx) // no timeout on the first run: it would stop the browser
+	})
+	require.NoError(t, theBrowser.err, "start chromium")
+	tctx, cancel := chromedp.NewContext(theBrowser.ctx, chromedp.WithNewBrowserContext())
 	t.Cleanup(cancel)
-	bctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-	require.NoError(t, chromedp.Do(bctx), "start chromium") // no timeout on the first run: it would stop the browser
 	// A bound on a hung browser, not on speed: under -race with other
 	// packages' tests beside it, a test's pages took over 2 minutes on a
 	// 2-core box (TestTheOverviewNamesTheIncidentNow, 132 s).
-	ctx, cancel := context.WithTimeout(bctx, 6*time.Minute)
+	ctx, cancel := context.WithTimeout(tctx, 6*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
