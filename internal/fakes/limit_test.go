@@ -20,7 +20,7 @@ import (
 func TestFakesRefuseWhatIsOverTheirRate(t *testing.T) {
 	stripe := NewFakeStripe()
 	t.Cleanup(stripe.Close)
-	stripe.Limit(10) // a burst of 2, then one every 100 ms
+	stripe.Limit(2) // a burst of 2 (a second of them), then one every 500 ms
 	var statuses []int
 	for range 5 {
 		resp, err := http.Post(stripe.URL+"/v1/refunds", "application/x-www-form-urlencoded", strings.NewReader("payment_intent=pi_1"))

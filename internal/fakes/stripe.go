@@ -54,9 +54,13 @@ func (f *FakeStripe) Respond(path string, responses ...Response) {
 }
 
 // Limit makes the fake answer as Stripe does over its rate limit: a
-// request beyond perSecond (with a burst of a fifth of a second) gets 429
-// rate_limit with no Retry-After, before any scripted answer. 0 lifts it.
-func (f *FakeStripe) Limit(perSecond float64) { f.limit.set(perSecond) }
+// request beyond perSecond gets 429 rate_limit with no Retry-After, before
+// any scripted answer. 0 lifts it. Stripe publishes its limits as
+// requests a second, so the bucket holds a second of them: with a fifth
+// of a second (the receiver's), requests sent at the rate were refused
+// whenever this process was descheduled for longer than that and read
+// them late all at once, on a box running three chaos drills.
+func (f *FakeStripe) Limit(perSecond float64) { f.limit.setBurst(perSecond, perSecond) }
 
 // StripeError is a scripted Stripe error response.
 func StripeError(status int, typ, code string, headers ...string) Response {
