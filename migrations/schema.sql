@@ -682,6 +682,26 @@ CREATE TABLE outboxd.inbox_messages (
 );
 
 --
+-- Name: outbox_intake_watch; Type: SEQUENCE; Schema: outboxd; Owner: -
+--
+
+CREATE SEQUENCE outboxd.outbox_intake_watch
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: outbox_event_intake; Type: TABLE; Schema: outboxd; Owner: -
+--
+
+CREATE TABLE outboxd.outbox_event_intake (
+    event_id uuid NOT NULL,
+    watch bigint DEFAULT nextval('outboxd.outbox_intake_watch'::regclass) NOT NULL
+);
+
+--
 -- Name: outbox_events; Type: TABLE; Schema: outboxd; Owner: -
 --
 
@@ -692,19 +712,10 @@ CREATE TABLE outboxd.outbox_events (
     event_type text NOT NULL,
     payload jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    traceparent text
+    traceparent text,
+    effects jsonb,
+    CONSTRAINT outbox_events_effects_check CHECK (((effects IS NULL) OR (jsonb_typeof(effects) = 'array'::text)))
 );
-
---
--- Name: outbox_intake_watch; Type: SEQUENCE; Schema: outboxd; Owner: -
---
-
-CREATE SEQUENCE outboxd.outbox_intake_watch
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1;
 
 --
 -- Name: outbox_intake; Type: TABLE; Schema: outboxd; Owner: -

@@ -121,6 +121,21 @@ const (
 	// concurrent commits. Both modes commit everything needed with the
 	// caller's transaction: a crash at any point loses nothing.
 	JobsInTransaction
+	// EffectsByDispatcher writes, in the caller's transaction, a new
+	// event with its effects in its own row and one narrow row naming the
+	// event, instead of a row per effect with its index entries; the
+	// dispatchers write the effects' rows, each with the id, key and
+	// creation time it would have had, and their jobs, when they take the
+	// event. The application's transaction costs about what the simplest
+	// outbox's does (docs/storage.md); until a dispatcher has taken the
+	// event (milliseconds while one runs), outboxctl and the web view do
+	// not list its effects, and a query of side_effects does not find
+	// them (outboxtest.RequireEnqueued does). A replay of the event and
+	// Cancel write them out first, in their own transaction. Effects
+	// with an ordering key or a tenant, and those added to an event that
+	// exists, are written as under JobsByDispatcher. Run an outboxd that
+	// knows it (migration 00040) before an application uses it.
+	EffectsByDispatcher
 )
 
 // Outbox enqueues events and side effects. It is safe for concurrent use.
@@ -150,10 +165,10 @@ func New(cfg Config) (*Outbox, error) {
 		validators: make(map[string]providers.Validator, len(cfg.Providers)),
 		maxPayload: cfg.MaxPayloadBytes,
 	}
-	if cfg.Jobs != JobsInTransaction && cfg.Jobs != JobsByDispatcher {
-		return nil, fmt.Errorf("outbox: Config.Jobs: unknown value %d: use JobsByDispatcher or JobsInTransaction", cfg.Jobs)
+	if cfg.Jobs != JobsInTransaction && cfg.Jobs != JobsByDispatcher && cfg.Jobs != EffectsByDispatcher {
+		return nil, fmt.Errorf("outbox: Config.Jobs: unknown value %d: use JobsByDispatcher, EffectsByDispatcher or JobsInTransaction", cfg.Jobs)
 	}
-	if cfg.River != nil && cfg.Jobs == JobsByDispatcher {
+	if cfg.River != nil && cfg.Jobs != JobsInTransaction {
 		return nil, errors.New("outbox: Config.River inserts jobs only under Jobs: outbox.JobsInTransaction: set it, or leave River out (the default, JobsByDispatcher, inserts none)")
 	}
 	for _, v := range cfg.Providers {
@@ -173,7 +188,7 @@ func New(cfg Config) (*Outbox, error) {
 			return nil, fmt.Errorf("outbox: river client: %w", err)
 		}
 	}
-	o.enq = engine.NewEnqueuer(cfg.Schema, rc, cfg.NotifyDispatchers)
+	o.enq = engine.NewEnqueuer(cfg.Schema, rc, cfg.Jobs == EffectsByDispatcher, cfg.NotifyDispatchers)
 	return o, nil
 }
 

@@ -647,9 +647,16 @@ func TestEveryWayAnEffectArrivesMovesTheIntakeWatch(t *testing.T) {
 			[]map[string]any{{"kind": "webhook.a", "provider": "webhook", "payload": map[string]any{"url": "https://hooks.example/x", "body": map[string]any{}}}})
 		return err
 	})
-	var n int
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+b.db.Schema+`.outbox_intake) + (SELECT count(*) FROM `+b.db.Schema+`.outboxd_tenant_queue)`).Scan(&n))
-	require.Equal(t, 4, n, "each effect is queued for the dispatchers")
+	carrying, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.EffectsByDispatcher})
+	require.NoError(t, err)
+	moves("an event carrying its effects", func(tx pgx.Tx) error {
+		_, err := carrying.Enqueue(ctx, tx, orderPaid(uuid.New(), "1"), webhookEffect("webhook.a", `{}`), webhookEffect("webhook.b", `{}`))
+		return err
+	})
+	var n, events int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+b.db.Schema+`.outbox_intake) + (SELECT count(*) FROM `+b.db.Schema+`.outboxd_tenant_queue),
+		(SELECT count(*) FROM `+b.db.Schema+`.outbox_event_intake)`).Scan(&n, &events))
+	require.Equal(t, [2]int{4, 1}, [2]int{n, events}, "each effect, or the event carrying it, is queued for the dispatchers")
 }
 
 func TestWebhookAllowedNetworksKeepsTheOtherProviders(t *testing.T) {

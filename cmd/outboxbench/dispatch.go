@@ -137,7 +137,12 @@ func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dis
 			return nil, err
 		}
 		r.VsRiver, r.VsRiverSame = r.PerSecond/fast.PerSecond, r.PerSecond/same.PerSecond
-		return append(out, r), nil
+		carried, err := b.carriedBurnDown(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		carried.VsRiver, carried.VsRiverSame, carried.VsIntake = carried.PerSecond/fast.PerSecond, carried.PerSecond/same.PerSecond, carried.PerSecond/r.PerSecond
+		return append(out, r, carried), nil
 	}
 	noop := &noopProvider{}
 	ours, err := b.burnDown(ctx, "outboxd, no-op provider", n, noop, `{}`, func() int { return int(noop.calls.Load()) })
@@ -183,6 +188,12 @@ func (b *bench) dispatchThroughput(ctx context.Context, withWebhook bool) ([]dis
 		}
 		intake.VsRiver, intake.VsRiverSame, intake.VsUnordered = intake.PerSecond/fast.PerSecond, intake.PerSecond/same.PerSecond, intake.PerSecond/ours.PerSecond
 		out = append(out, intake)
+		carried, err := b.carriedBurnDown(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		carried.VsRiver, carried.VsRiverSame, carried.VsIntake = carried.PerSecond/fast.PerSecond, carried.PerSecond/same.PerSecond, carried.PerSecond/intake.PerSecond
+		out = append(out, carried)
 		for _, o := range []struct {
 			name    string
 			keys, n int
@@ -577,6 +588,32 @@ eff AS (
 	SELECT `+b.schema+`.outboxd_effect_id(id, 'bench.effect'), id, 'bench.effect', $2, $3::jsonb FROM ev
 	RETURNING id, provider)
 INSERT INTO `+b.schema+`.outbox_intake (effect_id, provider) SELECT id, provider FROM eff`, n, provider, payload)
+	if err != nil {
+		return err
+	}
+	return b.seedCompletedJobs(ctx, n, provider)
+}
+
+// carriedBurnDown burns down n no-op effects that their events carry
+// (outbox.EffectsByDispatcher): the dispatcher writes their rows as it
+// takes the events, then dispatches them as those from the intake.
+func (b *bench) carriedBurnDown(ctx context.Context, n int) (dispatchResult, error) {
+	noop := &noopProvider{}
+	return b.burnDownWith(ctx, "outboxd, no-op provider, effects by dispatcher", n, noop, func() int { return int(noop.calls.Load()) },
+		func(ctx context.Context) error { return b.seedCarried(ctx, n, noop.Name(), `{}`) })
+}
+
+// seedCarried writes n events each carrying one effect, and their rows
+// in outbox_event_intake, as outbox.EffectsByDispatcher does, outside the
+// timed part.
+func (b *bench) seedCarried(ctx context.Context, n int, provider, payload string) error {
+	_, err := b.pool.Exec(ctx, `
+WITH ev AS (
+	INSERT INTO `+b.schema+`.outbox_events (id, event_type, payload, effects)
+	SELECT gen_random_uuid(), 'bench', '{}', jsonb_build_array(jsonb_build_object('kind', 'bench.effect', 'provider', $2::text, 'payload', $3::jsonb))
+	FROM generate_series(1, $1)
+	RETURNING id)
+INSERT INTO `+b.schema+`.outbox_event_intake (event_id) SELECT id FROM ev`, n, provider, payload)
 	if err != nil {
 		return err
 	}

@@ -86,7 +86,8 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 			out = append(out, r)
 		}
 	}
-	_, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".bench_orders, "+b.schema+".outbox_intake CASCADE")
+	_, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".bench_orders, "+
+		b.schema+".outbox_intake, "+b.schema+".outbox_event_intake CASCADE")
 	return out, err
 }
 

@@ -224,7 +224,8 @@ func keptJobs(n int) int {
 // clear removes what a phase wrote, keeping the seeded history.
 func (b *bench) clear(ctx context.Context) error {
 	if b.history == 0 {
-		_, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".outbox_intake, "+b.schema+".outbox_order_wake CASCADE")
+		_, err := b.pool.Exec(ctx, "TRUNCATE "+b.schema+".side_effects, "+b.schema+".outbox_events, "+b.schema+".river_job, "+b.schema+".outbox_intake, "+
+			b.schema+".outbox_event_intake, "+b.schema+".outbox_order_wake CASCADE")
 		return err
 	}
 	if _, err := b.pool.Exec(ctx, "DELETE FROM "+b.schema+".side_effects WHERE kind <> ALL ($1::text[])", historyKinds); err != nil {
@@ -234,6 +235,7 @@ func (b *bench) clear(ctx context.Context) error {
 		"DELETE FROM " + b.schema + ".outbox_events ev WHERE NOT EXISTS (SELECT 1 FROM " + b.schema + ".side_effects e WHERE e.source_id = ev.id)",
 		"DELETE FROM " + b.schema + ".river_job WHERE NOT ('history' = ANY (tags))",
 		"DELETE FROM " + b.schema + ".outbox_intake",
+		"DELETE FROM " + b.schema + ".outbox_event_intake",
 		"DELETE FROM " + b.schema + ".outbox_order_wake",
 	} {
 		if _, err := b.pool.Exec(ctx, q); err != nil {

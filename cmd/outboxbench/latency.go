@@ -98,6 +98,7 @@ var enqueueModes = []enqueueMode{
 	{"jobs in tx", outbox.JobsInTransaction, false, false},
 	{"jobs by dispatcher", outbox.JobsByDispatcher, false, false},
 	{"jobs by dispatcher + NOTIFY", outbox.JobsByDispatcher, true, false},
+	{"effects by dispatcher", outbox.EffectsByDispatcher, false, false},
 }
 
 // latencyModes are enqueueModes and the wake-up after the commit, which

@@ -28,7 +28,10 @@ type Enqueuer struct {
 	store *store.Store
 	// river inserts the jobs in the transaction; nil when the effects go
 	// to the intake instead.
-	river  *river.Client[pgx.Tx]
+	river *river.Client[pgx.Tx]
+	// carry lets a new event carry its effects in its own row, for the
+	// dispatchers to write their rows (outbox.EffectsByDispatcher).
+	carry  bool
 	notify bool
 	schema string
 	// lastNotify is when this process last woke the dispatchers in a
@@ -38,10 +41,11 @@ type Enqueuer struct {
 
 // NewEnqueuer returns an Enqueuer for schema: with a River client, the
 // jobs are inserted in the caller's transaction; without one, the effects
-// are queued in the intake, and notify wakes the dispatchers (at most
-// every millisecond per process).
-func NewEnqueuer(schema string, rc *river.Client[pgx.Tx], notify bool) *Enqueuer {
-	return &Enqueuer{store: store.NewStore(schema), river: rc, notify: notify, schema: schema}
+// are queued in the intake, or with carry (and no ordering key or tenant)
+// carried in their new event's row for the dispatchers to write out, and
+// notify wakes the dispatchers (at most every millisecond per process).
+func NewEnqueuer(schema string, rc *river.Client[pgx.Tx], carry, notify bool) *Enqueuer {
+	return &Enqueuer{store: store.NewStore(schema), river: rc, carry: carry && rc == nil, notify: notify, schema: schema}
 }
 
 // EnqueuedEffect is what happened to one effect of an Enqueue call.
@@ -88,7 +92,22 @@ func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev store.NewEvent, ef
 	if err := q.lockOrderingKeys(ctx, tx, effects); err != nil {
 		return nil, err
 	}
-	if len(effects) > 0 {
+	if q.carry && store.Carriable(effects) {
+		// A new event carrying its effects: one row and the event's
+		// intake row; a dispatcher writes the effects' rows (their ids
+		// are derived, so a held one is found then, not here).
+		inserted, err := q.store.InsertEventCarryingEffects(ctx, tx, ev, effects)
+		if err != nil {
+			return nil, err
+		}
+		if inserted {
+			all := make(map[uuid.UUID]bool, len(effects))
+			for _, e := range effects {
+				all[e.ID] = true
+			}
+			return res, q.insertJobs(ctx, tx, effects, all, res)
+		}
+	} else if len(effects) > 0 {
 		// The common case, a new event: event and effects in one statement.
 		inserted, err := q.store.InsertEventWithEffects(ctx, tx, ev, effects, q.river == nil)
 		if err != nil {
@@ -124,6 +143,10 @@ func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev store.NewEvent, ef
 		return nil, fmt.Errorf("savepoint: %w", err)
 	}
 	defer sp.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	// Effects the recorded event still carries are compared as rows.
+	if _, err := q.store.WriteOutEvent(ctx, sp, ev.ID); err != nil {
+		return nil, err
+	}
 	existing, err := q.store.CompareEffects(ctx, sp, ev.ID, effects)
 	if err != nil {
 		return nil, err

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -543,6 +545,140 @@ func TestDispatcherInsertsJobsFromTheIntake(t *testing.T) {
 	var left int
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+b.db.Schema+`.outbox_intake`).Scan(&left))
 	require.Zero(t, left, "the intake is drained")
+}
+
+// Under EffectsByDispatcher a dispatcher writes out the effects each
+// event carries when it takes the event, with the ids, keys and creation
+// times the enqueue reported, and dispatches them as any other: each
+// delivered once, a scheduled one kept for its time, the event left
+// carrying nothing and the intake empty.
+func TestDispatcherWritesOutTheEffectsEventsCarry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupWorker(t, workerOpts{})
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.EffectsByDispatcher,
+		Providers: []providers.Validator{webhook.Schema{AllowedNetworks: loopback}}})
+	require.NoError(t, err)
+	b.ob = ob
+	later := time.Now().Add(time.Hour)
+	var scheduled outbox.EffectResult
+	var effects []outbox.EffectResult
+	enqueue := func() {
+		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			remind := outbox.EffectOf("webhook.remind", webhook.Payload{URL: b.recv.URL + "/remind", Body: json.RawMessage(`{}`)})
+			remind.NotBefore = later
+			res, err := ob.Enqueue(ctx, tx, outbox.Event{ID: uuid.New(), Type: "order.paid"},
+				outbox.EffectOf("webhook.a", webhook.Payload{URL: b.recv.URL + "/a", Body: json.RawMessage(`{}`)}),
+				outbox.EffectOf("webhook.b", webhook.Payload{URL: b.recv.URL + "/b", Body: json.RawMessage(`{}`)}),
+				remind)
+			if err != nil {
+				return err
+			}
+			effects = append(effects, res.Effects[0], res.Effects[1])
+			scheduled = res.Effects[2]
+			return nil
+		}))
+	}
+	// Events committed before any dispatcher runs are found by its poll.
+	enqueue()
+	var rows int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+b.db.Schema+`.side_effects`).Scan(&rows))
+	require.Zero(t, rows, "no effect row before a dispatcher takes the event")
+	b.start(t)
+	for range 20 {
+		enqueue()
+	}
+	for _, e := range effects {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, err := b.store.Get(ctx, b.db.Pool, e.ID)
+			if err == nil && got.State == outboxtype.StateConfirmed {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "effect %s not confirmed after 30s", e.ID)
+			time.Sleep(20 * time.Millisecond)
+		}
+		require.Len(t, b.recv.ByID()[e.Key], 1, "delivered once, with the key the enqueue reported")
+	}
+	got, err := b.store.Get(ctx, b.db.Pool, scheduled.ID)
+	require.NoError(t, err)
+	require.Equal(t, outboxtype.StatePending, got.State)
+	require.NotNil(t, got.NotBefore)
+	require.WithinDuration(t, later, *got.NotBefore, time.Millisecond, "the scheduled time carried")
+	var carried, waiting, intake, early int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM `+b.db.Schema+`.outbox_events WHERE effects IS NOT NULL),
+		(SELECT count(*) FROM `+b.db.Schema+`.outbox_event_intake),
+		(SELECT count(*) FROM `+b.db.Schema+`.outbox_intake),
+		(SELECT count(*) FROM `+b.db.Schema+`.side_effects e JOIN `+b.db.Schema+`.outbox_events ev ON ev.id = e.source_id
+			WHERE e.created_at <> ev.created_at)`).Scan(&carried, &waiting, &intake, &early))
+	require.Equal(t, [4]int{0, 0, 0, 0}, [4]int{carried, waiting, intake, early},
+		"events carry nothing, intakes drained, every effect created when its event was")
+}
+
+// Replays of events that carry their effects, racing the dispatchers
+// that take the same events: whichever writes an event's effects out
+// first, the other finds nothing to write, every replay is a duplicate
+// and every effect is delivered once.
+func TestReplaysRaceTheDispatchersWritingOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupWorker(t, workerOpts{})
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.EffectsByDispatcher,
+		Providers: []providers.Validator{webhook.Schema{AllowedNetworks: loopback}}})
+	require.NoError(t, err)
+	const n = 60
+	events := make([]outbox.Event, n)
+	effect := func(i int) outbox.Effect {
+		return outbox.EffectOf("webhook.a", webhook.Payload{URL: b.recv.URL + "/a", Body: json.RawMessage(fmt.Sprintf(`{"i": %d}`, i))})
+	}
+	keys := map[string]bool{}
+	for i := range events {
+		events[i] = outbox.Event{ID: uuid.New(), Type: "order.paid"}
+		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			res, err := ob.Enqueue(ctx, tx, events[i], effect(i))
+			if err == nil {
+				keys[res.Effects[0].Key] = true
+			}
+			return err
+		}))
+	}
+	b.start(t)
+	b.start(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range events {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+				res, err := ob.Enqueue(ctx, tx, events[i], effect(i))
+				if err == nil && (!res.EventExisted || !res.Effects[0].Duplicate) {
+					err = fmt.Errorf("replay of event %d: %+v", i, res)
+				}
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var confirmed int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+b.db.Schema+`.side_effects WHERE state = 'confirmed'`).Scan(&confirmed))
+		if confirmed == n {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "%d of %d confirmed after 30s", confirmed, n)
+		time.Sleep(20 * time.Millisecond)
+	}
+	for key := range keys {
+		require.Len(t, b.recv.ByID()[key], 1, "delivered once")
+	}
+	require.Len(t, b.recv.ByID(), n, "no request for anything else")
 }
 
 // Every failed attempt is kept with its time, duration, outcome, error and

@@ -175,6 +175,63 @@ func (s *Store) InsertEventWithEffects(ctx context.Context, db DB, ev NewEvent, 
 	return tag.RowsAffected() == int64(len(effects)), nil
 }
 
+// carriedEffect is an effect as an event carries it until its row is
+// written (outbox_events.effects, migration 00040).
+type carriedEffect struct {
+	Kind      string          `json:"kind"`
+	Provider  string          `json:"provider"`
+	Payload   json.RawMessage `json:"payload"`
+	NotBefore *time.Time      `json:"not_before,omitempty"`
+}
+
+// Carriable says whether effects can ride in their event's row
+// (InsertEventCarryingEffects): those with an ordering key or a tenant
+// take their place in a chain or a tenant's queue when their rows are
+// written, so they are written with the event.
+func Carriable(effects []NewEffect) bool {
+	for _, e := range effects {
+		if e.OrderingKey != "" || e.Tenant != "" {
+			return false
+		}
+	}
+	return len(effects) > 0
+}
+
+// InsertEventCarryingEffects inserts a new event with its effects in its
+// own row and the event's row in outbox_event_intake, for a dispatcher to
+// write the effects' rows and their jobs (outbox.EffectsByDispatcher).
+// When an event with that id exists already it inserts nothing and
+// reports inserted=false, as InsertEventWithEffects. effects must be
+// Carriable.
+func (s *Store) InsertEventCarryingEffects(ctx context.Context, db DB, ev NewEvent, effects []NewEffect) (inserted bool, err error) {
+	carried := make([]carriedEffect, len(effects))
+	for i, e := range effects {
+		carried[i] = carriedEffect{Kind: e.Kind, Provider: e.Provider, Payload: e.Payload, NotBefore: e.NotBefore}
+	}
+	list, err := json.Marshal(carried)
+	if err != nil {
+		return false, fmt.Errorf("insert event %s: %w", ev.ID, err)
+	}
+	tag, err := db.Exec(ctx, s.sql(sqlInsertEventCarryingEffects), ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload,
+		list, nullIfEmpty(ev.Traceparent))
+	if err != nil {
+		return false, fmt.Errorf("insert event %s: %w", ev.ID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// WriteOutEvent writes, in tx, the rows of the effects event id still
+// carries (none once a dispatcher has), each queued in the intake, and
+// returns how many it wrote: a replay compares with them, a cancel
+// finds them.
+func (s *Store) WriteOutEvent(ctx context.Context, tx pgx.Tx, id uuid.UUID) (int, error) {
+	var n int
+	if err := tx.QueryRow(ctx, s.sql(sqlWriteOutEvent), id).Scan(&n); err != nil {
+		return 0, fmt.Errorf("write out the effects of event %s: %w", id, err)
+	}
+	return n, nil
+}
+
 // ExistingEffect says whether an effect of an event exists and matches.
 type ExistingEffect struct {
 	Kind   string
@@ -214,6 +271,9 @@ func (s *Store) CompareEffects(ctx context.Context, db DB, sourceID uuid.UUID, e
 // reason. It reports the state it found, whether it had fired, and whether
 // it cancelled it now; ErrNotFound when no such effect exists.
 func (s *Store) CancelUnfired(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, kind, actor, reason string) (from outboxtype.State, fired, cancelled bool, err error) {
+	if _, err := s.WriteOutEvent(ctx, tx, eventID); err != nil {
+		return "", false, false, err
+	}
 	var id uuid.UUID
 	if err := tx.QueryRow(ctx, s.sql(sqlCancelUnfired), eventID, kind).Scan(&id, &from, &fired, &cancelled); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -37,9 +37,10 @@ type IntakeRow struct {
 	Ordered bool
 }
 
-// TakeIntake takes up to limit effects from the intake, in tx.
+// TakeIntake takes up to limit effects from the intake, in tx, and the
+// effects of up to limit events that carry them, whose rows it writes.
 func (s *Store) TakeIntake(ctx context.Context, tx pgx.Tx, limit int) ([]IntakeRow, error) {
-	rows, err := tx.Query(ctx, s.sql(sqlTakeIntake), limit)
+	rows, err := tx.Query(ctx, s.sql(sqlTakeIntake), limit, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -84,6 +84,48 @@ WITH ev AS (
 )
 INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FROM eff WHERE tenant IS NULL OR ordering_key IS NOT NULL`
 
+	// A new event carrying its effects ($6, a JSON array of {kind,
+	// provider, payload, not_before}), and the event's row in
+	// outbox_event_intake: the effects' rows are written later, by
+	// sqlTakeIntake or sqlWriteOutEvent (outbox.EffectsByDispatcher).
+	sqlInsertEventCarryingEffects = `
+WITH ev AS (
+	INSERT INTO /*schema*/outbox_events (id, aggregate_type, aggregate_id, event_type, payload, traceparent, effects)
+	VALUES ($1, $2, $3, $4, $5, $7, $6)
+	ON CONFLICT (id) DO NOTHING
+	RETURNING id
+)
+INSERT INTO /*schema*/outbox_event_intake (event_id) SELECT id FROM ev`
+
+	// writtenOut writes the effects' rows of the events in ev (id,
+	// created_at, effects: the effects an event carried) as the enqueue
+	// would have, with the ids and keys derived from the event and the
+	// kind and the event's time; a row that exists already is left alone.
+	writtenOut = `
+	INSERT INTO /*schema*/side_effects (id, source_id, kind, provider, payload, not_before, created_at)
+	SELECT /*schema*/outboxd_effect_id(ev.id, x.kind), ev.id, x.kind, x.provider, x.payload, x.not_before, ev.created_at
+	FROM ev, jsonb_to_recordset(ev.effects) AS x(kind text, provider text, payload jsonb, not_before timestamptz)
+	ON CONFLICT DO NOTHING
+	RETURNING id, provider, not_before`
+
+	// Writes out, in the caller's transaction, the effects event $1
+	// carries if no dispatcher has yet, each queued in the intake for a
+	// dispatcher to give it a job, and returns how many it wrote. The
+	// event's row lock orders it with a dispatcher doing the same
+	// (sqlTakeIntake): whichever comes second finds effects NULL and
+	// writes nothing.
+	sqlWriteOutEvent = `
+WITH ev AS (
+	UPDATE /*schema*/outbox_events e SET effects = NULL
+	FROM /*schema*/outbox_events old
+	WHERE e.id = $1 AND old.id = e.id AND e.effects IS NOT NULL
+	RETURNING e.id, e.created_at, old.effects
+), eff AS (` + writtenOut + `
+), q AS (
+	INSERT INTO /*schema*/outbox_intake (effect_id, provider) SELECT id, provider FROM eff
+)
+SELECT count(*) FROM eff`
+
 	// sqlInsertEffects, also queueing each inserted effect in the intake.
 	sqlInsertEffectsIntake = `
 WITH eff AS (
@@ -101,12 +143,31 @@ WITH eff AS (
 SELECT id FROM eff`
 
 	// Takes up to $1 effects from the intake, skipping rows another
-	// dispatcher is taking.
+	// dispatcher is taking; and up to $2 events that carry their effects
+	// (outbox_event_intake), whose effects' rows it writes and returns
+	// with the others (sqlWriteOutEvent says how that is ordered with a
+	// replay or a cancel writing them out first).
 	sqlTakeIntake = `
-DELETE FROM /*schema*/outbox_intake WHERE ctid = ANY(ARRAY(
-	SELECT ctid FROM /*schema*/outbox_intake LIMIT $1 FOR UPDATE SKIP LOCKED))
-RETURNING effect_id, provider, (SELECT not_before FROM /*schema*/side_effects WHERE id = effect_id),
-	coalesce((SELECT ordering_key IS NOT NULL FROM /*schema*/side_effects WHERE id = effect_id), false)`
+WITH taken AS (
+	DELETE FROM /*schema*/outbox_intake WHERE ctid = ANY(ARRAY(
+		SELECT ctid FROM /*schema*/outbox_intake LIMIT $1 FOR UPDATE SKIP LOCKED))
+	RETURNING effect_id, provider
+), events AS (
+	DELETE FROM /*schema*/outbox_event_intake WHERE ctid = ANY(ARRAY(
+		SELECT ctid FROM /*schema*/outbox_event_intake LIMIT $2 FOR UPDATE SKIP LOCKED))
+	RETURNING event_id
+), ev AS (
+	UPDATE /*schema*/outbox_events e SET effects = NULL
+	FROM /*schema*/outbox_events old, events t
+	WHERE old.id = t.event_id AND e.id = old.id AND e.effects IS NOT NULL
+	RETURNING e.id, e.created_at, old.effects
+), eff AS (` + writtenOut + `
+)
+SELECT effect_id, provider, (SELECT not_before FROM /*schema*/side_effects WHERE id = effect_id),
+	coalesce((SELECT ordering_key IS NOT NULL FROM /*schema*/side_effects WHERE id = effect_id), false)
+FROM taken
+UNION ALL
+SELECT id, provider, not_before, false FROM eff`
 
 	// The first effect of each key in $1 that has not ended, if pending
 	// (NULLs otherwise), taking the keys' wakes: sqlTakeWakes for keys
@@ -142,7 +203,8 @@ SELECT id, provider, not_before FROM heads, (SELECT count(*) FROM notified) n`
 	// wakes and the tenants' queues.
 	sqlIntakeWatch = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM /*schema*/outbox_intake_watch`
 
-	sqlIntakeWaiting = `SELECT EXISTS (SELECT 1 FROM /*schema*/outbox_intake), EXISTS (SELECT 1 FROM /*schema*/outbox_order_wake),
+	sqlIntakeWaiting = `SELECT EXISTS (SELECT 1 FROM /*schema*/outbox_intake) OR EXISTS (SELECT 1 FROM /*schema*/outbox_event_intake),
+	EXISTS (SELECT 1 FROM /*schema*/outbox_order_wake),
 	(` + sqlIntakeWatch + `)`
 
 	// Takes up to $1 keys whose chain may have moved and returns, for
@@ -872,7 +934,7 @@ WITH gone AS (
 events AS (
 	DELETE FROM /*schema*/outbox_events ev
 	USING (SELECT source_id, count(*) AS n FROM gone GROUP BY source_id) g
-	WHERE ev.id = g.source_id
+	WHERE ev.id = g.source_id AND ev.effects IS NULL
 		AND (SELECT count(*) FROM /*schema*/side_effects e WHERE e.source_id = ev.id) = g.n
 	RETURNING 1)
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM events)`
@@ -880,7 +942,7 @@ SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM events)`
 	// Events the purge would leave without effects.
 	sqlPurgeEventsCount = `
 SELECT count(*) FROM /*schema*/outbox_events ev
-WHERE ev.created_at < $1 AND NOT EXISTS (
+WHERE ev.created_at < $1 AND ev.effects IS NULL AND NOT EXISTS (
 	SELECT 1 FROM /*schema*/side_effects e
 	WHERE e.source_id = ev.id AND NOT (e.phase <> 'live' AND e.ended_at < $1))`
 
@@ -906,13 +968,14 @@ DELETE FROM /*schema*/inbox_messages WHERE (source, message_id) IN (
 	SELECT source, message_id FROM /*schema*/inbox_messages WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
 
 	// Events older than $1 that never had effects (or lost them some other
-	// way), $2 at a time, through outbox_events_created_at_idx.
+	// way), $2 at a time, through outbox_events_created_at_idx; not one
+	// that carries effects no dispatcher has written out yet.
 	sqlPurgeEvents = `
 DELETE FROM /*schema*/outbox_events WHERE id IN (
 	SELECT ev.id FROM /*schema*/outbox_events ev
-	WHERE ev.created_at < $1 AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = ev.id)
+	WHERE ev.created_at < $1 AND ev.effects IS NULL AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = ev.id)
 	LIMIT $2)
-	AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = outbox_events.id)`
+	AND effects IS NULL AND NOT EXISTS (SELECT 1 FROM /*schema*/side_effects e WHERE e.source_id = outbox_events.id)`
 )
 
 // Dispatcher records (outboxctl dispatchers) and failed attempts.

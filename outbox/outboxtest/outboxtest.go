@@ -99,8 +99,17 @@ func effectsOf(db DB, schema, kind string) ([]Enqueued, error) {
 		return nil, err
 	}
 	table, keyFunc := pgschema.Table(schema, "side_effects"), pgschema.Table(schema, "outboxd_idempotency_key")
-	rows, err := db.Query(context.Background(),
-		`SELECT id, source_id, kind, provider, `+keyFunc+`(source_id, kind), payload, state FROM `+table+` WHERE kind = $1 ORDER BY created_at, id`, kind)
+	events, idFunc := pgschema.Table(schema, "outbox_events"), pgschema.Table(schema, "outboxd_effect_id")
+	// With outbox.EffectsByDispatcher an event carries its effects until
+	// a dispatcher writes their rows: they count as enqueued (pending).
+	rows, err := db.Query(context.Background(), `
+SELECT id, source_id, kind, provider, `+keyFunc+`(source_id, kind), payload, state FROM (
+	SELECT id, source_id, kind, provider, payload, state, created_at FROM `+table+` WHERE kind = $1
+	UNION ALL
+	SELECT `+idFunc+`(ev.id, x.kind), ev.id, x.kind, x.provider, x.payload, 'pending', ev.created_at
+	FROM `+events+` ev, jsonb_to_recordset(ev.effects) AS x(kind text, provider text, payload jsonb)
+	WHERE ev.effects IS NOT NULL AND x.kind = $1) e
+ORDER BY created_at, id`, kind)
 	if err != nil {
 		return nil, fmt.Errorf("read effects of kind %q: %w", kind, err)
 	}
