@@ -19,7 +19,7 @@ test: vet
 ## test-bench: the benchmark end to end at a tiny size (every phase, a short soak, each candidate layout; ~1 min:
 ## its runs mostly wait on paced traffic, so four run at once)
 test-bench:
-	@$(DEVDB) OUTBOXD_BENCH_SMOKE=1 $(GO) test -race -count=1 -timeout 15m -parallel 4 -run '^(TestBenchRuns|TestBenchRunsLimitsAndHistory|TestSoakRuns|TestEveryCandidateLayoutRuns)$$' ./cmd/outboxbench/
+	@$(DEVDB) OUTBOXD_BENCH_SMOKE=1 $(GO) test -race -count=1 -timeout 15m -parallel 4 -run '^(TestBenchRuns|TestBenchRunsLimitsAndHistory|TestBenchRunsTheIntakeRows|TestSoakRuns|TestEveryCandidateLayoutRuns)$$' ./cmd/outboxbench/
 
 ## devdb-stop: stop the private Postgres scripts/devdb may have started
 devdb-stop:

@@ -50,17 +50,21 @@ func TestBenchRuns(t *testing.T) {
 	s := tiny()
 	s.Skip = "limits,history,purge,admin"
 	rep, printed := runBench(t, s)
-	require.Len(t, rep.Enqueue, 14, "bare, three ways of enqueueing, traced, from SQL and the Watermill publisher, at two concurrencies")
-	for _, i := range []int{6, 13} {
+	require.Len(t, rep.Enqueue, 16, "bare, four ways of enqueueing, traced, from SQL and the Watermill publisher, at two concurrencies")
+	for _, i := range []int{4, 12} {
+		require.Contains(t, rep.Enqueue[i].Name, "effects by dispatcher")
+		require.Positive(t, rep.Enqueue[i].CostRatio)
+	}
+	for _, i := range []int{7, 15} {
 		require.Contains(t, rep.Enqueue[i].Name, "Watermill")
 		require.Positive(t, rep.Enqueue[i].Txs)
 		require.Positive(t, rep.Enqueue[i].CostRatio)
 	}
-	for _, i := range []int{4, 11} {
+	for _, i := range []int{5, 13} {
 		require.Contains(t, rep.Enqueue[i].Name, "traced")
 		require.Positive(t, rep.Enqueue[i].VsUntraced)
 	}
-	for _, i := range []int{5, 12} {
+	for _, i := range []int{6, 14} {
 		require.Contains(t, rep.Enqueue[i].Name, "from SQL")
 		require.Positive(t, rep.Enqueue[i].Txs, "the SQL function enqueued")
 	}
@@ -93,7 +97,7 @@ func TestBenchRuns(t *testing.T) {
 	ours := rep.Dispatch[3]
 	require.Contains(t, ours.Name, "outboxd, no-op")
 	require.Positive(t, ours.VsWatermill)
-	require.Len(t, rep.Latency, 4, "one rate, four ways of enqueueing")
+	require.Len(t, rep.Latency, 5, "one rate, five ways of enqueueing")
 	require.NotEmpty(t, rep.Machine.Autovacuum)
 	require.Equal(t, 200, ours.N)
 	require.Positive(t, ours.VsRiver)
@@ -124,6 +128,25 @@ func TestBenchRuns(t *testing.T) {
 	require.Contains(t, printed, "VS WATERMILL FORWARDER")
 	require.Contains(t, printed, "autovacuum")
 	require.Contains(t, printed, "IDEMPOTENCY-KEY MIDDLEWARE")
+}
+
+// TestBenchRunsTheIntakeRows runs the dispatch phase as -intake-only
+// does: effects found in the intake, and effects their events carry,
+// against River's rows.
+func TestBenchRunsTheIntakeRows(t *testing.T) {
+	needsSmoke(t)
+	t.Parallel()
+	s := tiny()
+	s.Skip = "enqueue,fanout,idempotency,webhook,brokers,replicas,shards,latency,history,purge,admin,limits,watermill"
+	s.IntakeOnly = true
+	rep, _ := runBench(t, s)
+	require.Len(t, rep.Dispatch, 4, "River fast, River with outboxd's settings, from the intake, carried by their events")
+	require.Contains(t, rep.Dispatch[2].Name, "jobs by dispatcher")
+	carried := rep.Dispatch[3]
+	require.Contains(t, carried.Name, "effects by dispatcher")
+	require.Equal(t, 200, carried.N, "every carried effect written out and called")
+	require.Positive(t, carried.VsIntake)
+	require.Positive(t, carried.VsRiver)
 }
 
 // TestBenchRunsLimitsAndHistory runs the limits, history, purge and admin
