@@ -49,3 +49,54 @@ func gooseFor(t *testing.T, db *testdb.DB) *goose.Provider {
 	require.NoError(t, err)
 	return p
 }
+
+// TestTheCarriedEffectsMigrationKeepsEveryEffect: 00040 adds the column
+// events carry their effects in and the event intake beside effects in
+// every state, which it leaves as they were; its Down refuses to run while
+// an event still carries effects (they would be lost with the column),
+// and runs once none does.
+func TestTheCarriedEffectsMigrationKeepsEveryEffect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	s := db.Schema
+	_, err := gooseFor(t, db).DownTo(ctx, 39)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `
+WITH ev AS (INSERT INTO `+s+`.outbox_events (id, event_type, payload) VALUES (gen_random_uuid(), 'order.paid', '{}') RETURNING id)
+INSERT INTO `+s+`.side_effects (id, source_id, kind, provider, payload, state, attempts)
+SELECT `+s+`.outboxd_effect_id(ev.id, st), ev.id, st, 'webhook', '{}', st, CASE WHEN st = 'pending' THEN 0 ELSE 1 END
+FROM ev, unnest(ARRAY['pending', 'fired', 'confirmed', 'failed', 'cancelled']) AS st`)
+	require.NoError(t, err)
+	rows := func() string {
+		var r string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT string_agg(id || ' ' || state || ' ' || attempts || ' ' || updated_at, '; ' ORDER BY id)
+			FROM `+s+`.side_effects`).Scan(&r))
+		return r
+	}
+	before := rows()
+	_, err = migrations.Up(ctx, db.Pool, db.Schema)
+	require.NoError(t, err)
+	require.Equal(t, before, rows(), "every effect as it was")
+
+	_, err = db.Pool.Exec(ctx, `
+WITH ev AS (INSERT INTO `+s+`.outbox_events (id, event_type, payload, effects)
+	VALUES (gen_random_uuid(), 'order.paid', '{}', '[{"kind": "webhook.a", "provider": "webhook", "payload": {}}]') RETURNING id)
+INSERT INTO `+s+`.outbox_event_intake (event_id) SELECT id FROM ev`)
+	require.NoError(t, err)
+	_, err = gooseFor(t, db).DownTo(ctx, 39)
+	require.ErrorContains(t, err, "run outboxd until none do")
+	var carried int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.outbox_events WHERE effects IS NOT NULL`).Scan(&carried))
+	require.Equal(t, 1, carried, "the refused Down changed nothing")
+
+	_, err = db.Pool.Exec(ctx, `UPDATE `+s+`.outbox_events SET effects = NULL`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `DELETE FROM `+s+`.outbox_event_intake`)
+	require.NoError(t, err)
+	_, err = gooseFor(t, db).DownTo(ctx, 39)
+	require.NoError(t, err)
+	require.Equal(t, before, rows())
+	_, err = migrations.Up(ctx, db.Pool, db.Schema)
+	require.NoError(t, err)
+}
