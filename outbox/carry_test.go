@@ -68,6 +68,17 @@ func TestEffectsByDispatcherWritesTheEventCarryingItsEffects(t *testing.T) {
 	require.Equal(t, res.Effects[0].Key, got.IdempotencyKey)
 	require.Equal(t, "pending", got.State)
 	outboxtest.RequireNotEnqueued(t, b.db.Pool, b.db.Schema, "webhook.b")
+	// The metrics and the web view's counts see them as pending, so that
+	// an alert on the oldest pending effect fires when no dispatcher
+	// takes them.
+	gauges, err := store.NewStore(b.db.Schema).StateGauges(context.Background(), b.db.Pool)
+	require.NoError(t, err)
+	pending := map[string]int64{}
+	for _, g := range gauges {
+		require.Equal(t, "pending", string(g.State))
+		pending[g.Kind] = g.Count
+	}
+	require.Equal(t, map[string]int64{"webhook.a": 1, "webhook.remind": 1}, pending)
 
 	// Effects with an ordering key are written with their event: their
 	// place in the chain is taken at enqueue.

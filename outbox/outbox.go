@@ -128,9 +128,10 @@ const (
 	// creation time it would have had, and their jobs, when they take the
 	// event. The application's transaction costs about what the simplest
 	// outbox's does (docs/storage.md); until a dispatcher has taken the
-	// event (milliseconds while one runs), outboxctl and the web view do
-	// not list its effects, and a query of side_effects does not find
-	// them (outboxtest.RequireEnqueued does). A replay of the event and
+	// event (milliseconds while one runs), its effects count as pending
+	// in the metrics and the web view's overview, but outboxctl and the
+	// web view do not list them one by one and a query of side_effects
+	// does not find them (outboxtest.RequireEnqueued does). A replay of the event and
 	// Cancel write them out first, in their own transaction. Effects
 	// with an ordering key or a tenant, and those added to an event that
 	// exists, are written as under JobsByDispatcher. Run an outboxd that

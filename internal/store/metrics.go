@@ -26,7 +26,7 @@ func (s *Store) BlockedChains(ctx context.Context, db DB) (BlockedChains, error)
 }
 
 // StateGauges reads the live and failed effects by state and kind from the
-// partial indexes.
+// partial indexes, with the effects events still carry as pending.
 func (s *Store) StateGauges(ctx context.Context, db DB) ([]outboxtype.StateGauge, error) {
 	rows, err := db.Query(ctx, s.sql(sqlStateGauges))
 	if err != nil {

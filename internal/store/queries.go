@@ -1066,18 +1066,31 @@ FROM /*schema*/side_effects e
 WHERE e.ordering_key IS NOT NULL AND e.ordering_released_at IS NULL AND e.phase NOT IN ('confirmed', 'cancelled')
 	AND e.state = 'pending' AND ` + blockedInChain
 
+//
+// Effects their events still carry (outbox.EffectsByDispatcher) count as
+// pending, from the event intake: when no dispatcher takes them, the
+// pending age says so as it does for rows.
 const sqlStateGauges = `
-SELECT state, kind, count(*),
-	greatest(0, extract(epoch FROM now() - min(CASE WHEN state = 'fired' THEN coalesce(fired_at, created_at)
-		ELSE greatest(created_at, not_before) END)))::float8
-FROM /*schema*/side_effects
-WHERE phase = 'live'
-GROUP BY state, kind
-UNION ALL
-SELECT 'failed', kind, count(*), extract(epoch FROM now() - min(created_at))::float8
-FROM /*schema*/side_effects
-WHERE phase = 'failed'
-GROUP BY kind`
+SELECT state, kind, sum(n)::bigint, max(age) FROM (
+	SELECT state, kind, count(*) AS n,
+		greatest(0, extract(epoch FROM now() - min(CASE WHEN state = 'fired' THEN coalesce(fired_at, created_at)
+			ELSE greatest(created_at, not_before) END)))::float8 AS age
+	FROM /*schema*/side_effects
+	WHERE phase = 'live'
+	GROUP BY state, kind
+	UNION ALL
+	SELECT 'failed', kind, count(*), extract(epoch FROM now() - min(created_at))::float8
+	FROM /*schema*/side_effects
+	WHERE phase = 'failed'
+	GROUP BY kind
+	UNION ALL
+	SELECT 'pending', x.kind, count(*), greatest(0, extract(epoch FROM now() - min(greatest(ev.created_at, x.not_before))))::float8
+	FROM /*schema*/outbox_event_intake i
+	JOIN /*schema*/outbox_events ev ON ev.id = i.event_id AND ev.effects IS NOT NULL,
+		jsonb_to_recordset(ev.effects) AS x(kind text, not_before timestamptz)
+	GROUP BY x.kind
+) g
+GROUP BY state, kind`
 
 const effectColumnsE = `e.id, e.source_id, e.kind, e.provider, e.payload, e.state, e.attempts,
 	e.last_error, e.provider_ref, e.replayed, e.next_attempt_at, e.created_at, e.updated_at, e.fired_at, e.first_fired_at, e.confirmed_at,
