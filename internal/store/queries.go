@@ -1066,10 +1066,10 @@ FROM /*schema*/side_effects e
 WHERE e.ordering_key IS NOT NULL AND e.ordering_released_at IS NULL AND e.phase NOT IN ('confirmed', 'cancelled')
 	AND e.state = 'pending' AND ` + blockedInChain
 
-//
-// Effects their events still carry (outbox.EffectsByDispatcher) count as
-// pending, from the event intake: when no dispatcher takes them, the
-// pending age says so as it does for rows.
+// The live and failed effects by state and kind, with their oldest's
+// age. Effects their events still carry (outbox.EffectsByDispatcher)
+// count as pending, from the event intake: when no dispatcher takes them,
+// the pending age says so as it does for rows.
 const sqlStateGauges = `
 SELECT state, kind, sum(n)::bigint, max(age) FROM (
 	SELECT state, kind, count(*) AS n,
