@@ -92,24 +92,9 @@ func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev store.NewEvent, ef
 	if err := q.lockOrderingKeys(ctx, tx, effects); err != nil {
 		return nil, err
 	}
-	if q.carry && store.Carriable(effects) {
-		// A new event carrying its effects: one row and the event's
-		// intake row; a dispatcher writes the effects' rows (their ids
-		// are derived, so a held one is found then, not here).
-		inserted, err := q.store.InsertEventCarryingEffects(ctx, tx, ev, effects)
-		if err != nil {
-			return nil, err
-		}
-		if inserted {
-			all := make(map[uuid.UUID]bool, len(effects))
-			for _, e := range effects {
-				all[e.ID] = true
-			}
-			return res, q.insertJobs(ctx, tx, effects, all, res)
-		}
-	} else if len(effects) > 0 {
+	if len(effects) > 0 {
 		// The common case, a new event: event and effects in one statement.
-		inserted, err := q.store.InsertEventWithEffects(ctx, tx, ev, effects, q.river == nil)
+		inserted, err := q.insertNew(ctx, tx, ev, effects)
 		if err != nil {
 			if kind, ok := heldID(err, res.Effects); ok {
 				return nil, &EnqueueConflict{Kind: kind, IDHeld: true}
@@ -171,6 +156,18 @@ func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev store.NewEvent, ef
 		return nil, fmt.Errorf("release savepoint: %w", err)
 	}
 	return res, nil
+}
+
+// insertNew inserts ev with its effects, if ev is new: carried in its row
+// for the dispatchers to write out (carry), or as rows. A carried
+// effect's derived id is checked when it is written out, where one held
+// by another event's effect (a 2^-122 chance) is left unwritten, as a
+// random UUID that collides would be.
+func (q *Enqueuer) insertNew(ctx context.Context, tx pgx.Tx, ev store.NewEvent, effects []store.NewEffect) (bool, error) {
+	if q.carry && store.Carriable(effects) {
+		return q.store.InsertEventCarryingEffects(ctx, tx, ev, effects)
+	}
+	return q.store.InsertEventWithEffects(ctx, tx, ev, effects, q.river == nil)
 }
 
 // fanOut replaces the call's subscribers effect, if any, by one effect per

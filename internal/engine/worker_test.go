@@ -547,6 +547,17 @@ func TestDispatcherInsertsJobsFromTheIntake(t *testing.T) {
 	require.Zero(t, left, "the intake is drained")
 }
 
+// carrying makes b enqueue under EffectsByDispatcher and returns its
+// outbox.
+func (b *workerBundle) carrying(t *testing.T) *outbox.Outbox {
+	t.Helper()
+	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.EffectsByDispatcher,
+		Providers: []providers.Validator{webhook.Schema{AllowedNetworks: loopback}}})
+	require.NoError(t, err)
+	b.ob = ob
+	return ob
+}
+
 // Under EffectsByDispatcher a dispatcher writes out the effects each
 // event carries when it takes the event, with the ids, keys and creation
 // times the enqueue reported, and dispatches them as any other: each
@@ -556,10 +567,7 @@ func TestDispatcherWritesOutTheEffectsEventsCarry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupWorker(t, workerOpts{})
-	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.EffectsByDispatcher,
-		Providers: []providers.Validator{webhook.Schema{AllowedNetworks: loopback}}})
-	require.NoError(t, err)
-	b.ob = ob
+	ob := b.carrying(t)
 	later := time.Now().Add(time.Hour)
 	var scheduled outbox.EffectResult
 	var effects []outbox.EffectResult
@@ -624,9 +632,7 @@ func TestReplaysRaceTheDispatchersWritingOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupWorker(t, workerOpts{})
-	ob, err := outbox.New(outbox.Config{Schema: b.db.Schema, Jobs: outbox.EffectsByDispatcher,
-		Providers: []providers.Validator{webhook.Schema{AllowedNetworks: loopback}}})
-	require.NoError(t, err)
+	ob := b.carrying(t)
 	const n = 60
 	events := make([]outbox.Event, n)
 	effect := func(i int) outbox.Effect {
