@@ -79,6 +79,20 @@ func TestEffectsByDispatcherWritesTheEventCarryingItsEffects(t *testing.T) {
 		pending[g.Kind] = g.Count
 	}
 	require.Equal(t, map[string]int64{"webhook.a": 1, "webhook.remind": 1}, pending)
+	// So does outboxctl stats: the counts, and the oldest pending effect
+	// that is due (the reminder is not).
+	st, err := store.NewStore(b.db.Schema).Stats(context.Background(), b.db.Pool, 24*time.Hour)
+	require.NoError(t, err)
+	counted := map[string]int64{}
+	for _, c := range st.Counts {
+		require.Equal(t, "pending", string(c.State))
+		counted[c.Kind] = c.Count
+	}
+	require.Equal(t, pending, counted)
+	require.NotNil(t, st.OldestPending, "the carried webhook.a is due")
+	var created time.Time
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT created_at FROM `+b.db.Schema+`.outbox_events WHERE id = $1`, id).Scan(&created))
+	require.True(t, created.Equal(*st.OldestPending), "oldest pending %s, the event was created %s", st.OldestPending, created)
 
 	// Effects with an ordering key are written with their event: their
 	// place in the chain is taken at enqueue.

@@ -129,8 +129,8 @@ const (
 	// event. The application's transaction costs about what the simplest
 	// outbox's does (docs/storage.md); until a dispatcher has taken the
 	// event (milliseconds while one runs), its effects count as pending
-	// in the metrics and the web view's overview, but outboxctl and the
-	// web view do not list them one by one and a query of side_effects
+	// in the metrics, outboxctl stats and the web view's overview, but
+	// outboxctl and the web view do not list them one by one and a query of side_effects
 	// does not find them (outboxtest.RequireEnqueued does). A replay of the event and
 	// Cancel write them out first, in their own transaction. Effects
 	// with an ordering key or a tenant, and those added to an event that

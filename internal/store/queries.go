@@ -867,8 +867,14 @@ SELECT ` + latencyBucket + `, count(*) FROM /*schema*/side_effects e
 WHERE e.phase = 'confirmed' AND e.ended_at >= $1 AND e.ended_at < $2 AND ` + byProvider + ` GROUP BY 1`
 	// The live and failed counts, which no window bounds.
 	sqlStatsLiveCounts = `
-SELECT state, kind, count(*) FROM /*schema*/side_effects
-WHERE phase = 'live'
+SELECT state, kind, sum(n)::bigint FROM (
+	SELECT state, kind, count(*) AS n FROM /*schema*/side_effects
+	WHERE phase = 'live'
+	GROUP BY state, kind
+	UNION ALL
+	SELECT 'pending', x.kind, count(*) ` + fromCarried + `
+	GROUP BY x.kind
+) live
 GROUP BY state, kind
 UNION ALL
 SELECT 'failed', kind, count(*) FROM /*schema*/side_effects
@@ -881,8 +887,12 @@ GROUP BY kind`
 
 	sqlStatsOldest = `
 SELECT
-	(SELECT min(greatest(created_at, not_before)) FROM /*schema*/side_effects WHERE phase = 'live' AND state = 'pending'
-		AND (not_before IS NULL OR not_before <= now())),
+	(SELECT min(due) FROM (
+		SELECT min(greatest(created_at, not_before)) AS due FROM /*schema*/side_effects WHERE phase = 'live' AND state = 'pending'
+			AND (not_before IS NULL OR not_before <= now())
+		UNION ALL
+		SELECT min(greatest(ev.created_at, x.not_before)) ` + fromCarried + `
+		WHERE x.not_before IS NULL OR x.not_before <= now()) p),
 	(SELECT min(fired_at) FROM /*schema*/side_effects WHERE phase = 'live' AND state = 'fired')`
 
 	sqlStatsAttempts = `
@@ -1066,6 +1076,13 @@ FROM /*schema*/side_effects e
 WHERE e.ordering_key IS NOT NULL AND e.ordering_released_at IS NULL AND e.phase NOT IN ('confirmed', 'cancelled')
 	AND e.state = 'pending' AND ` + blockedInChain
 
+// fromCarried is the effects events still carry (outbox.EffectsByDispatcher)
+// as x (kind, not_before), with their events as ev: the stats and gauges
+// count them as pending.
+const fromCarried = `FROM /*schema*/outbox_event_intake i
+	JOIN /*schema*/outbox_events ev ON ev.id = i.event_id AND ev.effects IS NOT NULL,
+		jsonb_to_recordset(ev.effects) AS x(kind text, not_before timestamptz)`
+
 // The live and failed effects by state and kind, with their oldest's
 // age. Effects their events still carry (outbox.EffectsByDispatcher)
 // count as pending, from the event intake: when no dispatcher takes them,
@@ -1085,9 +1102,7 @@ SELECT state, kind, sum(n)::bigint, max(age) FROM (
 	GROUP BY kind
 	UNION ALL
 	SELECT 'pending', x.kind, count(*), greatest(0, extract(epoch FROM now() - min(greatest(ev.created_at, x.not_before))))::float8
-	FROM /*schema*/outbox_event_intake i
-	JOIN /*schema*/outbox_events ev ON ev.id = i.event_id AND ev.effects IS NOT NULL,
-		jsonb_to_recordset(ev.effects) AS x(kind text, not_before timestamptz)
+	` + fromCarried + `
 	GROUP BY x.kind
 ) g
 GROUP BY state, kind`
