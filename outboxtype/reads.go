@@ -179,3 +179,14 @@ type DispatcherRecord struct {
 	// in a row, open breakers.
 	Destinations []DestinationState `json:"destinations"`
 }
+
+// CarriedEffect is an effect its event still carries
+// (outbox.EffectsByDispatcher): no dispatcher has taken the event and
+// written the effect's row yet.
+type CarriedEffect struct {
+	ID      uuid.UUID `json:"id"`
+	EventID uuid.UUID `json:"event_id"`
+	Kind    string    `json:"kind"`
+	// Since is when its event was enqueued.
+	Since time.Time `json:"since"`
+}

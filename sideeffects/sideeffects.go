@@ -231,6 +231,21 @@ func (o *Operator) Get(ctx context.Context, id uuid.UUID) (*EffectRow, error) {
 	return o.store.Get(ctx, o.pool, id)
 }
 
+// Carried returns the effect whose id or idempotency key is ref when its
+// event still carries it (outbox.EffectsByDispatcher: no dispatcher has
+// taken the event yet), or ErrNotFound: what an operator who found no
+// effect under ref is told. It reads every event that carries effects.
+func (o *Operator) Carried(ctx context.Context, ref string) (*outboxtype.CarriedEffect, error) {
+	id, err := uuid.Parse(ref)
+	if err != nil {
+		var ok bool
+		if id, ok = store.KeyEffectID(strings.ToLower(ref)); !ok {
+			return nil, ErrNotFound
+		}
+	}
+	return o.store.Carried(ctx, o.pool, id)
+}
+
 // Stuck returns pending and fired effects unchanged for olderThan, and
 // failed ones not acknowledged, oldest first.
 func (o *Operator) Stuck(ctx context.Context, olderThan time.Duration, limit int) ([]StuckEffect, error) {

@@ -180,6 +180,9 @@ func (a *app) resolve(ctx context.Context, ref string) (*outboxtype.Effect, erro
 			if evs, evErr := a.op.Events(ctx, outboxtype.EventFilter{ID: id, Limit: 1}); evErr == nil && len(evs) == 1 {
 				return nil, fmt.Errorf("%s is an event, not an effect: `outboxctl events %s` shows it with its effects", id, id)
 			}
+			if c, cErr := a.op.Carried(ctx, ref); cErr == nil {
+				return nil, errors.New(oncall.Carried(*c, time.Now()))
+			}
 			return nil, fmt.Errorf("no effect with id %s in schema %q: find ids with `outboxctl list`", id, a.Schema)
 		}
 		if err != nil {
@@ -190,6 +193,9 @@ func (a *app) resolve(ctx context.Context, ref string) (*outboxtype.Effect, erro
 	if keyRE.MatchString(strings.ToLower(ref)) {
 		e, err := a.op.GetByKey(ctx, strings.ToLower(ref))
 		if errors.Is(err, sideeffects.ErrNotFound) {
+			if c, cErr := a.op.Carried(ctx, ref); cErr == nil {
+				return nil, errors.New(oncall.Carried(*c, time.Now()))
+			}
 			return nil, fmt.Errorf("no effect with idempotency key %s in schema %q", ref, a.Schema)
 		}
 		if err != nil {

@@ -446,6 +446,30 @@ func TestEventsShowWhatEachEventProduced(t *testing.T) {
 	require.Contains(t, err.Error(), "is an event, not an effect", "show points at events")
 }
 
+// An effect its event still carries (outbox.EffectsByDispatcher) has no
+// row until a dispatcher takes the event: show, by id or key, says so and
+// what to check, and exits non-zero.
+func TestShowExplainsAnEffectNoDispatcherTookYet(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ob, err := outbox.New(outbox.Config{Jobs: outbox.EffectsByDispatcher, Schema: b.db.Schema})
+	require.NoError(t, err)
+	event := uuid.New()
+	var res *outbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		res, err = ob.Enqueue(ctx, tx, outbox.Event{ID: event, Type: "order.paid"},
+			outbox.Effect{Kind: "webhook.carried", Provider: "webhook", Payload: json.RawMessage(`{"url": "https://hooks.example.com/in", "body": {}}`)})
+		return err
+	}))
+	for _, ref := range []string{res.Effects[0].ID.String(), res.Effects[0].Key} {
+		_, err := b.run(t, "", "show", ref)
+		require.Error(t, err, ref)
+		require.Contains(t, err.Error(), "is carried by event "+event.String(), ref)
+		require.Contains(t, err.Error(), "outboxctl dispatchers", ref)
+	}
+}
+
 func TestDispatchersShowsWhoDispatchedWithWhat(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -2,8 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/outboxtype"
 )
@@ -23,6 +27,22 @@ func (s *Store) BlockedChains(ctx context.Context, db DB) (BlockedChains, error)
 	}
 	b.OldestAge = time.Duration(age * float64(time.Second))
 	return b, nil
+}
+
+// Carried returns the effect with id that its event still carries
+// (outbox.EffectsByDispatcher), or ErrNotFound. It reads every event that
+// carries effects: for an operator looking up one effect, never for a hot
+// path.
+func (s *Store) Carried(ctx context.Context, db DB, id uuid.UUID) (*outboxtype.CarriedEffect, error) {
+	c := outboxtype.CarriedEffect{ID: id}
+	err := db.QueryRow(ctx, s.sql(sqlCarriedEffect), id).Scan(&c.EventID, &c.Kind, &c.Since)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("carried effect %s: %w", id, err)
+	}
+	return &c, nil
 }
 
 // StateGauges reads the live and failed effects by state and kind from the

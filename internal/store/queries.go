@@ -1083,6 +1083,12 @@ const fromCarried = `FROM /*schema*/outbox_event_intake i
 	JOIN /*schema*/outbox_events ev ON ev.id = i.event_id AND ev.effects IS NOT NULL,
 		jsonb_to_recordset(ev.effects) AS x(kind text, not_before timestamptz)`
 
+// The effect with id $1 that its event still carries, if any: a read of
+// every carried event, for an operator's lookup only.
+const sqlCarriedEffect = `SELECT ev.id, x.kind, ev.created_at ` + fromCarried + `
+WHERE /*schema*/outboxd_effect_id(ev.id, x.kind) = $1
+LIMIT 1`
+
 // The live and failed effects by state and kind, with their oldest's
 // age. Effects their events still carry (outbox.EffectsByDispatcher)
 // count as pending, from the event intake: when no dispatcher takes them,

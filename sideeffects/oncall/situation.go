@@ -142,3 +142,12 @@ func Ago(t, now time.Time) string {
 		return fmt.Sprintf("%dd", int(d.Hours()/24))
 	}
 }
+
+// Carried says, for an operator who looked up an effect that has no row
+// yet, that its event still carries it (outbox.EffectsByDispatcher) and
+// what that means.
+func Carried(c outboxtype.CarriedEffect, now time.Time) string {
+	return fmt.Sprintf("effect %s (%s) is carried by event %s, enqueued %s: no dispatcher has taken the event yet. "+
+		"A running outboxd writes its row and dispatches it within milliseconds; if this lasts, check that one runs (outboxctl dispatchers)",
+		c.ID, c.Kind, c.EventID, relative(c.Since, now))
+}

@@ -277,6 +277,11 @@ func (u *ui) search(w http.ResponseWriter, r *http.Request) {
 		d.Effects, d.Missing, err = u.lookupMany(r, d.IDs)
 	case d.Q != "":
 		d.Effects, err = u.lookup(r, d.Q)
+		if err == nil && len(d.Effects) == 0 {
+			if c, cErr := u.op.Carried(ctx, d.Q); cErr == nil {
+				d.Error = oncall.Carried(*c, time.Now())
+			}
+		}
 	case d.AggType != "" || d.AggID != "":
 		if d.AggType == "" || d.AggID == "" {
 			err = errors.New("aggregate: give both its type (e.g. order) and its id (e.g. ord_1022)")
@@ -543,6 +548,10 @@ func (u *ui) loadEffect(w http.ResponseWriter, r *http.Request) *outboxtype.Effe
 	}
 	e, err := u.op.Get(r.Context(), id)
 	if errors.Is(err, sideeffects.ErrNotFound) {
+		if c, cErr := u.op.Carried(r.Context(), id.String()); cErr == nil {
+			u.fail(w, http.StatusNotFound, oncall.Carried(*c, time.Now()), nil)
+			return nil
+		}
 		u.fail(w, http.StatusNotFound, "no effect with id "+id.String()+" (never, or purged after retention)", nil)
 		return nil
 	}
