@@ -130,9 +130,10 @@ const (
 	// outbox's does, and dispatch runs about a third slower than under
 	// JobsByDispatcher (docs/storage.md). Until a dispatcher has taken the
 	// event (milliseconds while one runs), its effects count as pending in
-	// the metrics, outboxctl stats and the web view's overview, a lookup
-	// by id or key says their event carries them, but outboxctl and the
-	// web view do not list them and a query of side_effects does not find
+	// the metrics, outboxctl stats and the web view's overview, they are
+	// an incident of their own in outboxctl stuck --by-cause, a lookup by
+	// id or key says their event carries them, but outboxctl and the web
+	// view do not list them and a query of side_effects does not find
 	// them (outboxtest.RequireEnqueued does). A replay of the event and
 	// Cancel write them out first, in the caller's transaction. Effects
 	// with an ordering key or a tenant, and those added to an event that

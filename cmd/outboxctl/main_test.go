@@ -468,6 +468,11 @@ func TestShowExplainsAnEffectNoDispatcherTookYet(t *testing.T) {
 		require.Contains(t, err.Error(), "is carried by event "+event.String(), ref)
 		require.Contains(t, err.Error(), "outboxctl dispatchers", ref)
 	}
+	// Grouped by cause, they are an incident of their own.
+	out, err := b.run(t, "", "stuck", "--by-cause", "--older-than", "0s")
+	require.NoError(t, err)
+	require.Regexp(t, `1\s+pending\s+webhook\.carried\s+webhook hooks\.example\.com\s+carried by its event, which no dispatcher has taken`, out)
+	require.Contains(t, out, res.Effects[0].ID.String(), "its example, which show explains")
 }
 
 func TestDispatchersShowsWhoDispatchedWithWhat(t *testing.T) {

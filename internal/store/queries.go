@@ -687,7 +687,9 @@ ORDER BY e.stuck_since`
 	// failed index, by when they failed: older ones are the failure
 	// reasons' and the failed list's), by state, kind, provider, a
 	// webhook's host and the first words of the last error after its
-	// class (permanent, retryable, in_doubt).
+	// class (permanent, retryable, in_doubt). Effects their events have
+	// carried since $1 (outbox.EffectsByDispatcher) are a group of their
+	// own: no dispatcher has taken their events.
 	sqlStuckGroups = `
 WITH s AS (
 	(SELECT id, state, kind, provider, payload, last_error, updated_at,
@@ -696,6 +698,11 @@ WITH s AS (
 	UNION ALL
 	(SELECT id, state, kind, provider, payload, last_error, updated_at, updated_at FROM /*schema*/side_effects
 	 WHERE phase = 'failed' AND ended_at >= $3)
+	UNION ALL
+	(SELECT /*schema*/outboxd_effect_id(ev.id, x.kind), 'pending', x.kind, x.provider, x.payload,
+		'carried by its event, which no dispatcher has taken', ev.created_at, greatest(ev.created_at, x.not_before)
+	 ` + fromCarried + `
+	 WHERE ev.created_at < $1 AND (x.not_before IS NULL OR x.not_before < $1))
 )
 SELECT state, kind, provider,
 	CASE WHEN provider = 'webhook' THEN coalesce(substring(payload->>'url' FROM '^[a-zA-Z]+://([^/:?#]+)'), '') ELSE '' END AS host,
@@ -1077,11 +1084,11 @@ WHERE e.ordering_key IS NOT NULL AND e.ordering_released_at IS NULL AND e.phase 
 	AND e.state = 'pending' AND ` + blockedInChain
 
 // fromCarried is the effects events still carry (outbox.EffectsByDispatcher)
-// as x (kind, not_before), with their events as ev: the stats and gauges
-// count them as pending.
+// as x (kind, provider, payload, not_before), with their events as ev:
+// the stats, gauges and stuck groups count them as pending.
 const fromCarried = `FROM /*schema*/outbox_event_intake i
 	JOIN /*schema*/outbox_events ev ON ev.id = i.event_id AND ev.effects IS NOT NULL,
-		jsonb_to_recordset(ev.effects) AS x(kind text, not_before timestamptz)`
+		jsonb_to_recordset(ev.effects) AS x(kind text, provider text, payload jsonb, not_before timestamptz)`
 
 // The effect with id $1 that its event still carries, if any: a read of
 // every carried event, for an operator's lookup only.

@@ -58,6 +58,16 @@ func TestAnEffectNoDispatcherTookYetIsExplained(t *testing.T) {
 	_, body = get("effects?q=" + url.QueryEscape(res.Effects[0].Key))
 	require.Contains(t, body, "is carried by event "+event.String())
 
+	// The overview counts it as pending at once, and once it has waited a
+	// minute its incidents name what holds it.
+	_, body = get("")
+	require.Regexp(t, `state-pending">pending</span></td><td>webhook.order_paid</td><td class="num"><a[^>]*>1</a>`, body)
+	_, err = db.Pool.Exec(ctx, `UPDATE `+db.Schema+`.outbox_events SET created_at = now() - interval '2 minutes'`)
+	require.NoError(t, err)
+	status, body = get("")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "carried by its event, which no dispatcher has taken")
+
 	// Anything else is still not found.
 	status, body = get("effects/" + uuid.NewString())
 	require.Equal(t, http.StatusNotFound, status)
