@@ -376,8 +376,35 @@ func (o *Operator) AckDrift(ctx context.Context, ids []int64, actor, reason stri
 
 // Limits lists every rate limit key as the replicas share it, with the
 // effects waiting for it.
+// A key effects wait for that has no row yet is listed too.
 func (o *Operator) Limits(ctx context.Context) ([]outboxtype.LimitReport, error) {
-	return engine.LimitReports(ctx, o.shared, o.store, o.pool)
+	rows, err := engine.LimitRows(ctx, o.shared, o.pool, o.store)
+	if err != nil {
+		return nil, err
+	}
+	waits, err := o.store.WaitingByLimit(ctx, o.pool)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]outboxtype.LimitReport, 0, len(rows)+len(waits))
+	for _, r := range rows {
+		rate, paused := engine.LimitNow(r)
+		rep := outboxtype.LimitReport{Key: r.Key, Rate: r.Rate, RateSource: r.RateSource, InAnySecond: r.InAnySecond, CurrentRate: rate,
+			Throttles: r.Throttles, LastThrottleAt: r.LastThrottleAt, Granted: r.Granted}
+		if paused {
+			rep.PausedUntil = r.PausedUntil
+		}
+		if w, ok := waits[r.Key]; ok {
+			rep.WaitingEffects, rep.WaitingSince, rep.OldestKeyWindowFrom = w.Effects, w.Since, w.OldestKeyWindowFrom
+			delete(waits, r.Key)
+		}
+		out = append(out, rep)
+	}
+	for key, w := range waits {
+		out = append(out, outboxtype.LimitReport{Key: key, WaitingEffects: w.Effects, WaitingSince: w.Since, OldestKeyWindowFrom: w.OldestKeyWindowFrom})
+	}
+	slices.SortFunc(out, func(a, b outboxtype.LimitReport) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
 }
 
 // SetLimit sets limit key's rate at run time for every replica (within a

@@ -130,51 +130,9 @@ func newLimiter(pool *pgxpool.Pool, store *store.Store, logger *slog.Logger, pau
 	return &limiter{pool: pool, store: store, logger: logger, pauseBase: pauseBase, keys: map[string]*keyState{}}
 }
 
-// SharedLimits is where the limit keys are kept when the dispatchers of
-// more than one database (shards) share them: a database migrated for
-// outboxd (one of the shards, or one of its own) and its schema's store.
-// A replay's pace (replay:<id>) stays with its own database.
-type SharedLimits struct {
-	Pool  *pgxpool.Pool
-	Store *store.Store
-}
-
-// LimitsPlace returns where key's row is kept: shared (if set), but a
-// replay's pace in db and s, the database the replay ran in.
-func LimitsPlace(shared *SharedLimits, db *pgxpool.Pool, s *store.Store, key string) (*pgxpool.Pool, *store.Store) {
-	if shared == nil || strings.HasPrefix(key, ReplayLimitPrefix) {
-		return db, s
-	}
-	return shared.Pool, shared.Store
-}
-
 // place is LimitsPlace for this limiter.
 func (l *limiter) place(key string) (*pgxpool.Pool, *store.Store) {
 	return LimitsPlace(l.shared, l.pool, l.store, key)
-}
-
-// LimitRows reads every limit key's row: the shared place's and, when
-// there is one, the replays' paces kept in db and s.
-func LimitRows(ctx context.Context, shared *SharedLimits, db *pgxpool.Pool, s *store.Store) ([]*store.LimitRow, error) {
-	if shared == nil {
-		return s.Limits(ctx, db)
-	}
-	rows, err := shared.Store.Limits(ctx, shared.Pool)
-	if err != nil {
-		return nil, err
-	}
-	rows = slices.DeleteFunc(rows, func(r *store.LimitRow) bool { return strings.HasPrefix(r.Key, ReplayLimitPrefix) })
-	local, err := s.Limits(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range local {
-		if strings.HasPrefix(r.Key, ReplayLimitPrefix) {
-			rows = append(rows, r)
-		}
-	}
-	slices.SortFunc(rows, func(a, b *store.LimitRow) int { return strings.Compare(a.Key, b.Key) })
-	return rows, nil
 }
 
 // state returns key's state; l.mu is held.

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/internal/store"
-	"github.com/outboxd/outboxd/outboxtype"
 )
 
 // Rate limits shared by every replica (docs/limits.md).
@@ -387,37 +387,63 @@ func Throttle(ctx context.Context, s *store.Store, db store.TxDB, key string, t 
 	return until, left, nil
 }
 
-// LimitReports is every limit key (kept in shared, when set) with the
-// effects of db waiting for it (a key effects wait for that has no row
-// yet is listed too).
-func LimitReports(ctx context.Context, shared *SharedLimits, s *store.Store, db *pgxpool.Pool) ([]outboxtype.LimitReport, error) {
-	rows, err := LimitRows(ctx, shared, db, s)
+// ReplayLimitPrefix starts the limit key of a paced replay's pace
+// ("replay:3"): every request of an effect the replay retried, retries
+// included, takes a time of it (Effect.ReplayID), so the replay's pace
+// covers all the traffic it causes.
+const ReplayLimitPrefix = "replay:"
+
+// ReplayLimitKey is replay id's limit key.
+func ReplayLimitKey(id int64) string { return ReplayLimitPrefix + strconv.FormatInt(id, 10) }
+
+// SharedLimits is where the limit keys are kept when the dispatchers of
+// more than one database (shards) share them: a database migrated for
+// outboxd (one of the shards, or one of its own) and its schema's store.
+// A replay's pace (replay:<id>) stays with its own database.
+type SharedLimits struct {
+	Pool  *pgxpool.Pool
+	Store *store.Store
+}
+
+// LimitsPlace returns where key's row is kept: shared (if set), but a
+// replay's pace in db and s, the database the replay ran in.
+func LimitsPlace(shared *SharedLimits, db *pgxpool.Pool, s *store.Store, key string) (*pgxpool.Pool, *store.Store) {
+	if shared == nil || strings.HasPrefix(key, ReplayLimitPrefix) {
+		return db, s
+	}
+	return shared.Pool, shared.Store
+}
+
+// LimitRows reads every limit key's row: the shared place's and, when
+// there is one, the replays' paces kept in db and s.
+func LimitRows(ctx context.Context, shared *SharedLimits, db *pgxpool.Pool, s *store.Store) ([]*store.LimitRow, error) {
+	if shared == nil {
+		return s.Limits(ctx, db)
+	}
+	rows, err := shared.Store.Limits(ctx, shared.Pool)
 	if err != nil {
 		return nil, err
 	}
-	waits, err := s.WaitingByLimit(ctx, db)
+	rows = slices.DeleteFunc(rows, func(r *store.LimitRow) bool { return strings.HasPrefix(r.Key, ReplayLimitPrefix) })
+	local, err := s.Limits(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]outboxtype.LimitReport, 0, len(rows))
-	for _, row := range rows {
-		r := limitRow{row}
-		rep := outboxtype.LimitReport{Key: r.Key, Rate: r.Rate, RateSource: r.RateSource, InAnySecond: r.InAnySecond, CurrentRate: r.Effective(),
-			Throttles: r.Throttles, LastThrottleAt: r.LastThrottleAt, Granted: r.Granted}
-		if r.Paused() {
-			rep.PausedUntil = r.PausedUntil
+	for _, r := range local {
+		if strings.HasPrefix(r.Key, ReplayLimitPrefix) {
+			rows = append(rows, r)
 		}
-		if w, ok := waits[r.Key]; ok {
-			rep.WaitingEffects, rep.WaitingSince, rep.OldestKeyWindowFrom = w.Effects, w.Since, w.OldestKeyWindowFrom
-			delete(waits, r.Key)
-		}
-		out = append(out, rep)
 	}
-	for key, w := range waits {
-		out = append(out, outboxtype.LimitReport{Key: key, WaitingEffects: w.Effects, WaitingSince: w.Since, OldestKeyWindowFrom: w.OldestKeyWindowFrom})
-	}
-	slices.SortFunc(out, func(a, b outboxtype.LimitReport) int { return strings.Compare(a.Key, b.Key) })
-	return out, nil
+	slices.SortFunc(rows, func(a, b *store.LimitRow) int { return strings.Compare(a.Key, b.Key) })
+	return rows, nil
+}
+
+// LimitNow is what key row allows at its Now: the rate it may take (its
+// own, or the one a 429 lowered it to plus what it has regained since) and
+// whether a 429's pause still holds it.
+func LimitNow(row *store.LimitRow) (rate float64, paused bool) {
+	r := limitRow{row}
+	return r.Effective(), r.Paused()
 }
 
 // OutcomeThrottled is the attempt history's outcome of a request the

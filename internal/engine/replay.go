@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,15 +26,6 @@ type (
 	ReplaySpec = outboxtype.ReplaySpec
 	ReplaySkip = outboxtype.ReplaySkip
 )
-
-// ReplayLimitPrefix starts the limit key of a paced replay's pace
-// ("replay:3"): every request of an effect the replay retried, retries
-// included, takes a time of it (Effect.ReplayID), so the replay's pace
-// covers all the traffic it causes.
-const ReplayLimitPrefix = "replay:"
-
-// ReplayLimitKey is replay id's limit key.
-func ReplayLimitKey(id int64) string { return ReplayLimitPrefix + strconv.FormatInt(id, 10) }
 
 // ReplayQueue runs paced replays, a few at a time per process.
 const ReplayQueue = "outboxd_replays"

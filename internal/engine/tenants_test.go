@@ -176,7 +176,9 @@ func TestATenantsOwnRate(t *testing.T) {
 	// connection is new) and so nearer the others; unpaced, all five go
 	// within a few milliseconds.
 	require.GreaterOrEqual(t, last.Sub(first), 500*time.Millisecond, "tenant slow's five requests at 4/s")
-	reports, err := engine.LimitReports(context.Background(), nil, b.store, b.db.Pool)
+	op, err := sideeffects.NewOperator(b.db.Pool, sideeffects.OperatorConfig{Schema: b.db.Schema})
+	require.NoError(t, err)
+	reports, err := op.Limits(context.Background())
 	require.NoError(t, err)
 	var granted int64
 	for _, r := range reports {
