@@ -18,6 +18,9 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/outboxd/outboxd/outboxtype"
 )
@@ -201,53 +204,53 @@ func DecodeStrict(raw json.RawMessage, v any) error {
 }
 
 // checkKeys rejects an object, at any depth, with two keys equal under
-// case folding.
+// case folding. It reads raw as tokens (jsontext, the streaming half of
+// Go's JSON v2) only to see the names: duplicates are this check's to
+// word, and what is in the strings is left to the validators.
 func checkKeys(raw json.RawMessage) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	type frame struct {
-		object  bool
-		wantKey bool
-		keys    map[string]string
-	}
-	var stack []*frame
+	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	// names holds the names of every open object, one after the other,
+	// with their folded forms in folded; open holds where each open
+	// object's start.
+	var names, folded []string
+	var open []int
 	for {
-		tok, err := dec.Token()
+		tok, err := dec.ReadToken()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		top := (*frame)(nil)
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.object && top.wantKey {
-			if k, ok := tok.(string); ok {
-				fold := strings.ToLower(strings.ToUpper(k))
-				if prev, dup := top.keys[fold]; dup {
-					return fmt.Errorf("keys %q and %q differ only in case: use one", prev, k)
+		switch tok.Kind() {
+		case '{':
+			open = append(open, len(names))
+		case '}':
+			names, folded = names[:open[len(open)-1]], folded[:open[len(open)-1]]
+			open = open[:len(open)-1]
+		case '"':
+			depth := dec.StackDepth()
+			if kind, n := dec.StackIndex(depth); kind != '{' || n%2 == 0 {
+				continue // a value, not a name
+			}
+			k := tok.String()
+			fold := foldKey(k)
+			for i := open[len(open)-1]; i < len(names); i++ {
+				if folded[i] == fold {
+					return fmt.Errorf("keys %q and %q differ only in case: use one", names[i], k)
 				}
-				top.keys[fold] = k
-				top.wantKey = false
-				continue
 			}
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{object: true, wantKey: true, keys: map[string]string{}})
-		case json.Delim('['):
-			stack = append(stack, &frame{})
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			if len(stack) > 0 && stack[len(stack)-1].object {
-				stack[len(stack)-1].wantKey = true
-			}
-		default:
-			if top != nil && top.object {
-				top.wantKey = true
-			}
+			names, folded = append(names, k), append(folded, fold)
 		}
 	}
+}
+
+// foldKey is k under case folding (for ASCII, its lower case).
+func foldKey(k string) string {
+	for i := 0; i < len(k); i++ {
+		if k[i] >= utf8.RuneSelf {
+			return strings.ToLower(strings.ToUpper(k))
+		}
+	}
+	return strings.ToLower(k)
 }
