@@ -45,22 +45,14 @@ func (b *batchWorker) Work(ctx context.Context, job *river.Job[BatchArgs]) error
 		return b.handOverUnended(ctx, job.Args.EffectIDs)
 	}
 	slots := b.slots[job.Queue]
-	var (
-		mu   sync.Mutex
-		outs []handOff
-		wg   sync.WaitGroup
-	)
-	add := func(h handOff) {
-		mu.Lock()
-		outs = append(outs, h)
-		mu.Unlock()
-	}
+	handOffs := b.startHandOffs(ctx, job.Queue)
+	var wg sync.WaitGroup
 	for _, id := range job.Args.EffectIDs {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			// Stopping: not claimed, so nothing to undo.
-			add(handOff{id: id, at: time.Now()})
+			handOffs.add(handOff{id: id, at: time.Now()})
 			continue
 		}
 		wg.Add(1)
@@ -68,19 +60,91 @@ func (b *batchWorker) Work(ctx context.Context, job *river.Job[BatchArgs]) error
 			defer wg.Done()
 			defer func() { <-slots }()
 			if h, ok := b.one(ctx, job, id); ok {
-				add(h)
+				handOffs.add(h)
 			}
 		}()
 	}
 	wg.Wait()
-	if len(outs) == 0 {
-		return nil
+	return handOffs.finish()
+}
+
+// handOffs gives a batch's handed-off effects their jobs as they come,
+// not when the batch's slowest effect ends: an effect that must wait for
+// a limit, or be retried, is due on its own schedule, whatever call is
+// still in flight elsewhere in its batch. Effects handed off while an
+// insert runs go together in the next one.
+type handOffs struct {
+	mu      sync.Mutex
+	waiting []handOff
+	err     error // the first failed insert; the rest then wait for finish
+	wake    chan struct{}
+	done    chan struct{}
+	flushed chan struct{}
+}
+
+// startHandOffs starts giving effects handed off in queue their jobs. The
+// inserts are recorded even when the job's context ends: the effects'
+// outcomes are, and a handed-off effect must get its job.
+func (b *batchWorker) startHandOffs(ctx context.Context, queue string) *handOffs {
+	h := &handOffs{wake: make(chan struct{}, 1), done: make(chan struct{}), flushed: make(chan struct{})}
+	go func() {
+		defer close(h.flushed)
+		for {
+			var last bool
+			select {
+			case <-h.wake:
+			case <-h.done:
+				last = true
+			}
+			h.mu.Lock()
+			outs, failed := h.waiting, h.err != nil
+			if !failed || last {
+				h.waiting = nil
+			}
+			h.mu.Unlock()
+			if len(outs) > 0 && (!failed || last) {
+				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+				err := b.insertOwnJobs(hctx, queue, outs)
+				cancel()
+				if err != nil {
+					h.mu.Lock()
+					if h.err == nil {
+						h.err = err
+					}
+					if !last {
+						h.waiting = append(outs, h.waiting...)
+					}
+					h.mu.Unlock()
+				}
+			}
+			if last {
+				return
+			}
+		}
+	}()
+	return h
+}
+
+// add hands h off.
+func (h *handOffs) add(x handOff) {
+	h.mu.Lock()
+	h.waiting = append(h.waiting, x)
+	h.mu.Unlock()
+	select {
+	case h.wake <- struct{}{}:
+	default:
 	}
-	// Recorded even when the job's context ended: the effects' outcomes
-	// are, and a handed-off effect must get its job.
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
-	defer cancel()
-	return b.insertOwnJobs(hctx, job.Queue, outs)
+}
+
+// finish gives what is still waiting its jobs and returns the first
+// insert that failed: River then runs the batch again, which hands every
+// effect of it that has not ended to a job of its own.
+func (h *handOffs) finish() error {
+	close(h.done)
+	<-h.flushed
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
 }
 
 // one works effect id of job as a job of its own would, and says whether

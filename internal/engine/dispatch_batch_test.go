@@ -330,3 +330,39 @@ func TestAnEffectAskedForTwiceInOneClaimIsClaimedOnce(t *testing.T) {
 	require.NotNil(t, got[0], "the first asking claims it")
 	require.Nil(t, got[1], "the second does not: it would fire it a second time")
 }
+
+// An effect a batch hands off gets its job at once, not when the batch's
+// slowest call ends: here an effect not due a first attempt (retried
+// before, pending again) goes on in its own job and is confirmed while
+// another effect of its batch is still waiting for its receiver.
+func TestABatchHandsOffWhileACallIsInFlight(t *testing.T) {
+	t.Parallel()
+	b := setupWorker(t, workerOpts{webhookLimit: 40 * time.Second})
+	b.byDispatcher(t)
+	ctx := context.Background()
+	arrived, release := b.holdFirst("/slow")
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	slow, retried := b.enqueue(t, "/slow"), b.enqueue(t, "/orders")
+	_, err := b.db.Pool.Exec(ctx, `UPDATE `+b.db.Schema+`.side_effects SET attempts = 1, first_fired_at = now(), last_error = 'retryable: HTTP 503'
+		WHERE id = $1`, retried.ID)
+	require.NoError(t, err)
+	b.insertBatch(t, slow.ID, retried.ID)
+	b.start(t)
+	<-arrived
+	got := b.waitFor(t, retried.ID, outboxtype.StateConfirmed)
+	require.Equal(t, 2, got.Attempts)
+	own, _ := b.jobs(t, retried.ID)
+	require.Equal(t, 1, own, "its attempt is made by a job of its own")
+	require.Empty(t, b.recv.ByID()[slow.Key], "the slow call is still in flight (a delivery is recorded when answered)")
+	require.Equal(t, outboxtype.StateFired, b.effect(t, slow.ID).State)
+	close(release)
+	b.waitFor(t, slow.ID, outboxtype.StateConfirmed)
+	require.Len(t, b.recv.ByID()[slow.Key], 1, "delivered once")
+	require.Len(t, b.recv.ByID()[retried.Key], 1, "delivered once")
+}
