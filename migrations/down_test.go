@@ -20,7 +20,8 @@ func TestTheEndpointMigrationsGoDownAndUpAgain(t *testing.T) {
 	db := testdb.New(t)
 	def := func() string {
 		var d string
-		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT pg_get_functiondef(($1 || '.outboxd_enqueue(jsonb, jsonb, boolean)')::regprocedure)", db.Schema).Scan(&d))
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_get_functiondef(p.oid) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+			WHERE n.nspname = $1 AND p.proname = 'outboxd_enqueue'`, db.Schema).Scan(&d))
 		return d
 	}
 	withEndpoints := def()

@@ -151,10 +151,10 @@ END
 $$;
 
 --
--- Name: outboxd_enqueue(jsonb, jsonb, boolean); Type: FUNCTION; Schema: outboxd; Owner: -
+-- Name: outboxd_enqueue(jsonb, jsonb, boolean, boolean); Type: FUNCTION; Schema: outboxd; Owner: -
 --
 
-CREATE FUNCTION outboxd.outboxd_enqueue(event jsonb, effects jsonb DEFAULT '[]'::jsonb, wake_dispatchers boolean DEFAULT false) RETURNS TABLE(event_id uuid, event_existed boolean, effect_id uuid, kind text, idempotency_key text, duplicate boolean)
+CREATE FUNCTION outboxd.outboxd_enqueue(event jsonb, effects jsonb DEFAULT '[]'::jsonb, wake_dispatchers boolean DEFAULT false, carry boolean DEFAULT false) RETURNS TABLE(event_id uuid, event_existed boolean, effect_id uuid, kind text, idempotency_key text, duplicate boolean)
     LANGUAGE plpgsql
     SET search_path TO 'outboxd', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
@@ -363,6 +363,35 @@ BEGIN
             FROM unnest(okeys) AS x WHERE x IS NOT NULL ORDER BY 1) AS l;
     END IF;
 
+    -- carry (outbox.EffectsByDispatcher): a new event is written with its
+    -- effects in its own row and one row naming it in outbox_event_intake;
+    -- the dispatcher that takes that row writes the effects' rows, with
+    -- these ids and keys (00040). Effects with an ordering key or a tenant
+    -- take their place in a chain or a tenant's queue when their rows are
+    -- written, so those are written with the event, as in Go. An event
+    -- that exists goes on below as a replay.
+    IF carry AND cardinality(kinds) > 0 AND NOT EXISTS (SELECT 1 FROM unnest(okeys) AS x WHERE x IS NOT NULL)
+            AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(effects) AS e(x) WHERE coalesce(e.x ->> 'tenant', '') <> '') THEN
+        INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, traceparent, effects)
+        SELECT ev_id, ev_agg_type, ev_agg_id, ev_type, ev_payload, ev_trace,
+            jsonb_agg(jsonb_build_object('kind', u.kind, 'provider', u.provider, 'payload', u.payload)
+                || CASE WHEN u.nb IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('not_before', u.nb) END ORDER BY u.ord)
+        FROM unnest(kinds, provs, payloads, nbs) WITH ORDINALITY AS u(kind, provider, payload, nb, ord)
+        ON CONFLICT (id) DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n = 1 THEN
+            INSERT INTO outbox_event_intake (event_id) VALUES (ev_id);
+            IF wake_dispatchers THEN
+                PERFORM pg_notify('outboxd_intake', current_schema());
+            END IF;
+            RETURN QUERY
+            SELECT ev_id, false, u.id, u.kind, u.key, false
+            FROM unnest(ids, kinds, keys) WITH ORDINALITY AS u(id, kind, key, ord)
+            ORDER BY u.ord;
+            RETURN;
+        END IF;
+    END IF;
+
     INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, traceparent)
     VALUES (ev_id, ev_agg_type, ev_agg_id, ev_type, ev_payload, ev_trace)
     ON CONFLICT (id) DO NOTHING;
@@ -374,6 +403,28 @@ BEGIN
         IF NOT same THEN
             RAISE EXCEPTION USING ERRCODE = 'OB409',
                 MESSAGE = format('outboxd_enqueue: conflict: event %s exists with a different type, aggregate or payload', ev_id);
+        END IF;
+        -- Effects the recorded event still carries (00040) are written out
+        -- first, as a dispatcher would, so that this call compares with
+        -- them: what Store.WriteOutEvent runs for outbox.Enqueue. The
+        -- event's row lock orders it with a dispatcher doing the same;
+        -- whichever comes second finds effects NULL. Looked for first, so
+        -- that a caller who never replays carried events needs no UPDATE
+        -- grant on outbox_events.
+        IF EXISTS (SELECT 1 FROM outbox_events o WHERE o.id = ev_id AND o.effects IS NOT NULL) THEN
+            WITH ev AS (
+                UPDATE outbox_events e SET effects = NULL
+                FROM outbox_events old
+                WHERE e.id = ev_id AND old.id = e.id AND e.effects IS NOT NULL
+                RETURNING e.id, e.created_at, old.effects
+            ), eff AS (
+                INSERT INTO side_effects (id, source_id, kind, provider, payload, not_before, created_at)
+                SELECT outboxd_effect_id(ev.id, x.kind), ev.id, x.kind, x.provider, x.payload, x.not_before, ev.created_at
+                FROM ev, jsonb_to_recordset(ev.effects) AS x(kind text, provider text, payload jsonb, not_before timestamptz)
+                ON CONFLICT DO NOTHING
+                RETURNING id, provider
+            )
+            INSERT INTO outbox_intake (effect_id, provider) SELECT id, provider FROM eff;
         END IF;
     END IF;
 

@@ -238,6 +238,30 @@ func TestTheLeastPrivilegedSQLCaller(t *testing.T) {
 		require.ErrorAs(t, err, &pgErr, q)
 		require.Equal(t, "42501", pgErr.Code, "%s: permission denied", q)
 	}
+
+	// carry => true: the event intake, and the effects column for a
+	// replay of an event that still carries its effects.
+	carrying := func(id uuid.UUID) error {
+		return pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL ROLE `+role); err != nil {
+				return err
+			}
+			_, err := sqlEnqueueWith(ctx, tx, s, map[string]any{"id": id, "type": "t"}, []map[string]any{plain}, true)
+			return err
+		})
+	}
+	carried := uuid.New()
+	require.ErrorAs(t, carrying(carried), &pgErr)
+	require.Equal(t, "42501", pgErr.Code, "without INSERT on outbox_event_intake")
+	for _, g := range []string{`GRANT INSERT ON ` + s + `.outbox_event_intake TO %[1]s`, `GRANT UPDATE (effects) ON ` + s + `.outbox_events TO %[1]s`} {
+		_, err := b.db.Pool.Exec(ctx, fmt.Sprintf(g, role))
+		require.NoError(t, err)
+	}
+	require.NoError(t, carrying(carried), "the listed grants carry")
+	require.NoError(t, carrying(carried), "and replay what is carried")
+	var rows int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+s+`.side_effects WHERE source_id = $1`, carried).Scan(&rows))
+	require.Equal(t, 1, rows, "the replay wrote the carried effect out")
 }
 
 // FuzzSQLEnqueue: whatever JSON a caller passes outboxd_enqueue, it

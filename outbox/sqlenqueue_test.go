@@ -39,6 +39,11 @@ type sqlRow struct {
 // sqlEnqueue calls outboxd_enqueue(event, effects) in tx, as an
 // application in another language would.
 func sqlEnqueue(ctx context.Context, tx pgx.Tx, schema string, event, effects any) ([]sqlRow, error) {
+	return sqlEnqueueWith(ctx, tx, schema, event, effects, false)
+}
+
+// sqlEnqueueWith is sqlEnqueue with outboxd_enqueue's carry argument.
+func sqlEnqueueWith(ctx context.Context, tx pgx.Tx, schema string, event, effects any, carry bool) ([]sqlRow, error) {
 	ev, err := json.Marshal(event)
 	if err != nil {
 		return nil, err
@@ -47,7 +52,7 @@ func sqlEnqueue(ctx context.Context, tx pgx.Tx, schema string, event, effects an
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, `SELECT * FROM `+schema+`.outboxd_enqueue($1::jsonb, $2::jsonb)`, ev, ef)
+	rows, err := tx.Query(ctx, `SELECT * FROM `+schema+`.outboxd_enqueue($1::jsonb, $2::jsonb, carry => $3)`, ev, ef, carry)
 	if err != nil {
 		return nil, err
 	}

@@ -68,12 +68,18 @@ func (b *bench) enqueueCost(ctx context.Context) ([]enqueueResult, error) {
 		}
 		r.CostRatio, r.VsUntraced = base.TPS/r.TPS, r.TPS/inTx.TPS
 		out = append(out, r)
-		r, err = b.runTxs(ctx, "domain tx + outboxd_enqueue(1+3) from SQL (jobs by dispatcher)", conc, b.sqlOrderTx())
-		if err != nil {
-			return nil, err
+		for _, carry := range []bool{false, true} {
+			name := "domain tx + outboxd_enqueue(1+3) from SQL (jobs by dispatcher)"
+			if carry {
+				name = "domain tx + outboxd_enqueue(1+3) from SQL, carry => true (effects by dispatcher)"
+			}
+			r, err = b.runTxs(ctx, name, conc, b.sqlOrderTx(carry))
+			if err != nil {
+				return nil, err
+			}
+			r.CostRatio = base.TPS / r.TPS
+			out = append(out, r)
 		}
-		r.CostRatio = base.TPS / r.TPS
-		out = append(out, r)
 		if b.wm != nil {
 			if err := b.vacuum(ctx); err != nil {
 				return nil, err
@@ -113,10 +119,11 @@ func (b *bench) tracedEnqueue(ctx context.Context, conc int) (enqueueResult, err
 }
 
 // sqlOrderTx is orderTx as an application in another language writes
-// it: the same event and effects through the SQL function.
-func (b *bench) sqlOrderTx() func(context.Context, pgx.Tx) error {
+// it: the same event and effects through the SQL function, carried by the
+// event if carry.
+func (b *bench) sqlOrderTx(carry bool) func(context.Context, pgx.Tx) error {
 	insertOrder := "INSERT INTO " + b.schema + ".bench_orders (customer, amount) VALUES ($1, $2)"
-	enqueue := "SELECT count(*) FROM " + b.schema + ".outboxd_enqueue($1::jsonb, $2::jsonb)"
+	enqueue := "SELECT count(*) FROM " + b.schema + ".outboxd_enqueue($1::jsonb, $2::jsonb, carry => " + strconv.FormatBool(carry) + ")"
 	return func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, insertOrder, "cus_42", 4200); err != nil {
 			return err

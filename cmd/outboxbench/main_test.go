@@ -50,24 +50,25 @@ func TestBenchRuns(t *testing.T) {
 	s := tiny()
 	s.Skip = "limits,history,purge,admin"
 	rep, printed := runBench(t, s)
-	require.Len(t, rep.Enqueue, 16, "bare, four ways of enqueueing, traced, from SQL and the Watermill publisher, at two concurrencies")
-	for _, i := range []int{4, 12} {
+	require.Len(t, rep.Enqueue, 18, "bare, four ways of enqueueing, traced, from SQL two ways and the Watermill publisher, at two concurrencies")
+	for _, i := range []int{4, 13} {
 		require.Contains(t, rep.Enqueue[i].Name, "effects by dispatcher")
 		require.Positive(t, rep.Enqueue[i].CostRatio)
 	}
-	for _, i := range []int{7, 15} {
+	for _, i := range []int{8, 17} {
 		require.Contains(t, rep.Enqueue[i].Name, "Watermill")
 		require.Positive(t, rep.Enqueue[i].Txs)
 		require.Positive(t, rep.Enqueue[i].CostRatio)
 	}
-	for _, i := range []int{5, 13} {
+	for _, i := range []int{5, 14} {
 		require.Contains(t, rep.Enqueue[i].Name, "traced")
 		require.Positive(t, rep.Enqueue[i].VsUntraced)
 	}
-	for _, i := range []int{6, 14} {
+	for _, i := range []int{6, 7, 15, 16} {
 		require.Contains(t, rep.Enqueue[i].Name, "from SQL")
 		require.Positive(t, rep.Enqueue[i].Txs, "the SQL function enqueued")
 	}
+	require.Contains(t, rep.Enqueue[7].Name, "carry => true")
 	require.Len(t, rep.Fanout, 6, "1, 10 and 100 endpoints at two concurrencies")
 	for _, r := range rep.Fanout {
 		require.Positive(t, r.Subscribers, "fanned out to %d", r.Endpoints)
