@@ -325,7 +325,7 @@ func (w *Worker) fire(ctx context.Context, job *river.Job[DispatchArgs], claimed
 			release(providers.ErrNotAttempted)
 		}
 	}()
-	log := w.logger.With("effect_id", id, "kind", claimed.Kind, "provider", claimed.Provider, "attempt", claimed.Attempts)
+	log := effectLogger(w.logger, id, claimed)
 	w.metrics.Observe(outboxtype.Transitioned{Effect: claimed, To: outboxtype.StateFired})
 	callCtx, call := ctx, outboxtype.Span(nil)
 	if span != nil {
@@ -751,7 +751,7 @@ func (w *Worker) claimAgain(ctx context.Context, id uuid.UUID) (claimed, before 
 		return nil, nil, snooze(time.Until(*e.NotBefore))
 	}
 	g := p.Guarantees()
-	log := w.logger.With("effect_id", id, "kind", e.Kind, "provider", e.Provider, "attempt", e.Attempts)
+	log := effectLogger(w.logger, id, e)
 	if (e.State == outboxtype.StateFired || e.InDoubt) && w.policy(e.Kind, g) == providers.AtMostOnce {
 		// An earlier request never reported back (a crash, a rescued job, or
 		// an operator's redrive of an effect in doubt).
