@@ -20,7 +20,7 @@ import (
 // for many effects in one statement. It returns the effects it claimed, by
 // id.
 func (s *Store) ClaimFirstMany(ctx context.Context, db DB, ids []uuid.UUID, providers []string) (map[uuid.UUID]*outboxtype.Effect, error) {
-	rows, err := db.Query(ctx, s.sql(sqlClaimFirstMany), ids, providers)
+	rows, err := db.Query(ctx, s.sql(sqlClaimFirstMany), uuidArray(ids), providers)
 	if err != nil {
 		return nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
 	}
@@ -44,7 +44,7 @@ type tracedEffect struct {
 // ClaimFirstManyTraced is ClaimFirstMany that also returns, for each
 // claimed effect, the traceparent stored with its event ("" if none).
 func (s *Store) ClaimFirstManyTraced(ctx context.Context, db DB, ids []uuid.UUID, providers []string) (map[uuid.UUID]*outboxtype.Effect, map[uuid.UUID]string, error) {
-	rows, err := db.Query(ctx, s.sql(sqlClaimFirstManyTraced), ids, providers)
+	rows, err := db.Query(ctx, s.sql(sqlClaimFirstManyTraced), uuidArray(ids), providers)
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim %d effects: %w", len(ids), err)
 	}
@@ -101,7 +101,8 @@ func (s *Store) ConfirmMany(ctx context.Context, db DB, acks []Ack, chained bool
 		return nil, fmt.Errorf("confirm %d effects: %w", len(acks), err)
 	}
 	out := make(map[uuid.UUID]ConfirmedFrom, len(acks))
-	var id uuid.UUID
+	// Read as bytes: pgx hands a uuid.UUID (an sql.Scanner) its text.
+	var id [16]byte
 	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
 		out[id] = ConfirmedFrom{State: outboxtype.StateFired}
 		return nil
@@ -131,8 +132,8 @@ func (s *Store) ConfirmMany(ctx context.Context, db DB, acks []Ack, chained bool
 	return out, nil
 }
 
-func ackColumns(acks []Ack) (ids []uuid.UUID, refs []string, replayed []bool) {
-	ids = make([]uuid.UUID, len(acks))
+func ackColumns(acks []Ack) (ids [][16]byte, refs []string, replayed []bool) {
+	ids = make([][16]byte, len(acks))
 	refs = make([]string, len(acks))
 	replayed = make([]bool, len(acks))
 	for i, a := range acks {

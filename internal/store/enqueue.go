@@ -91,7 +91,7 @@ func (e NewEffect) Queued() bool { return e.Tenant != "" && e.OrderingKey == "" 
 // effectArrays are new effects as the column arrays the unnest-based
 // statements take.
 type effectArrays struct {
-	ids       []uuid.UUID
+	ids       [][16]byte // uuidArray's
 	kinds     []string
 	providers []string
 	payloads  []json.RawMessage
@@ -103,7 +103,7 @@ type effectArrays struct {
 
 func columnsOf(sourceID uuid.UUID, effects []NewEffect) effectArrays {
 	c := effectArrays{
-		ids:       make([]uuid.UUID, len(effects)),
+		ids:       make([][16]byte, len(effects)),
 		kinds:     make([]string, len(effects)),
 		providers: make([]string, len(effects)),
 		payloads:  make([]json.RawMessage, len(effects)),

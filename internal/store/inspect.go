@@ -196,7 +196,7 @@ func (s *Store) Event(ctx context.Context, db DB, id uuid.UUID) (*outboxtype.Eve
 // EventsByID returns the events with the given ids, by id, in one
 // statement; an id with no event is missing from the map.
 func (s *Store) EventsByID(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.UUID]*outboxtype.Event, error) {
-	rows, err := db.Query(ctx, s.sql(sqlEventsOf), ids)
+	rows, err := db.Query(ctx, s.sql(sqlEventsOf), uuidArray(ids))
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}

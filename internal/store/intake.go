@@ -53,7 +53,7 @@ func (s *Store) TakeIntake(ctx context.Context, tx pgx.Tx, limit int) ([]IntakeR
 
 // Unended returns the effects of ids that have not ended.
 func (s *Store) Unended(ctx context.Context, db DB, ids []uuid.UUID) ([]JobTarget, error) {
-	rows, err := db.Query(ctx, s.sql(sqlUnended), ids)
+	rows, err := db.Query(ctx, s.sql(sqlUnended), uuidArray(ids))
 	if err != nil {
 		return nil, err
 	}

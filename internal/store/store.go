@@ -143,3 +143,16 @@ type Store struct {
 	// stmts caches each statement with the schema filled in, by its text.
 	stmts sync.Map
 }
+
+// uuidArray is ids as pgx encodes a uuid[] parameter directly. A
+// uuid.UUID is a driver.Valuer that gives a string, which pgx's binary
+// encoding refuses: it then formats an error, parses the string back and
+// encodes that, for every element (5 µs of a dispatcher's CPU an effect
+// in the claims and confirmations).
+func uuidArray(ids []uuid.UUID) [][16]byte {
+	out := make([][16]byte, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
+}
