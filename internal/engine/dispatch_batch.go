@@ -125,7 +125,7 @@ func (b *batchWorker) startHandOffs(ctx context.Context, queue string) *handOffs
 	return h
 }
 
-// add hands h off.
+// add hands x off.
 func (h *handOffs) add(x handOff) {
 	h.mu.Lock()
 	h.waiting = append(h.waiting, x)

@@ -263,3 +263,19 @@ func DropIdle(ctx context.Context, conn *pgx.Conn) (int, error) {
 	}
 	return dropped, nil
 }
+
+// catalogs are the system tables a migrated schema writes rows into; a
+// run of the suite makes and drops hundreds of schemas.
+var catalogs = []string{"pg_attribute", "pg_class", "pg_depend", "pg_type", "pg_constraint", "pg_index",
+	"pg_attrdef", "pg_proc", "pg_trigger", "pg_namespace", "pg_description", "pg_sequence", "pg_shdepend"}
+
+// VacuumCatalogs vacuums the test database's catalogs. On a cluster with
+// autovacuum off (as this project's development machines run) nothing
+// else does, and their dead rows slow every later run's schema work: the
+// suite took a third longer after a day's runs, with pg_attribute at
+// 158 MB, three quarters of it dead. A role that does not own the
+// catalogs is told so by Postgres in a warning, and nothing is vacuumed.
+func VacuumCatalogs(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, "VACUUM pg_catalog."+strings.Join(catalogs, ", pg_catalog."))
+	return err
+}

@@ -1,5 +1,6 @@
 // Command dropidle drops the schemas the test suite's processes kept for
-// reuse once those processes have ended (make test runs it last).
+// reuse once those processes have ended, then vacuums the catalogs they
+// were written into (make test runs it last).
 package main
 
 import (
@@ -27,5 +28,9 @@ func main() {
 	}
 	if n > 0 {
 		fmt.Printf("dropped %d test schemas kept for reuse\n", n)
+	}
+	if err := testdb.VacuumCatalogs(ctx, conn); err != nil {
+		fmt.Fprintf(os.Stderr, "dropidle: vacuum the catalogs: %v\n", err)
+		os.Exit(1)
 	}
 }
