@@ -12,9 +12,12 @@ DEVDB = env=$$(scripts/devdb) || exit 1; eval "$$env";
 demo:
 	@$(DEVDB) $(GO) run ./cmd/outboxd demo
 
-## test: go vet, then every test with the race detector (TEST_DATABASE_URL)
+## test: go vet, then every test with the race detector (TEST_DATABASE_URL).
+## Four tests of a package at a time: many wait on paced providers, retry
+## schedules or a receiver held on purpose, and two (the cores) left the
+## CPU idle while they did.
 test: vet
-	@$(DEVDB) $(GO) test -race -count=1 -timeout 20m ./...; status=$$?; $(DEVDB) $(GO) run ./internal/testdb/dropidle; exit $$status
+	@$(DEVDB) $(GO) test -race -count=1 -timeout 20m -parallel 4 ./...; status=$$?; $(DEVDB) $(GO) run ./internal/testdb/dropidle; exit $$status
 
 ## test-bench: the benchmark end to end at a tiny size (every phase, a short soak, each candidate layout; ~1 min:
 ## its runs mostly wait on paced traffic, so four run at once)
