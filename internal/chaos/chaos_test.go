@@ -93,13 +93,14 @@ func newWorld(t *testing.T) *world {
 
 // enqueue records n orders, each with a webhook, a Stripe refund and an
 // email, each carrying a marker that identifies the order. Batches
-// alternate between River jobs inserted in the transaction and by the
-// dispatcher from the intake, so kills land in both paths.
+// take turns between River jobs inserted in the transaction, jobs inserted
+// by the dispatcher from the intake, and events that carry their effects
+// until a dispatcher writes their rows, so kills land in every path.
 func (w *world) enqueue(t *testing.T, n int) {
 	t.Helper()
 	ctx := context.Background()
 	var obs []*outbox.Outbox
-	for _, jobs := range []outbox.JobInsertion{outbox.JobsInTransaction, outbox.JobsByDispatcher} {
+	for _, jobs := range []outbox.JobInsertion{outbox.JobsInTransaction, outbox.JobsByDispatcher, outbox.EffectsByDispatcher} {
 		ob, err := outbox.New(outbox.Config{Schema: w.db.Schema, Jobs: jobs, Providers: []providers.Validator{
 			webhook.Schema{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, stripe.Schema{}, sendgrid.Schema{},
 		}})
@@ -111,7 +112,7 @@ func (w *world) enqueue(t *testing.T, n int) {
 		err := pgx.BeginFunc(ctx, w.db.Pool, func(tx pgx.Tx) error {
 			for i := batch; i < min(batch+100, n); i++ {
 				order := fmt.Sprintf("o%05d", i)
-				res, err := obs[(batch/100)%2].Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("chaos", order), Type: "order.paid"},
+				res, err := obs[(batch/100)%len(obs)].Enqueue(ctx, tx, outbox.Event{ID: outbox.EventID("chaos", order), Type: "order.paid"},
 					outbox.EffectOf("webhook.order_paid", webhook.Payload{URL: "http://localhost:" + port + "/hook",
 						Body: json.RawMessage(`{"order": "` + order + `"}`)}),
 					outbox.EffectOf("stripe.refund", stripeschema.RefundCreate{PaymentIntent: "pi_" + order}),
@@ -169,17 +170,20 @@ func (w *world) start(t *testing.T, extra ...string) *exec.Cmd {
 	return cmd
 }
 
+// waitAllConfirmed waits until every effect is confirmed: every row, and
+// no event still carrying effects whose rows are not written yet.
 func (w *world) waitAllConfirmed(t *testing.T, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		var left int
+		var left, carried int
 		require.NoError(t, w.db.Pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM `+w.db.Schema+`.side_effects WHERE state <> 'confirmed'`).Scan(&left))
-		if left == 0 {
+			`SELECT (SELECT count(*) FROM `+w.db.Schema+`.side_effects WHERE state <> 'confirmed'),
+				(SELECT count(*) FROM `+w.db.Schema+`.outbox_events WHERE effects IS NOT NULL)`).Scan(&left, &carried))
+		if left == 0 && carried == 0 {
 			return
 		}
-		require.True(t, time.Now().Before(deadline), "%d effects not confirmed after %s", left, within)
+		require.True(t, time.Now().Before(deadline), "%d effects not confirmed and %d events still carrying effects after %s", left, carried, within)
 		time.Sleep(200 * time.Millisecond)
 	}
 }
