@@ -305,3 +305,48 @@ func FuzzSQLEnqueue(f *testing.F) {
 		require.NotContains(t, pgErr.Message, "PAYLOADMARK")
 	})
 }
+
+// TestAGoRoleWithoutUpdateReplays: a role with the grants a SQL caller
+// needs, and no UPDATE on outbox_events, enqueues through Go and replays
+// what it enqueued: a replay writes nothing out unless the event still
+// carries effects, so it updates nothing. (It ran an UPDATE on every
+// replay, refused with 42501 for such a role.)
+func TestAGoRoleWithoutUpdateReplays(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	s := db.Schema
+	role := s + "_go_enqueuer"
+	_, err := db.Pool.Exec(ctx, `CREATE ROLE `+role+` NOLOGIN`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+role)
+	})
+	_, err = db.Pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA %[1]s TO %[2]s;
+		GRANT SELECT, INSERT ON %[1]s.outbox_events, %[1]s.side_effects, %[1]s.outbox_intake TO %[2]s`, s, role))
+	require.NoError(t, err)
+	ob, err := outbox.New(outbox.Config{Schema: s})
+	require.NoError(t, err)
+
+	ev := orderPaid(uuid.New(), "10.00")
+	enqueue := func() (*outbox.Result, error) {
+		var res *outbox.Result
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL ROLE `+role); err != nil {
+				return err
+			}
+			var err error
+			res, err = ob.Enqueue(ctx, tx, ev, webhookEffect("webhook.order_paid", `{"n": 1}`))
+			return err
+		})
+		return res, err
+	}
+	first, err := enqueue()
+	require.NoError(t, err)
+	require.False(t, first.Replay())
+	again, err := enqueue()
+	require.NoError(t, err, "the replay needs no UPDATE")
+	require.True(t, again.Replay())
+	require.Equal(t, first.Effects[0].ID, again.Effects[0].ID)
+}

@@ -109,7 +109,7 @@ func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev store.NewEvent, ef
 			return res, q.insertJobs(ctx, tx, effects, all, res)
 		}
 	}
-	inserted, same, err := q.store.InsertEvent(ctx, tx, ev)
+	inserted, same, carried, err := q.store.InsertEvent(ctx, tx, ev)
 	if err != nil {
 		return nil, err
 	}
@@ -128,9 +128,14 @@ func (q *Enqueuer) Enqueue(ctx context.Context, tx pgx.Tx, ev store.NewEvent, ef
 		return nil, fmt.Errorf("savepoint: %w", err)
 	}
 	defer sp.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	// Effects the recorded event still carries are compared as rows.
-	if _, err := q.store.WriteOutEvent(ctx, sp, ev.ID); err != nil {
-		return nil, err
+	// Effects the recorded event still carries are compared as rows. Only
+	// then: an event's effects, once written out, are never carried again,
+	// so a replay of any other event runs no update (nor needs the right
+	// to one on outbox_events).
+	if carried {
+		if _, err := q.store.WriteOutEvent(ctx, sp, ev.ID); err != nil {
+			return nil, err
+		}
 	}
 	existing, err := q.store.CompareEffects(ctx, sp, ev.ID, effects)
 	if err != nil {

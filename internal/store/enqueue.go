@@ -42,19 +42,21 @@ func (s *Store) EventTraceparent(ctx context.Context, db DB, id uuid.UUID) (stri
 }
 
 // InsertEvent inserts ev. It reports inserted=false when a row with that id
-// exists already, and then whether that row has identical columns.
-func (s *Store) InsertEvent(ctx context.Context, db DB, ev NewEvent) (inserted, same bool, err error) {
+// exists already, and then whether that row has identical columns and
+// whether it still carried effects whose rows no dispatcher had written
+// (WriteOutEvent writes them; an event that carries none never will again).
+func (s *Store) InsertEvent(ctx context.Context, db DB, ev NewEvent) (inserted, same, carried bool, err error) {
 	tag, err := db.Exec(ctx, s.sql(sqlInsertEvent), ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload, nullIfEmpty(ev.Traceparent))
 	if err != nil {
-		return false, false, fmt.Errorf("insert event %s: %w", ev.ID, err)
+		return false, false, false, fmt.Errorf("insert event %s: %w", ev.ID, err)
 	}
 	if tag.RowsAffected() == 1 {
-		return true, true, nil
+		return true, true, false, nil
 	}
-	if err := db.QueryRow(ctx, s.sql(sqlEventMatches), ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload).Scan(&same); err != nil {
-		return false, false, fmt.Errorf("compare event %s: %w", ev.ID, err)
+	if err := db.QueryRow(ctx, s.sql(sqlEventMatches), ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload).Scan(&same, &carried); err != nil {
+		return false, false, false, fmt.Errorf("compare event %s: %w", ev.ID, err)
 	}
-	return false, same, nil
+	return false, same, carried, nil
 }
 
 // NewEffect is a side_effects row to insert.

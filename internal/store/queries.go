@@ -297,7 +297,7 @@ WHERE provider_ref = $1 AND provider_ref IS NOT NULL ORDER BY created_at DESC LI
 	sqlEventTraceparent = `SELECT coalesce(traceparent, '') FROM /*schema*/outbox_events WHERE id = $1`
 
 	sqlEventMatches = `
-SELECT aggregate_type = $2 AND aggregate_id = $3 AND event_type = $4 AND payload = $5::jsonb
+SELECT aggregate_type = $2 AND aggregate_id = $3 AND event_type = $4 AND payload = $5::jsonb, effects IS NOT NULL
 FROM /*schema*/outbox_events WHERE id = $1`
 
 	// ON CONFLICT without a target: id and (source_id, kind) both name the
