@@ -72,7 +72,13 @@ func newSite(t *testing.T) *site {
 	loop := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	wh, err := webhook.New(webhook.Config{Secret: secret, AllowedNetworks: loop, Timeout: 2 * time.Second})
 	require.NoError(t, err)
-	sideeffectstest.Start(t, s.db.Pool, sideeffects.Config{Schema: s.db.Schema, Providers: []providers.Provider{wh}, Retry: outboxtype.RetryPolicy{MaxAttempts: 2}, Settings: map[string]any{"rescue_after": "2m0s"}})
+	// The site stages effects an operator must act on, such as a row
+	// written by SQL without a job ("byhand"): a sweep in the middle of a
+	// test would give it a job by itself, and the operator's requeue would
+	// be refused. So the leader sweeps when it starts and then not for an
+	// hour (the default, a minute, is shorter than a test on a loaded box).
+	sideeffectstest.Start(t, s.db.Pool, sideeffects.Config{Schema: s.db.Schema, Providers: []providers.Provider{wh}, Retry: outboxtype.RetryPolicy{MaxAttempts: 2},
+		SweepInterval: time.Hour, Settings: map[string]any{"rescue_after": "2m0s"}})
 	op, err := sideeffects.NewOperator(s.db.Pool, sideeffects.OperatorConfig{Schema: s.db.Schema,
 		Guarantees: map[string]providers.Guarantees{"webhook": wh.Guarantees()}})
 	require.NoError(t, err)

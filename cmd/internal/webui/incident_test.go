@@ -142,9 +142,15 @@ func TestAnIncidentFromTheWebViewAlone(t *testing.T) {
 	require.Contains(t, needs, "drift record(s) to review")
 	require.Contains(t, needs, "Idempotency-Key(s) stuck")
 	require.Contains(t, needs, "stuck or failed effect(s)")
+	// act submits the action page's form with reason: done (#flash), or
+	// refused (#error), which fails the test with what the page said.
 	act := func(reason string) {
+		t.Helper()
 		br.do(chromedp.SetValue(chromedp.CSS(`form.action textarea[name="reason"]`), reason),
-			chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash")))
+			chromedp.Click(chromedp.CSS(`form.action button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#flash, #error")))
+		if br.count("#error") > 0 {
+			require.Fail(t, "the action was refused", "%q: %s", reason, br.text("#error"))
+		}
 	}
 
 	// 1. Drift: the effect's page; the receiver's log shows it processed,
